@@ -1,0 +1,89 @@
+# tessera: the one entry point.
+#   make            build libtessera and the tessera command (build/release)
+#   make test       install missing packages, build under ASan+UBSan with -Werror, run every test
+#   make test-long  the long soak and fuzz runs
+#   make bench      benchmarks (release build)
+#   make run        the main job
+#   make install    install the command, library and header under PREFIX
+#   make CUDA=1     also build the CUDA kernels (none yet)
+
+PREFIX ?= /usr/local
+CC ?= cc
+BUILD ?= build/release
+OPT ?= -O2 -g
+SAN ?=
+WERROR ?=
+FUZZ_SECONDS ?= 30
+
+INCLUDES := -Iinclude -Iformats -Ickpt -Ireshard -Ikernels
+CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
+  -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
+LDLIBS_ALL := -lzstd -lxxhash -luring -lm -pthread -fopenmp $(LDLIBS)
+
+LIB_SRC := $(sort $(wildcard formats/*.c ckpt/*.c reshard/*.c kernels/*.c))
+TOOL_SRC := $(sort $(wildcard tools/*.c))
+TEST_SRC := $(sort $(wildcard tests/test_*.c))
+FUZZ_SRC := $(sort $(wildcard tests/fuzz_*.c))
+
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
+TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+HEADERS := $(wildcard include/*.h formats/*.h ckpt/*.h reshard/*.h kernels/*.h tools/*.h tests/*.h)
+
+.PHONY: all deps test test-long bench run install clean fuzz
+all: $(BUILD)/tessera $(BUILD)/libtessera.a
+
+$(BUILD)/%.o: %.c $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/libtessera.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tessera: $(TOOL_OBJ) $(BUILD)/libtessera.a
+	$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
+
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libtessera.a $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -Itests $< $(BUILD)/libtessera.a -o $@ $(LDLIBS_ALL)
+
+tests: $(TESTS) $(BUILD)/tessera
+
+deps:
+	@sh tools/deps.sh
+
+# Tests run under AddressSanitizer and UBSan, warnings as errors.
+ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+test: deps
+	$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" SAN="$(ASAN_FLAGS)" WERROR=-Werror tests
+	$(MAKE) --no-print-directory fuzz
+	sh tests/run.sh build/asan build/fuzz $(FUZZ_SECONDS)
+
+# libFuzzer targets, built with clang.
+FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)
+fuzz: $(FUZZ_BIN)
+build/fuzz/%: tests/%.c $(LIB_SRC) $(HEADERS)
+	@mkdir -p $(dir $@)
+	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+	  -pthread -fopenmp=libgomp $(INCLUDES) -Itests $< $(LIB_SRC) -o $@ -lzstd -lxxhash -luring -lm -fopenmp=libgomp
+
+test-long: deps
+	$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" SAN="$(ASAN_FLAGS)" WERROR=-Werror tests
+	$(MAKE) --no-print-directory fuzz
+	TSR_LONG=1 sh tests/run.sh build/asan build/fuzz 600
+
+bench: deps all
+	sh tools/bench.sh $(BUILD)
+
+run: deps all
+	sh tools/run.sh $(BUILD)
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -m 755 $(BUILD)/tessera $(DESTDIR)$(PREFIX)/bin/tessera
+	install -m 644 $(BUILD)/libtessera.a $(DESTDIR)$(PREFIX)/lib/libtessera.a
+	install -m 644 include/tessera.h $(DESTDIR)$(PREFIX)/include/tessera.h
+
+clean:
+	rm -rf build

@@ -1,0 +1,21 @@
+/* pool.h: a fixed thread pool that runs parallel-for loops. Internal.
+ * The caller's thread takes part in the work, so a pool of 1 runs inline. */
+#ifndef TSR_POOL_H
+#define TSR_POOL_H
+
+#include <stddef.h>
+
+typedef struct tsr_pool tsr_pool;
+
+/* tsr_pool_new(): a pool of `threads` workers in all (the caller counts as one);
+ * threads <= 0 means the number of online cores. NULL if a thread cannot start. */
+tsr_pool *tsr_pool_new(int threads);
+void tsr_pool_free(tsr_pool *p);
+int tsr_pool_size(const tsr_pool *p);
+
+/* tsr_pool_for(): calls fn(ctx, i, worker) for every i in [0, n), spread over the
+ * pool's threads; `worker` in [0, tsr_pool_size) identifies the thread (for
+ * per-thread state). Returns when all calls are done. Not reentrant. */
+void tsr_pool_for(tsr_pool *p, size_t n, void (*fn)(void *ctx, size_t i, int worker), void *ctx);
+
+#endif

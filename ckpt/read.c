@@ -1,0 +1,520 @@
+/* read.c: the reader of format v1: open and validate a MANIFEST, read boxes and
+ * blobs frame by frame, verify a whole checkpoint. */
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "codec.h"
+#include "common.h"
+#include "manifest.h"
+#include "pool.h"
+#include "store.h"
+
+typedef struct data_file {
+    pthread_mutex_t mu;
+    tsr_rfile *rf;
+    int state; /* 0 unopened, 1 open and checked, <0 the tsr_status it failed with */
+    tsr_error err;
+} data_file;
+
+struct tsr_ckpt {
+    char dir[PATH_MAX];
+    tsr_store *store;
+    tsr_manifest m;
+    data_file *files; /* parallel to m.files */
+    uint64_t *tensor_stored;
+    pthread_mutex_t codec_mu;
+    tsr_codec **free_codecs;
+    size_t n_free_codecs, cap_free_codecs;
+};
+
+tsr_ckpt *tsr_ckpt_open(const char *step_dir, tsr_error *err) {
+    tsr_ckpt *ck = calloc(1, sizeof *ck);
+    if (!ck) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    snprintf(ck->dir, sizeof ck->dir, "%s", step_dir);
+    pthread_mutex_init(&ck->codec_mu, NULL);
+    tsr_manifest_init(&ck->m);
+    ck->store = tsr_store_open(step_dir, 0, err);
+    if (!ck->store) goto fail;
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (tsr_store_get(ck->store, "MANIFEST", TSR_MF_MAX_SIZE, &buf, &len, err)) {
+        if (err && err->code == TSR_ENOTFOUND)
+            tsr_err(err, TSR_ENOTFOUND, "%s: no MANIFEST (not a committed checkpoint)", step_dir);
+        goto fail;
+    }
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/MANIFEST", step_dir);
+    int rc = tsr_manifest_parse(buf, len, path, 0, &ck->m, err);
+    free(buf);
+    if (rc) goto fail;
+    ck->files = calloc(ck->m.n_files + 1, sizeof *ck->files);
+    ck->tensor_stored = calloc(ck->m.n_tensors + 1, sizeof *ck->tensor_stored);
+    if (!ck->files || !ck->tensor_stored) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < ck->m.n_files; i++) pthread_mutex_init(&ck->files[i].mu, NULL);
+    for (size_t i = 0; i < ck->m.n_chunks; i++) {
+        const tsr_mf_chunk *c = &ck->m.chunks[i];
+        for (uint32_t k = 0; k < c->frame_count; k++)
+            ck->tensor_stored[c->tensor] += ck->m.frames[c->frame_first + k].stored_size;
+    }
+    return ck;
+fail:
+    tsr_ckpt_close(ck);
+    return NULL;
+}
+
+void tsr_ckpt_close(tsr_ckpt *ck) {
+    if (!ck) return;
+    if (ck->files)
+        for (size_t i = 0; i < ck->m.n_files; i++) {
+            tsr_rfile_close(ck->files[i].rf);
+            pthread_mutex_destroy(&ck->files[i].mu);
+        }
+    for (size_t i = 0; i < ck->n_free_codecs; i++) tsr_codec_free(ck->free_codecs[i]);
+    free(ck->free_codecs);
+    pthread_mutex_destroy(&ck->codec_mu);
+    free(ck->files);
+    free(ck->tensor_stored);
+    tsr_manifest_free(&ck->m);
+    tsr_store_close(ck->store);
+    free(ck);
+}
+
+uint64_t tsr_ckpt_step(const tsr_ckpt *ck) { return ck->m.step; }
+uint32_t tsr_ckpt_version(const tsr_ckpt *ck) {
+    return (uint32_t)ck->m.version_major << 16 | ck->m.version_minor;
+}
+const uint8_t *tsr_ckpt_save_id(const tsr_ckpt *ck) { return ck->m.save_id; }
+tsr_layout tsr_ckpt_layout(const tsr_ckpt *ck) { return ck->m.layout; }
+const char *tsr_ckpt_dir(const tsr_ckpt *ck) { return ck->dir; }
+size_t tsr_ckpt_n_tensors(const tsr_ckpt *ck) { return ck->m.n_tensors; }
+size_t tsr_ckpt_n_chunks(const tsr_ckpt *ck) { return ck->m.n_chunks; }
+size_t tsr_ckpt_n_frames(const tsr_ckpt *ck) { return ck->m.n_frames; }
+size_t tsr_ckpt_n_blobs(const tsr_ckpt *ck) { return ck->m.n_blobs; }
+size_t tsr_ckpt_n_files(const tsr_ckpt *ck) { return ck->m.n_files; }
+
+int tsr_ckpt_tensor(const tsr_ckpt *ck, size_t i, tsr_tensor_info *out) {
+    if (i >= ck->m.n_tensors) return tsr_err(NULL, TSR_EINVAL, "no tensor %zu", i);
+    const tsr_mf_tensor *t = &ck->m.tensors[i];
+    out->name = t->name;
+    out->group = t->group;
+    out->dtype = t->dtype;
+    out->ndim = t->ndim;
+    memcpy(out->shape, t->shape, sizeof out->shape);
+    out->placement = t->placement;
+    out->n_chunks = t->chunk_count;
+    out->raw_bytes = tsr_dtype_size(t->dtype);
+    for (uint32_t d = 0; d < t->ndim; d++) out->raw_bytes *= t->shape[d];
+    out->stored_bytes = ck->tensor_stored[i];
+    return 0;
+}
+
+int tsr_ckpt_chunk(const tsr_ckpt *ck, size_t i, tsr_chunk_info *out) {
+    if (i >= ck->m.n_chunks) return TSR_EINVAL;
+    const tsr_mf_chunk *c = &ck->m.chunks[i];
+    *out = (tsr_chunk_info){c->tensor, c->file_id, c->box, c->frame_count, c->split_dim, c->frame_rows,
+                            c->frame_first};
+    return 0;
+}
+
+int tsr_ckpt_frame(const tsr_ckpt *ck, size_t i, tsr_frame_info *out) {
+    if (i >= ck->m.n_frames) return TSR_EINVAL;
+    const tsr_mf_frame *f = &ck->m.frames[i];
+    *out = (tsr_frame_info){f->file_id, f->offset, f->stored_size, f->raw_size, f->raw_hash,
+                            f->stored_hash, f->codec};
+    return 0;
+}
+
+int tsr_ckpt_blob(const tsr_ckpt *ck, size_t i, tsr_blob_info *out) {
+    if (i >= ck->m.n_blobs) return TSR_EINVAL;
+    const tsr_mf_blob *b = &ck->m.blobs[i];
+    *out = (tsr_blob_info){b->name, b->rank, b->size, b->file_id, b->frame_count, b->frame_first};
+    return 0;
+}
+
+int tsr_ckpt_file(const tsr_ckpt *ck, size_t i, tsr_file_info *out) {
+    if (i >= ck->m.n_files) return TSR_EINVAL;
+    *out = (tsr_file_info){ck->m.files[i].id, ck->m.files[i].size};
+    return 0;
+}
+
+long tsr_ckpt_find(const tsr_ckpt *ck, const char *name) {
+    size_t lo = 0, hi = ck->m.n_tensors;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = strcmp(ck->m.tensors[mid].name, name);
+        if (c == 0) return (long)mid;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return -1;
+}
+
+long tsr_ckpt_find_blob(const tsr_ckpt *ck, const char *name, int32_t rank) {
+    for (size_t i = 0; i < ck->m.n_blobs; i++)
+        if (ck->m.blobs[i].rank == rank && strcmp(ck->m.blobs[i].name, name) == 0) return (long)i;
+    return -1;
+}
+
+/* ----------------------------------------------------------- frames */
+
+static size_t file_index(const tsr_ckpt *ck, uint32_t id) {
+    size_t lo = 0, hi = ck->m.n_files;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (ck->m.files[mid].id < id) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo; /* the manifest guarantees the id exists */
+}
+
+/* Opens data file `fi` on first use and checks its size and header. */
+static int open_file(tsr_ckpt *ck, size_t fi, tsr_rfile **out, tsr_error *err) {
+    data_file *df = &ck->files[fi];
+    pthread_mutex_lock(&df->mu);
+    if (df->state == 0) {
+        const tsr_mf_file *mf = &ck->m.files[fi];
+        char name[64], path[PATH_MAX + 64];
+        tsr_data_file_name(mf->id, name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", ck->dir, name);
+        uint64_t size = 0;
+        int rc = tsr_store_open_read(ck->store, name, &df->rf, &size, &df->err);
+        if (!rc && size != mf->size)
+            rc = tsr_err(&df->err, TSR_ECORRUPT, "%s: %llu bytes, the MANIFEST says %llu", path,
+                         (unsigned long long)size, (unsigned long long)mf->size);
+        if (!rc) {
+            uint8_t *hdr = malloc(TSR_DATA_HEADER_SIZE);
+            if (!hdr) rc = tsr_err(&df->err, TSR_ENOMEM, "out of memory");
+            if (!rc) rc = tsr_rfile_read(df->rf, hdr, TSR_DATA_HEADER_SIZE, 0, &df->err);
+            if (!rc) rc = tsr_data_header_check(hdr, mf->id, ck->m.save_id, path, &df->err);
+            free(hdr);
+        }
+        df->state = rc ? rc : 1;
+    }
+    int rc = df->state < 0 ? df->state : 0;
+    if (rc && err) *err = df->err;
+    *out = df->rf;
+    pthread_mutex_unlock(&df->mu);
+    return rc;
+}
+
+static tsr_codec *codec_get(tsr_ckpt *ck) {
+    tsr_codec *c = NULL;
+    pthread_mutex_lock(&ck->codec_mu);
+    if (ck->n_free_codecs) c = ck->free_codecs[--ck->n_free_codecs];
+    pthread_mutex_unlock(&ck->codec_mu);
+    return c ? c : tsr_codec_new();
+}
+
+static void codec_put(tsr_ckpt *ck, tsr_codec *c) {
+    if (!c) return;
+    pthread_mutex_lock(&ck->codec_mu);
+    if (ck->n_free_codecs == ck->cap_free_codecs) {
+        size_t cap = ck->cap_free_codecs ? ck->cap_free_codecs * 2 : 8;
+        tsr_codec **p = realloc(ck->free_codecs, cap * sizeof *p);
+        if (!p) {
+            pthread_mutex_unlock(&ck->codec_mu);
+            tsr_codec_free(c);
+            return;
+        }
+        ck->free_codecs = p;
+        ck->cap_free_codecs = cap;
+    }
+    ck->free_codecs[ck->n_free_codecs++] = c;
+    pthread_mutex_unlock(&ck->codec_mu);
+}
+
+/* Buffers reused across the frames one thread reads. */
+typedef struct frame_buf {
+    uint8_t *stored; /* aligned */
+    size_t stored_cap;
+    uint8_t *raw;
+    size_t raw_cap;
+} frame_buf;
+
+static void frame_buf_free(frame_buf *b) {
+    free(b->stored);
+    free(b->raw);
+}
+
+/* Describes frame fi for messages: "data-00003.tsd: frame 17 of layers.4.wq". */
+static void frame_where(const tsr_ckpt *ck, size_t fi, const char *owner, char *buf, size_t len) {
+    const tsr_mf_frame *f = &ck->m.frames[fi];
+    char name[64];
+    tsr_data_file_name(f->file_id, name, sizeof name);
+    snprintf(buf, len, "%s/%s: frame %zu (offset %llu) of %s", ck->dir, name, fi,
+             (unsigned long long)f->offset, owner);
+}
+
+/* Reads frame fi, checks its padding and both checksums, and decodes it into
+ * b->raw. `dtype` is its tensor's dtype (TSR_U8 for a blob). */
+static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame_buf *b,
+                      tsr_codec *codec, tsr_error *err) {
+    const tsr_mf_frame *f = &ck->m.frames[fi];
+    tsr_rfile *rf;
+    int rc = open_file(ck, file_index(ck, f->file_id), &rf, err);
+    if (rc) return rc;
+    char where[PATH_MAX + 400];
+    size_t padded = tsr_align_up(f->stored_size, TSR_ALIGN);
+    if (b->stored_cap < padded) {
+        free(b->stored);
+        b->stored = tsr_alloc_aligned(padded);
+        b->stored_cap = b->stored ? padded : 0;
+        if (!b->stored) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    }
+    if (b->raw_cap < f->raw_size) {
+        free(b->raw);
+        b->raw = malloc(f->raw_size);
+        b->raw_cap = b->raw ? f->raw_size : 0;
+        if (!b->raw) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    }
+    if ((rc = tsr_rfile_read(rf, b->stored, padded, f->offset, err))) return rc;
+    if (tsr_hash(b->stored, f->stored_size) != f->stored_hash) {
+        frame_where(ck, fi, owner, where, sizeof where);
+        return tsr_err(err, TSR_ECORRUPT, "%s: checksum mismatch (stored bytes)", where);
+    }
+    for (size_t i = f->stored_size; i < padded; i++)
+        if (b->stored[i]) {
+            frame_where(ck, fi, owner, where, sizeof where);
+            return tsr_err(err, TSR_ECORRUPT, "%s: nonzero padding byte at file offset %llu", where,
+                           (unsigned long long)(f->offset + i));
+        }
+    rc = tsr_frame_decode(codec, dtype, f->codec, b->stored, f->stored_size, b->raw, f->raw_size, err);
+    if (rc) {
+        frame_where(ck, fi, owner, where, sizeof where);
+        tsr_err_prefix(err, "%s", where);
+        return rc;
+    }
+    if (tsr_hash(b->raw, f->raw_size) != f->raw_hash) {
+        frame_where(ck, fi, owner, where, sizeof where);
+        return tsr_err(err, TSR_ECORRUPT, "%s: checksum mismatch (decoded bytes)", where);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------- reading */
+
+typedef struct read_ctx {
+    tsr_ckpt *ck;
+    const tsr_mf_tensor *t;
+    const tsr_mf_chunk *c;
+    const tsr_box *box; /* the destination box */
+    const tsr_box *region;
+    void *dst;
+    frame_buf *fb;
+    tsr_codec *codec;
+    tsr_error *err;
+} read_ctx;
+
+static int read_one_frame(void *user, uint64_t k) {
+    read_ctx *r = user;
+    size_t fi = r->c->frame_first + k;
+    int rc = read_frame(r->ck, fi, r->t->dtype, r->t->name, r->fb, r->codec, r->err);
+    if (rc) return rc;
+    tsr_box fbox, part;
+    tsr_frame_box(r->c, k, &fbox);
+    if (tsr_box_intersect(&fbox, r->region, &part))
+        tsr_box_copy(r->dst, r->box, r->fb->raw, &fbox, &part, tsr_dtype_size(r->t->dtype));
+    return 0;
+}
+
+int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, tsr_error *err) {
+    if (tensor >= ck->m.n_tensors) return tsr_err(err, TSR_EINVAL, "%s: no tensor %zu", ck->dir, tensor);
+    const tsr_mf_tensor *t = &ck->m.tensors[tensor];
+    if (box->ndim != t->ndim)
+        return tsr_err(err, TSR_EINVAL, "%s: box has %u dims, tensor has %u", t->name, box->ndim, t->ndim);
+    for (uint32_t d = 0; d < t->ndim; d++)
+        if (box->offset[d] > t->shape[d] || box->extent[d] > t->shape[d] - box->offset[d])
+            return tsr_err(err, TSR_EINVAL, "%s: box outside the tensor's shape in dim %u", t->name, d);
+    if (tsr_box_volume(box) == 0) return 0;
+    frame_buf fb = {0};
+    tsr_codec *codec = codec_get(ck);
+    if (!codec) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    int rc = 0;
+    for (uint32_t ci = t->chunk_first; ci < t->chunk_first + t->chunk_count && !rc; ci++) {
+        const tsr_mf_chunk *c = &ck->m.chunks[ci];
+        tsr_box region;
+        if (!tsr_box_intersect(&c->box, box, &region)) continue;
+        read_ctx r = {ck, t, c, box, &region, dst, &fb, codec, err};
+        rc = tsr_frames_in(c, &region, read_one_frame, &r);
+    }
+    codec_put(ck, codec);
+    frame_buf_free(&fb);
+    return rc;
+}
+
+int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err) {
+    if (i >= ck->m.n_blobs) return tsr_err(err, TSR_EINVAL, "%s: no blob %zu", ck->dir, i);
+    const tsr_mf_blob *b = &ck->m.blobs[i];
+    frame_buf fb = {0};
+    tsr_codec *codec = codec_get(ck);
+    if (!codec) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    char owner[300];
+    snprintf(owner, sizeof owner, "blob %s", b->name);
+    int rc = 0;
+    uint64_t off = 0;
+    for (uint32_t k = 0; k < b->frame_count && !rc; k++) {
+        const tsr_mf_frame *f = &ck->m.frames[b->frame_first + k];
+        rc = read_frame(ck, b->frame_first + k, TSR_U8, owner, &fb, codec, err);
+        if (!rc) memcpy((uint8_t *)dst + off, fb.raw, f->raw_size);
+        off += f->raw_size;
+    }
+    codec_put(ck, codec);
+    frame_buf_free(&fb);
+    return rc;
+}
+
+/* ------------------------------------------------------------- verify */
+
+typedef struct verify_ctx {
+    tsr_ckpt *ck;
+    uint32_t *order;        /* frames sorted by (file, offset) */
+    const char **owner;     /* name of each frame's tensor or blob */
+    int *dtype;             /* dtype of each frame */
+    frame_buf *bufs;        /* per worker */
+    tsr_codec **codecs;     /* per worker */
+    pthread_mutex_t mu;
+    tsr_problem_fn problem;
+    void *user;
+    long problems;
+    int *file_bad;          /* per file: 1 when open/size/header failed (reported once) */
+} verify_ctx;
+
+static void report(verify_ctx *v, const char *msg) {
+    pthread_mutex_lock(&v->mu);
+    v->problems++;
+    if (v->problem) v->problem(v->user, msg);
+    pthread_mutex_unlock(&v->mu);
+}
+
+static void verify_frame(void *ctx, size_t i, int worker) {
+    verify_ctx *v = ctx;
+    size_t fi = v->order[i];
+    const tsr_mf_frame *f = &v->ck->m.frames[fi];
+    size_t file = file_index(v->ck, f->file_id);
+    if (v->file_bad[file]) return;
+    tsr_error e = {0};
+    tsr_rfile *rf;
+    if (open_file(v->ck, file, &rf, &e)) return; /* reported per file */
+    int rc = read_frame(v->ck, fi, v->dtype[fi], v->owner[fi], &v->bufs[worker], v->codecs[worker], &e);
+    if (rc) report(v, e.msg);
+}
+
+/* Every byte of a data file is header (checked by open_file), frame bytes (stored
+ * hash) or padding after a frame (checked zero by read_frame): the manifest's
+ * packing rule and exact file size leave no other bytes. */
+static _Thread_local const tsr_manifest *order_m;
+static int cmp_order_m_frames(const void *pa, const void *pb) {
+    const tsr_mf_frame *a = &order_m->frames[*(const uint32_t *)pa];
+    const tsr_mf_frame *b = &order_m->frames[*(const uint32_t *)pb];
+    if (a->file_id != b->file_id) return a->file_id < b->file_id ? -1 : 1;
+    return (a->offset > b->offset) - (a->offset < b->offset);
+}
+
+long tsr_ckpt_verify(tsr_ckpt *ck, tsr_problem_fn problem, void *user, int threads, tsr_error *err) {
+    const tsr_manifest *m = &ck->m;
+    verify_ctx v = {.ck = ck, .problem = problem, .user = user};
+    pthread_mutex_init(&v.mu, NULL);
+    tsr_pool *pool = tsr_pool_new(threads);
+    long rc = 0;
+    v.order = malloc((m->n_frames + 1) * sizeof *v.order);
+    v.owner = malloc((m->n_frames + 1) * sizeof *v.owner);
+    v.dtype = malloc((m->n_frames + 1) * sizeof *v.dtype);
+    v.file_bad = calloc(m->n_files + 1, sizeof *v.file_bad);
+    char **blob_owner = calloc(m->n_blobs + 1, sizeof *blob_owner);
+    int nw = pool ? tsr_pool_size(pool) : 0;
+    v.bufs = calloc((size_t)nw + 1, sizeof *v.bufs);
+    v.codecs = calloc((size_t)nw + 1, sizeof *v.codecs);
+    if (!pool || !v.order || !v.owner || !v.dtype || !v.file_bad || !blob_owner || !v.bufs || !v.codecs) {
+        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+        goto out;
+    }
+    for (int w = 0; w < nw; w++)
+        if (!(v.codecs[w] = tsr_codec_new())) {
+            rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+            goto out;
+        }
+    for (size_t i = 0; i < m->n_chunks; i++) {
+        const tsr_mf_chunk *c = &m->chunks[i];
+        for (uint32_t k = 0; k < c->frame_count; k++) {
+            v.owner[c->frame_first + k] = m->tensors[c->tensor].name;
+            v.dtype[c->frame_first + k] = m->tensors[c->tensor].dtype;
+        }
+    }
+    for (size_t i = 0; i < m->n_blobs; i++) {
+        const tsr_mf_blob *b = &m->blobs[i];
+        size_t len = strlen(b->name) + 32;
+        blob_owner[i] = malloc(len);
+        if (!blob_owner[i]) {
+            rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+            goto out;
+        }
+        snprintf(blob_owner[i], len, "blob %s (rank %d)", b->name, b->rank);
+        for (uint32_t k = 0; k < b->frame_count; k++) {
+            v.owner[b->frame_first + k] = blob_owner[i];
+            v.dtype[b->frame_first + k] = TSR_U8;
+        }
+    }
+    /* Each file: presence, size, header (once). */
+    for (size_t fi = 0; fi < m->n_files; fi++) {
+        tsr_error e = {0};
+        tsr_rfile *rf;
+        if (open_file(ck, fi, &rf, &e)) {
+            v.file_bad[fi] = 1;
+            report(&v, e.msg);
+        }
+    }
+    for (size_t i = 0; i < m->n_frames; i++) v.order[i] = (uint32_t)i;
+    order_m = m;
+    tsr_sort(v.order, m->n_frames, sizeof *v.order, cmp_order_m_frames);
+    tsr_pool_for(pool, m->n_frames, verify_frame, &v);
+    rc = v.problems;
+out:
+    if (v.codecs)
+        for (int w = 0; w < nw; w++) tsr_codec_free(v.codecs[w]);
+    if (v.bufs)
+        for (int w = 0; w < nw; w++) frame_buf_free(&v.bufs[w]);
+    if (blob_owner)
+        for (size_t i = 0; i < m->n_blobs; i++) free(blob_owner[i]);
+    free(blob_owner);
+    free(v.codecs), free(v.bufs), free(v.order), free(v.owner), free(v.dtype), free(v.file_bad);
+    tsr_pool_free(pool);
+    pthread_mutex_destroy(&v.mu);
+    return rc;
+}
+
+/* ------------------------------------------------------- step directories */
+
+int tsr_ckpt_is_committed(const char *step_dir) {
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/MANIFEST", step_dir);
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void tsr_step_dir_name(uint64_t step, char *buf, size_t len) {
+    snprintf(buf, len, "step-%08llu", (unsigned long long)step);
+}
+
+int tsr_parse_step_dir(const char *name, uint64_t *step) {
+    if (strncmp(name, "step-", 5) != 0) return 0;
+    const char *p = name + 5;
+    size_t n = strlen(p);
+    if (n < 8 || n > 20) return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        if (tsr_mul_ovf(v, 10, &v) || tsr_add_ovf(v, (uint64_t)(p[i] - '0'), &v)) return 0;
+    }
+    *step = v;
+    return 1;
+}

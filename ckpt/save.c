@@ -1,0 +1,517 @@
+/* save.c: the writer of format v1. One tsr_save writes one data file (a rank's
+ * part of a checkpoint) and, on the committing rank, the MANIFEST. */
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "codec.h"
+#include "common.h"
+#include "manifest.h"
+#include "pool.h"
+#include "store.h"
+
+#define BATCH_PER_THREAD 2 /* frames encoded per thread between writes */
+
+typedef struct slot {
+    uint8_t *buf; /* aligned, cap bytes */
+    size_t cap;
+    size_t stored;
+    int codec;
+    uint64_t raw_hash, stored_hash;
+    int rc;
+    tsr_error err;
+} slot;
+
+struct tsr_save {
+    char dir[PATH_MAX];
+    uint32_t file_id;
+    uint8_t save_id[16];
+    tsr_write_opts opts;
+    tsr_store *store;
+    tsr_wfile *wf;
+    uint64_t pos;     /* where the next frame goes */
+    tsr_manifest tab; /* this writer's table */
+    /* name -> tensor index: open addressing over tab.tensors */
+    uint32_t *index;
+    size_t index_cap;
+    tsr_pool *pool;
+    tsr_codec **codecs;
+    slot *slots;
+    size_t n_slots;
+    uint8_t *table_bytes;
+    size_t table_len;
+    int finished, failed;
+};
+
+tsr_write_opts tsr_write_opts_default(void) {
+    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0};
+}
+
+static uint64_t name_hash(const char *s) { return tsr_hash(s, strlen(s)); }
+
+static long index_find(const tsr_save *s, const char *name) {
+    if (!s->index_cap) return -1;
+    size_t mask = s->index_cap - 1;
+    for (size_t h = name_hash(name) & mask;; h = (h + 1) & mask) {
+        uint32_t v = s->index[h];
+        if (v == UINT32_MAX) return -1;
+        if (strcmp(s->tab.tensors[v].name, name) == 0) return v;
+    }
+}
+
+static int index_insert(tsr_save *s, uint32_t v) {
+    if ((s->tab.n_tensors + 1) * 2 > s->index_cap) {
+        size_t cap = s->index_cap ? s->index_cap * 2 : 64;
+        uint32_t *idx = malloc(cap * sizeof *idx);
+        if (!idx) return TSR_ENOMEM;
+        memset(idx, 0xff, cap * sizeof *idx);
+        for (size_t i = 0; i < s->index_cap; i++) {
+            uint32_t w = s->index[i];
+            if (w == UINT32_MAX) continue;
+            size_t h = name_hash(s->tab.tensors[w].name) & (cap - 1);
+            while (idx[h] != UINT32_MAX) h = (h + 1) & (cap - 1);
+            idx[h] = w;
+        }
+        free(s->index);
+        s->index = idx;
+        s->index_cap = cap;
+    }
+    size_t h = name_hash(s->tab.tensors[v].name) & (s->index_cap - 1);
+    while (s->index[h] != UINT32_MAX) h = (h + 1) & (s->index_cap - 1);
+    s->index[h] = v;
+    return 0;
+}
+
+tsr_save *tsr_save_begin(const char *step_dir, uint32_t file_id, const uint8_t *save_id,
+                         const tsr_write_opts *opts, tsr_error *err) {
+    tsr_save *s = calloc(1, sizeof *s);
+    if (!s) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    tsr_manifest_init(&s->tab);
+    snprintf(s->dir, sizeof s->dir, "%s", step_dir);
+    s->file_id = file_id;
+    s->opts = opts ? *opts : tsr_write_opts_default();
+    tsr_write_opts def = tsr_write_opts_default();
+    if (s->opts.frame_bytes == 0) s->opts.frame_bytes = def.frame_bytes;
+    if (s->opts.frame_bytes > TSR_MAX_FRAME_RAW) s->opts.frame_bytes = TSR_MAX_FRAME_RAW;
+    if (s->opts.codec < TSR_CODEC_AUTO || s->opts.codec > TSR_CODEC_BYTEGROUP) {
+        tsr_err(err, TSR_EINVAL, "unknown codec %d", s->opts.codec);
+        goto fail;
+    }
+    if (save_id) memcpy(s->save_id, save_id, 16);
+    else if (getrandom(s->save_id, 16, 0) != 16) {
+        tsr_err(err, TSR_EIO, "cannot draw a random save id");
+        goto fail;
+    }
+    s->store = tsr_store_open(step_dir, 1, err);
+    if (!s->store) goto fail;
+    char name[64];
+    tsr_data_file_name(file_id, name, sizeof name);
+    if (tsr_store_create(s->store, name, &s->wf, err)) goto fail;
+    s->pool = tsr_pool_new(s->opts.threads);
+    if (!s->pool) {
+        tsr_err(err, TSR_ENOMEM, "cannot start the encoder threads");
+        goto fail;
+    }
+    int nt = tsr_pool_size(s->pool);
+    s->codecs = calloc((size_t)nt, sizeof *s->codecs);
+    s->n_slots = (size_t)nt * BATCH_PER_THREAD;
+    s->slots = calloc(s->n_slots, sizeof *s->slots);
+    if (!s->codecs || !s->slots) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        goto fail;
+    }
+    for (int i = 0; i < nt; i++)
+        if (!(s->codecs[i] = tsr_codec_new())) {
+            tsr_err(err, TSR_ENOMEM, "out of memory for the codec");
+            goto fail;
+        }
+    /* The header block: written first, so that even an empty file is valid. */
+    uint8_t *hdr = tsr_alloc_aligned(TSR_DATA_HEADER_SIZE);
+    if (!hdr) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        goto fail;
+    }
+    tsr_data_header_encode(hdr, file_id, s->save_id);
+    int rc = tsr_wfile_write(s->wf, hdr, TSR_DATA_HEADER_SIZE, 0, err);
+    free(hdr);
+    if (rc) goto fail;
+    s->pos = TSR_DATA_HEADER_SIZE;
+    return s;
+fail:
+    tsr_save_abort(s);
+    tsr_save_free(s);
+    return NULL;
+}
+
+int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype, uint32_t ndim,
+                    const uint64_t *shape, const tsr_placement *placement, tsr_error *err) {
+    if (!group) group = "model";
+    if (s->finished) return tsr_err(err, TSR_EINVAL, "%s: the save is finished", name);
+    if (!name || !tsr_name_valid(name, strlen(name)))
+        return tsr_err(err, TSR_EINVAL, "invalid tensor name \"%.64s\" (1-255 of [A-Za-z0-9_.:+-], no empty component)",
+                       name ? name : "(null)");
+    if (!tsr_name_valid(group, strlen(group)))
+        return tsr_err(err, TSR_EINVAL, "%s: invalid group name \"%.64s\"", name, group);
+    if (!tsr_dtype_size(dtype)) return tsr_err(err, TSR_EINVAL, "%s: unknown dtype %d", name, dtype);
+    if (ndim > TSR_MAX_DIMS) return tsr_err(err, TSR_EINVAL, "%s: %u dims, over the limit of 8", name, ndim);
+    if (index_find(s, name) >= 0) return tsr_err(err, TSR_EINVAL, "%s: declared twice", name);
+    tsr_mf_tensor t = {.name = name, .group = group, .dtype = dtype, .ndim = ndim};
+    uint64_t bytes = tsr_dtype_size(dtype);
+    for (uint32_t d = 0; d < ndim; d++) {
+        t.shape[d] = shape[d];
+        if (tsr_mul_ovf(bytes, shape[d], &bytes) || bytes > (1ull << 62))
+            return tsr_err(err, TSR_EINVAL, "%s: over 2^62 bytes", name);
+    }
+    t.placement = placement ? *placement : (tsr_placement){-1, 0, TSR_PP_ALL, -1};
+    const tsr_placement *pl = &t.placement;
+    if (pl->tp_dim < -1 || pl->tp_dim >= (int)ndim || pl->fsdp > 1 || pl->pp_role > 3 ||
+        (pl->pp_role == TSR_PP_LAYER ? pl->layer < 0 : pl->layer != -1))
+        return tsr_err(err, TSR_EINVAL, "%s: placement out of range", name);
+    if (tsr_manifest_add_tensor(&s->tab, &t) || index_insert(s, (uint32_t)(s->tab.n_tensors - 1)))
+        return tsr_err(err, TSR_ENOMEM, "out of memory");
+    return 0;
+}
+
+/* ------------------------------------------------------ encode and write */
+
+typedef struct encode_job {
+    tsr_save *s;
+    int dtype;
+    int codec;
+    const uint8_t *raw;     /* the first frame's raw bytes */
+    const uint64_t *offs;   /* raw offset of each frame in the batch */
+    const uint64_t *sizes;  /* raw size of each frame */
+} encode_job;
+
+static int slot_reserve(slot *sl, size_t need) {
+    need = tsr_align_up(need, TSR_ALIGN);
+    if (sl->cap >= need) return 0;
+    free(sl->buf);
+    sl->buf = tsr_alloc_aligned(need);
+    sl->cap = sl->buf ? need : 0;
+    return sl->buf ? 0 : TSR_ENOMEM;
+}
+
+static void encode_one(void *ctx, size_t i, int worker) {
+    encode_job *j = ctx;
+    slot *sl = &j->s->slots[i];
+    const uint8_t *raw = j->raw + j->offs[i];
+    size_t n = j->sizes[i];
+    sl->rc = 0;
+    if (slot_reserve(sl, tsr_codec_bound(n))) {
+        sl->rc = tsr_err(&sl->err, TSR_ENOMEM, "out of memory for a frame buffer");
+        return;
+    }
+    sl->raw_hash = tsr_hash(raw, n);
+    sl->rc = tsr_frame_encode(j->s->codecs[worker], j->dtype, j->codec, j->s->opts.level, raw, n,
+                              sl->buf, sl->cap, &sl->stored, &sl->codec, &sl->err);
+    if (sl->rc) return;
+    sl->stored_hash = tsr_hash(sl->buf, sl->stored);
+    size_t padded = tsr_align_up(sl->stored, TSR_ALIGN);
+    memset(sl->buf + sl->stored, 0, padded - sl->stored);
+}
+
+/* Encodes the frames (raw + offs[k], sizes[k]) for k < n and appends them to the
+ * data file, recording them in the table. */
+static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
+                        const uint64_t *sizes, size_t n, const char *what, tsr_error *err) {
+    for (size_t done = 0; done < n;) {
+        size_t batch = n - done < s->n_slots ? n - done : s->n_slots;
+        encode_job job = {s, dtype, codec, raw, offs + done, sizes + done};
+        tsr_pool_for(s->pool, batch, encode_one, &job);
+        for (size_t i = 0; i < batch; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->rc) {
+                if (err) *err = sl->err;
+                tsr_err_prefix(err, "%s: frame %zu", what, done + i);
+                return sl->rc;
+            }
+            size_t padded = tsr_align_up(sl->stored, TSR_ALIGN);
+            int rc = tsr_wfile_write(s->wf, sl->buf, padded, s->pos, err);
+            if (rc) return rc;
+            tsr_mf_frame f = {.offset = s->pos, .stored_size = sl->stored, .raw_size = sizes[done + i],
+                              .raw_hash = sl->raw_hash, .stored_hash = sl->stored_hash,
+                              .codec = sl->codec, .file_id = s->file_id};
+            if (tsr_manifest_add_frame(&s->tab, &f)) return tsr_err(err, TSR_ENOMEM, "out of memory");
+            s->pos += padded;
+        }
+        done += batch;
+    }
+    return 0;
+}
+
+static int check_open(tsr_save *s, const char *what, tsr_error *err) {
+    if (s->failed) return tsr_err(err, TSR_EINVAL, "%s: an earlier write of this save failed", what);
+    if (s->finished) return tsr_err(err, TSR_EINVAL, "%s: the save is finished", what);
+    return 0;
+}
+
+int tsr_save_box(tsr_save *s, const char *name, const tsr_box *box, const void *data,
+                 tsr_error *err) {
+    int rc = check_open(s, name, err);
+    if (rc) return rc;
+    long ti = index_find(s, name);
+    if (ti < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: tensor not declared", name);
+    const tsr_mf_tensor *t = &s->tab.tensors[ti];
+    if (box->ndim != t->ndim)
+        return tsr_err(err, TSR_EINVAL, "%s: box has %u dims, tensor has %u", name, box->ndim, t->ndim);
+    for (uint32_t d = 0; d < t->ndim; d++)
+        if (box->offset[d] > t->shape[d] || box->extent[d] > t->shape[d] - box->offset[d])
+            return tsr_err(err, TSR_EINVAL, "%s: box outside the tensor's shape in dim %u", name, d);
+    uint64_t vol = tsr_box_volume(box);
+    if (vol == 0) return 0; /* nothing to store */
+    size_t es = tsr_dtype_size(t->dtype);
+    int codec = s->opts.codec;
+    if (codec == TSR_CODEC_BYTEGROUP && !(t->dtype == TSR_F32 || t->dtype == TSR_F16 || t->dtype == TSR_BF16))
+        codec = TSR_CODEC_ZSTD;
+    tsr_mf_chunk c = {.tensor = (uint32_t)ti, .file_id = s->file_id, .box = *box};
+    tsr_frame_geometry(box, es, s->opts.frame_bytes, &c.split_dim, &c.frame_rows);
+    uint64_t nf = tsr_frame_count(box, c.split_dim, c.frame_rows);
+    if (nf == UINT64_MAX || nf > UINT32_MAX) return tsr_err(err, TSR_EINVAL, "%s: too many frames", name);
+    c.frame_first = (uint32_t)s->tab.n_frames;
+    c.frame_count = (uint32_t)nf;
+    uint64_t *offs = malloc(nf * sizeof *offs), *sizes = malloc(nf * sizeof *sizes);
+    if (!offs || !sizes) {
+        free(offs), free(sizes);
+        return tsr_err(err, TSR_ENOMEM, "out of memory");
+    }
+    uint64_t off = 0;
+    for (uint64_t k = 0; k < nf; k++) {
+        tsr_box fb;
+        tsr_frame_box(&c, k, &fb);
+        offs[k] = off;
+        sizes[k] = tsr_box_volume(&fb) * es;
+        off += sizes[k];
+    }
+    rc = write_frames(s, t->dtype, codec, data, offs, sizes, nf, name, err);
+    free(offs), free(sizes);
+    if (!rc && tsr_manifest_add_chunk(&s->tab, &c)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (rc) s->failed = 1;
+    return rc;
+}
+
+int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data, size_t size,
+                  tsr_error *err) {
+    int rc = check_open(s, name, err);
+    if (rc) return rc;
+    if (!name || !tsr_name_valid(name, strlen(name)))
+        return tsr_err(err, TSR_EINVAL, "invalid blob name \"%.64s\"", name ? name : "(null)");
+    if (rank < -1) return tsr_err(err, TSR_EINVAL, "blob %s: rank %d", name, rank);
+    for (size_t i = 0; i < s->tab.n_blobs; i++)
+        if (s->tab.blobs[i].rank == rank && strcmp(s->tab.blobs[i].name, name) == 0)
+            return tsr_err(err, TSR_EINVAL, "blob %s (rank %d): written twice", name, rank);
+    size_t fb = s->opts.frame_bytes;
+    uint64_t nf = (size + fb - 1) / fb;
+    tsr_mf_blob b = {.name = name, .rank = rank, .file_id = s->file_id,
+                     .frame_first = (uint32_t)s->tab.n_frames, .frame_count = (uint32_t)nf, .size = size};
+    uint64_t *offs = malloc((nf + 1) * sizeof *offs), *sizes = malloc((nf + 1) * sizeof *sizes);
+    if (!offs || !sizes) {
+        free(offs), free(sizes);
+        return tsr_err(err, TSR_ENOMEM, "out of memory");
+    }
+    for (uint64_t k = 0; k < nf; k++) {
+        offs[k] = k * fb;
+        sizes[k] = size - offs[k] < fb ? size - offs[k] : fb;
+    }
+    int codec = s->opts.codec == TSR_CODEC_RAW ? TSR_CODEC_RAW : TSR_CODEC_ZSTD;
+    char what[300];
+    snprintf(what, sizeof what, "blob %s", name);
+    rc = write_frames(s, TSR_U8, codec, data, offs, sizes, nf, what, err);
+    free(offs), free(sizes);
+    if (!rc && tsr_manifest_add_blob(&s->tab, &b)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (rc) s->failed = 1;
+    return rc;
+}
+
+int tsr_save_finish(tsr_save *s, const uint8_t **table, size_t *table_len, tsr_error *err) {
+    int rc = check_open(s, "finish", err);
+    if (rc) return rc;
+    char name[64];
+    tsr_data_file_name(s->file_id, name, sizeof name);
+    rc = tsr_wfile_finish(s->wf, err);
+    s->wf = NULL;
+    if (rc) goto fail;
+    tsr_mf_file f = {s->file_id, s->pos};
+    if (tsr_manifest_add_file(&s->tab, &f)) {
+        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+        goto fail;
+    }
+    memcpy(s->tab.save_id, s->save_id, 16);
+    if ((rc = tsr_manifest_sort(&s->tab, err))) goto fail;
+    if ((rc = tsr_manifest_validate(&s->tab, name, TSR_MF_PARTIAL, err))) goto fail;
+    if ((rc = tsr_manifest_encode(&s->tab, &s->table_bytes, &s->table_len, err))) goto fail;
+    s->finished = 1;
+    if (table) *table = s->table_bytes;
+    if (table_len) *table_len = s->table_len;
+    return 0;
+fail:
+    s->failed = 1;
+    return rc;
+}
+
+/* Merges parsed partial tables into one manifest. Declarations of one tensor by
+ * several writers must agree. */
+typedef struct tensor_ref {
+    const tsr_mf_tensor *t;
+    uint32_t part, idx;
+} tensor_ref;
+
+static int cmp_ref(const void *pa, const void *pb) {
+    const tensor_ref *a = pa, *b = pb;
+    int c = strcmp(a->t->name, b->t->name);
+    if (c) return c;
+    return (a->part > b->part) - (a->part < b->part);
+}
+
+static int same_decl(const tsr_mf_tensor *u, const tsr_mf_tensor *t) {
+    return u->dtype == t->dtype && u->ndim == t->ndim && strcmp(u->group, t->group) == 0 &&
+           memcmp(u->shape, t->shape, sizeof u->shape) == 0 &&
+           u->placement.tp_dim == t->placement.tp_dim && u->placement.fsdp == t->placement.fsdp &&
+           u->placement.pp_role == t->placement.pp_role && u->placement.layer == t->placement.layer;
+}
+
+static int merge_tables(tsr_manifest *out, tsr_manifest *parts, size_t n, tsr_error *err) {
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++) total += parts[i].n_tensors;
+    tensor_ref *refs = malloc((total + 1) * sizeof *refs);
+    uint32_t **remap = calloc(n, sizeof *remap);
+    int rc = 0;
+    if (!refs || !remap) goto nomem;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        remap[i] = malloc((parts[i].n_tensors + 1) * sizeof **remap);
+        if (!remap[i]) goto nomem;
+        for (size_t j = 0; j < parts[i].n_tensors; j++)
+            refs[k++] = (tensor_ref){&parts[i].tensors[j], (uint32_t)i, (uint32_t)j};
+    }
+    tsr_sort(refs, total, sizeof *refs, cmp_ref);
+    for (size_t a = 0; a < total; a++) {
+        const tsr_mf_tensor *t = refs[a].t;
+        if (a == 0 || strcmp(refs[a - 1].t->name, t->name) != 0) {
+            tsr_mf_tensor c = *t;
+            c.chunk_first = c.chunk_count = 0;
+            if (tsr_manifest_add_tensor(out, &c)) goto nomem;
+        } else if (!same_decl(&out->tensors[out->n_tensors - 1], t)) {
+            rc = tsr_err(err, TSR_EINVAL,
+                         "tensor %s: writers %u and %u declare it differently (dtype, shape, group or placement)",
+                         t->name, refs[a - 1].part, refs[a].part);
+            goto out;
+        }
+        remap[refs[a].part][refs[a].idx] = (uint32_t)(out->n_tensors - 1);
+    }
+    for (size_t i = 0; i < n; i++) {
+        tsr_manifest *p = &parts[i];
+        uint32_t fbase = (uint32_t)out->n_frames;
+        for (size_t j = 0; j < p->n_frames; j++)
+            if (tsr_manifest_add_frame(out, &p->frames[j])) goto nomem;
+        for (size_t j = 0; j < p->n_chunks; j++) {
+            tsr_mf_chunk c = p->chunks[j];
+            c.tensor = remap[i][c.tensor];
+            c.frame_first += fbase;
+            if (tsr_manifest_add_chunk(out, &c)) goto nomem;
+        }
+        for (size_t j = 0; j < p->n_blobs; j++) {
+            tsr_mf_blob b = p->blobs[j];
+            b.frame_first += fbase;
+            if (tsr_manifest_add_blob(out, &b)) goto nomem;
+        }
+        for (size_t j = 0; j < p->n_files; j++)
+            if (tsr_manifest_add_file(out, &p->files[j])) goto nomem;
+    }
+    goto out;
+nomem:
+    rc = tsr_err(err, TSR_ENOMEM, "out of memory merging tables");
+out:
+    if (remap)
+        for (size_t i = 0; i < n; i++) free(remap[i]);
+    free(remap);
+    free(refs);
+    return rc;
+}
+
+int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *table_lens, size_t n,
+                    uint64_t step, const tsr_layout *layout, tsr_error *err) {
+    if (!s->finished) return tsr_err(err, TSR_EINVAL, "commit before tsr_save_finish");
+    const uint8_t *own = s->table_bytes;
+    size_t own_len = s->table_len;
+    if (n == 0) {
+        tables = &own;
+        table_lens = &own_len;
+        n = 1;
+    }
+    tsr_manifest *parts = calloc(n, sizeof *parts);
+    tsr_manifest m;
+    tsr_manifest_init(&m);
+    int rc = 0;
+    size_t parsed = 0;
+    uint8_t *bytes = NULL;
+    size_t len = 0;
+    if (!parts) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (; parsed < n; parsed++) {
+        char what[64];
+        snprintf(what, sizeof what, "table of writer %zu", parsed);
+        if ((rc = tsr_manifest_parse(tables[parsed], table_lens[parsed], what, TSR_MF_PARTIAL, &parts[parsed], err)))
+            goto out;
+        if (memcmp(parts[parsed].save_id, s->save_id, 16) != 0) {
+            rc = tsr_err(err, TSR_EINVAL, "table of writer %zu belongs to another save", parsed);
+            goto out;
+        }
+    }
+    if ((rc = merge_tables(&m, parts, n, err))) goto out;
+    m.step = step;
+    memcpy(m.save_id, s->save_id, 16);
+    m.layout = layout ? *layout : (tsr_layout){1, 1, 1, 1, 0, 0};
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m.created = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    if ((rc = tsr_manifest_sort(&m, err))) goto out;
+    if ((rc = tsr_manifest_validate(&m, "MANIFEST", 0, err))) {
+        tsr_err_prefix(err, "%s: cannot commit", s->dir);
+        goto out;
+    }
+    if ((rc = tsr_manifest_encode(&m, &bytes, &len, err))) goto out;
+    rc = tsr_store_put_atomic(s->store, "MANIFEST", bytes, len, err);
+out:
+    for (size_t i = 0; i < parsed; i++) tsr_manifest_free(&parts[i]);
+    free(parts);
+    tsr_manifest_free(&m);
+    free(bytes);
+    return rc;
+}
+
+void tsr_save_abort(tsr_save *s) {
+    if (!s) return;
+    if (s->wf) tsr_wfile_abort(s->wf);
+    s->wf = NULL;
+    if (s->store) {
+        char name[64];
+        tsr_data_file_name(s->file_id, name, sizeof name);
+        tsr_store_remove(s->store, name, NULL);
+        tsr_store_remove(s->store, "MANIFEST.tmp", NULL);
+    }
+    s->failed = 1;
+}
+
+void tsr_save_free(tsr_save *s) {
+    if (!s) return;
+    if (s->wf) tsr_wfile_abort(s->wf);
+    if (s->codecs && s->pool)
+        for (int i = 0; i < tsr_pool_size(s->pool); i++) tsr_codec_free(s->codecs[i]);
+    free(s->codecs);
+    tsr_pool_free(s->pool);
+    for (size_t i = 0; i < s->n_slots; i++) free(s->slots[i].buf);
+    free(s->slots);
+    free(s->index);
+    free(s->table_bytes);
+    tsr_manifest_free(&s->tab);
+    tsr_store_close(s->store);
+    free(s);
+}

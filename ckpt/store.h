@@ -1,0 +1,58 @@
+/* store.h: where checkpoints live, behind one interface. Internal.
+ *
+ * A tsr_store is a location (a directory now; an object-store prefix later) that
+ * holds named objects: data files, MANIFEST. Writers create objects and write them
+ * at 4096-aligned offsets from aligned buffers (O_DIRECT where the filesystem
+ * allows), then finish (make durable) or abort (remove) them; the MANIFEST is put
+ * atomically. Readers read byte ranges.
+ *
+ * Fault injection for tests: the environment variable TSR_FAULT="OP:N:KIND" makes
+ * the Nth call (counted from 1, per process) of OP fail, where OP is write, fsync
+ * or rename, and KIND is ENOSPC, EIO or short (a write that stores half its bytes
+ * and reports it). */
+#ifndef TSR_STORE_H
+#define TSR_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera.h"
+
+typedef struct tsr_store tsr_store;
+typedef struct tsr_rfile tsr_rfile;
+typedef struct tsr_wfile tsr_wfile;
+
+/* tsr_store_open(): the store at `location` (a directory path). With `create`, the
+ * directory and its parents are made if missing. */
+tsr_store *tsr_store_open(const char *location, int create, tsr_error *err);
+void tsr_store_close(tsr_store *s);
+const char *tsr_store_location(const tsr_store *s);
+
+/* Reading. tsr_store_open_read sets *size. tsr_rfile_read reads exactly len bytes
+ * at off (short reads are TSR_ECORRUPT: the object is smaller than it claims).
+ * Thread-safe on one tsr_rfile. */
+int tsr_store_open_read(tsr_store *s, const char *name, tsr_rfile **out, uint64_t *size,
+                        tsr_error *err);
+int tsr_rfile_read(tsr_rfile *f, void *buf, size_t len, uint64_t off, tsr_error *err);
+void tsr_rfile_close(tsr_rfile *f);
+
+/* Writing. */
+int tsr_store_create(tsr_store *s, const char *name, tsr_wfile **out, tsr_error *err);
+/* buf aligned to TSR_ALIGN, len and off multiples of TSR_ALIGN. */
+int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
+/* Makes the object durable (fsync) and closes it. */
+int tsr_wfile_finish(tsr_wfile *f, tsr_error *err);
+/* Closes and removes a partial object. */
+void tsr_wfile_abort(tsr_wfile *f);
+
+/* tsr_store_put_atomic(): writes a whole object so that readers see either
+ * nothing or all of it (temporary name, fsync, rename, directory fsync). */
+int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t len,
+                         tsr_error *err);
+/* tsr_store_get(): reads a whole object (at most max bytes) into a malloc'ed buffer. */
+int tsr_store_get(tsr_store *s, const char *name, size_t max, uint8_t **out, size_t *len,
+                  tsr_error *err);
+int tsr_store_exists(tsr_store *s, const char *name);
+int tsr_store_remove(tsr_store *s, const char *name, tsr_error *err);
+
+#endif

@@ -1,0 +1,321 @@
+/* store_posix.c: the store on a POSIX filesystem. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "store.h"
+
+struct tsr_store {
+    char dir[PATH_MAX];
+};
+struct tsr_rfile {
+    int fd;
+    char path[PATH_MAX + 64];
+};
+struct tsr_wfile {
+    int fd;
+    int direct;
+    char path[PATH_MAX + 64];
+};
+
+/* ------------------------------------------------------ fault injection */
+
+static pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
+static long fault_counts[3];
+enum { F_WRITE, F_FSYNC, F_RENAME };
+
+/* @return 0 (no fault), ENOSPC, EIO, or -1 (short write) for this call of op. */
+static int fault_check(int op) {
+    const char *spec = getenv("TSR_FAULT");
+    if (!spec || !*spec) return 0;
+    static const char *const names[] = {"write", "fsync", "rename"};
+    char opname[16], kind[16];
+    long n;
+    if (sscanf(spec, "%15[a-z]:%ld:%15s", opname, &n, kind) != 3) return 0;
+    if (strcmp(opname, names[op]) != 0) return 0;
+    pthread_mutex_lock(&fault_mu);
+    long c = ++fault_counts[op];
+    pthread_mutex_unlock(&fault_mu);
+    if (c != n) return 0;
+    if (strcmp(kind, "ENOSPC") == 0) return ENOSPC;
+    if (strcmp(kind, "EIO") == 0) return EIO;
+    if (strcmp(kind, "short") == 0) return -1;
+    return 0;
+}
+
+static int errno_status(int e) { return e == ENOSPC || e == EDQUOT ? TSR_ENOSPC : e == ENOENT ? TSR_ENOTFOUND : TSR_EIO; }
+
+/* ---------------------------------------------------------------- store */
+
+static int mkdir_p(const char *path) {
+    char tmp[PATH_MAX];
+    size_t n = strlen(path);
+    if (n >= sizeof tmp) return ENAMETOOLONG;
+    memcpy(tmp, path, n + 1);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(tmp, 0755) && errno != EEXIST) return errno;
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) && errno != EEXIST) return errno;
+    return 0;
+}
+
+tsr_store *tsr_store_open(const char *location, int create, tsr_error *err) {
+    if (strlen(location) >= PATH_MAX - 1) {
+        tsr_err(err, TSR_EINVAL, "%s: path too long", location);
+        return NULL;
+    }
+    if (create) {
+        int e = mkdir_p(location);
+        if (e) {
+            tsr_err(err, errno_status(e), "%s: cannot create directory: %s", location, strerror(e));
+            return NULL;
+        }
+    } else {
+        struct stat st;
+        if (stat(location, &st) != 0 || !S_ISDIR(st.st_mode)) {
+            tsr_err(err, TSR_ENOTFOUND, "%s: no such directory", location);
+            return NULL;
+        }
+    }
+    tsr_store *s = calloc(1, sizeof *s);
+    if (!s) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    snprintf(s->dir, sizeof s->dir, "%s", location);
+    return s;
+}
+
+void tsr_store_close(tsr_store *s) { free(s); }
+const char *tsr_store_location(const tsr_store *s) { return s->dir; }
+
+static void join(const tsr_store *s, const char *name, char *out, size_t len) {
+    snprintf(out, len, "%s/%s", s->dir, name);
+}
+
+/* ------------------------------------------------------------- reading */
+
+int tsr_store_open_read(tsr_store *s, const char *name, tsr_rfile **out, uint64_t *size,
+                        tsr_error *err) {
+    tsr_rfile *f = calloc(1, sizeof *f);
+    if (!f) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    join(s, name, f->path, sizeof f->path);
+    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (f->fd < 0) {
+        int e = errno;
+        free(f);
+        char p[PATH_MAX + 64];
+        join(s, name, p, sizeof p);
+        return tsr_err(err, errno_status(e), "%s: %s", p, e == ENOENT ? "missing" : strerror(e));
+    }
+    struct stat st;
+    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        int rc = tsr_err(err, TSR_EIO, "%s: not a regular file", f->path);
+        tsr_rfile_close(f);
+        return rc;
+    }
+    *size = (uint64_t)st.st_size;
+    *out = f;
+    return 0;
+}
+
+int tsr_rfile_read(tsr_rfile *f, void *buf, size_t len, uint64_t off, tsr_error *err) {
+    size_t done = 0;
+    while (done < len) {
+        ssize_t n = pread(f->fd, (char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return tsr_err(err, TSR_EIO, "%s: read of %zu bytes at %llu: %s", f->path, len,
+                           (unsigned long long)off, strerror(errno));
+        }
+        if (n == 0)
+            return tsr_err(err, TSR_ECORRUPT, "%s: unexpected end of file at %llu (truncated)",
+                           f->path, (unsigned long long)(off + done));
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+void tsr_rfile_close(tsr_rfile *f) {
+    if (!f) return;
+    close(f->fd);
+    free(f);
+}
+
+/* ------------------------------------------------------------- writing */
+
+int tsr_store_create(tsr_store *s, const char *name, tsr_wfile **out, tsr_error *err) {
+    tsr_wfile *f = calloc(1, sizeof *f);
+    if (!f) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    join(s, name, f->path, sizeof f->path);
+    f->direct = 1;
+    f->fd = open(f->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
+    if (f->fd < 0 && errno == EINVAL) { /* the filesystem refuses O_DIRECT */
+        f->direct = 0;
+        f->fd = open(f->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    }
+    if (f->fd < 0) {
+        int e = errno;
+        int rc = tsr_err(err, errno_status(e), "%s: cannot create: %s", f->path, strerror(e));
+        free(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {
+    size_t done = 0;
+    int fault = fault_check(F_WRITE);
+    if (fault > 0)
+        return tsr_err(err, errno_status(fault), "%s: write of %zu bytes at %llu: %s (injected)",
+                       f->path, len, (unsigned long long)off, strerror(fault));
+    if (fault < 0) {
+        /* a short write: half the bytes land, then the device reports no space */
+        size_t half = len / 2 / TSR_ALIGN * TSR_ALIGN;
+        if (half && pwrite(f->fd, buf, half, (off_t)off) < 0) {
+        }
+        return tsr_err(err, TSR_ENOSPC, "%s: short write (%zu of %zu bytes) at %llu (injected)",
+                       f->path, half, len, (unsigned long long)off);
+    }
+    while (done < len) {
+        ssize_t n = pwrite(f->fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return tsr_err(err, errno_status(errno), "%s: write of %zu bytes at %llu: %s", f->path,
+                           len, (unsigned long long)off, strerror(errno));
+        }
+        if (n == 0)
+            return tsr_err(err, TSR_ENOSPC, "%s: short write at %llu", f->path,
+                           (unsigned long long)(off + done));
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+static int fsync_fault(int fd) {
+    int fault = fault_check(F_FSYNC);
+    if (fault > 0) {
+        errno = fault;
+        return -1;
+    }
+    return fsync(fd);
+}
+
+int tsr_wfile_finish(tsr_wfile *f, tsr_error *err) {
+    int rc = 0;
+    if (fsync_fault(f->fd) != 0)
+        rc = tsr_err(err, errno_status(errno), "%s: fsync: %s", f->path, strerror(errno));
+    if (close(f->fd) != 0 && !rc)
+        rc = tsr_err(err, TSR_EIO, "%s: close: %s", f->path, strerror(errno));
+    f->fd = -1;
+    if (rc) {
+        unlink(f->path);
+    }
+    free(f);
+    return rc;
+}
+
+void tsr_wfile_abort(tsr_wfile *f) {
+    if (!f) return;
+    if (f->fd >= 0) close(f->fd);
+    unlink(f->path);
+    free(f);
+}
+
+static int fsync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    int rc = fsync_fault(fd);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
+int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t len,
+                         tsr_error *err) {
+    char path[PATH_MAX + 64], tmp[PATH_MAX + 80];
+    join(s, name, path, sizeof path);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return tsr_err(err, errno_status(errno), "%s: cannot create: %s", tmp, strerror(errno));
+    size_t done = 0;
+    int rc = 0;
+    int fault = fault_check(F_WRITE);
+    if (fault)
+        rc = tsr_err(err, fault > 0 ? errno_status(fault) : TSR_ENOSPC, "%s: write: %s (injected)", tmp,
+                     fault > 0 ? strerror(fault) : "short write");
+    while (!rc && done < len) {
+        ssize_t n = write(fd, (const char *)buf + done, len - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) rc = tsr_err(err, errno_status(errno), "%s: write: %s", tmp, strerror(errno));
+        else done += (size_t)n;
+    }
+    if (!rc && fsync_fault(fd) != 0) rc = tsr_err(err, errno_status(errno), "%s: fsync: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && !rc) rc = tsr_err(err, TSR_EIO, "%s: close: %s", tmp, strerror(errno));
+    if (!rc) {
+        int f = fault_check(F_RENAME);
+        if (f > 0 || (f == 0 && rename(tmp, path) != 0))
+            rc = tsr_err(err, TSR_EIO, "%s: rename to %s: %s", tmp, name, strerror(f > 0 ? f : errno));
+    }
+    if (rc) {
+        unlink(tmp);
+        return rc;
+    }
+    if (fsync_dir(s->dir) != 0)
+        return tsr_err(err, TSR_EIO, "%s: fsync of the directory: %s", s->dir, strerror(errno));
+    return 0;
+}
+
+int tsr_store_get(tsr_store *s, const char *name, size_t max, uint8_t **out, size_t *len,
+                  tsr_error *err) {
+    tsr_rfile *f;
+    uint64_t size;
+    int rc = tsr_store_open_read(s, name, &f, &size, err);
+    if (rc) return rc;
+    if (size > max) {
+        rc = tsr_err(err, TSR_ECORRUPT, "%s: %llu bytes, over the limit of %zu", f->path,
+                     (unsigned long long)size, max);
+        tsr_rfile_close(f);
+        return rc;
+    }
+    uint8_t *buf = malloc(size ? size : 1);
+    if (!buf) {
+        tsr_rfile_close(f);
+        return tsr_err(err, TSR_ENOMEM, "out of memory reading %s", name);
+    }
+    rc = tsr_rfile_read(f, buf, size, 0, err);
+    tsr_rfile_close(f);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *len = size;
+    return 0;
+}
+
+int tsr_store_exists(tsr_store *s, const char *name) {
+    char path[PATH_MAX + 64];
+    join(s, name, path, sizeof path);
+    return access(path, F_OK) == 0;
+}
+
+int tsr_store_remove(tsr_store *s, const char *name, tsr_error *err) {
+    char path[PATH_MAX + 64];
+    join(s, name, path, sizeof path);
+    if (unlink(path) != 0 && errno != ENOENT)
+        return tsr_err(err, TSR_EIO, "%s: cannot remove: %s", path, strerror(errno));
+    return 0;
+}

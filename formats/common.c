@@ -1,0 +1,80 @@
+/* common.c: errors, logging, checksum and allocation helpers. */
+#include "common.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <xxhash.h>
+
+static const char *const status_names[] = {
+    "OK", "EINVAL", "EIO", "ECORRUPT", "ENOMEM", "ENOTFOUND", "EVERSION", "ENOSPC", "EBUSY",
+};
+
+const char *tsr_status_name(int status) {
+    int i = -status;
+    if (i < 0 || i >= (int)(sizeof status_names / sizeof status_names[0])) return "E?";
+    return status_names[i];
+}
+
+int tsr_err(tsr_error *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+void tsr_err_prefix(tsr_error *err, const char *fmt, ...) {
+    if (!err) return;
+    char prefix[512], old[TSR_ERROR_MSG];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->msg, sizeof old);
+    old[sizeof old - 1] = 0;
+    size_t p = strlen(prefix), o = strlen(old), cap = sizeof err->msg - 1;
+    if (p > cap) p = cap;
+    memcpy(err->msg, prefix, p);
+    size_t n = p;
+    if (n + 2 <= cap) memcpy(err->msg + n, ": ", 2), n += 2;
+    if (o > cap - n) o = cap - n;
+    memcpy(err->msg + n, old, o);
+    err->msg[n + o] = 0;
+}
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static tsr_log_fn log_fn;
+static void *log_user;
+
+void tsr_set_log(tsr_log_fn fn, void *user) {
+    pthread_mutex_lock(&log_mu);
+    log_fn = fn;
+    log_user = user;
+    pthread_mutex_unlock(&log_mu);
+}
+
+void tsr_log(int level, const char *fmt, ...) {
+    pthread_mutex_lock(&log_mu);
+    tsr_log_fn fn = log_fn;
+    void *user = log_user;
+    pthread_mutex_unlock(&log_mu);
+    if (!fn) return;
+    char msg[TSR_ERROR_MSG];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fn(user, level, msg);
+}
+
+uint64_t tsr_hash(const void *data, size_t len) { return XXH3_64bits(data, len); }
+
+void *tsr_alloc_aligned(size_t size) {
+    void *p = NULL;
+    if (posix_memalign(&p, TSR_ALIGN, size ? tsr_align_up(size, TSR_ALIGN) : TSR_ALIGN)) return NULL;
+    return p;
+}

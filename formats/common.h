@@ -1,0 +1,61 @@
+/* common.h: small internal helpers shared by every part of libtessera. Not installed. */
+#ifndef TSR_COMMON_H
+#define TSR_COMMON_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tessera.h"
+
+/* tsr_err(): sets err (if non-NULL) to `code` and a printf-style message.
+ * @return code, so that callers can write `return tsr_err(err, TSR_EIO, ...)`. */
+int tsr_err(tsr_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* tsr_err_prefix(): prepends "prefix: " to err->msg (keeps the code). */
+void tsr_err_prefix(tsr_error *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* tsr_log(): sends a message to the logging hook, if one is set. */
+void tsr_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* tsr_hash(): the checksum of the format: XXH3-64 with seed 0. */
+uint64_t tsr_hash(const void *data, size_t len);
+
+static inline uint64_t tsr_align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+/* Overflow-checked arithmetic: return 1 on overflow. */
+static inline int tsr_mul_ovf(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_mul_overflow(a, b, out);
+}
+static inline int tsr_add_ovf(uint64_t a, uint64_t b, uint64_t *out) {
+    return __builtin_add_overflow(a, b, out);
+}
+
+/* Little-endian loads and stores (the format is little-endian). */
+static inline uint16_t tsr_ld16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
+static inline uint32_t tsr_ld32(const uint8_t *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline uint64_t tsr_ld64(const uint8_t *p) {
+    return (uint64_t)tsr_ld32(p) | (uint64_t)tsr_ld32(p + 4) << 32;
+}
+static inline void tsr_st16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void tsr_st32(uint8_t *p, uint32_t v) {
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void tsr_st64(uint8_t *p, uint64_t v) {
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* tsr_sort(): qsort that accepts an empty (possibly NULL) array. */
+static inline void tsr_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *)) {
+    if (n > 1) qsort(base, n, size, cmp);
+}
+
+/* Aligned allocation (TSR_ALIGN) for O_DIRECT buffers; free with free(). */
+void *tsr_alloc_aligned(size_t size);
+
+#endif

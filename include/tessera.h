@@ -1,0 +1,359 @@
+/*
+ * tessera.h: the public interface of libtessera.
+ *
+ * libtessera writes and reads tessera checkpoints (format v1, specified in
+ * formats/FORMAT.md): global tensors stored as boxes ("chunks") cut into
+ * independently encoded, checksummed frames, plus named blobs, committed
+ * atomically by a MANIFEST written last.
+ *
+ * Conventions, for every function below:
+ *  - Functions that can fail return an int: 0 (TSR_OK) on success, or a
+ *    negative tsr_status. When the caller passes a non-NULL `tsr_error *err`,
+ *    err->code receives the same status and err->msg a one-line message that
+ *    names the file, tensor, frame or request and the reason, e.g.
+ *    "ck/step-00000010/data-00003.tsd: frame 17 of layers.4.wq: checksum mismatch".
+ *  - Functions returning a pointer return NULL on failure and fill *err.
+ *  - The library never exits the process and never prints; diagnostics go to the
+ *    logging hook (tsr_set_log) only.
+ *  - Nothing read from a file is trusted: every count, offset, size and shape is
+ *    checked before use, and a file that breaks a rule of FORMAT.md is refused
+ *    with TSR_ECORRUPT.
+ *  - Objects are not thread-safe unless stated; distinct objects may be used from
+ *    distinct threads.
+ */
+#ifndef TESSERA_H
+#define TESSERA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TSR_VERSION_MAJOR 0
+#define TSR_VERSION_MINOR 1
+#define TSR_VERSION_PATCH 0
+#define TSR_VERSION_STRING "0.1.0"
+
+/* Format limits (FORMAT.md, "Limits"). */
+#define TSR_MAX_DIMS 8          /* dimensions of a tensor */
+#define TSR_MAX_NAME 255        /* bytes in a tensor, group or blob name */
+#define TSR_ALIGN 4096          /* frames start at multiples of this file offset */
+#define TSR_MAX_FRAME_RAW (256u << 20) /* raw bytes in one frame */
+
+/* ------------------------------------------------------------------ errors */
+
+typedef enum tsr_status {
+    TSR_OK = 0,
+    TSR_EINVAL = -1,    /* a bad argument from the caller */
+    TSR_EIO = -2,       /* the storage failed: open, read, write, fsync, rename */
+    TSR_ECORRUPT = -3,  /* a file breaks a rule of FORMAT.md or fails a checksum */
+    TSR_ENOMEM = -4,    /* an allocation failed */
+    TSR_ENOTFOUND = -5, /* no such tensor, blob, file or checkpoint */
+    TSR_EVERSION = -6,  /* written by an incompatible (newer major) format version */
+    TSR_ENOSPC = -7,    /* the storage is full */
+    TSR_EBUSY = -8,     /* the operation conflicts with one in progress */
+} tsr_status;
+
+#define TSR_ERROR_MSG 1024
+typedef struct tsr_error {
+    int code;                /* a tsr_status */
+    char msg[TSR_ERROR_MSG]; /* NUL-terminated, one line */
+} tsr_error;
+
+/* tsr_status_name(): a short name for a status ("EIO", "ECORRUPT", ...). */
+const char *tsr_status_name(int status);
+
+/* Logging hook. `level` is 0 (error), 1 (warning), 2 (info), 3 (debug).
+ * With no hook set (the default), the library logs nothing. Thread-safe. */
+typedef void (*tsr_log_fn)(void *user, int level, const char *msg);
+void tsr_set_log(tsr_log_fn fn, void *user);
+
+/* ------------------------------------------------------------------ dtypes */
+
+/* Element types. The numeric codes are part of the format (FORMAT.md). */
+typedef enum tsr_dtype {
+    TSR_F32 = 1,
+    TSR_F16 = 2,
+    TSR_BF16 = 3,
+    TSR_F64 = 4,
+    TSR_F8E4M3 = 5,
+    TSR_F8E5M2 = 6,
+    TSR_I8 = 7,
+    TSR_I16 = 8,
+    TSR_I32 = 9,
+    TSR_I64 = 10,
+    TSR_U8 = 11,
+    TSR_U16 = 12,
+    TSR_U32 = 13,
+    TSR_U64 = 14,
+    TSR_BOOL = 15,
+} tsr_dtype;
+
+/* tsr_dtype_size(): bytes per element, or 0 for an unknown code. */
+size_t tsr_dtype_size(int dtype);
+/* tsr_dtype_name(): "f32", "bf16", ...; "?" for an unknown code. */
+const char *tsr_dtype_name(int dtype);
+/* tsr_dtype_parse(): the code for a name as printed by tsr_dtype_name(), or 0. */
+int tsr_dtype_parse(const char *name);
+/* tsr_dtype_is_float(): 1 for the floating-point dtypes, else 0. */
+int tsr_dtype_is_float(int dtype);
+
+/* ------------------------------------------------------------------- boxes */
+
+/* A box of a global tensor: offset[d] and extent[d] in global element indices,
+ * for d < ndim. Memory holding a box is that box, row-major and contiguous.
+ * A 0-d box (ndim 0) holds one element. */
+typedef struct tsr_box {
+    uint32_t ndim;
+    uint64_t offset[TSR_MAX_DIMS];
+    uint64_t extent[TSR_MAX_DIMS];
+} tsr_box;
+
+/* tsr_box_volume(): elements in the box (product of extents; 1 for ndim 0). */
+uint64_t tsr_box_volume(const tsr_box *b);
+
+/* tsr_box_intersect(): sets *out to the intersection of a and b (same ndim).
+ * @return 1 if the intersection holds at least one element, 0 otherwise. */
+int tsr_box_intersect(const tsr_box *a, const tsr_box *b, tsr_box *out);
+
+/* tsr_box_contains(): 1 if `inner` lies entirely inside `outer`, else 0. */
+int tsr_box_contains(const tsr_box *outer, const tsr_box *inner);
+
+/* tsr_box_copy(): the one strided copy of tessera. Copies the elements of
+ * `region` from `src` (memory of box src_box) into `dst` (memory of box
+ * dst_box). `region` must lie inside both boxes (checked by assertion in debug
+ * builds). Contiguous runs are copied with memcpy; a region that is contiguous
+ * in both buffers is one memcpy. */
+void tsr_box_copy(void *dst, const tsr_box *dst_box, const void *src,
+                  const tsr_box *src_box, const tsr_box *region, size_t elem_size);
+
+/* tsr_box_pieces(): the number of pieces tsr_box_piece cuts `box` into: pieces
+ * are row-major-contiguous sub-boxes of at most max_bytes (at least one element
+ * each), cut the way a chunk is cut into frames (FORMAT.md section 3).
+ * tsr_box_piece(): piece k of them, in order. Use them to walk a large box in
+ * bounded memory. */
+uint64_t tsr_box_pieces(const tsr_box *box, size_t elem_size, size_t max_bytes);
+void tsr_box_piece(const tsr_box *box, size_t elem_size, size_t max_bytes, uint64_t k,
+                   tsr_box *out);
+
+/* --------------------------------------------------------------- placement */
+
+/* How a tensor is laid out over the rank mesh [pp][dp_replicate][dp_shard][tp]
+ * (DESIGN.md). Recorded with every tensor so that tools can compute any target
+ * layout from mesh degrees alone. */
+enum { TSR_PP_ALL = 0, TSR_PP_FIRST = 1, TSR_PP_LAST = 2, TSR_PP_LAYER = 3 };
+typedef struct tsr_placement {
+    int8_t tp_dim;   /* the dim split over tp ranks, or -1: replicated over tp */
+    uint8_t fsdp;    /* 1: dim 0 of the TP-local piece split over dp_shard */
+    uint8_t pp_role; /* TSR_PP_*: which pipeline stages hold the tensor */
+    int32_t layer;   /* with TSR_PP_LAYER: the layer index; else -1 */
+} tsr_placement;
+
+/* The layout a checkpoint was saved with. */
+#define TSR_LAYOUT_FLAT 1u /* flat (ZeRO-style) sharding of each group */
+typedef struct tsr_layout {
+    uint32_t pp, dp_replicate, dp_shard, tp; /* mesh degrees, each >= 1 */
+    uint32_t n_layers;                       /* layers split over pp stages */
+    uint32_t flags;                          /* TSR_LAYOUT_* */
+} tsr_layout;
+
+/* ------------------------------------------------------------------ saving */
+
+enum {
+    TSR_CODEC_AUTO = -1,     /* bytegroup for f32/f16/bf16, zstd otherwise, raw
+                                where encoding gains nothing (the default) */
+    TSR_CODEC_RAW = 0,
+    TSR_CODEC_ZSTD = 1,
+    TSR_CODEC_BYTEGROUP = 2,
+};
+
+typedef struct tsr_write_opts {
+    int codec;          /* TSR_CODEC_*; default TSR_CODEC_AUTO */
+    int level;          /* zstd level; default 1 */
+    size_t frame_bytes; /* target raw bytes per frame; default 4 MiB */
+    int threads;        /* encoder threads; default: the online cores */
+} tsr_write_opts;
+
+/* tsr_write_opts_default(): the defaults above. */
+tsr_write_opts tsr_write_opts_default(void);
+
+/* A save: one writer's part of one checkpoint. In a distributed save every
+ * writing rank opens a tsr_save on the same step directory with its own
+ * `file_id` (its data file data-<file_id>.tsd) and the same `save_id`; each
+ * rank calls tsr_save_finish() to get its table; rank 0 gathers the tables and
+ * calls tsr_save_commit(). A single process does all of it with file_id 0. */
+typedef struct tsr_save tsr_save;
+
+/* tsr_save_begin(): creates `step_dir` (and its parent) if needed and the data
+ * file data-<file_id>.tsd inside it. `save_id` (16 bytes) identifies this save
+ * in every file it writes; NULL draws a random one (single-process use).
+ * `opts` may be NULL for the defaults. */
+tsr_save *tsr_save_begin(const char *step_dir, uint32_t file_id, const uint8_t *save_id,
+                         const tsr_write_opts *opts, tsr_error *err);
+
+/* tsr_save_tensor(): declares a global tensor. Every box written of it later
+ * names it. `group` is a short name such as "model" or "optim" (NULL: "model");
+ * `placement` may be NULL (replicated everywhere). Names: 1..255 bytes of
+ * [A-Za-z0-9_.:+-], no empty dot-separated component, unique in the checkpoint. */
+int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
+                    uint32_t ndim, const uint64_t *shape, const tsr_placement *placement,
+                    tsr_error *err);
+
+/* tsr_save_box(): writes one box of a declared tensor: encodes it into frames on
+ * the thread pool and appends them to the data file. `data` is the box's
+ * memory. Returns once `data` is no longer needed. */
+int tsr_save_box(tsr_save *s, const char *name, const tsr_box *box, const void *data,
+                 tsr_error *err);
+
+/* tsr_save_blob(): writes a named blob of bytes. `rank` is -1 for a global blob
+ * or the rank that owns it (RNG state, ...). (name, rank) is unique. */
+int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data,
+                  size_t size, tsr_error *err);
+
+/* tsr_save_finish(): writes the last frames, fsyncs and closes the data file,
+ * and returns this writer's table (declared tensors, chunks, frames, blobs) as
+ * bytes in *table / *table_len (owned by `s`, valid until tsr_save_free). */
+int tsr_save_finish(tsr_save *s, const uint8_t **table, size_t *table_len, tsr_error *err);
+
+/* tsr_save_commit(): merges the tables of all writers (tables[i] from writer i;
+ * n == 0 uses this save's own table), checks that the chunks of every tensor
+ * cover it exactly once, and writes the MANIFEST atomically: temporary name,
+ * fsync, rename, fsync of the directory. Before it returns 0 nothing is
+ * committed. `layout` may be NULL (1,1,1,1). */
+int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *table_lens,
+                    size_t n, uint64_t step, const tsr_layout *layout, tsr_error *err);
+
+/* tsr_save_abort(): removes this writer's data file (and a temporary MANIFEST
+ * it may have left). Safe after any failure; the save cannot be used after. */
+void tsr_save_abort(tsr_save *s);
+
+/* tsr_save_free(): releases the save (does not remove files). NULL is a no-op. */
+void tsr_save_free(tsr_save *s);
+
+/* ----------------------------------------------------------------- reading */
+
+typedef struct tsr_ckpt tsr_ckpt;
+
+typedef struct tsr_tensor_info {
+    const char *name;   /* owned by the tsr_ckpt */
+    const char *group;
+    int dtype;
+    uint32_t ndim;
+    uint64_t shape[TSR_MAX_DIMS];
+    tsr_placement placement;
+    uint32_t n_chunks;
+    uint64_t raw_bytes;    /* volume * element size */
+    uint64_t stored_bytes; /* sum of the stored sizes of its frames */
+} tsr_tensor_info;
+
+typedef struct tsr_chunk_info {
+    uint32_t tensor;   /* tensor index */
+    uint32_t file_id;  /* data-<file_id>.tsd */
+    tsr_box box;       /* in global indices */
+    uint32_t n_frames;
+    uint32_t split_dim;   /* frames cut along this dim ... */
+    uint64_t frame_rows;  /* ... this many indices each (FORMAT.md, "Frames") */
+    uint32_t first_frame; /* index of its first frame */
+} tsr_chunk_info;
+
+typedef struct tsr_frame_info {
+    uint32_t file_id;
+    uint64_t offset, stored_size, raw_size;
+    uint64_t raw_hash, stored_hash; /* XXH3-64 */
+    int codec;                      /* TSR_CODEC_RAW/ZSTD/BYTEGROUP */
+} tsr_frame_info;
+
+typedef struct tsr_blob_info {
+    const char *name;
+    int32_t rank; /* -1: global */
+    uint64_t size;
+    uint32_t file_id;
+    uint32_t n_frames, first_frame;
+} tsr_blob_info;
+
+typedef struct tsr_file_info {
+    uint32_t file_id;
+    uint64_t size;
+} tsr_file_info;
+
+/* tsr_ckpt_open(): reads and validates the MANIFEST of a committed checkpoint
+ * directory. Data files are opened on first use. */
+tsr_ckpt *tsr_ckpt_open(const char *step_dir, tsr_error *err);
+void tsr_ckpt_close(tsr_ckpt *ck); /* NULL is a no-op */
+
+uint64_t tsr_ckpt_step(const tsr_ckpt *ck);
+/* tsr_ckpt_version(): the MANIFEST's format version (major << 16 | minor). */
+uint32_t tsr_ckpt_version(const tsr_ckpt *ck);
+const uint8_t *tsr_ckpt_save_id(const tsr_ckpt *ck); /* 16 bytes */
+tsr_layout tsr_ckpt_layout(const tsr_ckpt *ck);
+const char *tsr_ckpt_dir(const tsr_ckpt *ck);
+
+size_t tsr_ckpt_n_tensors(const tsr_ckpt *ck);
+size_t tsr_ckpt_n_chunks(const tsr_ckpt *ck);
+size_t tsr_ckpt_n_frames(const tsr_ckpt *ck);
+size_t tsr_ckpt_n_blobs(const tsr_ckpt *ck);
+size_t tsr_ckpt_n_files(const tsr_ckpt *ck);
+
+/* Table accessors: index < count, else TSR_EINVAL. */
+int tsr_ckpt_tensor(const tsr_ckpt *ck, size_t i, tsr_tensor_info *out);
+int tsr_ckpt_chunk(const tsr_ckpt *ck, size_t i, tsr_chunk_info *out);
+int tsr_ckpt_frame(const tsr_ckpt *ck, size_t i, tsr_frame_info *out);
+int tsr_ckpt_blob(const tsr_ckpt *ck, size_t i, tsr_blob_info *out);
+int tsr_ckpt_file(const tsr_ckpt *ck, size_t i, tsr_file_info *out);
+
+/* tsr_ckpt_find(): the index of the tensor named `name`, or -1. O(log n). */
+long tsr_ckpt_find(const tsr_ckpt *ck, const char *name);
+/* tsr_ckpt_find_blob(): the index of blob (name, rank), or -1. */
+long tsr_ckpt_find_blob(const tsr_ckpt *ck, const char *name, int32_t rank);
+
+/* tsr_ckpt_read(): fills `dst` (the memory of `box`, row-major) with the
+ * elements of tensor `tensor` inside `box`, which must lie inside the tensor's
+ * shape. Reads and decodes only the frames that overlap the box, checking the
+ * checksums of each. Thread-safe on one tsr_ckpt. */
+int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst,
+                  tsr_error *err);
+
+/* tsr_ckpt_read_blob(): copies blob `i` (size bytes) into dst. Thread-safe. */
+int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err);
+
+/* tsr_ckpt_verify(): checks every rule of FORMAT.md that the MANIFEST alone
+ * cannot show: every data file's size and header, every frame's checksums and
+ * decoding, every padding byte. Calls `problem` once per problem found with a
+ * message naming file, tensor and frame (it may be NULL).
+ * @return the number of problems (0: the checkpoint is sound), or a negative
+ * tsr_status if the check itself could not run. */
+typedef void (*tsr_problem_fn)(void *user, const char *msg);
+long tsr_ckpt_verify(tsr_ckpt *ck, tsr_problem_fn problem, void *user, int threads,
+                     tsr_error *err);
+
+/* tsr_ckpt_is_committed(): 1 if `step_dir` holds a MANIFEST file, else 0
+ * (it does not validate it; tsr_ckpt_open does). */
+int tsr_ckpt_is_committed(const char *step_dir);
+
+/* tsr_step_dir_name(): writes "step-%08llu" into buf. */
+void tsr_step_dir_name(uint64_t step, char *buf, size_t len);
+/* tsr_parse_step_dir(): 1 and *step if `name` is a step directory name. */
+int tsr_parse_step_dir(const char *name, uint64_t *step);
+
+/* --------------------------------------------------------------- synthetic */
+
+/* The synthetic content used by tests and benchmarks: each element is a
+ * deterministic function of the tensor name and its global row-major element
+ * index. Float dtypes get Gaussian-like values with standard deviation 0.02;
+ * integer dtypes get a hash of the index; bool gets 0/1. */
+
+/* tsr_synth_fill(): fills the memory of `box` of tensor (name, dtype, shape). */
+void tsr_synth_fill(const char *name, int dtype, uint32_t ndim, const uint64_t *shape,
+                    const tsr_box *box, void *dst);
+/* tsr_synth_check(): compares the memory of `box` with the synthetic content,
+ * bit for bit. @return 0 if every element matches; otherwise 1, with the global
+ * index (per dim) of the first wrong element in bad_index (may be NULL). */
+int tsr_synth_check(const char *name, int dtype, uint32_t ndim, const uint64_t *shape,
+                    const tsr_box *box, const void *data, uint64_t *bad_index);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,49 @@
+#!/bin/sh
+# Runs every test: C test programs (tests/test_*.c, built into BUILD/tests), shell
+# tests of the command (tests/test_*.sh) and the libFuzzer targets (tests/fuzz_*.c)
+# for FUZZ_SECONDS each. Each test exits 0 (pass), 77 (skip, with the reason on
+# stderr) or anything else (fail). Ends with the line "N passed, N failed, N skipped".
+BUILD=${1:-build/asan}
+FUZZ=${2:-build/fuzz}
+FUZZ_SECONDS=${3:-30}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+BUILD=$(cd "$BUILD" && pwd)
+export TESSERA="$BUILD/tessera" TSR_BUILD="$BUILD" TSR_ROOT="$ROOT"
+export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+TMPBASE=$(mktemp -d /tmp/tessera-test.XXXXXX)
+trap 'rm -rf "$TMPBASE"' EXIT INT TERM
+pass=0 fail=0 skip=0 failed=""
+
+run_one() { # name, command...
+    name=$1; shift
+    dir="$TMPBASE/$name"; mkdir -p "$dir"
+    start=$(date +%s)
+    (cd "$dir" && TSR_TMP="$dir" "$@") >"$dir.log" 2>&1
+    rc=$?
+    secs=$(( $(date +%s) - start ))
+    case $rc in
+    0) pass=$((pass + 1)); echo "PASS $name (${secs}s)";;
+    77) skip=$((skip + 1)); echo "SKIP $name: $(grep SKIP "$dir.log" | tail -1)";;
+    *) fail=$((fail + 1)); failed="$failed $name"; echo "FAIL $name (exit $rc, ${secs}s)"
+       tail -n 40 "$dir.log" | sed 's/^/    /';;
+    esac
+}
+
+for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    run_one "$(basename "$t")" "$t"
+done
+for t in "$ROOT"/tests/test_*.sh; do
+    [ -f "$t" ] || continue
+    run_one "$(basename "$t" .sh)" sh "$t"
+done
+if [ -d "$FUZZ" ]; then
+    for f in "$FUZZ"/fuzz_*; do
+        [ -x "$f" ] || continue
+        run_one "$(basename "$f")" sh "$ROOT/tests/fuzz.sh" "$f" "$FUZZ_SECONDS"
+    done
+fi
+[ -n "$failed" ] && echo "failed:$failed"
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" = 0 ]

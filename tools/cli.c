@@ -1,0 +1,138 @@
+/* cli.c: helpers shared by the subcommands. */
+#include "cli.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int tsr_parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s) return -1;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (uint64_t)(*p - '0'), &v)) return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int tsr_parse_size(const char *s, uint64_t *out) {
+    if (!s || !*s) return -1;
+    char num[32];
+    size_t n = strlen(s);
+    uint64_t mult = 1;
+    char last = s[n - 1];
+    if (last == 'b' || last == 'B') { /* "256MB", "256MiB" */
+        n--;
+        if (n && (s[n - 1] == 'i')) n--;
+        last = n ? s[n - 1] : 0;
+    }
+    switch (last) {
+    case 'k': case 'K': mult = 1ull << 10; n--; break;
+    case 'm': case 'M': mult = 1ull << 20; n--; break;
+    case 'g': case 'G': mult = 1ull << 30; n--; break;
+    case 't': case 'T': mult = 1ull << 40; n--; break;
+    default: break;
+    }
+    if (n == 0 || n >= sizeof num) return -1;
+    memcpy(num, s, n);
+    num[n] = 0;
+    uint64_t v;
+    if (tsr_parse_u64(num, &v) || __builtin_mul_overflow(v, mult, &v)) return -1;
+    *out = v;
+    return 0;
+}
+
+const char *tsr_fmt_bytes(uint64_t n, char *buf, size_t len) {
+    static const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    double v = (double)n;
+    int u = 0;
+    while (v >= 1024 && u < 5) v /= 1024, u++;
+    if (u == 0) snprintf(buf, len, "%llu B", (unsigned long long)n);
+    else snprintf(buf, len, "%.2f %s", v, units[u]);
+    return buf;
+}
+
+int tsr_opt(int argc, char **argv, int *i, const char *name, int takes_value, const char **val) {
+    const char *a = argv[*i];
+    size_t n = strlen(name);
+    if (strncmp(a, "--", 2) != 0 || strncmp(a + 2, name, n) != 0) return 0;
+    const char *rest = a + 2 + n;
+    if (!takes_value) {
+        if (*rest) return 0;
+        *val = NULL;
+        return 1;
+    }
+    if (*rest == '=') {
+        *val = rest + 1;
+        return 1;
+    }
+    if (*rest) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "tessera: option --%s needs a value\n", name);
+        return -1;
+    }
+    *val = argv[++*i];
+    return 1;
+}
+
+int tsr_usage_error(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "tessera %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (see 'tessera %s --help')\n", cmd);
+    va_end(ap);
+    return EXIT_USAGE;
+}
+
+void tsr_json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20) fprintf(f, "\\u%04x", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+double tsr_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void progress_draw(tsr_progress *p, int final) {
+    double t = tsr_now() - p->start;
+    double frac = p->total ? (double)p->done / (double)p->total : 1.0;
+    if (frac > 1) frac = 1;
+    int width = 30, fill = (int)(frac * width);
+    char bar[64], a[32], b[32];
+    for (int i = 0; i < width; i++) bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    double rate = t > 0 ? (double)p->done / t : 0;
+    fprintf(stderr, "\r%-10s [%s] %5.1f%% %s / %s  %.0f MB/s%s", p->label, bar, frac * 100,
+            tsr_fmt_bytes(p->done, a, sizeof a), tsr_fmt_bytes(p->total, b, sizeof b), rate / 1e6,
+            final ? "\n" : "");
+    fflush(stderr);
+}
+
+void tsr_progress_start(tsr_progress *p, const char *label, uint64_t total) {
+    *p = (tsr_progress){label, total, 0, tsr_now(), 0, isatty(2)};
+}
+
+void tsr_progress_add(tsr_progress *p, uint64_t n) {
+    p->done += n;
+    if (!p->active) return;
+    double t = tsr_now();
+    if (t - p->last_draw < 0.1) return;
+    p->last_draw = t;
+    progress_draw(p, 0);
+}
+
+void tsr_progress_end(tsr_progress *p) {
+    if (p->active) progress_draw(p, 1);
+    p->active = 0;
+}

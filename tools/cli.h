@@ -1,0 +1,46 @@
+/* cli.h: what every subcommand of the tessera command shares: option parsing,
+ * sizes, JSON output and the progress bar. */
+#ifndef TSR_CLI_H
+#define TSR_CLI_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+/* Exit statuses of every command. */
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
+
+/* tsr_parse_size(): "256M", "4k", "1G", "123" (powers of 1024) into *out.
+ * @return 0, or -1 if the text is not a size. */
+int tsr_parse_size(const char *s, uint64_t *out);
+/* tsr_parse_u64(): a plain decimal number. @return 0 or -1. */
+int tsr_parse_u64(const char *s, uint64_t *out);
+
+/* tsr_fmt_bytes(): "1.50 GiB" into buf. */
+const char *tsr_fmt_bytes(uint64_t n, char *buf, size_t len);
+
+/* Option parsing: for each argv[i] starting with "--", tsr_opt() matches
+ * "--name" and takes its value from "--name=V" or the next argument.
+ * @return 1 and *val (NULL for a flag) when argv[*i] is that option, 0 otherwise;
+ * a missing value is reported on stderr and returns -1. */
+int tsr_opt(int argc, char **argv, int *i, const char *name, int takes_value, const char **val);
+
+/* Prints "tessera CMD: MSG" on stderr and returns EXIT_USAGE. */
+int tsr_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* JSON: a string with escapes. */
+void tsr_json_str(FILE *f, const char *s);
+
+/* The one progress bar: drawn on stderr only when it is a terminal. */
+typedef struct tsr_progress {
+    const char *label;
+    uint64_t total, done;
+    double start, last_draw;
+    int active;
+} tsr_progress;
+void tsr_progress_start(tsr_progress *p, const char *label, uint64_t total);
+void tsr_progress_add(tsr_progress *p, uint64_t n);
+void tsr_progress_end(tsr_progress *p);
+
+double tsr_now(void); /* seconds, monotonic */
+
+#endif

@@ -1,0 +1,775 @@
+/* cmd_ckpt.c: tessera ckpt ls | info | verify | diff | synth. */
+#include <dirent.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "casts.h"
+#include "cli.h"
+#include "commands.h"
+#include "tessera.h"
+
+#define SLAB_BYTES (64u << 20) /* memory bound for walking a tensor */
+
+static int wants_help(int argc, char **argv, const char *text) {
+    for (int i = 1; i < argc; i++)
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(text, stdout);
+            return 1;
+        }
+    return 0;
+}
+
+/* ------------------------------------------------------ step directories */
+
+typedef struct step_ent {
+    uint64_t step;
+    char name[64];
+} step_ent;
+
+static int cmp_step(const void *a, const void *b) {
+    const step_ent *x = a, *y = b;
+    return (x->step > y->step) - (x->step < y->step);
+}
+
+/* Step directories under root, sorted by step. Returns the count, or -1. */
+static long list_steps(const char *root, step_ent **out) {
+    DIR *d = opendir(root);
+    if (!d) return -1;
+    step_ent *v = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        uint64_t step;
+        if (!tsr_parse_step_dir(e->d_name, &step) || strlen(e->d_name) >= 64) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            step_ent *nv = realloc(v, cap * sizeof *v);
+            if (!nv) {
+                free(v);
+                closedir(d);
+                return -1;
+            }
+            v = nv;
+        }
+        v[n].step = step;
+        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+        n++;
+    }
+    closedir(d);
+    if (n > 1) qsort(v, n, sizeof *v, cmp_step);
+    *out = v;
+    return (long)n;
+}
+
+/* A checkpoint directory, or a root whose newest committed step is taken. */
+static tsr_ckpt *open_ckpt(const char *cmd, const char *dir) {
+    tsr_error e = {0};
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s", dir);
+    if (!tsr_ckpt_is_committed(dir)) {
+        step_ent *steps = NULL;
+        long n = list_steps(dir, &steps);
+        for (long i = n - 1; i >= 0; i--) {
+            char p[PATH_MAX];
+            snprintf(p, sizeof p, "%s/%s", dir, steps[i].name);
+            if (tsr_ckpt_is_committed(p)) {
+                snprintf(path, sizeof path, "%s", p);
+                fprintf(stderr, "tessera %s: using the newest checkpoint under %s: %s\n", cmd, dir, steps[i].name);
+                break;
+            }
+        }
+        free(steps);
+    }
+    tsr_ckpt *ck = tsr_ckpt_open(path, &e);
+    if (!ck) fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+    return ck;
+}
+
+static void totals(tsr_ckpt *ck, uint64_t *raw, uint64_t *stored) {
+    *raw = *stored = 0;
+    for (size_t i = 0; i < tsr_ckpt_n_tensors(ck); i++) {
+        tsr_tensor_info t;
+        tsr_ckpt_tensor(ck, i, &t);
+        *raw += t.raw_bytes;
+        *stored += t.stored_bytes;
+    }
+    for (size_t i = 0; i < tsr_ckpt_n_blobs(ck); i++) {
+        tsr_blob_info b;
+        tsr_ckpt_blob(ck, i, &b);
+        *raw += b.size;
+        for (uint32_t k = 0; k < b.n_frames; k++) {
+            tsr_frame_info f;
+            tsr_ckpt_frame(ck, b.first_frame + k, &f);
+            *stored += f.stored_size;
+        }
+    }
+}
+
+/* ------------------------------------------------------------------- ls */
+
+static const char ls_help[] =
+    "usage: tessera ckpt ls ROOT [--json]\n"
+    "Lists the step directories under ROOT: step, status (committed, uncommitted: no\n"
+    "MANIFEST, damaged: a MANIFEST that does not validate), tensor count, raw and\n"
+    "stored bytes.\n";
+
+int tsr_cmd_ckpt_ls(int argc, char **argv) {
+    if (wants_help(argc, argv, ls_help)) return EXIT_OK;
+    const char *root = NULL, *v;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if ((r = tsr_opt(argc, argv, &i, "json", 0, &v))) {
+            if (r < 0) return EXIT_USAGE;
+            json = 1;
+        } else if (argv[i][0] == '-') return tsr_usage_error("ckpt ls", "unknown option %s", argv[i]);
+        else if (!root) root = argv[i];
+        else return tsr_usage_error("ckpt ls", "one ROOT only");
+    }
+    if (!root) return tsr_usage_error("ckpt ls", "missing ROOT");
+    step_ent *steps = NULL;
+    long n = list_steps(root, &steps);
+    if (n < 0) {
+        fprintf(stderr, "tessera ckpt ls: %s: cannot read the directory\n", root);
+        return EXIT_FAIL;
+    }
+    if (json) printf("[");
+    else printf("%-14s %-12s %8s %12s %12s %6s\n", "STEP", "STATUS", "TENSORS", "RAW", "STORED", "RATIO");
+    for (long i = 0; i < n; i++) {
+        char path[PATH_MAX], a[32], b[32];
+        snprintf(path, sizeof path, "%s/%s", root, steps[i].name);
+        const char *status = "uncommitted";
+        tsr_error e = {0};
+        tsr_ckpt *ck = NULL;
+        uint64_t raw = 0, stored = 0;
+        size_t nt = 0;
+        if (tsr_ckpt_is_committed(path)) {
+            ck = tsr_ckpt_open(path, &e);
+            status = ck ? "committed" : "damaged";
+        }
+        if (ck) {
+            totals(ck, &raw, &stored);
+            nt = tsr_ckpt_n_tensors(ck);
+        }
+        if (json) {
+            printf("%s{\"dir\":", i ? "," : "");
+            tsr_json_str(stdout, steps[i].name);
+            printf(",\"step\":%llu,\"status\":\"%s\"", (unsigned long long)steps[i].step, status);
+            if (ck)
+                printf(",\"tensors\":%zu,\"raw_bytes\":%llu,\"stored_bytes\":%llu", nt, (unsigned long long)raw,
+                       (unsigned long long)stored);
+            if (!ck && e.msg[0]) {
+                printf(",\"error\":");
+                tsr_json_str(stdout, e.msg);
+            }
+            printf("}");
+        } else if (ck) {
+            printf("%-14llu %-12s %8zu %12s %12s %6.3f\n", (unsigned long long)steps[i].step, status, nt,
+                   tsr_fmt_bytes(raw, a, sizeof a), tsr_fmt_bytes(stored, b, sizeof b),
+                   stored ? (double)raw / (double)stored : 1.0);
+        } else {
+            printf("%-14llu %-12s %8s %12s %12s %6s%s%s\n", (unsigned long long)steps[i].step, status, "-", "-",
+                   "-", "-", e.msg[0] ? "  " : "", e.msg);
+        }
+        tsr_ckpt_close(ck);
+    }
+    if (json) printf("]\n");
+    free(steps);
+    return EXIT_OK;
+}
+
+/* ----------------------------------------------------------------- info */
+
+static const char info_help[] =
+    "usage: tessera ckpt info DIR [--json] [--frames]\n"
+    "Shows the MANIFEST of the checkpoint in DIR (or of the newest one under a root):\n"
+    "header, layout, data files, tensors with their placement and chunks, blobs.\n"
+    "--frames also lists every frame; --json prints all of it, frames included.\n";
+
+static void print_box(FILE *f, const tsr_box *b) {
+    fputc('[', f);
+    for (uint32_t d = 0; d < b->ndim; d++)
+        fprintf(f, "%s%llu:%llu", d ? ", " : "", (unsigned long long)b->offset[d],
+                (unsigned long long)(b->offset[d] + b->extent[d]));
+    fputc(']', f);
+}
+
+static void placement_str(const tsr_placement *p, char *buf, size_t len) {
+    char tp[16], pp[32];
+    if (p->tp_dim < 0) snprintf(tp, sizeof tp, "tp:rep");
+    else snprintf(tp, sizeof tp, "tp:dim%d", p->tp_dim);
+    switch (p->pp_role) {
+    case TSR_PP_FIRST: snprintf(pp, sizeof pp, "pp:first"); break;
+    case TSR_PP_LAST: snprintf(pp, sizeof pp, "pp:last"); break;
+    case TSR_PP_LAYER: snprintf(pp, sizeof pp, "pp:layer%d", p->layer); break;
+    default: snprintf(pp, sizeof pp, "pp:all"); break;
+    }
+    snprintf(buf, len, "%s,%s,%s", tp, p->fsdp ? "fsdp" : "fsdp:rep", pp);
+}
+
+static void info_json(tsr_ckpt *ck) {
+    tsr_layout l = tsr_ckpt_layout(ck);
+    const uint8_t *id = tsr_ckpt_save_id(ck);
+    uint32_t ver = tsr_ckpt_version(ck);
+    printf("{\"dir\":");
+    tsr_json_str(stdout, tsr_ckpt_dir(ck));
+    printf(",\"version\":\"%u.%u\",\"step\":%llu,\"save_id\":\"", ver >> 16, ver & 0xffff,
+           (unsigned long long)tsr_ckpt_step(ck));
+    for (int i = 0; i < 16; i++) printf("%02x", id[i]);
+    printf("\",\"layout\":{\"pp\":%u,\"dp_replicate\":%u,\"dp_shard\":%u,\"tp\":%u,\"n_layers\":%u,\"flat\":%s}",
+           l.pp, l.dp_replicate, l.dp_shard, l.tp, l.n_layers, l.flags & TSR_LAYOUT_FLAT ? "true" : "false");
+    printf(",\"files\":[");
+    for (size_t i = 0; i < tsr_ckpt_n_files(ck); i++) {
+        tsr_file_info f;
+        tsr_ckpt_file(ck, i, &f);
+        printf("%s{\"file_id\":%u,\"size\":%llu}", i ? "," : "", f.file_id, (unsigned long long)f.size);
+    }
+    printf("],\"tensors\":[");
+    for (size_t i = 0; i < tsr_ckpt_n_tensors(ck); i++) {
+        tsr_tensor_info t;
+        tsr_ckpt_tensor(ck, i, &t);
+        printf("%s{\"name\":", i ? "," : "");
+        tsr_json_str(stdout, t.name);
+        printf(",\"group\":");
+        tsr_json_str(stdout, t.group);
+        printf(",\"dtype\":\"%s\",\"shape\":[", tsr_dtype_name(t.dtype));
+        for (uint32_t d = 0; d < t.ndim; d++) printf("%s%llu", d ? "," : "", (unsigned long long)t.shape[d]);
+        printf("],\"placement\":{\"tp_dim\":%d,\"fsdp\":%u,\"pp_role\":%u,\"layer\":%d}", t.placement.tp_dim,
+               t.placement.fsdp, t.placement.pp_role, t.placement.layer);
+        printf(",\"raw_bytes\":%llu,\"stored_bytes\":%llu,\"chunks\":[", (unsigned long long)t.raw_bytes,
+               (unsigned long long)t.stored_bytes);
+        long first = -1;
+        for (size_t c = 0; c < tsr_ckpt_n_chunks(ck); c++) {
+            tsr_chunk_info ci;
+            tsr_ckpt_chunk(ck, c, &ci);
+            if (ci.tensor != i) continue;
+            printf("%s{\"file_id\":%u,\"offset\":[", first >= 0 ? "," : "", ci.file_id);
+            first = (long)c;
+            for (uint32_t d = 0; d < ci.box.ndim; d++) printf("%s%llu", d ? "," : "", (unsigned long long)ci.box.offset[d]);
+            printf("],\"extent\":[");
+            for (uint32_t d = 0; d < ci.box.ndim; d++) printf("%s%llu", d ? "," : "", (unsigned long long)ci.box.extent[d]);
+            printf("],\"split_dim\":%u,\"frame_rows\":%llu,\"frames\":[", ci.split_dim, (unsigned long long)ci.frame_rows);
+            for (uint32_t k = 0; k < ci.n_frames; k++) {
+                tsr_frame_info f;
+                tsr_ckpt_frame(ck, ci.first_frame + k, &f);
+                printf("%s{\"offset\":%llu,\"stored_size\":%llu,\"raw_size\":%llu,\"codec\":\"%s\","
+                       "\"raw_hash\":\"%016llx\",\"stored_hash\":\"%016llx\"}",
+                       k ? "," : "", (unsigned long long)f.offset, (unsigned long long)f.stored_size,
+                       (unsigned long long)f.raw_size, f.codec == 0 ? "raw" : f.codec == 1 ? "zstd" : "bytegroup",
+                       (unsigned long long)f.raw_hash, (unsigned long long)f.stored_hash);
+            }
+            printf("]}");
+        }
+        printf("]}");
+    }
+    printf("],\"blobs\":[");
+    for (size_t i = 0; i < tsr_ckpt_n_blobs(ck); i++) {
+        tsr_blob_info b;
+        tsr_ckpt_blob(ck, i, &b);
+        printf("%s{\"name\":", i ? "," : "");
+        tsr_json_str(stdout, b.name);
+        printf(",\"rank\":%d,\"size\":%llu,\"file_id\":%u,\"frames\":%u}", b.rank, (unsigned long long)b.size,
+               b.file_id, b.n_frames);
+    }
+    printf("]}\n");
+}
+
+int tsr_cmd_ckpt_info(int argc, char **argv) {
+    if (wants_help(argc, argv, info_help)) return EXIT_OK;
+    const char *dir = NULL, *v;
+    int json = 0, frames = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if ((r = tsr_opt(argc, argv, &i, "json", 0, &v))) json = 1;
+        else if ((r = tsr_opt(argc, argv, &i, "frames", 0, &v))) frames = 1;
+        else if (argv[i][0] == '-') return tsr_usage_error("ckpt info", "unknown option %s", argv[i]);
+        else if (!dir) dir = argv[i];
+        else return tsr_usage_error("ckpt info", "one DIR only");
+    }
+    if (!dir) return tsr_usage_error("ckpt info", "missing DIR");
+    tsr_ckpt *ck = open_ckpt("ckpt info", dir);
+    if (!ck) return EXIT_FAIL;
+    if (json) {
+        info_json(ck);
+        tsr_ckpt_close(ck);
+        return EXIT_OK;
+    }
+    char a[32], b[32];
+    uint64_t raw, stored;
+    totals(ck, &raw, &stored);
+    tsr_layout l = tsr_ckpt_layout(ck);
+    uint32_t ver = tsr_ckpt_version(ck);
+    const uint8_t *id = tsr_ckpt_save_id(ck);
+    printf("checkpoint  %s\nformat      %u.%u\nstep        %llu\nsave id     ", tsr_ckpt_dir(ck), ver >> 16,
+           ver & 0xffff, (unsigned long long)tsr_ckpt_step(ck));
+    for (int i = 0; i < 16; i++) printf("%02x", id[i]);
+    printf("\nlayout      pp=%u,dp_replicate=%u,dp_shard=%u,tp=%u layers=%u%s\n", l.pp, l.dp_replicate,
+           l.dp_shard, l.tp, l.n_layers, l.flags & TSR_LAYOUT_FLAT ? " flat" : "");
+    printf("size        %s raw, %s stored (ratio %.3f)\n", tsr_fmt_bytes(raw, a, sizeof a),
+           tsr_fmt_bytes(stored, b, sizeof b), stored ? (double)raw / (double)stored : 1.0);
+    printf("files       %zu:", tsr_ckpt_n_files(ck));
+    for (size_t i = 0; i < tsr_ckpt_n_files(ck); i++) {
+        tsr_file_info f;
+        tsr_ckpt_file(ck, i, &f);
+        printf(" data-%05u.tsd (%s)", f.file_id, tsr_fmt_bytes(f.size, a, sizeof a));
+    }
+    printf("\n\n%-40s %-6s %-6s %-20s %-26s %6s %11s %11s\n", "TENSOR", "GROUP", "DTYPE", "SHAPE", "PLACEMENT",
+           "CHUNKS", "RAW", "STORED");
+    for (size_t i = 0; i < tsr_ckpt_n_tensors(ck); i++) {
+        tsr_tensor_info t;
+        tsr_ckpt_tensor(ck, i, &t);
+        char shape[128] = "[", pl[64];
+        size_t off = 1;
+        for (uint32_t d = 0; d < t.ndim && off < sizeof shape - 24; d++)
+            off += (size_t)snprintf(shape + off, sizeof shape - off, "%s%llu", d ? "," : "", (unsigned long long)t.shape[d]);
+        snprintf(shape + off, sizeof shape - off, "]");
+        placement_str(&t.placement, pl, sizeof pl);
+        printf("%-40s %-6s %-6s %-20s %-26s %6u %11s %11s\n", t.name, t.group, tsr_dtype_name(t.dtype), shape, pl,
+               t.n_chunks, tsr_fmt_bytes(t.raw_bytes, a, sizeof a), tsr_fmt_bytes(t.stored_bytes, b, sizeof b));
+    }
+    printf("\n%-40s %-10s %-40s %7s\n", "CHUNK OF", "FILE", "BOX", "FRAMES");
+    for (size_t c = 0; c < tsr_ckpt_n_chunks(ck); c++) {
+        tsr_chunk_info ci;
+        tsr_tensor_info t;
+        tsr_ckpt_chunk(ck, c, &ci);
+        tsr_ckpt_tensor(ck, ci.tensor, &t);
+        printf("%-40s data-%05u ", t.name, ci.file_id);
+        print_box(stdout, &ci.box);
+        printf("  %u (split dim %u, %llu rows each)\n", ci.n_frames, ci.split_dim, (unsigned long long)ci.frame_rows);
+        for (uint32_t k = 0; frames && k < ci.n_frames; k++) {
+            tsr_frame_info f;
+            tsr_ckpt_frame(ck, ci.first_frame + k, &f);
+            printf("    frame %-6u offset %-12llu stored %-10llu raw %-10llu %-9s raw %016llx stored %016llx\n",
+                   ci.first_frame + k, (unsigned long long)f.offset, (unsigned long long)f.stored_size,
+                   (unsigned long long)f.raw_size, f.codec == 0 ? "raw" : f.codec == 1 ? "zstd" : "bytegroup",
+                   (unsigned long long)f.raw_hash, (unsigned long long)f.stored_hash);
+        }
+    }
+    if (tsr_ckpt_n_blobs(ck)) {
+        printf("\n%-40s %6s %11s %s\n", "BLOB", "RANK", "SIZE", "FILE");
+        for (size_t i = 0; i < tsr_ckpt_n_blobs(ck); i++) {
+            tsr_blob_info bl;
+            tsr_ckpt_blob(ck, i, &bl);
+            char rank[16];
+            if (bl.rank < 0) snprintf(rank, sizeof rank, "global");
+            else snprintf(rank, sizeof rank, "%d", bl.rank);
+            printf("%-40s %6s %11s data-%05u\n", bl.name, rank, tsr_fmt_bytes(bl.size, a, sizeof a), bl.file_id);
+        }
+    }
+    tsr_ckpt_close(ck);
+    return EXIT_OK;
+}
+
+/* --------------------------------------------------------------- verify */
+
+static const char verify_help[] =
+    "usage: tessera ckpt verify DIR [--threads N] [--json]\n"
+    "Checks the checkpoint in DIR (or the newest under a root) against every rule of\n"
+    "the format: the MANIFEST's structure and checksum, each data file's size and\n"
+    "header, every frame's checksums and decoding, every padding byte. Prints one line\n"
+    "per problem, naming file, tensor and frame. Exit 0: sound; 1: problems found.\n";
+
+typedef struct verify_out {
+    int json;
+    long n;
+} verify_out;
+
+static void on_problem(void *user, const char *msg) {
+    verify_out *o = user;
+    if (o->json) {
+        printf("%s", o->n ? "," : "");
+        tsr_json_str(stdout, msg);
+    } else {
+        printf("%s\n", msg);
+    }
+    o->n++;
+}
+
+int tsr_cmd_ckpt_verify(int argc, char **argv) {
+    if (wants_help(argc, argv, verify_help)) return EXIT_OK;
+    const char *dir = NULL, *v;
+    int json = 0;
+    uint64_t threads = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if ((r = tsr_opt(argc, argv, &i, "json", 0, &v))) json = 1;
+        else if ((r = tsr_opt(argc, argv, &i, "threads", 1, &v))) {
+            if (r < 0 || tsr_parse_u64(v, &threads) || threads > 1024)
+                return tsr_usage_error("ckpt verify", "--threads takes a number up to 1024");
+        } else if (argv[i][0] == '-') return tsr_usage_error("ckpt verify", "unknown option %s", argv[i]);
+        else if (!dir) dir = argv[i];
+        else return tsr_usage_error("ckpt verify", "one DIR only");
+    }
+    if (!dir) return tsr_usage_error("ckpt verify", "missing DIR");
+    tsr_error e = {0};
+    tsr_ckpt *ck = open_ckpt("ckpt verify", dir);
+    if (!ck) {
+        if (json) printf("{\"ok\":false,\"problems\":[\"cannot open the MANIFEST\"]}\n");
+        return EXIT_FAIL;
+    }
+    verify_out o = {json, 0};
+    if (json) printf("{\"dir\":\"%s\",\"problems\":[", tsr_ckpt_dir(ck));
+    long n = tsr_ckpt_verify(ck, on_problem, &o, (int)threads, &e);
+    uint64_t raw, stored;
+    totals(ck, &raw, &stored);
+    if (json) printf("],\"ok\":%s,\"frames\":%zu,\"stored_bytes\":%llu}\n", n == 0 ? "true" : "false",
+                     tsr_ckpt_n_frames(ck), (unsigned long long)stored);
+    else if (n < 0) fprintf(stderr, "tessera ckpt verify: %s\n", e.msg);
+    else if (n == 0) {
+        char a[32];
+        printf("ok: %s: %zu tensors, %zu blobs, %zu frames, %s checked\n", tsr_ckpt_dir(ck), tsr_ckpt_n_tensors(ck),
+               tsr_ckpt_n_blobs(ck), tsr_ckpt_n_frames(ck), tsr_fmt_bytes(stored, a, sizeof a));
+    } else {
+        fprintf(stderr, "%ld problem(s) in %s\n", n, tsr_ckpt_dir(ck));
+    }
+    tsr_ckpt_close(ck);
+    return n == 0 ? EXIT_OK : EXIT_FAIL;
+}
+
+/* ----------------------------------------------------------------- diff */
+
+static const char diff_help[] =
+    "usage: tessera ckpt diff A B [--json]\n"
+    "Compares two checkpoints tensor by tensor (and blob by blob): tensors only in one,\n"
+    "of different dtype or shape, or with different values, with the largest absolute\n"
+    "difference and the count of elements that differ bitwise. Reads in bounded memory.\n"
+    "Exit 0: no difference; 1: differences (or an error).\n";
+
+/* Compares tensor ta of a with tb of b (same dtype and shape). */
+static int diff_tensor(tsr_ckpt *a, size_t ta, tsr_ckpt *b, size_t tb, double *maxdiff, uint64_t *ndiff,
+                       tsr_error *e) {
+    tsr_tensor_info t;
+    tsr_ckpt_tensor(a, ta, &t);
+    size_t es = tsr_dtype_size(t.dtype);
+    tsr_box whole = {.ndim = t.ndim};
+    for (uint32_t d = 0; d < t.ndim; d++) whole.extent[d] = t.shape[d];
+    uint8_t *x = malloc(SLAB_BYTES), *y = malloc(SLAB_BYTES);
+    int rc = (!x || !y) ? -1 : 0;
+    *maxdiff = 0;
+    *ndiff = 0;
+    uint64_t n = rc ? 0 : tsr_box_pieces(&whole, es, SLAB_BYTES);
+    for (uint64_t k = 0; k < n && !rc; k++) {
+        tsr_box piece;
+        tsr_box_piece(&whole, es, SLAB_BYTES, k, &piece);
+        if ((rc = tsr_ckpt_read(a, ta, &piece, x, e)) || (rc = tsr_ckpt_read(b, tb, &piece, y, e))) break;
+        uint64_t m = tsr_box_volume(&piece);
+        for (uint64_t i = 0; i < m; i++) {
+            if (memcmp(x + i * es, y + i * es, es) == 0) continue;
+            (*ndiff)++;
+            double u = tsr_load_f64(t.dtype, x, i), w = tsr_load_f64(t.dtype, y, i);
+            double d = isnan(u) || isnan(w) ? (isnan(u) && isnan(w) ? 0 : INFINITY) : fabs(u - w);
+            if (d > *maxdiff || isnan(d)) *maxdiff = d;
+        }
+    }
+    free(x), free(y);
+    return rc;
+}
+
+int tsr_cmd_ckpt_diff(int argc, char **argv) {
+    if (wants_help(argc, argv, diff_help)) return EXIT_OK;
+    const char *pa = NULL, *pb = NULL, *v;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        if (tsr_opt(argc, argv, &i, "json", 0, &v)) json = 1;
+        else if (argv[i][0] == '-') return tsr_usage_error("ckpt diff", "unknown option %s", argv[i]);
+        else if (!pa) pa = argv[i];
+        else if (!pb) pb = argv[i];
+        else return tsr_usage_error("ckpt diff", "two checkpoints only");
+    }
+    if (!pb) return tsr_usage_error("ckpt diff", "needs two checkpoints A B");
+    tsr_ckpt *a = open_ckpt("ckpt diff", pa), *b = a ? open_ckpt("ckpt diff", pb) : NULL;
+    if (!a || !b) {
+        tsr_ckpt_close(a);
+        return EXIT_FAIL;
+    }
+    long differences = 0;
+    int failed = 0;
+    if (json) printf("{\"differences\":[");
+#define REPORT(...)                                                 \
+    do {                                                            \
+        char line_[1200];                                           \
+        snprintf(line_, sizeof line_, __VA_ARGS__);                 \
+        if (json) {                                                 \
+            printf("%s", differences ? "," : "");                   \
+            tsr_json_str(stdout, line_);                            \
+        } else                                                      \
+            printf("%s\n", line_);                                  \
+        differences++;                                              \
+    } while (0)
+    /* Tensors: a merge walk over the two name-sorted lists. */
+    size_t i = 0, j = 0, na = tsr_ckpt_n_tensors(a), nb = tsr_ckpt_n_tensors(b);
+    while (i < na || j < nb) {
+        tsr_tensor_info x, y;
+        if (i < na) tsr_ckpt_tensor(a, i, &x);
+        if (j < nb) tsr_ckpt_tensor(b, j, &y);
+        int c = i >= na ? 1 : j >= nb ? -1 : strcmp(x.name, y.name);
+        if (c < 0) {
+            REPORT("%s: only in A", x.name);
+            i++;
+            continue;
+        }
+        if (c > 0) {
+            REPORT("%s: only in B", y.name);
+            j++;
+            continue;
+        }
+        if (x.dtype != y.dtype || x.ndim != y.ndim || memcmp(x.shape, y.shape, sizeof x.shape) != 0) {
+            REPORT("%s: dtype or shape differs (%s vs %s)", x.name, tsr_dtype_name(x.dtype), tsr_dtype_name(y.dtype));
+        } else {
+            double maxd;
+            uint64_t nd;
+            tsr_error e = {0};
+            if (diff_tensor(a, i, b, j, &maxd, &nd, &e)) {
+                fprintf(stderr, "tessera ckpt diff: %s\n", e.msg[0] ? e.msg : "out of memory");
+                failed = 1;
+                break;
+            }
+            if (nd) REPORT("%s: %llu elements differ, max abs difference %.9g", x.name, (unsigned long long)nd, maxd);
+        }
+        i++, j++;
+    }
+    /* Blobs. */
+    for (size_t k = 0; !failed && k < tsr_ckpt_n_blobs(a); k++) {
+        tsr_blob_info x, y;
+        tsr_ckpt_blob(a, k, &x);
+        long o = tsr_ckpt_find_blob(b, x.name, x.rank);
+        if (o < 0) {
+            REPORT("blob %s (rank %d): only in A", x.name, x.rank);
+            continue;
+        }
+        tsr_ckpt_blob(b, (size_t)o, &y);
+        uint8_t *p = malloc(x.size + 1), *q = malloc(y.size + 1);
+        tsr_error e = {0};
+        if (!p || !q || tsr_ckpt_read_blob(a, k, p, &e) || tsr_ckpt_read_blob(b, (size_t)o, q, &e)) {
+            fprintf(stderr, "tessera ckpt diff: %s\n", e.msg[0] ? e.msg : "out of memory");
+            failed = 1;
+        } else if (x.size != y.size || memcmp(p, q, x.size) != 0)
+            REPORT("blob %s (rank %d): contents differ", x.name, x.rank);
+        free(p), free(q);
+    }
+    for (size_t k = 0; !failed && k < tsr_ckpt_n_blobs(b); k++) {
+        tsr_blob_info y;
+        tsr_ckpt_blob(b, k, &y);
+        if (tsr_ckpt_find_blob(a, y.name, y.rank) < 0) REPORT("blob %s (rank %d): only in B", y.name, y.rank);
+    }
+    if (json) printf("],\"same\":%s}\n", differences || failed ? "false" : "true");
+    else if (!differences && !failed) printf("no differences\n");
+    tsr_ckpt_close(a);
+    tsr_ckpt_close(b);
+    return differences || failed ? EXIT_FAIL : EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- synth */
+
+static const char synth_help[] =
+    "usage: tessera ckpt synth DIR --bytes SIZE [--dtype bf16|f32|mix] [--tensors N]\n"
+    "                          [--step S] [--threads N] [--codec auto|raw|zstd|bytegroup]\n"
+    "       tessera ckpt synth DIR --check\n"
+    "Writes a checkpoint into DIR whose content is a deterministic function of tensor\n"
+    "name and global element index (Gaussian-like values, std 0.02, for float dtypes):\n"
+    "N tensors (default 8) of about SIZE/N bytes each, written as chunks of at most\n"
+    "64 MiB, plus blobs. --dtype mix alternates bf16 and f32 and adds small tensors\n"
+    "of other dtypes. With --check, reads every tensor of the checkpoint in DIR and\n"
+    "compares it with that function; exit 1 naming the first wrong element.\n";
+
+typedef struct synth_tensor {
+    char name[64];
+    const char *group;
+    int dtype;
+    uint32_t ndim;
+    uint64_t shape[TSR_MAX_DIMS];
+} synth_tensor;
+
+static int synth_check(const char *dir) {
+    tsr_ckpt *ck = open_ckpt("ckpt synth", dir);
+    if (!ck) return EXIT_FAIL;
+    uint8_t *buf = malloc(SLAB_BYTES);
+    int rc = EXIT_OK;
+    uint64_t total = 0;
+    for (size_t i = 0; i < tsr_ckpt_n_tensors(ck); i++) {
+        tsr_tensor_info t;
+        tsr_ckpt_tensor(ck, i, &t);
+        total += t.raw_bytes;
+    }
+    tsr_progress pr;
+    tsr_progress_start(&pr, "check", total);
+    for (size_t i = 0; buf && i < tsr_ckpt_n_tensors(ck) && rc == EXIT_OK; i++) {
+        tsr_tensor_info t;
+        tsr_ckpt_tensor(ck, i, &t);
+        size_t es = tsr_dtype_size(t.dtype);
+        tsr_box whole = {.ndim = t.ndim};
+        for (uint32_t d = 0; d < t.ndim; d++) whole.extent[d] = t.shape[d];
+        uint64_t n = tsr_box_pieces(&whole, es, SLAB_BYTES);
+        for (uint64_t k = 0; k < n; k++) {
+            tsr_box piece;
+            tsr_error e = {0};
+            uint64_t bad[TSR_MAX_DIMS];
+            tsr_box_piece(&whole, es, SLAB_BYTES, k, &piece);
+            if (tsr_ckpt_read(ck, i, &piece, buf, &e)) {
+                fprintf(stderr, "tessera ckpt synth: %s\n", e.msg);
+                rc = EXIT_FAIL;
+                break;
+            }
+            if (tsr_synth_check(t.name, t.dtype, t.ndim, t.shape, &piece, buf, bad)) {
+                printf("%s[", t.name);
+                for (uint32_t d = 0; d < t.ndim; d++) printf("%s%llu", d ? "," : "", (unsigned long long)bad[d]);
+                printf("]: differs from the synthetic content\n");
+                rc = EXIT_FAIL;
+                break;
+            }
+            tsr_progress_add(&pr, tsr_box_volume(&piece) * es);
+        }
+    }
+    tsr_progress_end(&pr);
+    if (!buf) fprintf(stderr, "tessera ckpt synth: out of memory\n"), rc = EXIT_FAIL;
+    if (rc == EXIT_OK) printf("ok: every element of %zu tensors matches\n", tsr_ckpt_n_tensors(ck));
+    free(buf);
+    tsr_ckpt_close(ck);
+    return rc;
+}
+
+/* The tensors of a synthetic checkpoint of about `bytes` bytes. */
+static size_t synth_plan(uint64_t bytes, const char *mix, uint64_t n, synth_tensor **out) {
+    int is_mix = strcmp(mix, "mix") == 0;
+    size_t extra = is_mix ? 4 : 0;
+    synth_tensor *ts = calloc(n + extra, sizeof *ts);
+    if (!ts) return 0;
+    uint64_t per = bytes / n;
+    for (uint64_t i = 0; i < n; i++) {
+        synth_tensor *t = &ts[i];
+        t->dtype = is_mix ? (i % 2 ? TSR_F32 : TSR_BF16) : tsr_dtype_parse(mix);
+        t->group = is_mix && i % 2 ? "optim" : "model";
+        snprintf(t->name, sizeof t->name, "%s.layers.%llu.w", t->group, (unsigned long long)i);
+        size_t es = tsr_dtype_size(t->dtype);
+        uint64_t cols = 2048, rows = per / (cols * es);
+        if (rows == 0) {
+            rows = 1;
+            cols = per / es ? per / es : 1;
+        }
+        t->ndim = 2;
+        t->shape[0] = rows;
+        t->shape[1] = cols;
+    }
+    if (is_mix) {
+        ts[n] = (synth_tensor){"model.norm", "model", TSR_F32, 1, {2048}};
+        ts[n + 1] = (synth_tensor){"optim.step_count", "optim", TSR_I64, 0, {0}};
+        ts[n + 2] = (synth_tensor){"model.mask", "model", TSR_BOOL, 3, {3, 5, 7}};
+        ts[n + 3] = (synth_tensor){"model.ids", "model", TSR_I32, 1, {1000}};
+    }
+    *out = ts;
+    return n + extra;
+}
+
+int tsr_cmd_ckpt_synth(int argc, char **argv) {
+    if (wants_help(argc, argv, synth_help)) return EXIT_OK;
+    const char *dir = NULL, *v, *dtype = "bf16";
+    uint64_t bytes = 0, ntensors = 8, step = 0, threads = 0;
+    int check = 0, codec = TSR_CODEC_AUTO, have_bytes = 0;
+    for (int i = 1; i < argc; i++) {
+        int r = 0;
+        if ((r = tsr_opt(argc, argv, &i, "bytes", 1, &v))) {
+            if (r < 0 || tsr_parse_size(v, &bytes)) return tsr_usage_error("ckpt synth", "--bytes takes a size like 256M");
+            have_bytes = 1;
+        } else if ((r = tsr_opt(argc, argv, &i, "dtype", 1, &v))) {
+            if (r < 0 || (strcmp(v, "mix") && strcmp(v, "bf16") && strcmp(v, "f32")))
+                return tsr_usage_error("ckpt synth", "--dtype is bf16, f32 or mix");
+            dtype = v;
+        } else if ((r = tsr_opt(argc, argv, &i, "tensors", 1, &v))) {
+            if (r < 0 || tsr_parse_u64(v, &ntensors) || ntensors == 0 || ntensors > 10000000)
+                return tsr_usage_error("ckpt synth", "--tensors takes a number from 1");
+        } else if ((r = tsr_opt(argc, argv, &i, "step", 1, &v))) {
+            if (r < 0 || tsr_parse_u64(v, &step)) return tsr_usage_error("ckpt synth", "--step takes a number");
+        } else if ((r = tsr_opt(argc, argv, &i, "threads", 1, &v))) {
+            if (r < 0 || tsr_parse_u64(v, &threads) || threads > 1024)
+                return tsr_usage_error("ckpt synth", "--threads takes a number up to 1024");
+        } else if ((r = tsr_opt(argc, argv, &i, "codec", 1, &v))) {
+            if (r < 0) return EXIT_USAGE;
+            if (!strcmp(v, "auto")) codec = TSR_CODEC_AUTO;
+            else if (!strcmp(v, "raw")) codec = TSR_CODEC_RAW;
+            else if (!strcmp(v, "zstd")) codec = TSR_CODEC_ZSTD;
+            else if (!strcmp(v, "bytegroup")) codec = TSR_CODEC_BYTEGROUP;
+            else return tsr_usage_error("ckpt synth", "--codec is auto, raw, zstd or bytegroup");
+        } else if ((r = tsr_opt(argc, argv, &i, "check", 0, &v))) {
+            check = 1;
+        } else if (argv[i][0] == '-') {
+            return tsr_usage_error("ckpt synth", "unknown option %s", argv[i]);
+        } else if (!dir) {
+            dir = argv[i];
+        } else {
+            return tsr_usage_error("ckpt synth", "one DIR only");
+        }
+    }
+    if (!dir) return tsr_usage_error("ckpt synth", "missing DIR");
+    if (check) return synth_check(dir);
+    if (!have_bytes) return tsr_usage_error("ckpt synth", "missing --bytes SIZE");
+    if (tsr_ckpt_is_committed(dir)) {
+        fprintf(stderr, "tessera ckpt synth: %s already holds a checkpoint; not overwriting it\n", dir);
+        return EXIT_FAIL;
+    }
+    synth_tensor *ts = NULL;
+    size_t nt = synth_plan(bytes, dtype, ntensors, &ts);
+    if (!nt) {
+        fprintf(stderr, "tessera ckpt synth: out of memory\n");
+        return EXIT_FAIL;
+    }
+    tsr_error e = {0};
+    tsr_write_opts o = tsr_write_opts_default();
+    o.codec = codec;
+    o.threads = (int)threads;
+    tsr_save *s = tsr_save_begin(dir, 0, NULL, &o, &e);
+    uint8_t *buf = malloc(SLAB_BYTES);
+    int rc = s && buf ? 0 : -1;
+    uint64_t total = 0;
+    for (size_t i = 0; i < nt; i++) {
+        uint64_t b = tsr_dtype_size(ts[i].dtype);
+        for (uint32_t d = 0; d < ts[i].ndim; d++) b *= ts[i].shape[d];
+        total += b;
+    }
+    tsr_progress pr;
+    tsr_progress_start(&pr, "synth", total);
+    for (size_t i = 0; i < nt && !rc; i++) {
+        synth_tensor *t = &ts[i];
+        size_t es = tsr_dtype_size(t->dtype);
+        if ((rc = tsr_save_tensor(s, t->name, t->group, t->dtype, t->ndim, t->shape, NULL, &e))) break;
+        tsr_box whole = {.ndim = t->ndim};
+        for (uint32_t d = 0; d < t->ndim; d++) whole.extent[d] = t->shape[d];
+        uint64_t n = tsr_box_pieces(&whole, es, SLAB_BYTES);
+        for (uint64_t k = 0; k < n && !rc; k++) {
+            tsr_box piece;
+            tsr_box_piece(&whole, es, SLAB_BYTES, k, &piece);
+            tsr_synth_fill(t->name, t->dtype, t->ndim, t->shape, &piece, buf);
+            rc = tsr_save_box(s, t->name, &piece, buf, &e);
+            tsr_progress_add(&pr, tsr_box_volume(&piece) * es);
+        }
+    }
+    tsr_progress_end(&pr);
+    if (!rc) {
+        uint64_t le = step;
+        rc = tsr_save_blob(s, "meta.step", -1, &le, sizeof le, &e);
+    }
+    if (!rc) {
+        char cfg[256];
+        int len = snprintf(cfg, sizeof cfg, "synth bytes=%llu dtype=%s tensors=%llu\n", (unsigned long long)bytes,
+                           dtype, (unsigned long long)ntensors);
+        rc = tsr_save_blob(s, "meta.config", -1, cfg, (size_t)len, &e);
+    }
+    if (!rc) rc = tsr_save_finish(s, NULL, NULL, &e);
+    if (!rc) rc = tsr_save_commit(s, NULL, NULL, 0, step, NULL, &e);
+    if (rc) {
+        fprintf(stderr, "tessera ckpt synth: %s\n", e.msg[0] ? e.msg : "out of memory");
+        if (s) tsr_save_abort(s);
+    } else {
+        char a[32];
+        printf("wrote %s: %zu tensors, %s raw, step %llu\n", dir, nt, tsr_fmt_bytes(total, a, sizeof a),
+               (unsigned long long)step);
+    }
+    tsr_save_free(s);
+    free(buf);
+    free(ts);
+    return rc ? EXIT_FAIL : EXIT_OK;
+}

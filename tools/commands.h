@@ -1,0 +1,15 @@
+/* commands.h: the subcommands of the tessera command, one function each.
+ * Each takes the arguments after its name's words (argv[0] is the last word of
+ * the command name, e.g. "codec" for `tessera bench codec`) and returns the
+ * process exit status: 0 success, 1 failure, 2 bad usage. */
+#ifndef TSR_COMMANDS_H
+#define TSR_COMMANDS_H
+
+int tsr_cmd_ckpt_ls(int argc, char **argv);
+int tsr_cmd_ckpt_info(int argc, char **argv);
+int tsr_cmd_ckpt_verify(int argc, char **argv);
+int tsr_cmd_ckpt_diff(int argc, char **argv);
+int tsr_cmd_ckpt_synth(int argc, char **argv);
+int tsr_cmd_bench_codec(int argc, char **argv);
+
+#endif

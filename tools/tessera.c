@@ -1,0 +1,63 @@
+/* tessera.c: the tessera command: a thin layer over libtessera. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "tessera.h"
+
+typedef struct command {
+    const char *group, *name;
+    int (*fn)(int, char **);
+    const char *summary;
+} command;
+
+static const command commands[] = {
+    {"ckpt", "ls", tsr_cmd_ckpt_ls, "list the checkpoints under a root"},
+    {"ckpt", "info", tsr_cmd_ckpt_info, "show a checkpoint's MANIFEST"},
+    {"ckpt", "verify", tsr_cmd_ckpt_verify, "check every checksum and structural rule"},
+    {"ckpt", "diff", tsr_cmd_ckpt_diff, "compare the tensors of two checkpoints"},
+    {"ckpt", "synth", tsr_cmd_ckpt_synth, "write (or check) a synthetic checkpoint"},
+    {"bench", "codec", tsr_cmd_bench_codec, "frame codec against plain zstd"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *f, const char *group) {
+    fprintf(f, "usage: tessera <command> [options]   (tessera <command> --help for each)\n\ncommands:\n");
+    for (size_t i = 0; i < N_COMMANDS; i++)
+        if (!group || strcmp(group, commands[i].group) == 0)
+            fprintf(f, "  %-6s %-7s %s\n", commands[i].group, commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr, NULL);
+        return EXIT_USAGE;
+    }
+    if (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "help") == 0) {
+        usage(stdout, NULL);
+        return EXIT_OK;
+    }
+    if (strcmp(argv[1], "--version") == 0) {
+        printf("tessera %s (checkpoint format 1.0)\n", TSR_VERSION_STRING);
+        return EXIT_OK;
+    }
+    int known_group = 0;
+    for (size_t i = 0; i < N_COMMANDS; i++) {
+        if (strcmp(argv[1], commands[i].group) != 0) continue;
+        known_group = 1;
+        if (argc >= 3 && strcmp(argv[2], commands[i].name) == 0) return commands[i].fn(argc - 2, argv + 2);
+    }
+    if (known_group) {
+        if (argc >= 3 && (strcmp(argv[2], "--help") == 0 || strcmp(argv[2], "-h") == 0)) {
+            usage(stdout, argv[1]);
+            return EXIT_OK;
+        }
+        fprintf(stderr, "tessera %s: unknown subcommand '%s'\n", argv[1], argc >= 3 ? argv[2] : "");
+        usage(stderr, argv[1]);
+        return EXIT_USAGE;
+    }
+    fprintf(stderr, "tessera: unknown command '%s'\n", argv[1]);
+    usage(stderr, NULL);
+    return EXIT_USAGE;
+}
