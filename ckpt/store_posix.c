@@ -273,8 +273,14 @@ int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t
         unlink(tmp);
         return rc;
     }
-    if (fsync_dir(s->dir) != 0)
-        return tsr_err(err, TSR_EIO, "%s: fsync of the directory: %s", s->dir, strerror(errno));
+    if (fsync_dir(s->dir) != 0) {
+        /* the rename may not survive a crash: the caller is told the put failed, so
+         * the object must not stay visible either */
+        rc = tsr_err(err, TSR_EIO, "%s: fsync of the directory after renaming %s: %s", s->dir, name,
+                     strerror(errno));
+        unlink(path);
+        return rc;
+    }
     return 0;
 }
 

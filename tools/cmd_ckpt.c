@@ -57,7 +57,7 @@ static long list_steps(const char *root, step_ent **out) {
             v = nv;
         }
         v[n].step = step;
-        snprintf(v[n].name, sizeof v[n].name, "%s", e->d_name);
+        memcpy(v[n].name, e->d_name, strlen(e->d_name) + 1); /* < 64, checked above */
         n++;
     }
     closedir(d);
@@ -413,7 +413,11 @@ int tsr_cmd_ckpt_verify(int argc, char **argv) {
         return EXIT_FAIL;
     }
     verify_out o = {json, 0};
-    if (json) printf("{\"dir\":\"%s\",\"problems\":[", tsr_ckpt_dir(ck));
+    if (json) {
+        printf("{\"dir\":");
+        tsr_json_str(stdout, tsr_ckpt_dir(ck));
+        printf(",\"problems\":[");
+    }
     long n = tsr_ckpt_verify(ck, on_problem, &o, (int)threads, &e);
     uint64_t raw, stored;
     totals(ck, &raw, &stored);

@@ -1,0 +1,111 @@
+#!/bin/sh
+# test_cli.sh: the tessera command: exit statuses (0 ok, 1 failure, 2 bad usage),
+# --help on every subcommand, --json output that parses, and the synth / verify /
+# corrupt / diff / ls workflow of the format.
+T=${TESSERA:?TESSERA must name the tessera binary}
+[ -x "$T" ] || { echo "FAIL: $T is not built" >&2; exit 1; }
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+expect() { # expected-status description command...
+    want=$1; what=$2; shift 2
+    "$@" >out.txt 2>err.txt
+    got=$?
+    [ "$got" = "$want" ] || { fail "$what: exit $got, expected $want"; sed 's/^/    /' err.txt >&2; }
+}
+json_ok() { python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$1" || fail "$2: output is not JSON"; }
+
+# usage
+expect 2 "no command" $T
+expect 0 "--help" $T --help
+expect 0 "--version" $T --version
+expect 2 "unknown command" $T frobnicate
+expect 2 "unknown ckpt subcommand" $T ckpt frobnicate
+for sub in ls info verify diff synth; do
+    expect 0 "ckpt $sub --help" $T ckpt $sub --help
+    grep -q "usage: tessera ckpt $sub" out.txt || fail "ckpt $sub --help prints its usage"
+done
+expect 0 "bench codec --help" $T bench codec --help
+expect 2 "synth without --bytes" $T ckpt synth x
+expect 2 "synth with a bad size" $T ckpt synth x --bytes 12Q
+expect 2 "synth with a bad dtype" $T ckpt synth x --bytes 1M --dtype f99
+expect 2 "verify with an unknown option" $T ckpt verify x --frobnicate
+expect 2 "diff with one argument" $T ckpt diff x
+
+# write, list, inspect, verify
+expect 0 "synth mix" $T ckpt synth root/step-00000010 --bytes 3M --dtype mix --tensors 5 --step 10
+expect 0 "synth bf16" $T ckpt synth root/step-00000020 --bytes 2M --dtype bf16 --step 20
+expect 1 "synth refuses to overwrite" $T ckpt synth root/step-00000020 --bytes 2M
+mkdir -p root/step-00000030
+expect 0 "ls" $T ckpt ls root
+grep -q "^10 .*committed" out.txt || fail "ls shows step 10 committed"
+grep -q "^30 .*uncommitted" out.txt || fail "ls shows step 30 uncommitted"
+expect 0 "ls --json" $T ckpt ls root --json
+json_ok out.txt "ls --json"
+expect 0 "info" $T ckpt info root/step-00000010
+grep -q "optim.step_count" out.txt || fail "info lists tensors"
+grep -q "meta.config" out.txt || fail "info lists blobs"
+expect 0 "info --json" $T ckpt info root/step-00000010 --json
+json_ok out.txt "info --json"
+python3 - <<'PY' || fail "info --json content"
+import json
+d = json.load(open("out.txt"))
+assert d["step"] == 10 and d["version"] == "1.0", d["step"]
+names = [t["name"] for t in d["tensors"]]
+assert names == sorted(names) and "model.norm" in names, names
+for t in d["tensors"]:
+    vol = 1
+    for s in t["shape"]:
+        vol *= s
+    covered = 0
+    for c in t["chunks"]:
+        v = 1
+        for x in c["extent"]:
+            v *= x
+        covered += v
+        assert sum(f["raw_size"] for f in c["frames"]) > 0
+    assert covered == vol, (t["name"], covered, vol)
+PY
+expect 0 "info of a root takes the newest" $T ckpt info root
+grep -q "step        20" out.txt || fail "info of a root shows step 20"
+expect 0 "verify" $T ckpt verify root/step-00000010
+expect 0 "verify --json" $T ckpt verify root/step-00000010 --json
+json_ok out.txt "verify --json"
+expect 0 "synth --check" $T ckpt synth root/step-00000010 --check
+expect 0 "diff of a checkpoint with itself" $T ckpt diff root/step-00000010 root/step-00000010
+grep -q "no differences" out.txt || fail "diff says no differences"
+
+# one flipped byte in a data file: verify names the tensor and exits 1
+cp -r root/step-00000010 bad
+size=$(stat -c %s bad/data-00000.tsd)
+python3 - bad/data-00000.tsd <<'PY'
+import sys
+p = sys.argv[1]
+b = bytearray(open(p, "rb").read())
+b[8192 + 100] ^= 0x40   # inside the second frame
+open(p, "wb").write(b)
+PY
+expect 1 "verify of a damaged data file" $T ckpt verify bad
+grep -q "data-00000.tsd: frame .* of [a-z]" out.txt || fail "verify names file, frame and tensor: $(cat out.txt)"
+expect 1 "check of a damaged checkpoint" $T ckpt synth bad --check
+expect 1 "diff with a damaged checkpoint" $T ckpt diff root/step-00000010 bad
+
+# a different checkpoint: diff reports the tensors that differ
+expect 0 "synth other" $T ckpt synth other --bytes 3M --dtype mix --tensors 4 --step 10
+expect 1 "diff of different checkpoints" $T ckpt diff root/step-00000010 other
+grep -q "only in A" out.txt || fail "diff reports a tensor only in A"
+expect 1 "diff --json" $T ckpt diff root/step-00000010 other --json
+json_ok out.txt "diff --json"
+
+# a damaged MANIFEST: ls says damaged, verify and info exit 1 with the reason
+cp -r root/step-00000020 root/step-00000040
+printf 'x' | dd of=root/step-00000040/MANIFEST bs=1 seek=200 conv=notrunc 2>/dev/null
+expect 0 "ls with a damaged step" $T ckpt ls root
+grep -q "^40 .*damaged.*checksum" out.txt || fail "ls shows step 40 damaged: $(cat out.txt)"
+expect 1 "verify of a damaged MANIFEST" $T ckpt verify root/step-00000040
+grep -q "MANIFEST: checksum mismatch" err.txt || fail "verify names the MANIFEST: $(cat err.txt)"
+expect 1 "info of a missing dir" $T ckpt info nowhere
+rm root/step-00000020/data-00000.tsd
+expect 1 "verify with a missing data file" $T ckpt verify root/step-00000020 --json
+json_ok out.txt "verify --json"
+[ $fails = 0 ] && echo "all command checks passed"
+exit $fails

@@ -1,0 +1,174 @@
+/* test_corrupt.c: every single-byte corruption of a small checkpoint is detected,
+ * exhaustively: in the MANIFEST, every byte position with every one of its 255 other
+ * values (parsed in memory), and every position once more through tsr_ckpt_open and
+ * verify from disk; in each data file, every byte position (the new value cycling
+ * through all 255 changes across positions), by tsr_ckpt_verify and by reading every
+ * tensor and blob. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "manifest.h"
+#include "tessera.h"
+
+static tsr_error e;
+
+static void write_small(const char *dir) {
+    uint8_t id[16] = "corruption-test";
+    tsr_write_opts o = tsr_write_opts_default();
+    o.frame_bytes = 96; /* several frames per tensor */
+    o.threads = 1;
+    const uint8_t *tables[2];
+    size_t lens[2];
+    tsr_save *w[2];
+    float f[6 * 5];
+    uint16_t h[8 * 4];
+    int32_t iv[3] = {1, -2, 3};
+    double scalar = 3.25;
+    for (int i = 0; i < 30; i++) f[i] = 0.02f * (float)(i - 15);
+    for (int i = 0; i < 32; i++) h[i] = (uint16_t)(0x3c00 + 37 * i);
+    uint64_t sf[2] = {6, 5}, sh[2] = {8, 4}, si[1] = {3};
+    for (uint32_t k = 0; k < 2; k++) {
+        w[k] = tsr_save_begin(dir, k, id, &o, &e);
+        REQUIRE(w[k], "%s", e.msg);
+        CHECK_OK(tsr_save_tensor(w[k], "w.f32", NULL, TSR_F32, 2, sf, NULL, &e));
+        CHECK_OK(tsr_save_tensor(w[k], "w.bf16", NULL, TSR_BF16, 2, sh, NULL, &e));
+        CHECK_OK(tsr_save_tensor(w[k], "ids", NULL, TSR_I32, 1, si, NULL, &e));
+        CHECK_OK(tsr_save_tensor(w[k], "scalar", "optim", TSR_F64, 0, NULL, NULL, &e));
+        tsr_box b = {2, {3 * k, 0}, {3, 5}};
+        CHECK_OK(tsr_save_box(w[k], "w.f32", &b, f + 15 * k, &e));
+        if (k == 0) {
+            tsr_box bh = {2, {0, 0}, {8, 4}}, bi = {1, {0}, {3}};
+            CHECK_OK(tsr_save_box(w[k], "w.bf16", &bh, h, &e));
+            CHECK_OK(tsr_save_box(w[k], "ids", &bi, iv, &e));
+            CHECK_OK(tsr_save_blob(w[k], "config", -1, "lr=3e-4\n", 8, &e));
+        } else {
+            tsr_box bs = {0, {0}, {0}};
+            CHECK_OK(tsr_save_box(w[k], "scalar", &bs, &scalar, &e));
+            CHECK_OK(tsr_save_blob(w[k], "rng", 1, "0123456789abcdef", 16, &e));
+        }
+        CHECK_OK(tsr_save_finish(w[k], &tables[k], &lens[k], &e));
+    }
+    CHECK_OK(tsr_save_commit(w[0], tables, lens, 2, 5, NULL, &e));
+    tsr_save_free(w[0]);
+    tsr_save_free(w[1]);
+}
+
+/* 1 if the checkpoint in dir opens, verifies with no problem, and reads fully. */
+static int verify_ok(const char *dir) {
+    tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
+    if (!ck) return 0;
+    long n = tsr_ckpt_verify(ck, NULL, NULL, 1, &e);
+    tsr_ckpt_close(ck);
+    return n == 0;
+}
+
+static int read_ok(const char *dir) {
+    tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
+    if (!ck) return 0;
+    int ok = 1;
+    uint8_t buf[4096];
+    for (size_t i = 0; ok && i < tsr_ckpt_n_tensors(ck); i++) {
+        tsr_tensor_info t;
+        tsr_ckpt_tensor(ck, i, &t);
+        tsr_box b = {.ndim = t.ndim};
+        for (uint32_t d = 0; d < t.ndim; d++) b.extent[d] = t.shape[d];
+        ok = tsr_ckpt_read(ck, i, &b, buf, &e) == 0;
+    }
+    for (size_t i = 0; ok && i < tsr_ckpt_n_blobs(ck); i++) ok = tsr_ckpt_read_blob(ck, i, buf, &e) == 0;
+    tsr_ckpt_close(ck);
+    return ok;
+}
+
+static uint8_t *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f, "open %s", path);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    uint8_t *b = malloc(*len);
+    REQUIRE(fread(b, 1, *len, f) == *len, "read %s", path);
+    fclose(f);
+    return b;
+}
+
+static void poke(const char *path, size_t off, uint8_t v) {
+    int fd = open(path, O_WRONLY);
+    REQUIRE(fd >= 0 && pwrite(fd, &v, 1, (off_t)off) == 1, "write %s", path);
+    close(fd);
+}
+
+int main(void) {
+    const char *t = getenv("TSR_TMP");
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/corrupt", t ? t : "/tmp");
+    write_small(dir);
+    REQUIRE(verify_ok(dir) && read_ok(dir), "the pristine checkpoint is sound: %s", e.msg);
+
+    /* MANIFEST, in memory: every position, every other value. */
+    char mpath[700];
+    snprintf(mpath, sizeof mpath, "%s/MANIFEST", dir);
+    size_t mlen;
+    uint8_t *m = slurp(mpath, &mlen);
+    long missed = 0;
+    for (size_t pos = 0; pos < mlen; pos++) {
+        uint8_t orig = m[pos];
+        for (int v = 0; v < 256; v++) {
+            if (v == orig) continue;
+            m[pos] = (uint8_t)v;
+            tsr_manifest mf;
+            if (tsr_manifest_parse(m, mlen, "MANIFEST", 0, &mf, &e) == 0) {
+                tsr_manifest_free(&mf);
+                if (missed++ < 5) CHECK(0, "MANIFEST byte %zu = 0x%02x not detected", pos, v);
+            }
+        }
+        m[pos] = orig;
+    }
+    CHECK(missed == 0, "%ld MANIFEST corruptions undetected", missed);
+    /* truncations and an appended byte */
+    for (size_t len = 0; len < mlen; len++) {
+        tsr_manifest mf;
+        CHECK(tsr_manifest_parse(m, len, "MANIFEST", 0, &mf, &e) != 0, "MANIFEST truncated to %zu accepted", len);
+    }
+    /* MANIFEST, from disk through open and verify: every position. */
+    for (size_t pos = 0; pos < mlen; pos++) {
+        poke(mpath, pos, (uint8_t)(m[pos] ^ (1 + pos % 255)));
+        CHECK(!verify_ok(dir), "MANIFEST byte %zu corrupted: verify passed", pos);
+        CHECK(!read_ok(dir), "MANIFEST byte %zu corrupted: read passed", pos);
+        poke(mpath, pos, m[pos]);
+    }
+    free(m);
+
+    /* Data files: every position, by verify and by read. */
+    for (int f = 0; f < 2; f++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/data-%05d.tsd", dir, f);
+        size_t len;
+        uint8_t *d = slurp(path, &len);
+        long v_missed = 0, r_missed = 0;
+        for (size_t pos = 0; pos < len; pos++) {
+            poke(path, pos, (uint8_t)(d[pos] ^ (1 + pos % 255)));
+            if (verify_ok(dir) && v_missed++ < 5) CHECK(0, "%s byte %zu: verify passed", path, pos);
+            if (read_ok(dir) && r_missed++ < 5) CHECK(0, "%s byte %zu: read passed", path, pos);
+            poke(path, pos, d[pos]);
+        }
+        CHECK(v_missed == 0 && r_missed == 0, "%s: %ld corruptions missed by verify, %ld by read", path, v_missed,
+              r_missed);
+        /* truncated and extended */
+        CHECK(truncate(path, (off_t)len - 1) == 0, "truncate");
+        CHECK(!verify_ok(dir) && !read_ok(dir), "%s truncated by one byte: not detected", path);
+        CHECK(truncate(path, (off_t)len + 1) == 0, "extend");
+        CHECK(!verify_ok(dir), "%s extended by one byte: not detected", path);
+        CHECK(truncate(path, (off_t)len) == 0, "restore");
+        poke(path, len - 1, d[len - 1]);
+        printf("%s: %zu positions, all detected\n", path, len);
+        free(d);
+    }
+    CHECK(verify_ok(dir) && read_ok(dir), "restored checkpoint is sound again: %s", e.msg);
+    printf("MANIFEST: %zu positions x 255 values, all detected\n", mlen);
+    return check_done();
+}
