@@ -15,10 +15,12 @@ SAN ?=
 WERROR ?=
 FUZZ_SECONDS ?= 30
 
-INCLUDES := -Iinclude -Iformats -Ickpt -Ireshard -Ikernels
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
+INCLUDES := -Iinclude -Iformats -Ickpt -Ireshard -Ikernels $(MPI_CFLAGS)
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
-LDLIBS_ALL := -lzstd -lxxhash -luring -lm -pthread -fopenmp $(LDLIBS)
+LDLIBS_ALL := -lzstd -lxxhash -luring $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 
 LIB_SRC := $(sort $(wildcard formats/*.c ckpt/*.c reshard/*.c kernels/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
@@ -66,17 +68,20 @@ fuzz: $(FUZZ_BIN)
 build/fuzz/%: tests/%.c $(LIB_SRC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -pthread -fopenmp=libgomp $(INCLUDES) -Itests $< $(LIB_SRC) -o $@ -lzstd -lxxhash -luring -lm -fopenmp=libgomp
+	  -pthread -fopenmp=libgomp $(INCLUDES) -Itests $< $(LIB_SRC) -o $@ -lzstd -lxxhash -luring $(MPI_LIBS) -lm -fopenmp=libgomp
 
 test-long: deps
 	$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" SAN="$(ASAN_FLAGS)" WERROR=-Werror tests
 	$(MAKE) --no-print-directory fuzz
 	TSR_LONG=1 sh tests/run.sh build/asan build/fuzz 600
 
-bench: deps all
+# Packages first, then a fresh make, so that the build sees what deps installed.
+bench: deps
+	$(MAKE) --no-print-directory all
 	sh tools/bench.sh $(BUILD)
 
-run: deps all
+run: deps
+	$(MAKE) --no-print-directory all
 	sh tools/run.sh $(BUILD)
 
 install: all

@@ -31,7 +31,7 @@ struct tsr_ckpt {
     size_t n_free_codecs, cap_free_codecs;
 };
 
-tsr_ckpt *tsr_ckpt_open(const char *step_dir, tsr_error *err) {
+tsr_ckpt *tsr_ckpt_open_manifest(const char *step_dir, const uint8_t *buf, size_t len, tsr_error *err) {
     tsr_ckpt *ck = calloc(1, sizeof *ck);
     if (!ck) {
         tsr_err(err, TSR_ENOMEM, "out of memory");
@@ -42,18 +42,9 @@ tsr_ckpt *tsr_ckpt_open(const char *step_dir, tsr_error *err) {
     tsr_manifest_init(&ck->m);
     ck->store = tsr_store_open(step_dir, 0, err);
     if (!ck->store) goto fail;
-    uint8_t *buf = NULL;
-    size_t len = 0;
-    if (tsr_store_get(ck->store, "MANIFEST", TSR_MF_MAX_SIZE, &buf, &len, err)) {
-        if (err && err->code == TSR_ENOTFOUND)
-            tsr_err(err, TSR_ENOTFOUND, "%s: no MANIFEST (not a committed checkpoint)", step_dir);
-        goto fail;
-    }
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/MANIFEST", step_dir);
-    int rc = tsr_manifest_parse(buf, len, path, 0, &ck->m, err);
-    free(buf);
-    if (rc) goto fail;
+    if (tsr_manifest_parse(buf, len, path, 0, &ck->m, err)) goto fail;
     ck->files = calloc(ck->m.n_files + 1, sizeof *ck->files);
     ck->tensor_stored = calloc(ck->m.n_tensors + 1, sizeof *ck->tensor_stored);
     if (!ck->files || !ck->tensor_stored) {
@@ -70,6 +61,24 @@ tsr_ckpt *tsr_ckpt_open(const char *step_dir, tsr_error *err) {
 fail:
     tsr_ckpt_close(ck);
     return NULL;
+}
+
+int tsr_ckpt_read_manifest(const char *step_dir, uint8_t **buf, size_t *len, tsr_error *err) {
+    tsr_store *st = tsr_store_open(step_dir, 0, err);
+    if (!st) return err ? err->code : TSR_ENOTFOUND;
+    int rc = tsr_store_get(st, "MANIFEST", TSR_MF_MAX_SIZE, buf, len, err);
+    tsr_store_close(st);
+    if (rc == TSR_ENOTFOUND) rc = tsr_err(err, TSR_ENOTFOUND, "%s: no MANIFEST (not a committed checkpoint)", step_dir);
+    return rc;
+}
+
+tsr_ckpt *tsr_ckpt_open(const char *step_dir, tsr_error *err) {
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (tsr_ckpt_read_manifest(step_dir, &buf, &len, err)) return NULL;
+    tsr_ckpt *ck = tsr_ckpt_open_manifest(step_dir, buf, len, err);
+    free(buf);
+    return ck;
 }
 
 void tsr_ckpt_close(tsr_ckpt *ck) {

@@ -122,7 +122,7 @@ tsr_save *tsr_save_begin(const char *step_dir, uint32_t file_id, const uint8_t *
     }
     int nt = tsr_pool_size(s->pool);
     s->codecs = calloc((size_t)nt, sizeof *s->codecs);
-    s->n_slots = (size_t)nt * BATCH_PER_THREAD;
+    s->n_slots = 2 * (size_t)nt * BATCH_PER_THREAD; /* two halves */
     s->slots = calloc(s->n_slots, sizeof *s->slots);
     if (!s->codecs || !s->slots) {
         tsr_err(err, TSR_ENOMEM, "out of memory");
@@ -189,6 +189,7 @@ typedef struct encode_job {
     const uint8_t *raw;     /* the first frame's raw bytes */
     const uint64_t *offs;   /* raw offset of each frame in the batch */
     const uint64_t *sizes;  /* raw size of each frame */
+    slot *slots;            /* where frame i is encoded */
 } encode_job;
 
 static int slot_reserve(slot *sl, size_t need) {
@@ -202,7 +203,7 @@ static int slot_reserve(slot *sl, size_t need) {
 
 static void encode_one(void *ctx, size_t i, int worker) {
     encode_job *j = ctx;
-    slot *sl = &j->s->slots[i];
+    slot *sl = &j->slots[i];
     const uint8_t *raw = j->raw + j->offs[i];
     size_t n = j->sizes[i];
     sl->rc = 0;
@@ -220,32 +221,43 @@ static void encode_one(void *ctx, size_t i, int worker) {
 }
 
 /* Encodes the frames (raw + offs[k], sizes[k]) for k < n and appends them to the
- * data file, recording them in the table. */
+ * data file, recording them in the table. Two halves of the slots alternate: while
+ * one half's frames are written (io_uring, several in flight), the thread pool
+ * encodes the next batch into the other. */
 static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
                         const uint64_t *sizes, size_t n, const char *what, tsr_error *err) {
-    for (size_t done = 0; done < n;) {
-        size_t batch = n - done < s->n_slots ? n - done : s->n_slots;
-        encode_job job = {s, dtype, codec, raw, offs + done, sizes + done};
+    size_t half_slots = s->n_slots / 2;
+    int half = 0, rc = 0;
+    for (size_t done = 0; done < n && !rc; half ^= 1) {
+        size_t batch = n - done < half_slots ? n - done : half_slots;
+        slot *slots = s->slots + (size_t)half * half_slots;
+        encode_job job = {s, dtype, codec, raw, offs + done, sizes + done, slots};
         tsr_pool_for(s->pool, batch, encode_one, &job);
+        if ((rc = tsr_wfile_complete(s->wf, err))) break; /* the other half's writes */
         for (size_t i = 0; i < batch; i++) {
-            slot *sl = &s->slots[i];
+            slot *sl = &slots[i];
             if (sl->rc) {
                 if (err) *err = sl->err;
                 tsr_err_prefix(err, "%s: frame %zu", what, done + i);
-                return sl->rc;
+                rc = sl->rc;
+                break;
             }
             size_t padded = tsr_align_up(sl->stored, TSR_ALIGN);
-            int rc = tsr_wfile_write(s->wf, sl->buf, padded, s->pos, err);
-            if (rc) return rc;
+            if ((rc = tsr_wfile_submit(s->wf, sl->buf, padded, s->pos, err))) break;
             tsr_mf_frame f = {.offset = s->pos, .stored_size = sl->stored, .raw_size = sizes[done + i],
                               .raw_hash = sl->raw_hash, .stored_hash = sl->stored_hash,
                               .codec = sl->codec, .file_id = s->file_id};
-            if (tsr_manifest_add_frame(&s->tab, &f)) return tsr_err(err, TSR_ENOMEM, "out of memory");
+            if (tsr_manifest_add_frame(&s->tab, &f)) {
+                rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+                break;
+            }
             s->pos += padded;
         }
         done += batch;
     }
-    return 0;
+    /* the last batch's writes: callers may reuse their buffers once this returns */
+    int rc2 = tsr_wfile_complete(s->wf, rc ? NULL : err);
+    return rc ? rc : rc2;
 }
 
 static int check_open(tsr_save *s, const char *what, tsr_error *err) {

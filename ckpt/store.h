@@ -40,6 +40,13 @@ void tsr_rfile_close(tsr_rfile *f);
 int tsr_store_create(tsr_store *s, const char *name, tsr_wfile **out, tsr_error *err);
 /* buf aligned to TSR_ALIGN, len and off multiples of TSR_ALIGN. */
 int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
+/* Asynchronous writes (io_uring on files; a plain write where io_uring is not
+ * available): tsr_wfile_submit queues a write with the same rules as
+ * tsr_wfile_write; `buf` must stay untouched until tsr_wfile_complete, which waits
+ * for every queued write and returns the first failure. Several writes are in
+ * flight at once. */
+int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
+int tsr_wfile_complete(tsr_wfile *f, tsr_error *err);
 /* Makes the object durable (fsync) and closes it. */
 int tsr_wfile_finish(tsr_wfile *f, tsr_error *err);
 /* Closes and removes a partial object. */

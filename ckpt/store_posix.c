@@ -1,5 +1,6 @@
 /* store_posix.c: the store on a POSIX filesystem. */
 #include <errno.h>
+#include <liburing.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
@@ -19,11 +20,26 @@ struct tsr_rfile {
     int fd;
     char path[PATH_MAX + 64];
 };
+#define RING_DEPTH 32
+typedef struct pending {
+    const void *buf;
+    size_t len;
+    uint64_t off;
+} pending;
 struct tsr_wfile {
     int fd;
     int direct;
+    int have_ring;
+    struct io_uring ring;
+    pending inflight[RING_DEPTH];
+    int n_inflight;
+    int failed;      /* a queued write failed: its status */
+    tsr_error ferr;  /* and its message */
     char path[PATH_MAX + 64];
 };
+
+static int write_all(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
+static int injected_write(tsr_wfile *f, int fault, const void *buf, size_t len, uint64_t off, tsr_error *err);
 
 /* ------------------------------------------------------ fault injection */
 
@@ -170,37 +186,124 @@ int tsr_store_create(tsr_store *s, const char *name, tsr_wfile **out, tsr_error 
         free(f);
         return rc;
     }
+    f->have_ring = io_uring_queue_init(RING_DEPTH, &f->ring, 0) == 0;
     *out = f;
     return 0;
 }
 
-int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {
-    size_t done = 0;
-    int fault = fault_check(F_WRITE);
-    if (fault > 0)
-        return tsr_err(err, errno_status(fault), "%s: write of %zu bytes at %llu: %s (injected)",
-                       f->path, len, (unsigned long long)off, strerror(fault));
-    if (fault < 0) {
-        /* a short write: half the bytes land, then the device reports no space */
-        size_t half = len / 2 / TSR_ALIGN * TSR_ALIGN;
-        if (half && pwrite(f->fd, buf, half, (off_t)off) < 0) {
-        }
-        return tsr_err(err, TSR_ENOSPC, "%s: short write (%zu of %zu bytes) at %llu (injected)",
-                       f->path, half, len, (unsigned long long)off);
+static void ring_close(tsr_wfile *f) {
+    if (f->have_ring) io_uring_queue_exit(&f->ring);
+    f->have_ring = 0;
+}
+
+/* Reaps one completion; a short write is finished with a plain write. */
+static void reap_one(tsr_wfile *f) {
+    struct io_uring_cqe *cqe;
+    int r = io_uring_wait_cqe(&f->ring, &cqe);
+    if (r < 0) {
+        if (!f->failed) f->failed = tsr_err(&f->ferr, TSR_EIO, "%s: io_uring wait: %s", f->path, strerror(-r));
+        f->n_inflight = 0;
+        return;
     }
+    pending *slot = &f->inflight[(uintptr_t)io_uring_cqe_get_data(cqe)];
+    pending done_p = *slot, *p = &done_p;
+    slot->buf = NULL;
+    int res = cqe->res;
+    io_uring_cqe_seen(&f->ring, cqe);
+    f->n_inflight--;
+    if (f->failed) return;
+    if (res < 0) {
+        f->failed = tsr_err(&f->ferr, errno_status(-res), "%s: write of %zu bytes at %llu: %s", f->path, p->len,
+                            (unsigned long long)p->off, strerror(-res));
+    } else if ((size_t)res < p->len) {
+        size_t done = (size_t)res;
+        tsr_error e;
+        if (write_all(f, (const char *)p->buf + done, p->len - done, p->off + done, &e)) {
+            f->failed = e.code;
+            f->ferr = e;
+        }
+    }
+}
+
+int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {
+    if (f->failed) {
+        if (err) *err = f->ferr;
+        return f->failed;
+    }
+    int fault = fault_check(F_WRITE);
+    if (fault) {
+        f->failed = injected_write(f, fault, buf, len, off, &f->ferr);
+        if (err) *err = f->ferr;
+        return f->failed;
+    }
+    if (!f->have_ring) return write_all(f, buf, len, off, err);
+    /* slots are indexed by position; wait until one is free */
+    while (f->n_inflight == RING_DEPTH) reap_one(f);
+    int slot = -1;
+    for (int i = 0; i < RING_DEPTH; i++)
+        if (!f->inflight[i].buf) {
+            slot = i;
+            break;
+        }
+    if (slot < 0) { /* every slot busy though n_inflight < depth: cannot happen */
+        return tsr_err(err, TSR_EIO, "%s: io_uring slot bookkeeping", f->path);
+    }
+    f->inflight[slot] = (pending){buf, len, off};
+    struct io_uring_sqe *sqe = io_uring_get_sqe(&f->ring);
+    if (!sqe) {
+        f->inflight[slot].buf = NULL;
+        return write_all(f, buf, len, off, err);
+    }
+    io_uring_prep_write(sqe, f->fd, buf, (unsigned)len, off);
+    io_uring_sqe_set_data(sqe, (void *)(uintptr_t)slot);
+    int r = io_uring_submit(&f->ring);
+    if (r < 0) {
+        f->inflight[slot].buf = NULL;
+        return tsr_err(err, TSR_EIO, "%s: io_uring submit: %s", f->path, strerror(-r));
+    }
+    f->n_inflight++;
+    return 0;
+}
+
+int tsr_wfile_complete(tsr_wfile *f, tsr_error *err) {
+    while (f->n_inflight > 0) reap_one(f);
+    for (int i = 0; i < RING_DEPTH; i++) f->inflight[i].buf = NULL;
+    if (f->failed && err) *err = f->ferr;
+    return f->failed;
+}
+
+/* An injected write fault (fault_check's value): ENOSPC/EIO, or a short write
+ * that stores half the bytes and reports no space. */
+static int injected_write(tsr_wfile *f, int fault, const void *buf, size_t len, uint64_t off, tsr_error *err) {
+    if (fault > 0)
+        return tsr_err(err, errno_status(fault), "%s: write of %zu bytes at %llu: %s (injected)", f->path, len,
+                       (unsigned long long)off, strerror(fault));
+    size_t half = len / 2 / TSR_ALIGN * TSR_ALIGN;
+    if (half && pwrite(f->fd, buf, half, (off_t)off) < 0) half = 0;
+    return tsr_err(err, TSR_ENOSPC, "%s: short write (%zu of %zu bytes) at %llu (injected)", f->path, half, len,
+                   (unsigned long long)off);
+}
+
+static int write_all(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {
+    size_t done = 0;
     while (done < len) {
         ssize_t n = pwrite(f->fd, (const char *)buf + done, len - done, (off_t)(off + done));
         if (n < 0) {
             if (errno == EINTR) continue;
-            return tsr_err(err, errno_status(errno), "%s: write of %zu bytes at %llu: %s", f->path,
-                           len, (unsigned long long)off, strerror(errno));
+            return tsr_err(err, errno_status(errno), "%s: write of %zu bytes at %llu: %s", f->path, len,
+                           (unsigned long long)off, strerror(errno));
         }
         if (n == 0)
-            return tsr_err(err, TSR_ENOSPC, "%s: short write at %llu", f->path,
-                           (unsigned long long)(off + done));
+            return tsr_err(err, TSR_ENOSPC, "%s: short write at %llu", f->path, (unsigned long long)(off + done));
         done += (size_t)n;
     }
     return 0;
+}
+
+int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {
+    int fault = fault_check(F_WRITE);
+    if (fault) return injected_write(f, fault, buf, len, off, err);
+    return write_all(f, buf, len, off, err);
 }
 
 static int fsync_fault(int fd) {
@@ -213,7 +316,14 @@ static int fsync_fault(int fd) {
 }
 
 int tsr_wfile_finish(tsr_wfile *f, tsr_error *err) {
-    int rc = 0;
+    int rc = tsr_wfile_complete(f, err);
+    ring_close(f);
+    if (rc) {
+        close(f->fd);
+        unlink(f->path);
+        free(f);
+        return rc;
+    }
     if (fsync_fault(f->fd) != 0)
         rc = tsr_err(err, errno_status(errno), "%s: fsync: %s", f->path, strerror(errno));
     if (close(f->fd) != 0 && !rc)
@@ -228,6 +338,10 @@ int tsr_wfile_finish(tsr_wfile *f, tsr_error *err) {
 
 void tsr_wfile_abort(tsr_wfile *f) {
     if (!f) return;
+    if (f->have_ring) {
+        tsr_wfile_complete(f, NULL);
+        ring_close(f);
+    }
     if (f->fd >= 0) close(f->fd);
     unlink(f->path);
     free(f);

@@ -5,7 +5,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
 #include "common.h"
 
 /* ------------------------------------------------------------ string pool */
@@ -971,7 +970,7 @@ int tsr_manifest_validate(tsr_manifest *m, const char *path, unsigned flags,
             return BAD("%s: frame %zu: raw frame with stored size %llu != raw size %llu", path, i,
                        (unsigned long long)f->stored_size, (unsigned long long)f->raw_size);
         }
-        if (f->stored_size == 0 || f->stored_size > tsr_codec_bound(f->raw_size)) {
+        if (f->stored_size == 0 || f->stored_size > TSR_MAX_STORED(f->raw_size)) {
             free(ord);
             return BAD("%s: frame %zu: stored size %llu out of range", path, i, (unsigned long long)f->stored_size);
         }

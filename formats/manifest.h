@@ -19,6 +19,9 @@
 #define TSR_MF_MAX_SIZE (4ull << 30)
 #define TSR_DATA_HEADER_SIZE 4096
 #define TSR_MAX_FILE_SIZE (1ull << 62)
+/* The largest stored size a frame of `raw` bytes may have (FORMAT.md section 4.2):
+ * room for any codec's overhead, including zstd frames written by other writers. */
+#define TSR_MAX_STORED(raw) ((raw) + (raw) / 128 + 4096)
 
 enum { TSR_SEC_STRINGS = 1, TSR_SEC_FILES, TSR_SEC_TENSORS, TSR_SEC_CHUNKS, TSR_SEC_FRAMES,
        TSR_SEC_BLOBS };

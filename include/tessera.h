@@ -159,6 +159,152 @@ typedef struct tsr_layout {
     uint32_t flags;                          /* TSR_LAYOUT_* */
 } tsr_layout;
 
+/* ------------------------------------------------------------------ layouts */
+
+/* tsr_layout_parse(): "pp=2,dp_replicate=1,dp_shard=4,tp=2" (any order, omitted
+ * degrees are 1; "flat" or "flat=1" sets TSR_LAYOUT_FLAT; "layers=N" sets
+ * n_layers, else it keeps the value *out had). Bad text is TSR_EINVAL with a
+ * message naming the part. */
+int tsr_layout_parse(const char *text, tsr_layout *out, tsr_error *err);
+/* tsr_layout_format(): the canonical text of a layout into buf. */
+void tsr_layout_format(const tsr_layout *l, char *buf, size_t len);
+/* tsr_layout_size(): the number of ranks, pp * dp_replicate * dp_shard * tp. */
+uint32_t tsr_layout_size(const tsr_layout *l);
+
+/* A rank's coordinates on the mesh [pp][dp_replicate][dp_shard][tp] (tp fastest). */
+typedef struct tsr_coord {
+    uint32_t pp, dp_replicate, dp_shard, tp;
+} tsr_coord;
+tsr_coord tsr_layout_coord(const tsr_layout *l, uint32_t rank);
+uint32_t tsr_layout_rank(const tsr_layout *l, tsr_coord c);
+
+/* A global tensor as a layout sees it. */
+typedef struct tsr_tensor_decl {
+    const char *name;
+    const char *group; /* "model", "optim", ... (flat sharding is per group) */
+    int dtype;
+    uint32_t ndim;
+    uint64_t shape[TSR_MAX_DIMS];
+    tsr_placement placement;
+} tsr_tensor_decl;
+
+/* One box a rank holds: of tensor `tensor` (an index into the caller's list). */
+typedef struct tsr_rank_box {
+    uint32_t tensor;
+    tsr_box box;
+} tsr_rank_box;
+
+/* tsr_layout_boxes(): the boxes that rank `rank` holds of each of the n tensors
+ * under layout l (DESIGN.md, "Global tensors, boxes and layouts"):
+ *  - PP: layer L lives on stage L / ceil(n_layers / pp); TSR_PP_FIRST tensors on
+ *    stage 0, TSR_PP_LAST on stage pp-1, TSR_PP_ALL on every stage. A rank of
+ *    another stage holds nothing of the tensor.
+ *  - TP: dim tp_dim is cut into tp pieces by ceil division (torch.chunk: piece t
+ *    is [t*c, min((t+1)*c, n)) with c = ceil(n/tp); trailing pieces may be empty);
+ *    tp_dim -1 replicates over tp.
+ *  - FSDP (fsdp = 1, not flat): dim 0 of the TP-local piece is cut the same way
+ *    into dp_shard pieces; fsdp = 0 replicates over dp_shard.
+ *  - dp_replicate: copies.
+ *  - Flat (TSR_LAYOUT_FLAT): for each group, on each (pp stage, tp rank), the
+ *    TP-local pieces of the group's tensors held by that stage, in name order,
+ *    are flattened and concatenated into one buffer of F elements, which is cut
+ *    into dp_shard ranges by ceil division; a rank's range becomes, per tensor,
+ *    at most 2*ndim-1 boxes. The fsdp flag is ignored.
+ * Boxes of volume 0 are left out. On success *out (malloc'ed; free() it) holds
+ * *n_out boxes, in tensor order, and for one tensor in row-major order. */
+int tsr_layout_boxes(const tsr_layout *l, const tsr_tensor_decl *tensors, size_t n, uint32_t rank,
+                     tsr_rank_box **out, size_t *n_out, tsr_error *err);
+
+/* tsr_range_boxes(): the boxes (at most 2*ndim-1, row-major order) that cover the
+ * row-major element range [begin, end) of `box`. @return their count. */
+size_t tsr_range_boxes(const tsr_box *box, uint64_t begin, uint64_t end, tsr_box *out);
+
+/* ------------------------------------------------------------------ planning */
+
+/* One overlap found by the planner: needed box `need` and stored box `have`
+ * intersect in `region`. */
+typedef struct tsr_overlap {
+    uint32_t need, have;
+    tsr_box region;
+} tsr_overlap;
+
+/* tsr_plan_overlaps(): every nonempty intersection between needed boxes
+ * need[0..n_need) and stored boxes have[0..n_have) of one tensor (all of the same
+ * ndim), by sort and sweep: O((n+m) log(n+m)) plus the overlaps found, not
+ * O(n*m). *out (malloc'ed) receives *n_out overlaps sorted by (need, have).
+ * Stored boxes must not overlap each other; needed boxes may. */
+int tsr_plan_overlaps(const tsr_box *need, size_t n_need, const tsr_box *have, size_t n_have,
+                      tsr_overlap **out, size_t *n_out, tsr_error *err);
+
+/* A save plan: which rank writes which box, so that a box held by several ranks
+ * (replicas) is written exactly once and the writers are balanced by bytes. */
+typedef struct tsr_save_plan {
+    size_t n;            /* entries */
+    tsr_rank_box *boxes; /* every distinct (tensor, box), sorted by (tensor, offset) */
+    uint32_t *writer;    /* the rank that writes boxes[i] */
+    uint64_t *bytes_per_rank; /* bytes assigned to each rank */
+    uint32_t n_ranks;
+} tsr_save_plan;
+
+/* tsr_save_plan_build(): from what every rank holds (held[r], n_held[r] for
+ * r < n_ranks; boxes of one tensor held by several ranks must be equal or
+ * disjoint), assigns each distinct box to one of the ranks holding it: largest
+ * boxes first, each to the candidate with the fewest bytes so far (ties: lowest
+ * rank). Deterministic: every rank computing it gets the same plan. `elem_size`
+ * gives bytes per element of each tensor. */
+int tsr_save_plan_build(const tsr_rank_box *const *held, const size_t *n_held, uint32_t n_ranks,
+                        const size_t *elem_size, tsr_save_plan *plan, tsr_error *err);
+void tsr_save_plan_free(tsr_save_plan *plan);
+
+/* ------------------------------------------------------------ communication */
+
+/* A group of ranks and the collectives tessera needs, behind one interface: MPI
+ * over host memory now, NCCL over device memory later. Blocking; every rank of
+ * the group calls a collective in the same order. A tsr_comm may be used from one
+ * thread at a time; the engine duplicates the caller's for its own thread. */
+typedef struct tsr_comm tsr_comm;
+
+/* tsr_comm_self(): a group of one rank (no MPI needed). */
+tsr_comm *tsr_comm_self(void);
+/* tsr_comm_mpi_world(): MPI_COMM_WORLD, initializing MPI (with
+ * MPI_THREAD_MULTIPLE) if it is not yet; tsr_comm_free finalizes what it
+ * initialized. */
+tsr_comm *tsr_comm_mpi_world(tsr_error *err);
+/* tsr_comm_dup(): a new communicator over the same ranks (collective). */
+tsr_comm *tsr_comm_dup(tsr_comm *c, tsr_error *err);
+void tsr_comm_free(tsr_comm *c);
+uint32_t tsr_comm_rank(const tsr_comm *c);
+uint32_t tsr_comm_size(const tsr_comm *c);
+
+int tsr_comm_barrier(tsr_comm *c, tsr_error *err);
+/* tsr_comm_bcast(): root's n bytes at buf to every rank. */
+int tsr_comm_bcast(tsr_comm *c, uint32_t root, void *buf, size_t n, tsr_error *err);
+/* tsr_comm_allreduce_min(): the minimum of every rank's *v, into *v everywhere. */
+int tsr_comm_allreduce_min(tsr_comm *c, int64_t *v, tsr_error *err);
+/* tsr_comm_allgatherv(): every rank's n bytes, concatenated in rank order into
+ * *all (malloc'ed) on every rank; counts[r] (malloc'ed, size ranks) is rank r's
+ * byte count. */
+int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, size_t **counts,
+                        tsr_error *err);
+/* tsr_comm_gatherv(): like allgatherv, but only `root` receives (*all and
+ * *counts are NULL elsewhere). */
+int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint8_t **all,
+                     size_t **counts, tsr_error *err);
+/* Point to point: a message of n bytes with a tag (0..32767). Messages between
+ * two ranks with one tag arrive in the order they were sent. */
+int tsr_comm_send(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n, tsr_error *err);
+int tsr_comm_recv(tsr_comm *c, uint32_t peer, int tag, void *buf, size_t n, tsr_error *err);
+/* Nonblocking point to point: requests collect in a tsr_comm_reqs, and
+ * tsr_comm_waitall completes all of them (and empties the set). */
+typedef struct tsr_comm_reqs tsr_comm_reqs;
+tsr_comm_reqs *tsr_comm_reqs_new(void);
+void tsr_comm_reqs_free(tsr_comm_reqs *r);
+int tsr_comm_isend(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n, tsr_comm_reqs *r,
+                   tsr_error *err);
+int tsr_comm_irecv(tsr_comm *c, uint32_t peer, int tag, void *buf, size_t n, tsr_comm_reqs *r,
+                   tsr_error *err);
+int tsr_comm_waitall(tsr_comm *c, tsr_comm_reqs *r, tsr_error *err);
+
 /* ------------------------------------------------------------------ saving */
 
 enum {
@@ -232,9 +378,91 @@ void tsr_save_abort(tsr_save *s);
 /* tsr_save_free(): releases the save (does not remove files). NULL is a no-op. */
 void tsr_save_free(tsr_save *s);
 
-/* ----------------------------------------------------------------- reading */
+/* ------------------------------------------------------------------ engine */
 
-typedef struct tsr_ckpt tsr_ckpt;
+/* The distributed, asynchronous checkpoint engine (DESIGN.md, "Async save
+ * pipeline" and "Load and online resharding"). Every rank of a tsr_comm opens one
+ * on the same ROOT; saves and loads are collective. */
+typedef struct tsr_engine tsr_engine;
+typedef struct tsr_ckpt tsr_ckpt; /* an open checkpoint (section "reading") */
+
+typedef struct tsr_engine_opts {
+    tsr_write_opts write; /* codec, level, frame size, encoder threads */
+    uint32_t keep_latest; /* retention: keep the newest K committed checkpoints; 0 keeps all */
+    int sync;             /* 1: tsr_engine_save returns after the commit */
+} tsr_engine_opts;
+tsr_engine_opts tsr_engine_opts_default(void);
+
+/* A rank's state: the global tensors (the same list, in the same order, on every
+ * rank), the boxes this rank holds with their memory, and blobs. A blob with rank
+ * -1 is global and taken from rank 0; any other rank value is this rank's own. */
+typedef struct tsr_state_box {
+    uint32_t tensor; /* index into tensors */
+    tsr_box box;
+    void *data;      /* the box's memory, row-major */
+} tsr_state_box;
+typedef struct tsr_state_blob {
+    const char *name;
+    int32_t rank;
+    const void *data;
+    size_t size;
+} tsr_state_blob;
+typedef struct tsr_state {
+    const tsr_tensor_decl *tensors;
+    size_t n_tensors;
+    const tsr_state_box *boxes;
+    size_t n_boxes;
+    const tsr_state_blob *blobs;
+    size_t n_blobs;
+    tsr_layout layout; /* recorded in the MANIFEST */
+} tsr_state;
+
+/* tsr_engine_new(): collective. `comm` must outlive the engine; the engine works
+ * on a duplicate of it from its own thread. */
+tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_opts *opts,
+                           tsr_error *err);
+/* tsr_engine_free(): waits for a save in flight, then releases everything. */
+void tsr_engine_free(tsr_engine *e);
+
+/* tsr_engine_save(): collective. Waits for the previous save if one is in flight
+ * (tsr_engine_last_wait tells how long), plans which rank writes which box
+ * (replicas once, balanced by bytes; cached while the state's layout is
+ * unchanged), copies this rank's share into a staging arena allocated once, and
+ * returns: encoding, writing (io_uring), the commit of the MANIFEST by rank 0 and
+ * retention go on in the background. The state's memory may change as soon as it
+ * returns. A failure of the background work never touches earlier checkpoints
+ * and is reported by tsr_engine_poll / tsr_engine_wait. */
+int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error *err);
+/* tsr_engine_save_dir(): the same, into the directory `dir` instead of
+ * ROOT/step-<step> (retention still applies to ROOT). */
+int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st,
+                        tsr_error *err);
+/* tsr_engine_poll(): *done = 1 when no save is in flight; then returns the status
+ * of the last save (0 if it committed). Not collective. */
+int tsr_engine_poll(tsr_engine *e, int *done, tsr_error *err);
+/* tsr_engine_wait(): blocks until no save is in flight; the last save's status. */
+int tsr_engine_wait(tsr_engine *e, tsr_error *err);
+/* Seconds the last tsr_engine_save waited for the previous save, and the seconds
+ * it blocked the caller in all (wait, plan, staging). */
+double tsr_engine_last_wait(const tsr_engine *e);
+double tsr_engine_last_stall(const tsr_engine *e);
+
+/* tsr_engine_load(): collective. Loads the checkpoint in step_dir (NULL: the
+ * newest committed one under ROOT) into the boxes of `st`, in whatever layout
+ * they are: each distinct box is read by one of the ranks that need it (only the
+ * frames that overlap it, checksums checked) and sent to the others. Tensors are
+ * matched by name; a tensor missing from the checkpoint or of another dtype or
+ * shape is an error naming it, found before any data is read. On success, and if
+ * ck_out is not NULL, *ck_out is the open checkpoint (for its blobs and step);
+ * close it with tsr_ckpt_close. TSR_ENOTFOUND when ROOT holds no checkpoint. */
+int tsr_engine_load(tsr_engine *e, const char *step_dir, const tsr_state *st, tsr_ckpt **ck_out,
+                    tsr_error *err);
+
+/* tsr_latest_step(): the newest committed step under root (into *step and, if
+ * dir is not NULL, its path). @return 0, or TSR_ENOTFOUND. */
+int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len);
+
+/* ----------------------------------------------------------------- reading */
 
 typedef struct tsr_tensor_info {
     const char *name;   /* owned by the tsr_ckpt */
@@ -282,6 +510,11 @@ typedef struct tsr_file_info {
  * directory. Data files are opened on first use. */
 tsr_ckpt *tsr_ckpt_open(const char *step_dir, tsr_error *err);
 void tsr_ckpt_close(tsr_ckpt *ck); /* NULL is a no-op */
+/* tsr_ckpt_read_manifest(): the MANIFEST bytes of step_dir (malloc'ed), unparsed;
+ * tsr_ckpt_open_manifest(): opens step_dir with MANIFEST bytes read elsewhere (by
+ * one rank, broadcast to the others). */
+int tsr_ckpt_read_manifest(const char *step_dir, uint8_t **buf, size_t *len, tsr_error *err);
+tsr_ckpt *tsr_ckpt_open_manifest(const char *step_dir, const uint8_t *buf, size_t len, tsr_error *err);
 
 uint64_t tsr_ckpt_step(const tsr_ckpt *ck);
 /* tsr_ckpt_version(): the MANIFEST's format version (major << 16 | minor). */

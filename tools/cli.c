@@ -7,6 +7,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tessera.h"
+
 int tsr_parse_u64(const char *s, uint64_t *out) {
     if (!s || !*s) return -1;
     uint64_t v = 0;
@@ -135,4 +137,23 @@ void tsr_progress_add(tsr_progress *p, uint64_t n) {
 void tsr_progress_end(tsr_progress *p) {
     if (p->active) progress_draw(p, 1);
     p->active = 0;
+}
+
+void tsr_resolve_ckpt_dir(const char *cmd, const char *dir, char *out, size_t len) {
+    uint64_t step;
+    snprintf(out, len, "%s", dir);
+    if (tsr_ckpt_is_committed(dir)) return;
+    if (tsr_latest_step(dir, &step, out, len) == 0)
+        fprintf(stderr, "tessera %s: using the newest checkpoint under %s: %s\n", cmd, dir, out);
+    else
+        snprintf(out, len, "%s", dir);
+}
+
+tsr_comm *tsr_cli_comm(const char *cmd) {
+    int under_mpirun = getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_RANK");
+    if (!under_mpirun) return tsr_comm_self();
+    tsr_error e = {0};
+    tsr_comm *c = tsr_comm_mpi_world(&e);
+    if (!c) fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+    return c;
 }

@@ -43,4 +43,13 @@ void tsr_progress_end(tsr_progress *p);
 
 double tsr_now(void); /* seconds, monotonic */
 
+/* tsr_resolve_ckpt_dir(): `dir` itself when it holds a MANIFEST; else, when it is
+ * a root of step directories, its newest committed one (said on stderr); else
+ * `dir` (opening it then reports the problem). */
+void tsr_resolve_ckpt_dir(const char *cmd, const char *dir, char *out, size_t len);
+
+/* tsr_cli_comm(): MPI_COMM_WORLD when the process was started by mpirun, else a
+ * group of one (no MPI). NULL on failure, with the reason on stderr. */
+struct tsr_comm *tsr_cli_comm(const char *cmd);
+
 #endif

@@ -10,6 +10,7 @@ int tsr_cmd_ckpt_info(int argc, char **argv);
 int tsr_cmd_ckpt_verify(int argc, char **argv);
 int tsr_cmd_ckpt_diff(int argc, char **argv);
 int tsr_cmd_ckpt_synth(int argc, char **argv);
+int tsr_cmd_ckpt_check(int argc, char **argv);
 int tsr_cmd_bench_codec(int argc, char **argv);
 
 #endif

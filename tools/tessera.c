@@ -17,7 +17,8 @@ static const command commands[] = {
     {"ckpt", "info", tsr_cmd_ckpt_info, "show a checkpoint's MANIFEST"},
     {"ckpt", "verify", tsr_cmd_ckpt_verify, "check every checksum and structural rule"},
     {"ckpt", "diff", tsr_cmd_ckpt_diff, "compare the tensors of two checkpoints"},
-    {"ckpt", "synth", tsr_cmd_ckpt_synth, "write (or check) a synthetic checkpoint"},
+    {"ckpt", "synth", tsr_cmd_ckpt_synth, "write a synthetic checkpoint, in any layout"},
+    {"ckpt", "check", tsr_cmd_ckpt_check, "load a synthetic checkpoint in any layout and check it"},
     {"bench", "codec", tsr_cmd_bench_codec, "frame codec against plain zstd"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])

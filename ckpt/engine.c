@@ -1,0 +1,880 @@
+/* engine.c: the distributed, asynchronous checkpoint engine.
+ *
+ * Save: plan (cached) -> stage into one arena (the only part the caller waits
+ * for) -> in a background thread: encode and write this rank's data file through
+ * tsr_save (thread pool, io_uring), gather every rank's table and status on rank
+ * 0, commit the MANIFEST there, broadcast the outcome, and on failure remove this
+ * save's files everywhere.
+ * Load: rank 0 reads the MANIFEST and broadcasts it; each distinct needed box is
+ * read by one rank that needs it and sent to the others. */
+#include <dirent.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "pool.h"
+
+#define TAG_MOD 32000
+#define MSG_LEN 1024
+
+typedef struct staged {
+    uint32_t tensor;
+    tsr_box box;
+    size_t off; /* in the arena */
+} staged;
+
+typedef struct staged_blob {
+    char name[TSR_MAX_NAME + 1];
+    int32_t rank;
+    size_t off, size;
+} staged_blob;
+
+typedef struct job {
+    char dir[PATH_MAX];
+    uint64_t step;
+    uint8_t save_id[16];
+    tsr_layout layout;
+    tsr_tensor_decl *tensors; /* names copied into names */
+    size_t n_tensors;
+    char *names;
+    staged *boxes;
+    size_t n_boxes;
+    staged_blob *blobs;
+    size_t n_blobs;
+} job;
+
+struct tsr_engine {
+    char root[PATH_MAX];
+    tsr_comm *comm, *bg;
+    uint32_t rank, size;
+    tsr_engine_opts opts;
+    uint8_t engine_id[16];
+    uint64_t n_saves;
+    /* plan cache */
+    uint64_t plan_key;
+    int have_plan;
+    size_t *mine;   /* state box index of each box this rank writes */
+    size_t n_mine;
+    /* staging */
+    uint8_t *arena;
+    size_t arena_cap;
+    /* background */
+    pthread_t thread;
+    int thread_started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int pending, busy, stop;
+    job job;
+    int last_status;
+    tsr_error last_err;
+    double last_wait, last_stall;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+tsr_engine_opts tsr_engine_opts_default(void) {
+    return (tsr_engine_opts){tsr_write_opts_default(), 0, 0};
+}
+
+static void job_clear(job *j) {
+    free(j->tensors);
+    free(j->names);
+    free(j->boxes);
+    free(j->blobs);
+    memset(j, 0, sizeof *j);
+}
+
+/* ------------------------------------------------------------ retention */
+
+static int remove_step_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    struct dirent *ent;
+    char path[PATH_MAX + 300];
+    while ((ent = readdir(d))) {
+        if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
+        unlink(path);
+    }
+    closedir(d);
+    return rmdir(dir);
+}
+
+typedef struct step_ent {
+    uint64_t step;
+    int committed;
+} step_ent;
+
+static int cmp_steps(const void *a, const void *b) {
+    const step_ent *x = a, *y = b;
+    return (x->step > y->step) - (x->step < y->step);
+}
+
+/* Steps under root (sorted). Returns the count or -1. */
+static long scan_steps(const char *root, step_ent **out) {
+    DIR *d = opendir(root);
+    if (!d) return -1;
+    step_ent *v = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *ent;
+    while ((ent = readdir(d))) {
+        uint64_t step;
+        if (!tsr_parse_step_dir(ent->d_name, &step)) continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 16;
+            step_ent *nv = realloc(v, cap * sizeof *v);
+            if (!nv) break;
+            v = nv;
+        }
+        char path[PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", root, ent->d_name);
+        v[n].step = step;
+        v[n].committed = tsr_ckpt_is_committed(path);
+        n++;
+    }
+    closedir(d);
+    tsr_sort(v, n, sizeof *v, cmp_steps);
+    *out = v;
+    return (long)n;
+}
+
+int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len) {
+    step_ent *v = NULL;
+    long n = scan_steps(root, &v);
+    int rc = TSR_ENOTFOUND;
+    for (long i = n - 1; i >= 0; i--)
+        if (v[i].committed) {
+            *step = v[i].step;
+            if (dir) {
+                char name[32];
+                tsr_step_dir_name(v[i].step, name, sizeof name);
+                snprintf(dir, len, "%s/%s", root, name);
+            }
+            rc = 0;
+            break;
+        }
+    free(v);
+    return rc;
+}
+
+/* Keeps the newest K committed steps; removes older ones, and uncommitted step
+ * directories older than the newest committed one (failed or interrupted saves). */
+static void retention(tsr_engine *e) {
+    step_ent *v = NULL;
+    long n = scan_steps(e->root, &v);
+    if (n <= 0) {
+        free(v);
+        return;
+    }
+    long committed = 0, newest = -1;
+    for (long i = 0; i < n; i++)
+        if (v[i].committed) committed++, newest = i;
+    long drop = e->opts.keep_latest && committed > (long)e->opts.keep_latest ? committed - (long)e->opts.keep_latest : 0;
+    for (long i = 0; i < n; i++) {
+        int remove = 0;
+        if (v[i].committed && drop > 0) remove = 1, drop--;
+        else if (!v[i].committed && i < newest) remove = 1;
+        if (!remove) continue;
+        char name[32], path[PATH_MAX + 40];
+        tsr_step_dir_name(v[i].step, name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", e->root, name);
+        if (remove_step_dir(path) == 0) tsr_log(2, "%s: removed (retention)", path);
+    }
+    free(v);
+}
+
+/* ------------------------------------------------------------ background */
+
+static void run_job(tsr_engine *e) {
+    job *j = &e->job;
+    tsr_error err = {0};
+    int rc = 0;
+    tsr_save *s = NULL;
+    if (tsr_ckpt_is_committed(j->dir))
+        rc = tsr_err(&err, TSR_EINVAL, "%s: already holds a committed checkpoint", j->dir);
+    if (!rc) {
+        tsr_write_opts wo = e->opts.write;
+        s = tsr_save_begin(j->dir, e->rank, j->save_id, &wo, &err);
+        if (!s) rc = err.code ? err.code : TSR_EIO;
+    }
+    for (size_t i = 0; !rc && i < j->n_tensors; i++) {
+        const tsr_tensor_decl *t = &j->tensors[i];
+        rc = tsr_save_tensor(s, t->name, t->group, t->dtype, t->ndim, t->shape, &t->placement, &err);
+    }
+    for (size_t i = 0; !rc && i < j->n_boxes; i++)
+        rc = tsr_save_box(s, j->tensors[j->boxes[i].tensor].name, &j->boxes[i].box, e->arena + j->boxes[i].off, &err);
+    for (size_t i = 0; !rc && i < j->n_blobs; i++)
+        rc = tsr_save_blob(s, j->blobs[i].name, j->blobs[i].rank, e->arena + j->blobs[i].off, j->blobs[i].size, &err);
+    const uint8_t *table = NULL;
+    size_t table_len = 0;
+    if (!rc) rc = tsr_save_finish(s, &table, &table_len, &err);
+
+    /* Every rank reports [i32 status][table, or its error message] to rank 0. */
+    size_t mlen = 4 + (rc ? strlen(err.msg) + 1 : table_len);
+    uint8_t *msg = malloc(mlen);
+    int comm_rc = 0;
+    uint8_t *all = NULL;
+    size_t *counts = NULL;
+    if (msg) {
+        tsr_st32(msg, (uint32_t)rc);
+        if (rc) memcpy(msg + 4, err.msg, strlen(err.msg) + 1);
+        else if (table_len) memcpy(msg + 4, table, table_len);
+    }
+    tsr_error cerr = {0};
+    comm_rc = tsr_comm_gatherv(e->bg, 0, msg, msg ? mlen : 0, &all, &counts, &cerr);
+    free(msg);
+    /* Rank 0 decides: commit when every rank succeeded. */
+    uint8_t outcome[4 + MSG_LEN] = {0};
+    if (e->rank == 0) {
+        int orc = comm_rc;
+        tsr_error oerr = cerr;
+        if (!orc) {
+            const uint8_t **tables = calloc(e->size, sizeof *tables);
+            size_t *lens = calloc(e->size, sizeof *lens);
+            size_t off = 0;
+            for (uint32_t r = 0; r < e->size && !orc && tables && lens; r++) {
+                if (counts[r] < 4) {
+                    orc = tsr_err(&oerr, TSR_EIO, "rank %u: no report", r);
+                    break;
+                }
+                int st = (int32_t)tsr_ld32(all + off);
+                if (st) {
+                    orc = st;
+                    tsr_err(&oerr, st, "rank %u: %.*s", r, (int)(counts[r] - 4 > 900 ? 900 : counts[r] - 5),
+                            (const char *)all + off + 4);
+                }
+                tables[r] = all + off + 4;
+                lens[r] = counts[r] - 4;
+                off += counts[r];
+            }
+            if (!tables || !lens) orc = tsr_err(&oerr, TSR_ENOMEM, "out of memory");
+            if (!orc) orc = tsr_save_commit(s, tables, lens, e->size, j->step, &j->layout, &oerr);
+            free(tables);
+            free(lens);
+        }
+        tsr_st32(outcome, (uint32_t)orc);
+        if (orc) snprintf((char *)outcome + 4, MSG_LEN, "%s", oerr.msg);
+    }
+    free(all);
+    free(counts);
+    if (tsr_comm_bcast(e->bg, 0, outcome, sizeof outcome, &cerr)) {
+        tsr_st32(outcome, (uint32_t)TSR_EIO);
+        snprintf((char *)outcome + 4, MSG_LEN, "%s", cerr.msg);
+    }
+    int final = (int32_t)tsr_ld32(outcome);
+    if (final) {
+        if (s) tsr_save_abort(s);
+        tsr_err(&err, final, "save of step %llu to %s failed: %s", (unsigned long long)j->step, j->dir,
+                (const char *)outcome + 4);
+        tsr_log(0, "%s", err.msg);
+    } else if (e->rank == 0) {
+        retention(e);
+    }
+    tsr_save_free(s);
+    pthread_mutex_lock(&e->mu);
+    e->last_status = final;
+    e->last_err = final ? err : (tsr_error){0};
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *bg_main(void *arg) {
+    tsr_engine *e = arg;
+    pthread_mutex_lock(&e->mu);
+    for (;;) {
+        while (!e->pending && !e->stop) pthread_cond_wait(&e->cv, &e->mu);
+        if (e->stop && !e->pending) break;
+        e->pending = 0;
+        pthread_mutex_unlock(&e->mu);
+        run_job(e);
+        pthread_mutex_lock(&e->mu);
+        e->busy = 0;
+        pthread_cond_broadcast(&e->cv);
+    }
+    pthread_mutex_unlock(&e->mu);
+    return NULL;
+}
+
+/* ---------------------------------------------------------------- engine */
+
+tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_opts *opts, tsr_error *err) {
+    tsr_engine *e = calloc(1, sizeof *e);
+    if (!e) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    snprintf(e->root, sizeof e->root, "%s", root);
+    e->comm = comm;
+    e->rank = tsr_comm_rank(comm);
+    e->size = tsr_comm_size(comm);
+    e->opts = opts ? *opts : tsr_engine_opts_default();
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    if (e->rank == 0 && getrandom(e->engine_id, 16, 0) != 16) memset(e->engine_id, 0x5a, 16);
+    if (tsr_comm_bcast(comm, 0, e->engine_id, 16, err)) goto fail;
+    e->bg = tsr_comm_dup(comm, err);
+    if (!e->bg) goto fail;
+    if (pthread_create(&e->thread, NULL, bg_main, e) != 0) {
+        tsr_err(err, TSR_ENOMEM, "cannot start the checkpoint thread");
+        goto fail;
+    }
+    e->thread_started = 1;
+    return e;
+fail:
+    tsr_engine_free(e);
+    return NULL;
+}
+
+void tsr_engine_free(tsr_engine *e) {
+    if (!e) return;
+    if (e->thread_started) {
+        pthread_mutex_lock(&e->mu);
+        e->stop = 1;
+        pthread_cond_broadcast(&e->cv);
+        pthread_mutex_unlock(&e->mu);
+        pthread_join(e->thread, NULL);
+    }
+    tsr_comm_free(e->bg);
+    job_clear(&e->job);
+    free(e->mine);
+    if (e->arena) munmap(e->arena, e->arena_cap);
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+    free(e);
+}
+
+int tsr_engine_poll(tsr_engine *e, int *done, tsr_error *err) {
+    pthread_mutex_lock(&e->mu);
+    *done = !e->busy;
+    int rc = *done ? e->last_status : 0;
+    if (rc && err) *err = e->last_err;
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+int tsr_engine_wait(tsr_engine *e, tsr_error *err) {
+    pthread_mutex_lock(&e->mu);
+    while (e->busy) pthread_cond_wait(&e->cv, &e->mu);
+    int rc = e->last_status;
+    if (rc && err) *err = e->last_err;
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+double tsr_engine_last_wait(const tsr_engine *e) { return e->last_wait; }
+double tsr_engine_last_stall(const tsr_engine *e) { return e->last_stall; }
+
+/* ------------------------------------------------------------- planning */
+
+static uint64_t state_key(const tsr_state *st) {
+    uint64_t h = tsr_hash(&st->n_tensors, sizeof st->n_tensors);
+    for (size_t i = 0; i < st->n_tensors; i++) {
+        const tsr_tensor_decl *t = &st->tensors[i];
+        h ^= tsr_hash(t->name, strlen(t->name)) * 31 + i;
+        uint64_t fields[12] = {(uint64_t)t->dtype, t->ndim, (uint64_t)(int64_t)t->placement.tp_dim, t->placement.fsdp,
+                               t->placement.pp_role, (uint64_t)(int64_t)t->placement.layer};
+        h = h * 1099511628211ull ^ tsr_hash(fields, sizeof fields);
+        h = h * 1099511628211ull ^ tsr_hash(t->shape, t->ndim * sizeof(uint64_t));
+    }
+    for (size_t i = 0; i < st->n_boxes; i++) {
+        const tsr_state_box *b = &st->boxes[i];
+        h = h * 1099511628211ull ^ tsr_hash(&b->tensor, sizeof b->tensor);
+        h = h * 1099511628211ull ^ tsr_hash(b->box.offset, b->box.ndim * sizeof(uint64_t));
+        h = h * 1099511628211ull ^ tsr_hash(b->box.extent, b->box.ndim * sizeof(uint64_t));
+    }
+    return h;
+}
+
+/* Serialized box list: per box, u32 tensor, u32 ndim, ndim x (offset, extent). */
+static uint8_t *pack_boxes(const tsr_state *st, size_t *len) {
+    size_t n = 0;
+    for (size_t i = 0; i < st->n_boxes; i++) n += 8 + 16 * st->boxes[i].box.ndim;
+    uint8_t *p = malloc(n ? n : 1), *q = p;
+    if (!p) return NULL;
+    for (size_t i = 0; i < st->n_boxes; i++) {
+        const tsr_state_box *b = &st->boxes[i];
+        tsr_st32(q, b->tensor);
+        tsr_st32(q + 4, b->box.ndim);
+        q += 8;
+        for (uint32_t d = 0; d < b->box.ndim; d++, q += 16) {
+            tsr_st64(q, b->box.offset[d]);
+            tsr_st64(q + 8, b->box.extent[d]);
+        }
+    }
+    *len = n;
+    return p;
+}
+
+/* Every rank's boxes, from an allgather: held[r] (n_held[r]) into one array. */
+typedef struct all_boxes {
+    tsr_rank_box *v;
+    const tsr_rank_box **held;
+    size_t *n_held;
+} all_boxes;
+
+static void all_boxes_free(all_boxes *a) {
+    free(a->v);
+    free(a->held);
+    free(a->n_held);
+}
+
+static int gather_boxes(tsr_comm *c, const tsr_state *st, all_boxes *out, tsr_error *err) {
+    size_t len = 0;
+    uint8_t *mine = pack_boxes(st, &len), *all = NULL;
+    size_t *counts = NULL;
+    if (!mine) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    int rc = tsr_comm_allgatherv(c, mine, len, &all, &counts, err);
+    free(mine);
+    if (rc) return rc;
+    uint32_t n = tsr_comm_size(c);
+    size_t total = 0;
+    for (uint32_t r = 0; r < n; r++) total += counts[r] / 8 + 1; /* an upper bound on boxes */
+    out->v = malloc(total * sizeof *out->v);
+    out->held = calloc(n, sizeof *out->held);
+    out->n_held = calloc(n, sizeof *out->n_held);
+    if (!out->v || !out->held || !out->n_held) {
+        all_boxes_free(out);
+        free(all), free(counts);
+        return tsr_err(err, TSR_ENOMEM, "out of memory");
+    }
+    size_t k = 0, off = 0;
+    for (uint32_t r = 0; r < n; r++) {
+        out->held[r] = out->v + k;
+        const uint8_t *p = all + off, *end = all + off + counts[r];
+        while (p + 8 <= end) {
+            tsr_rank_box *b = &out->v[k++];
+            b->tensor = tsr_ld32(p);
+            b->box.ndim = tsr_ld32(p + 4);
+            p += 8;
+            for (uint32_t d = 0; d < b->box.ndim && d < TSR_MAX_DIMS; d++, p += 16) {
+                b->box.offset[d] = tsr_ld64(p);
+                b->box.extent[d] = tsr_ld64(p + 8);
+            }
+            out->n_held[r]++;
+        }
+        off += counts[r];
+    }
+    free(all), free(counts);
+    return 0;
+}
+
+static int cmp_rank_box(const tsr_rank_box *a, const tsr_rank_box *b) {
+    if (a->tensor != b->tensor) return a->tensor < b->tensor ? -1 : 1;
+    for (uint32_t d = 0; d < a->box.ndim; d++)
+        if (a->box.offset[d] != b->box.offset[d]) return a->box.offset[d] < b->box.offset[d] ? -1 : 1;
+    return 0;
+}
+
+/* The index in plan->boxes of (tensor, box), or -1. */
+static long plan_find(const tsr_save_plan *p, uint32_t tensor, const tsr_box *box) {
+    tsr_rank_box key = {tensor, *box};
+    size_t lo = 0, hi = p->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        int c = cmp_rank_box(&p->boxes[mid], &key);
+        if (c == 0) return (long)mid;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return -1;
+}
+
+static int check_state(const tsr_state *st, tsr_error *err) {
+    for (size_t i = 0; i < st->n_boxes; i++) {
+        const tsr_state_box *b = &st->boxes[i];
+        if (b->tensor >= st->n_tensors) return tsr_err(err, TSR_EINVAL, "state box %zu: tensor %u of %zu", i, b->tensor, st->n_tensors);
+        const tsr_tensor_decl *t = &st->tensors[b->tensor];
+        if (b->box.ndim != t->ndim) return tsr_err(err, TSR_EINVAL, "%s: box has %u dims, tensor %u", t->name, b->box.ndim, t->ndim);
+        for (uint32_t d = 0; d < t->ndim; d++)
+            if (b->box.offset[d] > t->shape[d] || b->box.extent[d] > t->shape[d] - b->box.offset[d])
+                return tsr_err(err, TSR_EINVAL, "%s: box outside the tensor's shape in dim %u", t->name, d);
+    }
+    return 0;
+}
+
+static size_t *elem_sizes(const tsr_state *st) {
+    size_t *es = malloc((st->n_tensors + 1) * sizeof *es);
+    if (es)
+        for (size_t i = 0; i < st->n_tensors; i++) es[i] = tsr_dtype_size(st->tensors[i].dtype);
+    return es;
+}
+
+/* (Re)plans when the state's layout changed on any rank: e->mine lists the state
+ * boxes this rank writes. */
+static int plan_save(tsr_engine *e, const tsr_state *st, tsr_error *err) {
+    uint64_t key = state_key(st);
+    int64_t valid = e->have_plan && key == e->plan_key;
+    int rc = tsr_comm_allreduce_min(e->comm, &valid, err);
+    if (rc) return rc;
+    if (valid) return 0;
+    all_boxes ab = {0};
+    if ((rc = gather_boxes(e->comm, st, &ab, err))) return rc;
+    size_t *es = elem_sizes(st);
+    tsr_save_plan plan = {0};
+    if (!es) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (!rc) rc = tsr_save_plan_build(ab.held, ab.n_held, e->size, es, &plan, err);
+    free(es);
+    all_boxes_free(&ab);
+    if (rc) return rc;
+    free(e->mine);
+    e->mine = malloc((st->n_boxes + 1) * sizeof *e->mine);
+    e->n_mine = 0;
+    if (!e->mine) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < st->n_boxes; i++) {
+        if (tsr_box_volume(&st->boxes[i].box) == 0) continue;
+        long k = plan_find(&plan, st->boxes[i].tensor, &st->boxes[i].box);
+        if (k >= 0 && plan.writer[k] == e->rank) {
+            e->mine[e->n_mine++] = i;
+            plan.writer[k] = UINT32_MAX; /* a box listed twice by this rank is written once */
+        }
+    }
+    tsr_save_plan_free(&plan);
+    if (!rc) {
+        e->plan_key = key;
+        e->have_plan = 1;
+    }
+    return rc;
+}
+
+/* ---------------------------------------------------------------- save */
+
+static int arena_reserve(tsr_engine *e, size_t need, tsr_error *err) {
+    if (need <= e->arena_cap) return 0;
+    if (e->arena) munmap(e->arena, e->arena_cap);
+    size_t cap = tsr_align_up(need + need / 8, 1 << 21);
+    /* populated up front: staging must run at memcpy speed, without page faults */
+    void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) {
+        e->arena = NULL;
+        e->arena_cap = 0;
+        return tsr_err(err, TSR_ENOMEM, "cannot allocate a staging arena of %zu bytes", cap);
+    }
+    e->arena = p;
+    e->arena_cap = cap;
+    return 0;
+}
+
+static int copy_decls(job *j, const tsr_state *st, tsr_error *err) {
+    size_t names = 0;
+    for (size_t i = 0; i < st->n_tensors; i++)
+        names += strlen(st->tensors[i].name) + strlen(st->tensors[i].group ? st->tensors[i].group : "model") + 2;
+    j->tensors = malloc((st->n_tensors + 1) * sizeof *j->tensors);
+    j->names = malloc(names + 1);
+    if (!j->tensors || !j->names) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    char *p = j->names;
+    for (size_t i = 0; i < st->n_tensors; i++) {
+        j->tensors[i] = st->tensors[i];
+        const char *g = st->tensors[i].group ? st->tensors[i].group : "model";
+        size_t a = strlen(st->tensors[i].name) + 1, b = strlen(g) + 1;
+        memcpy(p, st->tensors[i].name, a);
+        j->tensors[i].name = p;
+        p += a;
+        memcpy(p, g, b);
+        j->tensors[i].group = p;
+        p += b;
+    }
+    j->n_tensors = st->n_tensors;
+    return 0;
+}
+
+int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error *err) {
+    char name[32], dir[PATH_MAX + 40];
+    tsr_step_dir_name(step, name, sizeof name);
+    snprintf(dir, sizeof dir, "%s/%s", e->root, name);
+    return tsr_engine_save_dir(e, dir, step, st, err);
+}
+
+int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
+    double t0 = now_s();
+    tsr_error prev;
+    if (tsr_engine_wait(e, &prev)) tsr_log(1, "previous save failed: %s", prev.msg);
+    double t1 = now_s();
+    e->last_wait = t1 - t0;
+    int rc = check_state(st, err);
+    int64_t ok = rc == 0;
+    /* every rank learns whether all states are usable before any collective on them */
+    if (tsr_comm_allreduce_min(e->comm, &ok, rc ? NULL : err) && !rc) return err ? err->code : TSR_EIO;
+    if (!ok) return rc ? rc : tsr_err(err, TSR_EINVAL, "another rank's state is invalid");
+    if ((rc = plan_save(e, st, err))) return rc;
+
+    job_clear(&e->job);
+    job *j = &e->job;
+    snprintf(j->dir, sizeof j->dir, "%s", dir);
+    j->step = step;
+    j->layout = st->layout;
+    if (!j->layout.pp) j->layout = (tsr_layout){1, 1, 1, 1, 0, 0};
+    e->n_saves++;
+    uint64_t ids[3] = {tsr_hash(e->engine_id, 16), step, e->n_saves};
+    uint64_t h1 = tsr_hash(ids, sizeof ids), h2 = tsr_hash(&h1, sizeof h1);
+    memcpy(j->save_id, &h1, 8);
+    memcpy(j->save_id + 8, &h2, 8);
+    if ((rc = copy_decls(j, st, err))) return rc;
+    /* sizes: my boxes, then blobs */
+    size_t need = 0, nb = 0;
+    for (size_t i = 0; i < e->n_mine; i++) {
+        const tsr_state_box *b = &st->boxes[e->mine[i]];
+        need += tsr_align_up(tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype), 64);
+    }
+    for (size_t i = 0; i < st->n_blobs; i++) {
+        if (st->blobs[i].rank == -1 && e->rank != 0) continue;
+        if (strlen(st->blobs[i].name) > TSR_MAX_NAME)
+            return tsr_err(err, TSR_EINVAL, "blob name too long: %.64s", st->blobs[i].name);
+        need += tsr_align_up(st->blobs[i].size, 64);
+        nb++;
+    }
+    j->boxes = malloc((e->n_mine + 1) * sizeof *j->boxes);
+    j->blobs = malloc((nb + 1) * sizeof *j->blobs);
+    if (!j->boxes || !j->blobs) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    if ((rc = arena_reserve(e, need, err))) return rc;
+    size_t off = 0;
+    for (size_t i = 0; i < e->n_mine; i++) {
+        const tsr_state_box *b = &st->boxes[e->mine[i]];
+        size_t bytes = tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype);
+        memcpy(e->arena + off, b->data, bytes);
+        j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, off};
+        off += tsr_align_up(bytes, 64);
+    }
+    for (size_t i = 0; i < st->n_blobs; i++) {
+        const tsr_state_blob *b = &st->blobs[i];
+        if (b->rank == -1 && e->rank != 0) continue;
+        staged_blob *sb = &j->blobs[j->n_blobs++];
+        snprintf(sb->name, sizeof sb->name, "%s", b->name);
+        sb->rank = b->rank;
+        sb->off = off;
+        sb->size = b->size;
+        if (b->size) memcpy(e->arena + off, b->data, b->size);
+        off += tsr_align_up(b->size, 64);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->busy = 1;
+    e->pending = 1;
+    e->last_status = 0;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    e->last_stall = now_s() - t0;
+    if (e->opts.sync) return tsr_engine_wait(e, err);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- load */
+
+typedef struct read_item {
+    size_t state_box;   /* index into st->boxes */
+    uint64_t piece;     /* piece of the box (bounded reads spread over threads) */
+} read_item;
+
+typedef struct load_ctx {
+    tsr_ckpt *ck;
+    const tsr_state *st;
+    const long *ck_tensor; /* checkpoint tensor index of each state tensor */
+    read_item *items;
+    size_t n_items;
+    pthread_mutex_t mu;
+    int rc;
+    tsr_error err;
+} load_ctx;
+
+#define PIECE_BYTES (16u << 20)
+
+static void load_piece(void *ctx, size_t i, int worker) {
+    load_ctx *l = ctx;
+    const read_item *it = &l->items[i];
+    const tsr_state_box *b = &l->st->boxes[it->state_box];
+    size_t es = tsr_dtype_size(l->st->tensors[b->tensor].dtype);
+    tsr_box piece;
+    tsr_box_piece(&b->box, es, PIECE_BYTES, it->piece, &piece);
+    /* pieces are row-major-contiguous in the box: the memory of this one starts
+     * at the box-relative flat index of its first element */
+    uint64_t flat = 0;
+    for (uint32_t d = 0; d < b->box.ndim; d++)
+        flat = flat * b->box.extent[d] + (piece.offset[d] - b->box.offset[d]);
+    tsr_error e = {0};
+    int rc = tsr_ckpt_read(l->ck, (size_t)l->ck_tensor[b->tensor], &piece, (uint8_t *)b->data + flat * es, &e);
+    if (rc) {
+        pthread_mutex_lock(&l->mu);
+        if (!l->rc) l->rc = rc, l->err = e;
+        pthread_mutex_unlock(&l->mu);
+    }
+}
+
+/* Rank 0 picks the directory and reads the MANIFEST; every rank opens it. */
+static tsr_ckpt *open_everywhere(tsr_engine *e, const char *step_dir, tsr_error *err) {
+    char dir[PATH_MAX];
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    int64_t hdr[2] = {0, 0}; /* status, length */
+    tsr_error e0 = {0};
+    if (e->rank == 0) {
+        uint64_t step;
+        if (step_dir) snprintf(dir, sizeof dir, "%s", step_dir);
+        else if (tsr_latest_step(e->root, &step, dir, sizeof dir))
+            hdr[0] = tsr_err(&e0, TSR_ENOTFOUND, "%s: no committed checkpoint", e->root);
+        if (!hdr[0]) hdr[0] = tsr_ckpt_read_manifest(dir, &buf, &len, &e0);
+        hdr[1] = (int64_t)len;
+    }
+    if (tsr_comm_bcast(e->comm, 0, hdr, sizeof hdr, err)) return NULL;
+    if (hdr[0]) {
+        char m[MSG_LEN] = {0};
+        if (e->rank == 0) snprintf(m, sizeof m, "%s", e0.msg);
+        tsr_comm_bcast(e->comm, 0, m, sizeof m, NULL);
+        tsr_err(err, (int)hdr[0], "%s", m);
+        free(buf);
+        return NULL;
+    }
+    if (tsr_comm_bcast(e->comm, 0, dir, sizeof dir, err)) return NULL;
+    if (e->rank != 0 && !(buf = malloc((size_t)hdr[1] + 1))) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL; /* the bcast below then hangs the others: MPI aborts the job */
+    }
+    if (tsr_comm_bcast(e->comm, 0, buf, (size_t)hdr[1], err)) {
+        free(buf);
+        return NULL;
+    }
+    tsr_ckpt *ck = tsr_ckpt_open_manifest(dir, buf, (size_t)hdr[1], err);
+    free(buf);
+    return ck;
+}
+
+int tsr_engine_load(tsr_engine *e, const char *step_dir, const tsr_state *st, tsr_ckpt **ck_out, tsr_error *err) {
+    int rc = check_state(st, err);
+    if (rc) return rc;
+    tsr_ckpt *ck = open_everywhere(e, step_dir, err);
+    if (!ck) return err ? err->code : TSR_EIO;
+    long *ck_tensor = malloc((st->n_tensors + 1) * sizeof *ck_tensor);
+    if (!ck_tensor) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < st->n_tensors; i++) {
+        const tsr_tensor_decl *t = &st->tensors[i];
+        long k = tsr_ckpt_find(ck, t->name);
+        tsr_tensor_info ti;
+        if (k < 0) {
+            rc = tsr_err(err, TSR_ENOTFOUND, "%s: no tensor %s in the checkpoint", tsr_ckpt_dir(ck), t->name);
+            break;
+        }
+        tsr_ckpt_tensor(ck, (size_t)k, &ti);
+        int same = ti.dtype == t->dtype && ti.ndim == t->ndim;
+        for (uint32_t d = 0; same && d < t->ndim; d++) same = ti.shape[d] == t->shape[d];
+        if (!same) {
+            char a[160] = "", b[160] = "";
+            for (uint32_t d = 0; d < ti.ndim; d++) snprintf(a + strlen(a), sizeof a - strlen(a), "%s%llu", d ? "," : "", (unsigned long long)ti.shape[d]);
+            for (uint32_t d = 0; d < t->ndim; d++) snprintf(b + strlen(b), sizeof b - strlen(b), "%s%llu", d ? "," : "", (unsigned long long)t->shape[d]);
+            rc = tsr_err(err, TSR_EINVAL, "%s: tensor %s is %s [%s] in the checkpoint, %s [%s] here", tsr_ckpt_dir(ck),
+                         t->name, tsr_dtype_name(ti.dtype), a, tsr_dtype_name(t->dtype), b);
+            break;
+        }
+        ck_tensor[i] = k;
+    }
+    /* every rank sees the same decls, but a rank's local failure must stop all */
+    int64_t ok = rc == 0;
+    tsr_comm_allreduce_min(e->comm, &ok, NULL);
+    if (!ok && !rc) rc = tsr_err(err, TSR_EINVAL, "load refused on another rank");
+
+    all_boxes ab = {0};
+    tsr_save_plan plan = {0};
+    size_t *es = NULL;
+    if (!rc) rc = gather_boxes(e->comm, st, &ab, err);
+    if (!rc && !(es = elem_sizes(st))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (!rc) rc = tsr_save_plan_build(ab.held, ab.n_held, e->size, es, &plan, err);
+
+    tsr_comm_reqs *reqs = rc ? NULL : tsr_comm_reqs_new();
+    load_ctx l = {.ck = ck, .st = st, .ck_tensor = ck_tensor};
+    pthread_mutex_init(&l.mu, NULL);
+    long *mine_for = NULL; /* plan entry -> my state box index, for entries I read */
+    if (!rc && !reqs) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (!rc && !(mine_for = malloc((plan.n + 1) * sizeof *mine_for))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t k = 0; !rc && k < plan.n; k++) mine_for[k] = -1;
+    /* 1: receives for the boxes another rank reads for me */
+    size_t n_items = 0;
+    for (size_t i = 0; !rc && i < st->n_boxes; i++) {
+        const tsr_state_box *b = &st->boxes[i];
+        if (tsr_box_volume(&b->box) == 0) continue;
+        long k = plan_find(&plan, b->tensor, &b->box);
+        if (k < 0) {
+            rc = tsr_err(err, TSR_EIO, "load plan lost a box of %s", st->tensors[b->tensor].name);
+            break;
+        }
+        size_t bytes = tsr_box_volume(&b->box) * es[b->tensor];
+        if (plan.writer[k] == e->rank) {
+            if (mine_for[k] < 0) {
+                mine_for[k] = (long)i;
+                n_items += tsr_box_pieces(&b->box, es[b->tensor], PIECE_BYTES);
+            } else { /* the same box twice in my own state: copy after reading */
+                rc = tsr_comm_irecv(e->comm, e->rank, (int)(k % TAG_MOD), b->data, bytes, reqs, err);
+            }
+        } else {
+            rc = tsr_comm_irecv(e->comm, plan.writer[k], (int)(k % TAG_MOD), b->data, bytes, reqs, err);
+        }
+    }
+    /* 2: my reads, spread over threads */
+    if (!rc && n_items) {
+        l.items = malloc(n_items * sizeof *l.items);
+        if (!l.items) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+        for (size_t k = 0; !rc && k < plan.n; k++) {
+            if (mine_for[k] < 0) continue;
+            const tsr_state_box *b = &st->boxes[mine_for[k]];
+            uint64_t np = tsr_box_pieces(&b->box, es[b->tensor], PIECE_BYTES);
+            for (uint64_t p = 0; p < np; p++) l.items[l.n_items++] = (read_item){(size_t)mine_for[k], p};
+        }
+        tsr_pool *pool = rc ? NULL : tsr_pool_new(e->opts.write.threads);
+        if (!rc && !pool) rc = tsr_err(err, TSR_ENOMEM, "cannot start reader threads");
+        if (pool) {
+            tsr_pool_for(pool, l.n_items, load_piece, &l);
+            tsr_pool_free(pool);
+        }
+        if (!rc && l.rc) {
+            rc = l.rc;
+            if (err) *err = l.err;
+        }
+    }
+    /* 3: send what I read to every other rank that holds the same box (also on a
+     * local read failure: the receivers are waiting; the status below tells them) */
+    for (uint32_t r = 0; reqs && r < e->size; r++) {
+        for (size_t i = 0; i < ab.n_held[r]; i++) {
+            const tsr_rank_box *hb = &ab.held[r][i];
+            if (tsr_box_volume(&hb->box) == 0) continue;
+            long k = plan_find(&plan, hb->tensor, &hb->box);
+            if (k < 0 || plan.writer[k] != e->rank) continue;
+            /* held[me][i] is st->boxes[i]: its first copy was read in place */
+            if (r == e->rank && mine_for[k] == (long)i) continue;
+            const tsr_state_box *src = &st->boxes[mine_for[k]];
+            tsr_error se;
+            if (tsr_comm_isend(e->comm, r, (int)(k % TAG_MOD), src->data,
+                               tsr_box_volume(&src->box) * es[src->tensor], reqs, &se) && !rc) {
+                rc = se.code;
+                if (err) *err = se;
+            }
+        }
+    }
+    if (reqs) {
+        tsr_error we;
+        if (tsr_comm_waitall(e->comm, reqs, &we) && !rc) {
+            rc = we.code;
+            if (err) *err = we;
+        }
+    }
+    /* everyone learns whether every rank loaded */
+    int64_t all_ok = rc == 0;
+    tsr_comm_allreduce_min(e->comm, &all_ok, NULL);
+    if (!rc && !all_ok) rc = tsr_err(err, TSR_EIO, "%s: the load failed on another rank", tsr_ckpt_dir(ck));
+    tsr_comm_reqs_free(reqs);
+    pthread_mutex_destroy(&l.mu);
+    free(l.items);
+    free(mine_for);
+    tsr_save_plan_free(&plan);
+    free(es);
+    all_boxes_free(&ab);
+    free(ck_tensor);
+    if (rc || !ck_out) tsr_ckpt_close(ck);
+    else *ck_out = ck;
+    return rc;
+}

@@ -1,0 +1,128 @@
+#!/bin/sh
+# fuzz.sh: runs one libFuzzer target for a while.
+#   sh tests/fuzz.sh BINARY SECONDS
+# Run from an empty working directory (tests/run.sh gives each test one): builds a
+# seed corpus there, chosen by the basename of BINARY
+#   fuzz_manifest*  MANIFESTs of small synthetic checkpoints ("$TESSERA ckpt synth")
+#   fuzz_frame*     small inputs in the layout fuzz_frame.c reads
+# then runs the fuzzer on corpus/ (new inputs) and seeds/ for SECONDS seconds.
+# Exit 0 when the fuzzer found nothing; 1 otherwise, printing the input that
+# failed and the tail of the log; 77 (with "SKIP: ...") when BINARY is missing.
+# Environment: TESSERA (the tessera command; default build/asan/tessera or
+# build/release/tessera under TSR_ROOT), TSR_ROOT (the repository).
+BIN=$1
+SECONDS_=${2:-30}
+if [ -z "$BIN" ] || [ ! -f "$BIN" ] || [ ! -x "$BIN" ]; then
+    echo "SKIP: fuzzer binary ${BIN:-(none given)} is missing (build it with make fuzz)" >&2
+    exit 77
+fi
+case $SECONDS_ in
+'' | *[!0-9]*) echo "usage: sh tests/fuzz.sh BINARY SECONDS" >&2; exit 2;;
+esac
+case $BIN in /*) ;; *) BIN=$(pwd)/$BIN;; esac
+NAME=$(basename "$BIN")
+ROOT=${TSR_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+WORK=$(pwd)
+mkdir -p corpus seeds artifacts
+LOG=$WORK/fuzz.log
+
+# ------------------------------------------------------------------ seeds
+
+find_tessera() {
+    for t in "${TESSERA:-}" "$ROOT/build/asan/tessera" "$ROOT/build/release/tessera"; do
+        [ -n "$t" ] && [ -x "$t" ] && { echo "$t"; return 0; }
+    done
+    return 1
+}
+
+seeds_manifest() {
+    T=$(find_tessera) || { echo "fuzz.sh: no tessera command; starting without MANIFEST seeds" >&2; return 0; }
+    i=0
+    for spec in "64K mix 3 auto" "16K f32 1 auto" "256K bf16 4 auto" "64K mix 1 raw" \
+                "32K mix 2 zstd" "128K f32 2 bytegroup" "8K bf16 5 auto" "1M mix 8 auto"; do
+        set -- $spec
+        i=$((i + 1))
+        d=$WORK/synth/step-0000000$i
+        if ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}" "$T" ckpt synth "$d" --bytes "$1" \
+               --dtype "$2" --tensors "$3" --codec "$4" --step "$i" --threads 1 >/dev/null 2>"$WORK/synth.err" &&
+           [ -f "$d/MANIFEST" ]; then
+            cp "$d/MANIFEST" "seeds/manifest-$i"
+        else
+            echo "fuzz.sh: $T ckpt synth $d --bytes $1 --dtype $2 --tensors $3 --codec $4 failed:" >&2
+            tail -n 3 "$WORK/synth.err" >&2
+        fi
+    done
+    rm -rf "$WORK/synth"
+}
+
+# A fuzz_frame input: dtype, codec, raw_size (u32 LE), position (u32 LE), xor,
+# level, payload. Bytes are given as octal escapes for printf.
+frame_seed() { # file dtype codec raw_size pos xor level payload-file
+    f=$1
+    le32() { printf "\\$(printf %03o $(($1 & 255)))\\$(printf %03o $((($1 >> 8) & 255)))\\$(printf %03o $((($1 >> 16) & 255)))\\$(printf %03o $((($1 >> 24) & 255)))"; }
+    { printf "\\$(printf %03o "$2")\\$(printf %03o "$3")"; le32 "$4"; le32 "$5"
+      printf "\\$(printf %03o "$6")\\$(printf %03o "$7")"; cat "$8"; } > "$f"
+}
+
+seeds_frame() {
+    p=$WORK/payload
+    # raw f32, 16 bytes
+    printf 'ABCDEFGHIJKLMNOP' > "$p"; frame_seed seeds/raw-f32 1 0 16 3 1 0 "$p"
+    # gaussian-like bf16 / f32 bytes: a slowly varying exponent, noisy mantissa
+    i=0; : > "$p"
+    while [ $i -lt 512 ]; do printf "\\$(printf %03o $(((i * 37) & 255)))\\074" >> "$p"; i=$((i + 1)); done
+    frame_seed seeds/bf16 3 2 1024 100 8 0 "$p"
+    frame_seed seeds/f32 1 2 1024 7 255 1 "$p"
+    frame_seed seeds/f16-trunc 2 2 1024 77 0 2 "$p"
+    # integers and bytes: zstd
+    frame_seed seeds/i32 9 1 1024 5 4 3 "$p"
+    frame_seed seeds/u8 11 0 1024 9 0 4 "$p"
+    # a bytegroup frame of 4 f16 elements, both planes stored raw: decodes as is
+    printf '\000\000\000\000\004\000\000\000\000\000\000\000\004\000\000\000\074\075\076\077\001\002\003\004' > "$p"
+    frame_seed seeds/bytegroup-f16 2 2 8 0 1 0 "$p"
+    # zstd frames of real data, when the zstd command is here
+    if command -v zstd >/dev/null 2>&1; then
+        head -c 3000 "$ROOT/formats/FORMAT.md" > "$WORK/text"
+        if zstd -q -c "$WORK/text" > "$p" 2>/dev/null; then
+            frame_seed seeds/zstd-text 11 1 3000 40 16 0 "$p"
+            frame_seed seeds/zstd-text-f32 1 1 3000 40 16 0 "$p"
+        fi
+        rm -f "$WORK/text"
+    fi
+    rm -f "$p"
+}
+
+case $NAME in
+fuzz_manifest*) seeds_manifest;;
+fuzz_frame*) seeds_frame;;
+*) echo "fuzz.sh: no seeds for $NAME" >&2;;
+esac
+echo "fuzz.sh: $NAME for ${SECONDS_}s, $(ls seeds | wc -l) seeds"
+
+# ------------------------------------------------------------------- run
+
+# detect_leaks stays on (the targets free everything); abort_on_error is left to
+# libFuzzer, which writes the failing input before it exits.
+ASAN_OPTIONS="detect_leaks=1:${ASAN_OPTIONS:-}" \
+UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:${UBSAN_OPTIONS:-}" \
+"$BIN" -max_total_time="$SECONDS_" -rss_limit_mb=2048 -max_len=65536 -timeout=10 \
+    -print_final_stats=1 -artifact_prefix="$WORK/artifacts/" corpus seeds >"$LOG" 2>&1
+rc=$?
+found=$(ls artifacts 2>/dev/null)
+if [ $rc -eq 0 ] && [ -z "$found" ]; then
+    grep -E '^(Done|stat::number_of_executed_units|#[0-9]+ +DONE)' "$LOG" | tail -n 2
+    echo "fuzz.sh: $NAME: nothing found ($(ls corpus | wc -l) new corpus inputs)"
+    exit 0
+fi
+echo "fuzz.sh: $NAME FAILED (exit $rc)"
+for a in $found; do
+    f=$WORK/artifacts/$a
+    echo "failing input: $f ($(wc -c < "$f") bytes)"
+    if [ "$(wc -c < "$f")" -le 4096 ]; then
+        echo "base64 of $a:"
+        base64 < "$f"
+    fi
+done
+echo "---- last lines of $LOG:"
+tail -n 60 "$LOG"
+exit 1
