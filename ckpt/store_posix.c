@@ -55,6 +55,10 @@ static int fault_check(int op) {
     char opname[16], kind[16];
     long n;
     if (sscanf(spec, "%15[a-z]:%ld:%15s", opname, &n, kind) != 3) return 0;
+    if (strcmp(opname, "delay") == 0) { /* "delay:USEC:OP": every OP takes USEC longer */
+        if (strcmp(kind, names[op]) == 0 && n > 0) usleep((useconds_t)n);
+        return 0;
+    }
     if (strcmp(opname, names[op]) != 0) return 0;
     pthread_mutex_lock(&fault_mu);
     long c = ++fault_counts[op];

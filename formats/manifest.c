@@ -554,6 +554,17 @@ out:
 
 #define BAD(...) tsr_err(err, TSR_ECORRUPT, __VA_ARGS__)
 
+typedef struct sec_range {
+    uint64_t lo, hi;
+    uint32_t index;
+} sec_range;
+
+static int cmp_sec_range(const void *pa, const void *pb) {
+    const sec_range *a = pa, *b = pb;
+    if (a->lo != b->lo) return a->lo < b->lo ? -1 : 1;
+    return (a->hi > b->hi) - (a->hi < b->hi);
+}
+
 static int get_str(const uint8_t *strs, size_t slen, const uint8_t *p, const char *path,
                    const char *what, size_t idx, tsr_manifest *m, const char **out,
                    tsr_error *err) {
@@ -588,7 +599,7 @@ int tsr_manifest_parse(const uint8_t *buf, size_t len, const char *path, unsigne
                        path, m->version_major, m->version_minor, TSR_FORMAT_MAJOR);
     uint32_t hsize = tsr_ld32(buf + 12);
     uint32_t nsec = tsr_ld32(buf + 48);
-    if (hsize < TSR_MF_HEADER_SIZE || hsize % 8) return BAD("%s: bad header size %u", path, hsize);
+    if (hsize < TSR_MF_HEADER_SIZE) return BAD("%s: bad header size %u", path, hsize);
     uint64_t table_end = (uint64_t)hsize + (uint64_t)nsec * 32;
     if (table_end > len - 8) return BAD("%s: section table (%u sections) past the end", path, nsec);
     m->step = tsr_ld64(buf + 24);
@@ -607,40 +618,53 @@ int tsr_manifest_parse(const uint8_t *buf, size_t len, const char *path, unsigne
     uint64_t secsize[7] = {0}, seccount[7] = {0}, secrec[7] = {0};
     const uint32_t minrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR, TSR_REC_CHUNK, TSR_REC_FRAME,
                                 TSR_REC_BLOB};
-    uint64_t ranges[64][2];
-    uint32_t nranges = 0;
+    /* section ranges, for the overlap check (nsec is bounded by the file size) */
+    sec_range *ranges = malloc(((size_t)nsec + 1) * sizeof *ranges);
+    if (!ranges) return tsr_err(err, TSR_ENOMEM, "%s: out of memory", path);
     for (uint32_t s = 0; s < nsec; s++) {
         const uint8_t *e = buf + hsize + 32 * (size_t)s;
         uint32_t type = tsr_ld32(e), sflags = tsr_ld32(e + 4), rec = tsr_ld32(e + 24),
                  count = tsr_ld32(e + 28);
         uint64_t off = tsr_ld64(e + 8), size = tsr_ld64(e + 16);
-        if (off % 8 || off < table_end || off > len - 8 || size > len - 8 - off)
+        if (off % 8 || off < table_end || off > len - 8 || size > len - 8 - off) {
+            free(ranges);
             return BAD("%s: section %u (type %u) lies outside the section area", path, s, type);
-        if (size != (uint64_t)rec * count)
+        }
+        if (size != (uint64_t)rec * count) {
+            free(ranges);
             return BAD("%s: section %u (type %u): size %llu != %u records of %u bytes", path, s,
                        type, (unsigned long long)size, count, rec);
-        if (nranges == 64) return BAD("%s: too many sections (%u)", path, nsec);
-        for (uint32_t r = 0; r < nranges; r++)
-            if (off < ranges[r][1] && ranges[r][0] < off + size)
-                return BAD("%s: section %u (type %u) overlaps another section", path, s, type);
-        ranges[nranges][0] = off;
-        ranges[nranges++][1] = off + size;
+        }
+        ranges[s] = (sec_range){off, off + size, s};
         if (type >= 1 && type <= 6) {
-            if (sec[type] || secsize[type] || seccount[type])
+            if (sec[type] || secsize[type] || seccount[type]) {
+                free(ranges);
                 return BAD("%s: section type %u appears twice", path, type);
-            if (rec < minrec[type])
+            }
+            if (rec < minrec[type]) {
+                free(ranges);
                 return BAD("%s: section type %u: record size %u below %u", path, type, rec,
                            minrec[type]);
+            }
             sec[type] = buf + off;
             secsize[type] = size;
             seccount[type] = count;
             secrec[type] = rec;
             if (!size) sec[type] = buf + off; /* present but empty */
         } else if (sflags & 1) {
+            free(ranges);
             return BAD("%s: unknown required section type %u (written by a newer tessera)", path,
                        type);
         }
     }
+    tsr_sort(ranges, nsec, sizeof *ranges, cmp_sec_range);
+    for (uint32_t r = 1; r < nsec; r++)
+        if (ranges[r].lo < ranges[r - 1].hi) {
+            uint32_t a = ranges[r - 1].index, b = ranges[r].index;
+            free(ranges);
+            return BAD("%s: sections %u and %u overlap", path, a, b);
+        }
+    free(ranges);
     for (int t = 1; t <= 6; t++)
         if (!sec[t]) return BAD("%s: section type %d is missing", path, t);
 
@@ -828,6 +852,22 @@ out:
     return rc;
 }
 
+/* The tensor or blob that frame fi belongs to, once frame ranges are known to be
+ * consecutive (chunks, then blobs). */
+static const char *frame_owner(const tsr_manifest *m, size_t fi) {
+    size_t lo = 0, hi = m->n_chunks;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (m->chunks[mid].frame_first + (size_t)m->chunks[mid].frame_count <= fi) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo < m->n_chunks && m->chunks[lo].frame_first <= fi) return m->tensors[m->chunks[lo].tensor].name;
+    for (size_t b = 0; b < m->n_blobs; b++)
+        if (fi >= m->blobs[b].frame_first && fi < (size_t)m->blobs[b].frame_first + m->blobs[b].frame_count)
+            return m->blobs[b].name;
+    return "?";
+}
+
 int tsr_manifest_validate(tsr_manifest *m, const char *path, unsigned flags,
                           tsr_error *err) {
     int rc;
@@ -963,16 +1003,18 @@ int tsr_manifest_validate(tsr_manifest *m, const char *path, unsigned flags,
         ord[i] = (uint32_t)i;
         if (f->raw_size == 0 || f->raw_size > TSR_MAX_FRAME_RAW) {
             free(ord);
-            return BAD("%s: frame %zu: raw size %llu out of range", path, i, (unsigned long long)f->raw_size);
+            return BAD("%s: frame %zu of %s: raw size %llu out of range", path, i, frame_owner(m, i),
+                       (unsigned long long)f->raw_size);
         }
         if (f->codec == TSR_CODEC_RAW && f->stored_size != f->raw_size) {
             free(ord);
-            return BAD("%s: frame %zu: raw frame with stored size %llu != raw size %llu", path, i,
+            return BAD("%s: frame %zu of %s: raw frame with stored size %llu != raw size %llu", path, i, frame_owner(m, i),
                        (unsigned long long)f->stored_size, (unsigned long long)f->raw_size);
         }
         if (f->stored_size == 0 || f->stored_size > TSR_MAX_STORED(f->raw_size)) {
             free(ord);
-            return BAD("%s: frame %zu: stored size %llu out of range", path, i, (unsigned long long)f->stored_size);
+            return BAD("%s: frame %zu of %s: stored size %llu out of range", path, i, frame_owner(m, i),
+                       (unsigned long long)f->stored_size);
         }
     }
     sort_m = m;
@@ -989,13 +1031,13 @@ int tsr_manifest_validate(tsr_manifest *m, const char *path, unsigned flags,
         const tsr_mf_frame *f = &m->frames[ord[i]];
         size_t fi = (size_t)(find_file(m, f->file_id) - m->files);
         if (f->offset != ends[fi]) {
-            rc = BAD("%s: frame %u in data file %u at offset %llu, expected %llu (frames must be packed)",
-                     path, ord[i], f->file_id, (unsigned long long)f->offset,
+            rc = BAD("%s: frame %u of %s in data file %u at offset %llu, expected %llu (frames must be packed)",
+                     path, ord[i], frame_owner(m, ord[i]), f->file_id, (unsigned long long)f->offset,
                      (unsigned long long)ends[fi]);
             break;
         }
         if (f->stored_size > TSR_MAX_FILE_SIZE - f->offset) {
-            rc = BAD("%s: frame %u: stored size too large", path, ord[i]);
+            rc = BAD("%s: frame %u of %s: stored size too large", path, ord[i], frame_owner(m, ord[i]));
             break;
         }
         ends[fi] = tsr_align_up(f->offset + f->stored_size, TSR_ALIGN);

@@ -162,11 +162,12 @@ typedef struct tsr_layout {
 /* ------------------------------------------------------------------ layouts */
 
 /* tsr_layout_parse(): "pp=2,dp_replicate=1,dp_shard=4,tp=2" (any order, omitted
- * degrees are 1; "flat" or "flat=1" sets TSR_LAYOUT_FLAT; "layers=N" sets
- * n_layers, else it keeps the value *out had). Bad text is TSR_EINVAL with a
- * message naming the part. */
+ * degrees are 1, empty text is all ones; "flat" or "flat=1" sets
+ * TSR_LAYOUT_FLAT, "flat=0" clears it; "layers=N" sets n_layers, else it keeps
+ * the value *out had). Bad text is TSR_EINVAL with a message naming the part. */
 int tsr_layout_parse(const char *text, tsr_layout *out, tsr_error *err);
-/* tsr_layout_format(): the canonical text of a layout into buf. */
+/* tsr_layout_format(): the canonical text of a layout into buf (all four degrees;
+ * layers=N when n_layers > 0; flat when set). */
 void tsr_layout_format(const tsr_layout *l, char *buf, size_t len);
 /* tsr_layout_size(): the number of ranks, pp * dp_replicate * dp_shard * tp. */
 uint32_t tsr_layout_size(const tsr_layout *l);
@@ -205,11 +206,13 @@ typedef struct tsr_rank_box {
  *  - FSDP (fsdp = 1, not flat): dim 0 of the TP-local piece is cut the same way
  *    into dp_shard pieces; fsdp = 0 replicates over dp_shard.
  *  - dp_replicate: copies.
- *  - Flat (TSR_LAYOUT_FLAT): for each group, on each (pp stage, tp rank), the
- *    TP-local pieces of the group's tensors held by that stage, in name order,
- *    are flattened and concatenated into one buffer of F elements, which is cut
- *    into dp_shard ranges by ceil division; a rank's range becomes, per tensor,
- *    at most 2*ndim-1 boxes. The fsdp flag is ignored.
+ *  - Flat (TSR_LAYOUT_FLAT): for each group and replication class (the
+ *    tensors replicated over pp and tp; over pp only; over tp only; over
+ *    neither), on each (pp stage, tp rank), the TP-local pieces of those tensors
+ *    held by that stage, in name order, are flattened and concatenated into one
+ *    buffer of F elements, which is cut into dp_shard ranges by ceil division; a
+ *    rank's range becomes, per tensor, at most 2*ndim-1 boxes. The fsdp flag is
+ *    ignored. (Per class, so that replicas are cut identically.)
  * Boxes of volume 0 are left out. On success *out (malloc'ed; free() it) holds
  * *n_out boxes, in tensor order, and for one tensor in row-major order. */
 int tsr_layout_boxes(const tsr_layout *l, const tsr_tensor_decl *tensors, size_t n, uint32_t rank,

@@ -224,15 +224,27 @@ static int push(box_list *bl, uint32_t tensor, const tsr_box *b, tsr_error *err)
     return 0;
 }
 
-/* A tensor in flat order: by group, then name (strcmp), then index. */
+/* A tensor in flat order: by group, replication class, name (strcmp), index.
+ * Each (group, class) is flattened into a buffer of its own. The class says over
+ * which mesh dims the tensor is replicated (bit 0: pp, TSR_PP_ALL; bit 1: tp,
+ * tp_dim -1), so that a buffer holds the same tensors at the same offsets on every
+ * rank that replicates them, and replicas are cut identically: with one buffer per
+ * group, a tp-replicated tensor behind tp-split ones of uneven size would start at
+ * a different offset on each tp rank, and its replicas would overlap partially. */
 typedef struct flat_key {
     const char *group, *name;
+    uint32_t cls;
     uint32_t index;
 } flat_key;
+
+static uint32_t flat_class(const tsr_tensor_decl *t) {
+    return (t->placement.pp_role == TSR_PP_ALL ? 1u : 0u) | (t->placement.tp_dim < 0 ? 2u : 0u);
+}
 
 static int cmp_flat_key(const void *a, const void *b) {
     const flat_key *x = a, *y = b;
     int c = strcmp(x->group, y->group);
+    if (!c) c = (x->cls > y->cls) - (x->cls < y->cls);
     if (!c) c = strcmp(x->name, y->name);
     if (!c) c = (x->index > y->index) - (x->index < y->index);
     return c;
@@ -250,14 +262,16 @@ static int flat_ranges(const tsr_layout *l, const tsr_tensor_decl *tensors, size
         if (!stage_holds(l, &tensors[i].placement, c.pp)) continue;
         order[m].group = tensor_group(&tensors[i]);
         order[m].name = tensors[i].name ? tensors[i].name : "";
+        order[m].cls = flat_class(&tensors[i]);
         order[m++].index = (uint32_t)i;
     }
     tsr_sort(order, m, sizeof *order, cmp_flat_key);
     for (size_t g = 0; g < m;) {
         size_t h = g;
         const char *group = order[g].group;
+        uint32_t cls = order[g].cls;
         uint64_t F = 0;
-        while (h < m && strcmp(order[h].group, group) == 0) {
+        while (h < m && strcmp(order[h].group, group) == 0 && order[h].cls == cls) {
             tsr_box b;
             uint64_t v = tp_local(l, &tensors[order[h].index], c.tp, &b);
             begin[order[h].index] = F; /* the tensor's start in the group's buffer, for now */

@@ -5,7 +5,9 @@
  *    overlaps found, not O(n*m);
  *  - tsr_save_plan_build: which rank writes each distinct box, replicas written
  *    once, writers balanced by bytes (LPT: largest first, to the least loaded). */
+#include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "common.h"
 #include "tessera.h"
@@ -60,17 +62,50 @@ RADIX_SORT(sort_kv, kv, KEY_KV)
 
 /* --------------------------------------------------------------- overlaps */
 
+/* malloc for the large arrays of a plan. Every byte of them is written, so they
+ * are worth huge pages: on a machine where page faults are slow, faulting in the
+ * output of a million-box plan 4 KiB at a time costs more than the planning. */
+static void *big_alloc(size_t n, size_t size) {
+    if (n > SIZE_MAX / size) return NULL;
+    void *p = malloc(n && size ? n * size : 1);
+#ifdef MADV_HUGEPAGE
+    if (p && n * size >= ((size_t)8 << 20)) {
+        uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
+        uintptr_t e = ((uintptr_t)p + n * size) & ~(uintptr_t)4095;
+        madvise((void *)a, e - a, MADV_HUGEPAGE); /* a hint: failure changes nothing */
+    }
+#endif
+    return p;
+}
+
 /* An entry of a sweep's active list: a box whose interval in the sweep dim
- * ends at `end` (exclusive). */
+ * ends at `end` (exclusive), with its interval [lo2, hi2) in a second dim, so
+ * that most boxes that do not meet are told apart without loading them. */
 typedef struct active {
-    uint64_t end;
+    uint64_t end, lo2, hi2;
     uint64_t idx;
 } active;
 
 typedef struct active_list {
     active *v;
-    size_t n;
+    size_t n, cap;
 } active_list;
+
+static int push_active(active_list *a, const tsr_box *b, uint32_t k, uint32_t k2, uint64_t idx) {
+    if (a->n == a->cap) {
+        size_t cap = a->cap ? 2 * a->cap : 64;
+        active *v = realloc(a->v, cap * sizeof *v);
+        if (!v) return -1;
+        a->v = v;
+        a->cap = cap;
+    }
+    active *e = &a->v[a->n++];
+    e->end = b->offset[k] + b->extent[k];
+    e->lo2 = b->offset[k2];
+    e->hi2 = b->offset[k2] + b->extent[k2];
+    e->idx = idx;
+    return 0;
+}
 
 typedef struct pair_list {
     uint64_t *v; /* need << 32 | have */
@@ -96,18 +131,20 @@ static int boxes_meet(const tsr_box *a, const tsr_box *b, uint32_t nd) {
     return 1;
 }
 
-/* A box starts at `x` in the sweep dim: drop the other side's entries that ended
- * at or before x, record a pair with each remaining one that meets the box. */
-static int sweep_event(const tsr_box *box, uint64_t idx, uint64_t x, active_list *other,
+/* A box starts at `x` in the sweep dim k: drop the other side's entries that
+ * ended at or before x, record a pair with each remaining one that meets the
+ * box (they meet in dim k already; with at most 2 dims, dim k2 settles it). */
+static int sweep_event(const tsr_box *box, uint64_t idx, uint64_t x, uint32_t k2, active_list *other,
                        const tsr_box *other_boxes, uint32_t nd, int box_is_need, pair_list *pairs) {
     active *v = other->v;
     size_t n = other->n;
+    uint64_t lo2 = box->offset[k2], hi2 = box->offset[k2] + box->extent[k2];
     for (size_t i = 0; i < n;) {
         if (v[i].end <= x) {
             v[i] = v[--n];
             continue;
         }
-        if (boxes_meet(box, &other_boxes[v[i].idx], nd)) {
+        if (v[i].lo2 < hi2 && lo2 < v[i].hi2 && (nd <= 2 || boxes_meet(box, &other_boxes[v[i].idx], nd))) {
             int rc = box_is_need ? push_pair(pairs, idx, v[i].idx) : push_pair(pairs, v[i].idx, idx);
             if (rc) return -1;
         }
@@ -138,6 +175,53 @@ static int nonempty(const tsr_box *b) {
     return 1;
 }
 
+/* The sweep proper: fills `pairs` with every (need, have) that meets. `ns`, `hs`
+ * hold the indices of the nonempty boxes in .val; `scratch` has room for
+ * nn + nh kv. @return 0 or -1 (out of memory). */
+static int sweep(const tsr_box *need, kv *ns, size_t nn, const tsr_box *have, kv *hs, size_t nh,
+                 uint32_t nd, kv *scratch, pair_list *pairs) {
+    /* Sweep along the dim with the most distinct offsets among all boxes: it
+     * keeps the active lists shortest. */
+    uint32_t k = 0, k2 = 0; /* k2: the runner-up, checked first in the sweep */
+    if (nd > 1) {
+        uint64_t *keys = (uint64_t *)scratch, *ktmp = keys + nn + nh;
+        size_t best = 0, second = 0;
+        for (uint32_t d = 0; d < nd; d++) {
+            for (size_t i = 0; i < nn; i++) keys[i] = need[ns[i].val].offset[d];
+            for (size_t j = 0; j < nh; j++) keys[nn + j] = have[hs[j].val].offset[d];
+            sort_u64(keys, ktmp, nn + nh);
+            size_t distinct = 1;
+            for (size_t i = 1; i < nn + nh; i++) distinct += keys[i] != keys[i - 1];
+            if (distinct > best) second = best, k2 = k, best = distinct, k = d;
+            else if (distinct > second || d == 1) second = distinct, k2 = d;
+        }
+    }
+    for (size_t i = 0; i < nn; i++) ns[i].key = need[ns[i].val].offset[k];
+    for (size_t j = 0; j < nh; j++) hs[j].key = have[hs[j].val].offset[k];
+    sort_kv(ns, scratch, nn);
+    sort_kv(hs, scratch, nh);
+
+    active_list an = {0}, ah = {0};
+    int rc = 0;
+    for (size_t i = 0, j = 0; (i < nn || j < nh) && !rc;) {
+        /* at equal starts, stored boxes go first (either order finds every pair) */
+        if (j < nh && (i == nn || hs[j].key <= ns[i].key)) {
+            const tsr_box *b = &have[hs[j].val];
+            rc = sweep_event(b, hs[j].val, hs[j].key, k2, &an, need, nd, 0, pairs);
+            if (!rc) rc = push_active(&ah, b, k, k2, hs[j].val);
+            j++;
+        } else {
+            const tsr_box *b = &need[ns[i].val];
+            rc = sweep_event(b, ns[i].val, ns[i].key, k2, &ah, have, nd, 1, pairs);
+            if (!rc) rc = push_active(&an, b, k, k2, ns[i].val);
+            i++;
+        }
+    }
+    free(an.v);
+    free(ah.v);
+    return rc;
+}
+
 int tsr_plan_overlaps(const tsr_box *need, size_t n_need, const tsr_box *have, size_t n_have,
                       tsr_overlap **out, size_t *n_out, tsr_error *err) {
     if (!out || !n_out || (n_need && !need) || (n_have && !have))
@@ -154,114 +238,65 @@ int tsr_plan_overlaps(const tsr_box *need, size_t n_need, const tsr_box *have, s
     if (rc) return rc;
 
     pair_list pairs = {0};
-    kv *ns = NULL, *hs = NULL, *tmp = NULL;
-    uint64_t *keys = NULL, *ktmp = NULL;
-    active_list an = {0}, ah = {0};
-    size_t nn = 0, nh = 0;
+    kv *ns = NULL, *hs = NULL, *scratch = NULL;
+    uint64_t *ptmp = NULL;
+    tsr_overlap *o = NULL;
     if (nd == 0) { /* every 0-d box is the one element: all pairs meet */
         for (size_t i = 0; i < n_need; i++)
             for (size_t j = 0; j < n_have; j++)
                 if (push_pair(&pairs, i, j)) goto nomem;
-        goto emit;
+    } else {
+        /* the nonempty boxes of each side */
+        ns = big_alloc(n_need, sizeof *ns);
+        hs = big_alloc(n_have, sizeof *hs);
+        scratch = big_alloc(n_need + n_have + 1, sizeof *scratch);
+        if (!ns || !hs || !scratch) goto nomem;
+        size_t nn = 0, nh = 0;
+        for (size_t i = 0; i < n_need; i++)
+            if (nonempty(&need[i])) ns[nn++].val = i;
+        for (size_t j = 0; j < n_have; j++)
+            if (nonempty(&have[j])) hs[nh++].val = j;
+        if (nn && nh) {
+            /* most plans find about one overlap per box */
+            pairs.cap = nn + nh;
+            if (!(pairs.v = big_alloc(pairs.cap, sizeof *pairs.v))) goto nomem;
+            if (sweep(need, ns, nn, have, hs, nh, nd, scratch, &pairs)) goto nomem;
+        }
+        free(ns);
+        free(hs);
+        ns = hs = NULL;
     }
 
-    /* The nonempty boxes of each side, keyed by their start in the sweep dim. */
-    ns = malloc((n_need ? n_need : 1) * sizeof *ns);
-    hs = malloc((n_have ? n_have : 1) * sizeof *hs);
-    tmp = malloc((n_need + n_have + 1) * sizeof *tmp);
-    if (!ns || !hs || !tmp) goto nomem;
-    for (size_t i = 0; i < n_need; i++)
-        if (nonempty(&need[i])) ns[nn++].val = i;
-    for (size_t j = 0; j < n_have; j++)
-        if (nonempty(&have[j])) hs[nh++].val = j;
-    if (!nn || !nh) goto emit;
-
-    /* Sweep along the dim with the most distinct offsets among all boxes: it
-     * keeps the active lists shortest. */
-    uint32_t k = 0;
-    if (nd > 1) {
-        keys = malloc((nn + nh) * sizeof *keys);
-        ktmp = malloc((nn + nh) * sizeof *ktmp);
-        if (!keys || !ktmp) goto nomem;
-        size_t best = 0;
-        for (uint32_t d = 0; d < nd; d++) {
-            for (size_t i = 0; i < nn; i++) keys[i] = need[ns[i].val].offset[d];
-            for (size_t j = 0; j < nh; j++) keys[nn + j] = have[hs[j].val].offset[d];
-            sort_u64(keys, ktmp, nn + nh);
-            size_t distinct = 1;
-            for (size_t i = 1; i < nn + nh; i++) distinct += keys[i] != keys[i - 1];
-            if (distinct > best) best = distinct, k = d;
-        }
-        free(keys);
-        free(ktmp);
-        keys = ktmp = NULL;
+    /* (need, have) order; the scratch space sorts them if it is large enough */
+    if (scratch && pairs.n <= 2 * (n_need + n_have + 1)) {
+        ptmp = (uint64_t *)scratch;
+        scratch = NULL;
+    } else if (!(ptmp = big_alloc(pairs.n, sizeof *ptmp))) {
+        goto nomem;
     }
-    for (size_t i = 0; i < nn; i++) ns[i].key = need[ns[i].val].offset[k];
-    for (size_t j = 0; j < nh; j++) hs[j].key = have[hs[j].val].offset[k];
-    sort_kv(ns, tmp, nn);
-    sort_kv(hs, tmp, nh);
-    free(tmp);
-    tmp = NULL;
-
-    an.v = malloc(nn * sizeof *an.v);
-    ah.v = malloc(nh * sizeof *ah.v);
-    if (!an.v || !ah.v) goto nomem;
-    for (size_t i = 0, j = 0; i < nn || j < nh;) {
-        /* at equal starts, stored boxes go first (either order finds every pair) */
-        if (j < nh && (i == nn || hs[j].key <= ns[i].key)) {
-            const tsr_box *b = &have[hs[j].val];
-            if (sweep_event(b, hs[j].val, hs[j].key, &an, need, nd, 0, &pairs)) goto nomem;
-            ah.v[ah.n].end = b->offset[k] + b->extent[k];
-            ah.v[ah.n++].idx = hs[j].val;
-            j++;
-        } else {
-            const tsr_box *b = &need[ns[i].val];
-            if (sweep_event(b, ns[i].val, ns[i].key, &ah, have, nd, 1, &pairs)) goto nomem;
-            an.v[an.n].end = b->offset[k] + b->extent[k];
-            an.v[an.n++].idx = ns[i].val;
-            i++;
-        }
+    sort_u64(pairs.v, ptmp, pairs.n);
+    free(ptmp);
+    free(scratch);
+    ptmp = NULL;
+    scratch = NULL;
+    if (!(o = big_alloc(pairs.n, sizeof *o))) goto nomem;
+    for (size_t p = 0; p < pairs.n; p++) {
+        uint32_t i = (uint32_t)(pairs.v[p] >> 32), j = (uint32_t)pairs.v[p];
+        o[p].need = i;
+        o[p].have = j;
+        tsr_box_intersect(&need[i], &have[j], &o[p].region);
     }
-
-emit:
-    free(ns);
-    free(hs);
-    free(tmp);
-    free(an.v);
-    free(ah.v);
-    ns = hs = tmp = NULL;
-    an.v = ah.v = NULL;
-    {
-        uint64_t *ptmp = malloc((pairs.n ? pairs.n : 1) * sizeof *ptmp);
-        tsr_overlap *o = malloc((pairs.n ? pairs.n : 1) * sizeof *o);
-        if (!ptmp || !o) {
-            free(ptmp);
-            free(o);
-            goto nomem;
-        }
-        sort_u64(pairs.v, ptmp, pairs.n); /* (need, have) order */
-        free(ptmp);
-        for (size_t p = 0; p < pairs.n; p++) {
-            uint32_t i = (uint32_t)(pairs.v[p] >> 32), j = (uint32_t)pairs.v[p];
-            o[p].need = i;
-            o[p].have = j;
-            tsr_box_intersect(&need[i], &have[j], &o[p].region);
-        }
-        *out = o;
-        *n_out = pairs.n;
-        free(pairs.v);
-        return 0;
-    }
+    *out = o;
+    *n_out = pairs.n;
+    free(pairs.v);
+    return 0;
 
 nomem:
     free(pairs.v);
     free(ns);
     free(hs);
-    free(tmp);
-    free(keys);
-    free(ktmp);
-    free(an.v);
-    free(ah.v);
+    free(scratch);
+    free(ptmp);
     return tsr_err(err, TSR_ENOMEM, "plan overlaps: out of memory (%zu needed, %zu stored boxes, "
                    "%zu overlaps so far)", n_need, n_have, pairs.n);
 }
@@ -291,6 +326,56 @@ static int cmp_held(const void *pa, const void *pb) {
     if (c) return c;
     if (a->rank != b->rank) return a->rank < b->rank ? -1 : 1;
     return (a->pos > b->pos) - (a->pos < b->pos);
+}
+
+static void fmt_offset(const tsr_box *b, char *buf, size_t len) {
+    size_t n = 0;
+    buf[0] = 0;
+    for (uint32_t d = 0; d < b->ndim && n < len; d++)
+        n += (size_t)snprintf(buf + n, len - n, "%s%llu", d ? "," : "(", (unsigned long long)b->offset[d]);
+    if (n < len) snprintf(buf + n, len - n, ")");
+}
+
+/* The distinct boxes of each tensor (plan->boxes, sorted by tensor) must not
+ * overlap: replicas are equal or disjoint. Two replicas cut differently (flat
+ * sharding of a tp-replicated tensor with tp > 1, say) would both be written. */
+static int check_disjoint(const tsr_save_plan *plan, tsr_error *err) {
+    int rc = 0;
+    for (size_t a = 0, b; a < plan->n && !rc; a = b) {
+        uint32_t t = plan->boxes[a].tensor, nd = plan->boxes[a].box.ndim;
+        for (b = a + 1; b < plan->n && plan->boxes[b].tensor == t; b++) {}
+        size_t n = b - a;
+        if (n < 2 || nd == 0) continue;
+        tsr_box *boxes = big_alloc(n, sizeof *boxes);
+        kv *ns = big_alloc(n, sizeof *ns), *hs = big_alloc(n, sizeof *hs);
+        kv *scratch = big_alloc(2 * n, sizeof *scratch);
+        pair_list pairs = {big_alloc(2 * n, sizeof *pairs.v), 0, 2 * n};
+        if (!boxes || !ns || !hs || !scratch || !pairs.v) {
+            rc = tsr_err(err, TSR_ENOMEM, "save plan: out of memory for %zu boxes", n);
+        } else {
+            for (size_t i = 0; i < n; i++) {
+                boxes[i] = plan->boxes[a + i].box;
+                ns[i].val = hs[i].val = i;
+            }
+            if (sweep(boxes, ns, n, boxes, hs, n, nd, scratch, &pairs))
+                rc = tsr_err(err, TSR_ENOMEM, "save plan: out of memory for the overlaps of %zu boxes", n);
+            for (size_t p = 0; p < pairs.n && !rc; p++) {
+                uint32_t i = (uint32_t)(pairs.v[p] >> 32), j = (uint32_t)pairs.v[p];
+                if (i == j) continue;
+                char oi[200], oj[200];
+                fmt_offset(&boxes[i < j ? i : j], oi, sizeof oi);
+                fmt_offset(&boxes[i < j ? j : i], oj, sizeof oj);
+                rc = tsr_err(err, TSR_EINVAL, "save plan: tensor %u: the boxes held at %s and at %s "
+                             "overlap without being equal (replicas must be equal or disjoint)", t, oi, oj);
+            }
+        }
+        free(boxes);
+        free(ns);
+        free(hs);
+        free(scratch);
+        free(pairs.v);
+    }
+    return rc;
 }
 
 void tsr_save_plan_free(tsr_save_plan *plan) {
@@ -385,6 +470,7 @@ int tsr_save_plan_build(const tsr_rank_box *const *held, const size_t *n_held, u
         order[g].val = g;
     }
     sort_kv(order, tmp, nd);
+    if ((rc = check_disjoint(plan, err))) goto done;
 
     /* LPT: each box to the holder with the fewest bytes so far, lowest rank on ties. */
     for (size_t q = 0; q < nd; q++) {

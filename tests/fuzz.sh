@@ -4,6 +4,7 @@
 # Run from an empty working directory (tests/run.sh gives each test one): builds a
 # seed corpus there, chosen by the basename of BINARY
 #   fuzz_manifest*  MANIFESTs of small synthetic checkpoints ("$TESSERA ckpt synth")
+#                   and those the target writes itself (TSR_FUZZ_SEEDS=DIR)
 #   fuzz_frame*     small inputs in the layout fuzz_frame.c reads
 # then runs the fuzzer on corpus/ (new inputs) and seeds/ for SECONDS seconds.
 # Exit 0 when the fuzzer found nothing; 1 otherwise, printing the input that
@@ -36,7 +37,13 @@ find_tessera() {
 }
 
 seeds_manifest() {
-    T=$(find_tessera) || { echo "fuzz.sh: no tessera command; starting without MANIFEST seeds" >&2; return 0; }
+    # MANIFESTs built in memory by the target itself (several chunks per tensor, ...)
+    mkdir -p "$WORK/empty"
+    TSR_FUZZ_SEEDS=$WORK/seeds "$BIN" -runs=0 "$WORK/empty" >"$WORK/gen.log" 2>&1 ||
+        { echo "fuzz.sh: $NAME could not write its seeds:" >&2; tail -n 5 "$WORK/gen.log" >&2; }
+    rmdir "$WORK/empty"
+    # MANIFESTs of synthetic checkpoints written by the tessera command
+    T=$(find_tessera) || { echo "fuzz.sh: no tessera command; no synthetic checkpoints as seeds" >&2; return 0; }
     i=0
     for spec in "64K mix 3 auto" "16K f32 1 auto" "256K bf16 4 auto" "64K mix 1 raw" \
                 "32K mix 2 zstd" "128K f32 2 bytegroup" "8K bf16 5 auto" "1M mix 8 auto"; do

@@ -8,6 +8,7 @@ FUZZ=${2:-build/fuzz}
 FUZZ_SECONDS=${3:-30}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=$(cd "$BUILD" && pwd)
+[ -d "$FUZZ" ] && FUZZ=$(cd "$FUZZ" && pwd)
 export TESSERA="$BUILD/tessera" TSR_BUILD="$BUILD" TSR_ROOT="$ROOT"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"

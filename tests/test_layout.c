@@ -206,17 +206,28 @@ static void hand_cases(void) {
             expect_box(&b[2], 2, 2, (uint64_t[]){1, 0}, (uint64_t[]){1, 3}, "flat r1 c row 1");
         }
         free(b);
-        /* with tp=2 on dim 1 of a: TP-local a is [3, 2] (6), b replicated (5):
-         * F = 11, c = 6; rank (s=0,t=1) holds a's piece whole: offset (0,2) [3,2]. */
+        /* with tp=2 on dim 1 of a: a (tp-split) and b (tp-replicated) are in
+         * buffers of their own. a's TP-local piece is [3, 2] (6 elements, 3 per
+         * dp_shard rank), b has 5 (3 and 2). Rank 1 (s=0, t=1): b[0, 3), a's local
+         * elements 0-2 = (0, 2..3) and (1, 2). Rank 3 (s=1, t=1): b[3, 5), a's
+         * local 3-5 = (1, 3) and (2, 2..3). */
         t[1].placement.tp_dim = 1;
         l = mk_layout(1, 1, 2, 2, 0, TSR_LAYOUT_FLAT);
         m = boxes_of(&l, t, 2, 1, &b);
-        CHECK(m == 1, "flat tp rank 1: %zu boxes", m);
-        if (m == 1) expect_box(&b[0], 1, 2, (uint64_t[]){0, 2}, (uint64_t[]){3, 2}, "flat tp a");
+        CHECK(m == 3, "flat tp rank 1: %zu boxes", m);
+        if (m == 3) {
+            expect_box(&b[0], 0, 1, (uint64_t[]){0}, (uint64_t[]){3}, "flat tp r1 b");
+            expect_box(&b[1], 1, 2, (uint64_t[]){0, 2}, (uint64_t[]){1, 2}, "flat tp r1 a row 0");
+            expect_box(&b[2], 1, 2, (uint64_t[]){1, 2}, (uint64_t[]){1, 1}, "flat tp r1 a (1,2)");
+        }
         free(b);
-        m = boxes_of(&l, t, 2, 3, &b); /* s=1, t=1: b whole */
-        CHECK(m == 1, "flat tp rank 3: %zu boxes", m);
-        if (m == 1) expect_box(&b[0], 0, 1, (uint64_t[]){0}, (uint64_t[]){5}, "flat tp b");
+        m = boxes_of(&l, t, 2, 3, &b);
+        CHECK(m == 3, "flat tp rank 3: %zu boxes", m);
+        if (m == 3) {
+            expect_box(&b[0], 0, 1, (uint64_t[]){3}, (uint64_t[]){2}, "flat tp r3 b");
+            expect_box(&b[1], 1, 2, (uint64_t[]){1, 3}, (uint64_t[]){1, 1}, "flat tp r3 a (1,3)");
+            expect_box(&b[2], 1, 2, (uint64_t[]){2, 2}, (uint64_t[]){1, 2}, "flat tp r3 a row 2");
+        }
         free(b);
     }
     { /* 0-d tensors: replicated, or held by dp_shard 0 under fsdp */
@@ -426,13 +437,17 @@ static tsr_box ref_tp_local(const tsr_layout *l, const tsr_tensor_decl *t, uint3
     return b;
 }
 
+/* Flat buffers are per (group, replication class): class bit 0 = replicated over
+ * pp (TSR_PP_ALL), bit 1 = replicated over tp (tp_dim -1). */
 typedef struct sorted_ref {
     const char *group, *name;
+    unsigned cls;
     size_t i;
 } sorted_ref;
 static int cmp_sorted_ref(const void *a, const void *b) {
     const sorted_ref *x = a, *y = b;
     int c = strcmp(x->group, y->group);
+    if (!c) c = (x->cls > y->cls) - (x->cls < y->cls);
     return c ? c : strcmp(x->name, y->name);
 }
 
@@ -478,12 +493,15 @@ static void random_layouts(int iters) {
                 size_t k = 0;
                 for (size_t i = 0; i < n; i++)
                     if (ref_stage_holds(&l, &t[i].placement, c.pp))
-                        s[k++] = (sorted_ref){t[i].group ? t[i].group : "model", t[i].name, i};
+                        s[k++] = (sorted_ref){t[i].group ? t[i].group : "model", t[i].name,
+                                              (t[i].placement.pp_role == TSR_PP_ALL ? 1u : 0u) |
+                                                  (t[i].placement.tp_dim < 0 ? 2u : 0u),
+                                              i};
                 qsort(s, k, sizeof *s, cmp_sorted_ref);
                 for (size_t g = 0, gi = 0; g < k; gi++) {
                     size_t h = g;
                     uint64_t F = 0;
-                    for (; h < k && strcmp(s[h].group, s[g].group) == 0; h++) {
+                    for (; h < k && strcmp(s[h].group, s[g].group) == 0 && s[h].cls == s[g].cls; h++) {
                         tsr_box lb = ref_tp_local(&l, &t[s[h].i], c.tp);
                         prefix[s[h].i] = F;
                         group_of[s[h].i] = gi;

@@ -5,3 +5,6 @@ BUILD=${1:-build/release}
 T="$BUILD/tessera"
 echo "== codec: tessera's frame codec against plain zstd, one core, N(0, 0.02) weights"
 $T bench codec
+echo
+echo "== plan: sort-and-sweep resharding planner, one core"
+$T bench plan

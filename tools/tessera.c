@@ -20,6 +20,7 @@ static const command commands[] = {
     {"ckpt", "synth", tsr_cmd_ckpt_synth, "write a synthetic checkpoint, in any layout"},
     {"ckpt", "check", tsr_cmd_ckpt_check, "load a synthetic checkpoint in any layout and check it"},
     {"bench", "codec", tsr_cmd_bench_codec, "frame codec against plain zstd"},
+    {"bench", "plan", tsr_cmd_bench_plan, "resharding planner: 1M stored x 1M needed boxes"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -1,0 +1,15 @@
+# mpi.sh: sourced by the multi-rank tests. run_np N CMD... runs CMD on N ranks
+# (N = 1 without mpirun, so that the single-process path is covered too).
+T=${TESSERA:?TESSERA must name the tessera binary}
+[ -x "$T" ] || { echo "FAIL: $T is not built" >&2; exit 1; }
+command -v mpirun >/dev/null || { echo "SKIP: mpirun is not installed" >&2; exit 77; }
+# Open MPI's own allocations outlive MPI_Finalize: leak checking stays on in the
+# single-process tests, off for MPI jobs.
+export ASAN_OPTIONS="detect_leaks=0:abort_on_error=1"
+export OMPI_MCA_rmaps_base_oversubscribe=1
+run_np() {
+    n=$1; shift
+    if [ "$n" = 1 ]; then "$@"; else timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" "$@"; fi
+}
+fails=0
+fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }

@@ -1,0 +1,185 @@
+/* test_engine.c: the checkpoint engine on one rank: asynchronous saves return
+ * after staging and may be overwritten at once; at most one save is in flight;
+ * poll and wait report completion; retention keeps the newest K; a load fills
+ * boxes of any shape; a mismatched checkpoint is refused before any data is read;
+ * storage faults during a background save are reported, leave no files and no
+ * MANIFEST, and leave earlier checkpoints and the caller's state intact. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "tessera.h"
+
+static tsr_error e;
+enum { R = 96, C = 200 };
+static float w[R * C];
+static uint16_t h[C];
+static tsr_tensor_decl decls[2] = {
+    {"model.w", "model", TSR_F32, 2, {R, C}, {0, 1, TSR_PP_ALL, -1}},
+    {"model.h", "model", TSR_BF16, 1, {C}, {-1, 0, TSR_PP_ALL, -1}},
+};
+
+static void fill(int seed) {
+    for (int i = 0; i < R * C; i++) w[i] = (float)((i * 2654435761u + (unsigned)seed) % 10007) * 1e-4f;
+    for (int i = 0; i < C; i++) h[i] = (uint16_t)(i * 31 + seed);
+}
+
+static tsr_state whole_state(tsr_state_box *sb, tsr_state_blob *blob, const uint64_t *stepv) {
+    sb[0] = (tsr_state_box){0, {2, {0, 0}, {R, C}}, w};
+    sb[1] = (tsr_state_box){1, {1, {0}, {C}}, h};
+    *blob = (tsr_state_blob){"meta.step", -1, stepv, sizeof *stepv};
+    return (tsr_state){decls, 2, sb, 2, blob, 1, {1, 1, 1, 1, 0, 0}};
+}
+
+/* Loads step_dir into a 3x2 grid of boxes of model.w and all of model.h, and
+ * compares with the arrays as filled by fill(seed). */
+static int load_matches(tsr_engine *eng, const char *step_dir, int seed) {
+    float *parts[6];
+    tsr_state_box sb[7];
+    int k = 0;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 2; j++, k++) {
+            tsr_box b = {2, {(uint64_t)i * 32, (uint64_t)j * 100}, {32, 100}};
+            parts[k] = calloc(32 * 100, sizeof(float));
+            sb[k] = (tsr_state_box){0, b, parts[k]};
+        }
+    uint16_t hh[C];
+    sb[6] = (tsr_state_box){1, {1, {0}, {C}}, hh};
+    tsr_state st = {decls, 2, sb, 7, NULL, 0, {1, 1, 1, 1, 0, 0}};
+    tsr_ckpt *ck = NULL;
+    int rc = tsr_engine_load(eng, step_dir, &st, &ck, &e);
+    fill(seed);
+    int ok = rc == 0;
+    for (k = 0; ok && k < 6; k++)
+        for (uint64_t r = 0; r < 32; r++)
+            for (uint64_t c = 0; c < 100; c++)
+                if (parts[k][r * 100 + c] != w[(sb[k].box.offset[0] + r) * C + sb[k].box.offset[1] + c]) ok = 0;
+    if (ok && memcmp(hh, h, sizeof hh) != 0) ok = 0;
+    if (ok) {
+        long b = tsr_ckpt_find_blob(ck, "meta.step", -1);
+        ok = b >= 0;
+    }
+    tsr_ckpt_close(ck);
+    for (k = 0; k < 6; k++) free(parts[k]);
+    return ok;
+}
+
+int main(void) {
+    const char *t = getenv("TSR_TMP");
+    char root[512];
+    snprintf(root, sizeof root, "%s/engine", t ? t : "/tmp/tessera-engine");
+    tsr_comm *comm = tsr_comm_self();
+    tsr_engine_opts o = tsr_engine_opts_default();
+    o.keep_latest = 2;
+    o.write.frame_bytes = 16384;
+    o.write.threads = 2;
+    tsr_engine *eng = tsr_engine_new(root, comm, &o, &e);
+    REQUIRE(eng, "%s", e.msg);
+
+    /* Three async saves; the state changes right after each returns. */
+    tsr_state_box sb[2];
+    tsr_state_blob blob;
+    uint64_t stepv;
+    for (int s = 1; s <= 3; s++) {
+        fill(s);
+        stepv = (uint64_t)s;
+        tsr_state st = whole_state(sb, &blob, &stepv);
+        CHECK_OK(tsr_engine_save(eng, (uint64_t)s * 10, &st, &e));
+        fill(1000 + s); /* scribble over the state: the save must not see it */
+        stepv = 999;
+    }
+    int done = 0;
+    tsr_engine_poll(eng, &done, &e);
+    CHECK_OK(tsr_engine_wait(eng, &e));
+    CHECK(tsr_engine_poll(eng, &done, &e) == 0 && done, "idle after wait");
+    uint64_t latest;
+    char dir[700];
+    CHECK(tsr_latest_step(root, &latest, dir, sizeof dir) == 0 && latest == 30, "latest step %llu", (unsigned long long)latest);
+    snprintf(dir, sizeof dir, "%s/step-00000010", root);
+    CHECK(access(dir, F_OK) != 0, "retention removed step 10 (keep 2)");
+    snprintf(dir, sizeof dir, "%s/step-00000020", root);
+    CHECK(load_matches(eng, dir, 2), "step 20 holds the state as it was at its save");
+    CHECK(load_matches(eng, NULL, 3), "the newest (step 30) holds state 3: %s", e.msg);
+
+    /* A save while one is in flight waits for it. */
+    fill(4);
+    stepv = 4;
+    tsr_state st = whole_state(sb, &blob, &stepv);
+    CHECK_OK(tsr_engine_save(eng, 40, &st, &e));
+    CHECK_OK(tsr_engine_save(eng, 50, &st, &e));
+    CHECK(tsr_engine_last_wait(eng) >= 0 && tsr_engine_last_stall(eng) >= tsr_engine_last_wait(eng), "wait reported");
+    CHECK_OK(tsr_engine_wait(eng, &e));
+
+    /* Saving into a committed step fails in the background and changes nothing. */
+    CHECK_OK(tsr_engine_save(eng, 50, &st, &e));
+    CHECK(tsr_engine_wait(eng, &e) == TSR_EINVAL && strstr(e.msg, "already"), "second save of step 50: %s", e.msg);
+    CHECK(load_matches(eng, NULL, 4), "step 50 intact");
+
+    /* Mismatched tensors are refused before reading. */
+    tsr_tensor_decl other[1] = {{"model.w", "model", TSR_F32, 2, {R, C + 1}, {0, 1, TSR_PP_ALL, -1}}};
+    float dummy[4];
+    tsr_state_box ob = {0, {2, {0, 0}, {1, 1}}, dummy};
+    tsr_state bad = {other, 1, &ob, 1, NULL, 0, {1, 1, 1, 1, 0, 0}};
+    CHECK(tsr_engine_load(eng, NULL, &bad, NULL, &e) == TSR_EINVAL && strstr(e.msg, "model.w"), "shape mismatch: %s", e.msg);
+    tsr_tensor_decl missing[1] = {{"model.nope", "model", TSR_F32, 1, {4}, {-1, 0, TSR_PP_ALL, -1}}};
+    tsr_state_box mb = {0, {1, {0}, {4}}, dummy};
+    tsr_state miss = {missing, 1, &mb, 1, NULL, 0, {1, 1, 1, 1, 0, 0}};
+    CHECK(tsr_engine_load(eng, NULL, &miss, NULL, &e) == TSR_ENOTFOUND && strstr(e.msg, "model.nope"), "missing tensor: %s", e.msg);
+    tsr_state_box outside = {0, {2, {R, 0}, {1, C}}, dummy};
+    tsr_state outs = {decls, 2, &outside, 1, NULL, 0, {1, 1, 1, 1, 0, 0}};
+    CHECK(tsr_engine_save(eng, 60, &outs, &e) == TSR_EINVAL, "a box outside its tensor is refused at once");
+    tsr_engine_free(eng);
+
+    /* Faults in the background save, each in a child with a fresh fault counter. */
+    const char *faults[] = {"write:1:EIO", "write:3:ENOSPC", "write:4:short", "fsync:1:EIO", "fsync:2:EIO", "rename:1:EIO"};
+    for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
+        pid_t pid = fork();
+        REQUIRE(pid >= 0, "fork");
+        if (pid == 0) {
+            tsr_engine_opts co = o;
+            co.keep_latest = 0; /* keep everything: step 50 must survive */
+            tsr_engine *ce = tsr_engine_new(root, comm, &co, &e);
+            if (!ce) _exit(2);
+            fill(7);
+            float before[R * C];
+            memcpy(before, w, sizeof before);
+            uint64_t sv = 7;
+            tsr_state_box csb[2];
+            tsr_state_blob cb;
+            tsr_state cst = whole_state(csb, &cb, &sv);
+            setenv("TSR_FAULT", faults[i], 1);
+            int rc = tsr_engine_save(ce, 70 + i, &cst, &e);
+            if (rc) _exit(3); /* staging itself must not fail */
+            rc = tsr_engine_wait(ce, &e);
+            unsetenv("TSR_FAULT");
+            if (rc == 0) _exit(4);
+            if (!strstr(e.msg, "step-000000")) _exit(5); /* the error names the step directory */
+            if (memcmp(before, w, sizeof before)) _exit(6);
+            /* the engine still works after a failure */
+            if (tsr_engine_save(ce, 90 + i, &cst, &e) || tsr_engine_wait(ce, &e)) _exit(7);
+            tsr_engine_free(ce);
+            _exit(0);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: child exit %d", faults[i], WEXITSTATUS(status));
+        char f[800];
+        snprintf(f, sizeof f, "%s/step-%08zu", root, 70 + i);
+        CHECK(!tsr_ckpt_is_committed(f), "%s: failed step listed as committed", faults[i]);
+        snprintf(f, sizeof f, "%s/step-%08zu/data-00000.tsd", root, 70 + i);
+        CHECK(access(f, F_OK) != 0, "%s: partial data file left", faults[i]);
+    }
+    /* earlier checkpoints still verify */
+    eng = tsr_engine_new(root, comm, &o, &e);
+    REQUIRE(eng, "%s", e.msg);
+    snprintf(dir, sizeof dir, "%s/step-00000050", root);
+    tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
+    CHECK(ck && tsr_ckpt_verify(ck, NULL, NULL, 1, &e) == 0, "step 50 verifies after the faults");
+    tsr_ckpt_close(ck);
+    tsr_engine_free(eng);
+    tsr_comm_free(comm);
+    return check_done();
+}
