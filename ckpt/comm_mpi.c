@@ -84,6 +84,34 @@ tsr_comm *tsr_comm_dup(tsr_comm *c, tsr_error *err) {
     return d;
 }
 
+tsr_comm *tsr_comm_split(tsr_comm *c, int color, int key, tsr_error *err) {
+    if (!c->is_mpi) {
+        if (color < 0) return NULL;
+        tsr_comm *d = tsr_comm_self();
+        if (!d) tsr_err(err, TSR_ENOMEM, "out of memory");
+        return d;
+    }
+    MPI_Comm nc;
+    int rc = MPI_Comm_split(c->comm, color < 0 ? MPI_UNDEFINED : color, key, &nc);
+    if (rc != MPI_SUCCESS) {
+        mpi_err(err, rc, "Comm_split");
+        return NULL;
+    }
+    if (nc == MPI_COMM_NULL) return NULL;
+    tsr_comm *d = calloc(1, sizeof *d);
+    if (!d) {
+        MPI_Comm_free(&nc);
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    int r, s;
+    MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(nc, &r);
+    MPI_Comm_size(nc, &s);
+    *d = (tsr_comm){1, nc, (uint32_t)r, (uint32_t)s, 0};
+    return d;
+}
+
 void tsr_comm_free(tsr_comm *c) {
     if (!c) return;
     if (c->is_mpi && c->comm != MPI_COMM_WORLD) MPI_Comm_free(&c->comm);

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "encoder.h"
 #include "pool.h"
 
 #define TAG_MOD 32000
@@ -49,6 +50,7 @@ typedef struct job {
     size_t n_boxes;
     staged_blob *blobs;
     size_t n_blobs;
+    uint64_t staged_bytes; /* raw bytes of the boxes and blobs */
 } job;
 
 struct tsr_engine {
@@ -63,6 +65,7 @@ struct tsr_engine {
     int have_plan;
     size_t *mine;   /* state box index of each box this rank writes */
     size_t n_mine;
+    tsr_encoder *enc; /* the background save's threads and buffers, kept across saves */
     /* staging */
     uint8_t *arena;
     size_t arena_cap;
@@ -199,6 +202,7 @@ static void retention(tsr_engine *e) {
 
 static void run_job(tsr_engine *e) {
     job *j = &e->job;
+
     tsr_error err = {0};
     int rc = 0;
     tsr_save *s = NULL;
@@ -206,7 +210,9 @@ static void run_job(tsr_engine *e) {
         rc = tsr_err(&err, TSR_EINVAL, "%s: already holds a committed checkpoint", j->dir);
     if (!rc) {
         tsr_write_opts wo = e->opts.write;
-        s = tsr_save_begin(j->dir, e->rank, j->save_id, &wo, &err);
+        wo.expected_bytes = j->staged_bytes;
+        if (!e->enc) e->enc = tsr_encoder_new(wo.threads, &err);
+        s = e->enc ? tsr_save_begin_with(j->dir, e->rank, j->save_id, &wo, e->enc, &err) : NULL;
         if (!s) rc = err.code ? err.code : TSR_EIO;
     }
     for (size_t i = 0; !rc && i < j->n_tensors; i++) {
@@ -346,9 +352,10 @@ void tsr_engine_free(tsr_engine *e) {
         pthread_join(e->thread, NULL);
     }
     tsr_comm_free(e->bg);
+    tsr_encoder_free(e->enc);
     job_clear(&e->job);
     free(e->mine);
-    if (e->arena) munmap(e->arena, e->arena_cap);
+    if (e->arena) munmap(e->arena, e->arena_cap); /* unlocks too */
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
     free(e);
@@ -554,12 +561,18 @@ static int arena_reserve(tsr_engine *e, size_t need, tsr_error *err) {
     if (e->arena) munmap(e->arena, e->arena_cap);
     size_t cap = tsr_align_up(need + need / 8, 1 << 21);
     /* populated up front: staging must run at memcpy speed, without page faults */
-    void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         e->arena = NULL;
         e->arena_cap = 0;
         return tsr_err(err, TSR_ENOMEM, "cannot allocate a staging arena of %zu bytes", cap);
     }
+    madvise(p, cap, MADV_HUGEPAGE); /* fewer TLB misses in the staging copy */
+    memset(p, 0, cap);              /* touch every page now, not during a save */
+    /* pinned, as staging memory should be: the kernel must not reclaim it between
+     * saves (a save would then fault it back in). Best effort: without the
+     * privilege to lock memory it stays unpinned. */
+    if (mlock(p, cap) != 0) tsr_log(2, "staging arena of %zu bytes not locked in memory", cap);
     e->arena = p;
     e->arena_cap = cap;
     return 0;
@@ -656,6 +669,7 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
         if (b->size) memcpy(e->arena + off, b->data, b->size);
         off += tsr_align_up(b->size, 64);
     }
+    j->staged_bytes = off;
     pthread_mutex_lock(&e->mu);
     e->busy = 1;
     e->pending = 1;
@@ -669,43 +683,98 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
 
 /* ---------------------------------------------------------------- load */
 
+/* One read of the load: a region of a stored chunk into a state box. */
 typedef struct read_item {
-    size_t state_box;   /* index into st->boxes */
-    uint64_t piece;     /* piece of the box (bounded reads spread over threads) */
+    size_t state_box; /* index into st->boxes */
+    size_t chunk;     /* checkpoint chunk index */
+    tsr_box region;
 } read_item;
 
 typedef struct load_ctx {
     tsr_ckpt *ck;
     const tsr_state *st;
-    const long *ck_tensor; /* checkpoint tensor index of each state tensor */
     read_item *items;
-    size_t n_items;
+    size_t n_items, cap_items;
     pthread_mutex_t mu;
     int rc;
     tsr_error err;
 } load_ctx;
 
-#define PIECE_BYTES (16u << 20)
+#define PIECE_BYTES (16u << 20) /* reads are cut into pieces of this size for the threads */
 
 static void load_piece(void *ctx, size_t i, int worker) {
     load_ctx *l = ctx;
     const read_item *it = &l->items[i];
     const tsr_state_box *b = &l->st->boxes[it->state_box];
-    size_t es = tsr_dtype_size(l->st->tensors[b->tensor].dtype);
-    tsr_box piece;
-    tsr_box_piece(&b->box, es, PIECE_BYTES, it->piece, &piece);
-    /* pieces are row-major-contiguous in the box: the memory of this one starts
-     * at the box-relative flat index of its first element */
-    uint64_t flat = 0;
-    for (uint32_t d = 0; d < b->box.ndim; d++)
-        flat = flat * b->box.extent[d] + (piece.offset[d] - b->box.offset[d]);
     tsr_error e = {0};
-    int rc = tsr_ckpt_read(l->ck, (size_t)l->ck_tensor[b->tensor], &piece, (uint8_t *)b->data + flat * es, &e);
+    int rc = tsr_ckpt_read_chunk(l->ck, it->chunk, &it->region, b->data, &b->box, &e);
     if (rc) {
         pthread_mutex_lock(&l->mu);
         if (!l->rc) l->rc = rc, l->err = e;
         pthread_mutex_unlock(&l->mu);
     }
+}
+
+static int add_item(load_ctx *l, const read_item *it) {
+    if (l->n_items == l->cap_items) {
+        size_t cap = l->cap_items ? l->cap_items * 2 : 256;
+        read_item *v = realloc(l->items, cap * sizeof *v);
+        if (!v) return TSR_ENOMEM;
+        l->items = v;
+        l->cap_items = cap;
+    }
+    l->items[l->n_items++] = *it;
+    return 0;
+}
+
+static _Thread_local const tsr_state *cmp_state; /* for sorting state box indices by tensor */
+static int cmp_by_tensor(const void *a, const void *b) {
+    uint32_t x = cmp_state->boxes[*(const size_t *)a].tensor, y = cmp_state->boxes[*(const size_t *)b].tensor;
+    return (x > y) - (x < y);
+}
+
+/* The reads of the state boxes `mine` (n of them): per tensor, those boxes against
+ * the stored chunks through the planner, each overlap cut into pieces. */
+static int plan_reads(load_ctx *l, const long *ck_tensor, size_t *mine, size_t n, tsr_error *err) {
+    tsr_ckpt *ck = l->ck;
+    const tsr_state *st = l->st;
+    size_t nc = tsr_ckpt_n_chunks(ck), nt = tsr_ckpt_n_tensors(ck);
+    size_t *first = malloc((nt + 1) * sizeof *first);
+    tsr_box *have = malloc((nc + 1) * sizeof *have), *need = malloc((n + 1) * sizeof *need);
+    int rc = (!first || !have || !need) ? tsr_err(err, TSR_ENOMEM, "out of memory") : 0;
+    for (size_t t = 0; !rc && t <= nt; t++) first[t] = nc;
+    for (size_t c = nc; !rc && c-- > 0;) { /* chunks are grouped by tensor */
+        tsr_chunk_info ci;
+        tsr_ckpt_chunk(ck, c, &ci);
+        first[ci.tensor] = c;
+        have[c] = ci.box;
+    }
+    cmp_state = st;
+    tsr_sort(mine, n, sizeof *mine, cmp_by_tensor);
+    for (size_t g = 0; !rc && g < n;) {
+        uint32_t t = st->boxes[mine[g]].tensor;
+        size_t h = g;
+        for (; h < n && st->boxes[mine[h]].tensor == t; h++) need[h - g] = st->boxes[mine[h]].box;
+        size_t ckt = (size_t)ck_tensor[t], c0 = first[ckt];
+        tsr_tensor_info ti;
+        tsr_ckpt_tensor(ck, ckt, &ti);
+        tsr_overlap *ov = NULL;
+        size_t nov = 0;
+        rc = tsr_plan_overlaps(need, h - g, have + c0, ti.n_chunks, &ov, &nov, err);
+        size_t es = tsr_dtype_size(ti.dtype);
+        for (size_t k = 0; !rc && k < nov; k++) {
+            uint64_t np = tsr_box_pieces(&ov[k].region, es, PIECE_BYTES);
+            for (uint64_t p = 0; !rc && p < np; p++) {
+                read_item it = {mine[g + ov[k].need], c0 + ov[k].have, {0}};
+                tsr_box_piece(&ov[k].region, es, PIECE_BYTES, p, &it.region);
+                if (add_item(l, &it)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+            }
+        }
+        free(ov);
+        g = h;
+    }
+    free(first), free(have), free(need);
+    return rc;
 }
 
 /* Rank 0 picks the directory and reads the MANIFEST; every rank opens it. */
@@ -787,14 +856,15 @@ int tsr_engine_load(tsr_engine *e, const char *step_dir, const tsr_state *st, ts
     if (!rc) rc = tsr_save_plan_build(ab.held, ab.n_held, e->size, es, &plan, err);
 
     tsr_comm_reqs *reqs = rc ? NULL : tsr_comm_reqs_new();
-    load_ctx l = {.ck = ck, .st = st, .ck_tensor = ck_tensor};
+    load_ctx l = {.ck = ck, .st = st};
     pthread_mutex_init(&l.mu, NULL);
     long *mine_for = NULL; /* plan entry -> my state box index, for entries I read */
+    size_t *mine = NULL, n_mine = 0;
     if (!rc && !reqs) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (!rc && !(mine_for = malloc((plan.n + 1) * sizeof *mine_for))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (!rc && !(mine = malloc((st->n_boxes + 1) * sizeof *mine))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     for (size_t k = 0; !rc && k < plan.n; k++) mine_for[k] = -1;
     /* 1: receives for the boxes another rank reads for me */
-    size_t n_items = 0;
     for (size_t i = 0; !rc && i < st->n_boxes; i++) {
         const tsr_state_box *b = &st->boxes[i];
         if (tsr_box_volume(&b->box) == 0) continue;
@@ -807,27 +877,20 @@ int tsr_engine_load(tsr_engine *e, const char *step_dir, const tsr_state *st, ts
         if (plan.writer[k] == e->rank) {
             if (mine_for[k] < 0) {
                 mine_for[k] = (long)i;
-                n_items += tsr_box_pieces(&b->box, es[b->tensor], PIECE_BYTES);
-            } else { /* the same box twice in my own state: copy after reading */
+                mine[n_mine++] = i;
+            } else { /* the same box twice in my own state: sent to myself after the read */
                 rc = tsr_comm_irecv(e->comm, e->rank, (int)(k % TAG_MOD), b->data, bytes, reqs, err);
             }
         } else {
             rc = tsr_comm_irecv(e->comm, plan.writer[k], (int)(k % TAG_MOD), b->data, bytes, reqs, err);
         }
     }
-    /* 2: my reads, spread over threads */
-    if (!rc && n_items) {
-        l.items = malloc(n_items * sizeof *l.items);
-        if (!l.items) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-        for (size_t k = 0; !rc && k < plan.n; k++) {
-            if (mine_for[k] < 0) continue;
-            const tsr_state_box *b = &st->boxes[mine_for[k]];
-            uint64_t np = tsr_box_pieces(&b->box, es[b->tensor], PIECE_BYTES);
-            for (uint64_t p = 0; p < np; p++) l.items[l.n_items++] = (read_item){(size_t)mine_for[k], p};
-        }
-        tsr_pool *pool = rc ? NULL : tsr_pool_new(e->opts.write.threads);
-        if (!rc && !pool) rc = tsr_err(err, TSR_ENOMEM, "cannot start reader threads");
-        if (pool) {
+    /* 2: my reads, planned against the stored chunks, spread over threads */
+    if (!rc && n_mine) rc = plan_reads(&l, ck_tensor, mine, n_mine, err);
+    if (!rc && l.n_items) {
+        tsr_pool *pool = tsr_pool_new(e->opts.write.threads);
+        if (!pool) rc = tsr_err(err, TSR_ENOMEM, "cannot start reader threads");
+        else {
             tsr_pool_for(pool, l.n_items, load_piece, &l);
             tsr_pool_free(pool);
         }
@@ -869,6 +932,7 @@ int tsr_engine_load(tsr_engine *e, const char *step_dir, const tsr_state *st, ts
     tsr_comm_reqs_free(reqs);
     pthread_mutex_destroy(&l.mu);
     free(l.items);
+    free(mine);
     free(mine_for);
     tsr_save_plan_free(&plan);
     free(es);

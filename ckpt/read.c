@@ -336,6 +336,31 @@ static int read_one_frame(void *user, uint64_t k) {
     return 0;
 }
 
+/* Reads `region` of chunk c into dst (the memory of dst_box), decoding only the
+ * frames of c that overlap it. */
+static int read_region(tsr_ckpt *ck, const tsr_mf_chunk *c, const tsr_box *region, void *dst,
+                       const tsr_box *dst_box, frame_buf *fb, tsr_codec *codec, tsr_error *err) {
+    read_ctx r = {ck, &ck->m.tensors[c->tensor], c, dst_box, region, dst, fb, codec, err};
+    return tsr_frames_in(c, region, read_one_frame, &r);
+}
+
+int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst, const tsr_box *dst_box,
+                        tsr_error *err) {
+    if (chunk >= ck->m.n_chunks) return tsr_err(err, TSR_EINVAL, "%s: no chunk %zu", ck->dir, chunk);
+    const tsr_mf_chunk *c = &ck->m.chunks[chunk];
+    if (!tsr_box_contains(&c->box, region) || !tsr_box_contains(dst_box, region))
+        return tsr_err(err, TSR_EINVAL, "%s: chunk %zu of %s: region outside the chunk or the destination", ck->dir,
+                       chunk, ck->m.tensors[c->tensor].name);
+    if (tsr_box_volume(region) == 0) return 0;
+    frame_buf fb = {0};
+    tsr_codec *codec = codec_get(ck);
+    if (!codec) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    int rc = read_region(ck, c, region, dst, dst_box, &fb, codec, err);
+    codec_put(ck, codec);
+    frame_buf_free(&fb);
+    return rc;
+}
+
 int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, tsr_error *err) {
     if (tensor >= ck->m.n_tensors) return tsr_err(err, TSR_EINVAL, "%s: no tensor %zu", ck->dir, tensor);
     const tsr_mf_tensor *t = &ck->m.tensors[tensor];
@@ -349,12 +374,13 @@ int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, ts
     tsr_codec *codec = codec_get(ck);
     if (!codec) return tsr_err(err, TSR_ENOMEM, "out of memory");
     int rc = 0;
+    /* one box against the tensor's chunks: a scan; many boxes go through the
+     * planner (tsr_plan_overlaps) and tsr_ckpt_read_chunk instead */
     for (uint32_t ci = t->chunk_first; ci < t->chunk_first + t->chunk_count && !rc; ci++) {
         const tsr_mf_chunk *c = &ck->m.chunks[ci];
         tsr_box region;
         if (!tsr_box_intersect(&c->box, box, &region)) continue;
-        read_ctx r = {ck, t, c, box, &region, dst, &fb, codec, err};
-        rc = tsr_frames_in(c, &region, read_one_frame, &r);
+        rc = read_region(ck, c, &region, dst, box, &fb, codec, err);
     }
     codec_put(ck, codec);
     frame_buf_free(&fb);

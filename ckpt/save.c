@@ -14,8 +14,9 @@
 #include "manifest.h"
 #include "pool.h"
 #include "store.h"
+#include "encoder.h"
 
-#define BATCH_PER_THREAD 2 /* frames encoded per thread between writes */
+#define BATCH_PER_THREAD 4 /* frames encoded per thread between writes */
 
 typedef struct slot {
     uint8_t *buf; /* aligned, cap bytes */
@@ -39,17 +40,59 @@ struct tsr_save {
     /* name -> tensor index: open addressing over tab.tensors */
     uint32_t *index;
     size_t index_cap;
-    tsr_pool *pool;
-    tsr_codec **codecs;
-    slot *slots;
-    size_t n_slots;
+    tsr_encoder *enc;    /* threads, codecs and frame buffers */
+    int own_enc;         /* created by (and freed with) this save */
     uint8_t *table_bytes;
     size_t table_len;
     int finished, failed;
 };
 
+/* The encoder: a thread pool, a codec per thread and the frame buffers, kept
+ * across saves (the engine holds one), so that a save neither starts threads nor
+ * faults in fresh buffers. */
+struct tsr_encoder {
+    tsr_pool *pool;
+    tsr_codec **codecs;
+    slot *slots;
+    size_t n_slots;
+};
+
+tsr_encoder *tsr_encoder_new(int threads, tsr_error *err) {
+    tsr_encoder *enc = calloc(1, sizeof *enc);
+    if (!enc) goto nomem;
+    enc->pool = tsr_pool_new(threads);
+    if (!enc->pool) {
+        tsr_encoder_free(enc);
+        tsr_err(err, TSR_ENOMEM, "cannot start the encoder threads");
+        return NULL;
+    }
+    int nt = tsr_pool_size(enc->pool);
+    enc->codecs = calloc((size_t)nt, sizeof *enc->codecs);
+    enc->n_slots = 2 * (size_t)nt * BATCH_PER_THREAD; /* two halves */
+    enc->slots = calloc(enc->n_slots, sizeof *enc->slots);
+    if (!enc->codecs || !enc->slots) goto nomem;
+    for (int i = 0; i < nt; i++)
+        if (!(enc->codecs[i] = tsr_codec_new())) goto nomem;
+    return enc;
+nomem:
+    tsr_encoder_free(enc);
+    tsr_err(err, TSR_ENOMEM, "out of memory for the encoder");
+    return NULL;
+}
+
+void tsr_encoder_free(tsr_encoder *enc) {
+    if (!enc) return;
+    if (enc->codecs && enc->pool)
+        for (int i = 0; i < tsr_pool_size(enc->pool); i++) tsr_codec_free(enc->codecs[i]);
+    free(enc->codecs);
+    tsr_pool_free(enc->pool);
+    for (size_t i = 0; enc->slots && i < enc->n_slots; i++) free(enc->slots[i].buf);
+    free(enc->slots);
+    free(enc);
+}
+
 tsr_write_opts tsr_write_opts_default(void) {
-    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0};
+    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0};
 }
 
 static uint64_t name_hash(const char *s) { return tsr_hash(s, strlen(s)); }
@@ -89,6 +132,11 @@ static int index_insert(tsr_save *s, uint32_t v) {
 
 tsr_save *tsr_save_begin(const char *step_dir, uint32_t file_id, const uint8_t *save_id,
                          const tsr_write_opts *opts, tsr_error *err) {
+    return tsr_save_begin_with(step_dir, file_id, save_id, opts, NULL, err);
+}
+
+tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint8_t *save_id,
+                              const tsr_write_opts *opts, tsr_encoder *enc, tsr_error *err) {
     tsr_save *s = calloc(1, sizeof *s);
     if (!s) {
         tsr_err(err, TSR_ENOMEM, "out of memory");
@@ -115,24 +163,12 @@ tsr_save *tsr_save_begin(const char *step_dir, uint32_t file_id, const uint8_t *
     char name[64];
     tsr_data_file_name(file_id, name, sizeof name);
     if (tsr_store_create(s->store, name, &s->wf, err)) goto fail;
-    s->pool = tsr_pool_new(s->opts.threads);
-    if (!s->pool) {
-        tsr_err(err, TSR_ENOMEM, "cannot start the encoder threads");
-        goto fail;
+    if (s->opts.expected_bytes) tsr_wfile_reserve(s->wf, TSR_DATA_HEADER_SIZE + s->opts.expected_bytes);
+    s->enc = enc;
+    if (!s->enc) {
+        if (!(s->enc = tsr_encoder_new(s->opts.threads, err))) goto fail;
+        s->own_enc = 1;
     }
-    int nt = tsr_pool_size(s->pool);
-    s->codecs = calloc((size_t)nt, sizeof *s->codecs);
-    s->n_slots = 2 * (size_t)nt * BATCH_PER_THREAD; /* two halves */
-    s->slots = calloc(s->n_slots, sizeof *s->slots);
-    if (!s->codecs || !s->slots) {
-        tsr_err(err, TSR_ENOMEM, "out of memory");
-        goto fail;
-    }
-    for (int i = 0; i < nt; i++)
-        if (!(s->codecs[i] = tsr_codec_new())) {
-            tsr_err(err, TSR_ENOMEM, "out of memory for the codec");
-            goto fail;
-        }
     /* The header block: written first, so that even an empty file is valid. */
     uint8_t *hdr = tsr_alloc_aligned(TSR_DATA_HEADER_SIZE);
     if (!hdr) {
@@ -212,10 +248,11 @@ static void encode_one(void *ctx, size_t i, int worker) {
         return;
     }
     sl->raw_hash = tsr_hash(raw, n);
-    sl->rc = tsr_frame_encode(j->s->codecs[worker], j->dtype, j->codec, j->s->opts.level, raw, n,
+    sl->rc = tsr_frame_encode(j->s->enc->codecs[worker], j->dtype, j->codec, j->s->opts.level, raw, n,
                               sl->buf, sl->cap, &sl->stored, &sl->codec, &sl->err);
     if (sl->rc) return;
-    sl->stored_hash = tsr_hash(sl->buf, sl->stored);
+    /* a raw frame's stored bytes are its raw bytes: one hash serves both */
+    sl->stored_hash = sl->codec == TSR_CODEC_RAW ? sl->raw_hash : tsr_hash(sl->buf, sl->stored);
     size_t padded = tsr_align_up(sl->stored, TSR_ALIGN);
     memset(sl->buf + sl->stored, 0, padded - sl->stored);
 }
@@ -226,13 +263,13 @@ static void encode_one(void *ctx, size_t i, int worker) {
  * encodes the next batch into the other. */
 static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
                         const uint64_t *sizes, size_t n, const char *what, tsr_error *err) {
-    size_t half_slots = s->n_slots / 2;
+    size_t half_slots = s->enc->n_slots / 2;
     int half = 0, rc = 0;
     for (size_t done = 0; done < n && !rc; half ^= 1) {
         size_t batch = n - done < half_slots ? n - done : half_slots;
-        slot *slots = s->slots + (size_t)half * half_slots;
+        slot *slots = s->enc->slots + (size_t)half * half_slots;
         encode_job job = {s, dtype, codec, raw, offs + done, sizes + done, slots};
-        tsr_pool_for(s->pool, batch, encode_one, &job);
+        tsr_pool_for(s->enc->pool, batch, encode_one, &job);
         if ((rc = tsr_wfile_complete(s->wf, err))) break; /* the other half's writes */
         for (size_t i = 0; i < batch; i++) {
             slot *sl = &slots[i];
@@ -348,7 +385,7 @@ int tsr_save_finish(tsr_save *s, const uint8_t **table, size_t *table_len, tsr_e
     if (rc) return rc;
     char name[64];
     tsr_data_file_name(s->file_id, name, sizeof name);
-    rc = tsr_wfile_finish(s->wf, err);
+    rc = tsr_wfile_finish(s->wf, s->pos, err);
     s->wf = NULL;
     if (rc) goto fail;
     tsr_mf_file f = {s->file_id, s->pos};
@@ -515,12 +552,7 @@ void tsr_save_abort(tsr_save *s) {
 void tsr_save_free(tsr_save *s) {
     if (!s) return;
     if (s->wf) tsr_wfile_abort(s->wf);
-    if (s->codecs && s->pool)
-        for (int i = 0; i < tsr_pool_size(s->pool); i++) tsr_codec_free(s->codecs[i]);
-    free(s->codecs);
-    tsr_pool_free(s->pool);
-    for (size_t i = 0; i < s->n_slots; i++) free(s->slots[i].buf);
-    free(s->slots);
+    if (s->own_enc) tsr_encoder_free(s->enc);
     free(s->index);
     free(s->table_bytes);
     tsr_manifest_free(&s->tab);

@@ -48,8 +48,12 @@ int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr
  * flight at once. */
 int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
 int tsr_wfile_complete(tsr_wfile *f, tsr_error *err);
-/* Makes the object durable (fsync) and closes it. */
-int tsr_wfile_finish(tsr_wfile *f, tsr_error *err);
+/* tsr_wfile_reserve(): a hint that about `bytes` will be written: the file is
+ * preallocated (best effort; nothing fails without it). */
+void tsr_wfile_reserve(tsr_wfile *f, uint64_t bytes);
+/* Sets the object's size to `size` (dropping a preallocation past it), makes it
+ * durable (fsync) and closes it. */
+int tsr_wfile_finish(tsr_wfile *f, uint64_t size, tsr_error *err);
 /* Closes and removes a partial object. */
 void tsr_wfile_abort(tsr_wfile *f);
 

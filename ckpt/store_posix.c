@@ -30,6 +30,7 @@ struct tsr_wfile {
     int fd;
     int direct;
     int have_ring;
+    int reserved; /* preallocated: finish sets the final size */
     struct io_uring ring;
     pending inflight[RING_DEPTH];
     int n_inflight;
@@ -319,9 +320,15 @@ static int fsync_fault(int fd) {
     return fsync(fd);
 }
 
-int tsr_wfile_finish(tsr_wfile *f, tsr_error *err) {
+void tsr_wfile_reserve(tsr_wfile *f, uint64_t bytes) {
+    if (bytes && fallocate(f->fd, 0, 0, (off_t)tsr_align_up(bytes, TSR_ALIGN)) == 0) f->reserved = 1;
+}
+
+int tsr_wfile_finish(tsr_wfile *f, uint64_t size, tsr_error *err) {
     int rc = tsr_wfile_complete(f, err);
     ring_close(f);
+    if (!rc && f->reserved && ftruncate(f->fd, (off_t)size) != 0)
+        rc = tsr_err(err, TSR_EIO, "%s: truncate to %llu bytes: %s", f->path, (unsigned long long)size, strerror(errno));
     if (rc) {
         close(f->fd);
         unlink(f->path);

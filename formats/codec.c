@@ -310,7 +310,8 @@ static int encode_bytegroup(tsr_codec *c, int dtype, int level, const uint8_t *r
         uint8_t *e = out + BG_ENTRY * p;
         size_t len = 0;
         int method = 0;
-        if (n > 1 && (p == 0 || plane_worth_coding(planes[p], n))) {
+        /* plane 0 is tried unless it looks like noise (random bits compress to nothing) */
+        if (n > 1 && plane_worth_coding(planes[p], n)) {
             rc = cctx_setup(c, MODE_PLANE, level, err);
             if (!rc) rc = zcompress(c, planes[p], n, out + pos, n - 1, &len, err);
             if (rc < 0) return rc;
@@ -356,7 +357,11 @@ int tsr_frame_encode(tsr_codec *c, int dtype, int codec, int level, const void *
     uint8_t *o = out;
     size_t len = 0;
     int rc = 1; /* 1: store raw */
-    if (raw_size > 0 && codec == TSR_CODEC_ZSTD) {
+    /* bytes that look like noise (order-0 entropy, sampled) are stored raw at
+     * once: running zstd over them costs time and gains nothing */
+    if (raw_size > 0 && codec == TSR_CODEC_ZSTD && !plane_worth_coding(raw, raw_size)) {
+        rc = 1;
+    } else if (raw_size > 0 && codec == TSR_CODEC_ZSTD) {
         rc = cctx_setup(c, MODE_FRAME, level, err);
         if (!rc) rc = zcompress(c, raw, raw_size, o, raw_size - 1, &len, err);
     } else if (raw_size > 0 && codec == TSR_CODEC_BYTEGROUP) {

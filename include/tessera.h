@@ -279,6 +279,10 @@ void tsr_comm_free(tsr_comm *c);
 uint32_t tsr_comm_rank(const tsr_comm *c);
 uint32_t tsr_comm_size(const tsr_comm *c);
 
+/* tsr_comm_split(): collective; the ranks passing the same color >= 0 form a new
+ * communicator (ordered by key, then rank); color -1 gets NULL and no error. */
+tsr_comm *tsr_comm_split(tsr_comm *c, int color, int key, tsr_error *err);
+
 int tsr_comm_barrier(tsr_comm *c, tsr_error *err);
 /* tsr_comm_bcast(): root's n bytes at buf to every rank. */
 int tsr_comm_bcast(tsr_comm *c, uint32_t root, void *buf, size_t n, tsr_error *err);
@@ -323,6 +327,9 @@ typedef struct tsr_write_opts {
     int level;          /* zstd level; default 1 */
     size_t frame_bytes; /* target raw bytes per frame; default 4 MiB */
     int threads;        /* encoder threads; default: the online cores */
+    uint64_t expected_bytes; /* raw bytes this writer will store, if known (0: unknown):
+                                the data file is preallocated, so that writes do not
+                                extend it one by one */
 } tsr_write_opts;
 
 /* tsr_write_opts_default(): the defaults above. */
@@ -550,6 +557,13 @@ long tsr_ckpt_find_blob(const tsr_ckpt *ck, const char *name, int32_t rank);
  * checksums of each. Thread-safe on one tsr_ckpt. */
 int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst,
                   tsr_error *err);
+
+/* tsr_ckpt_read_chunk(): reads `region` of stored chunk `chunk` into dst, the
+ * memory of dst_box; region must lie inside both. Decodes only the frames of the
+ * chunk that overlap the region. With tsr_plan_overlaps, the way to read many
+ * boxes at once. Thread-safe. */
+int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst,
+                        const tsr_box *dst_box, tsr_error *err);
 
 /* tsr_ckpt_read_blob(): copies blob `i` (size bytes) into dst. Thread-safe. */
 int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err);

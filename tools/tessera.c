@@ -21,6 +21,8 @@ static const command commands[] = {
     {"ckpt", "check", tsr_cmd_ckpt_check, "load a synthetic checkpoint in any layout and check it"},
     {"bench", "codec", tsr_cmd_bench_codec, "frame codec against plain zstd"},
     {"bench", "plan", tsr_cmd_bench_plan, "resharding planner: 1M stored x 1M needed boxes"},
+    {"bench", "save", tsr_cmd_bench_save, "save stall and write throughput against memcpy and the disk"},
+    {"bench", "load", tsr_cmd_bench_load, "resharded load time against the saved layout's"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

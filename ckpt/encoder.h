@@ -1,0 +1,19 @@
+/* encoder.h: the encoder of a save (threads, codecs, frame buffers), which the
+ * engine keeps from one save to the next. Internal. */
+#ifndef TSR_ENCODER_H
+#define TSR_ENCODER_H
+
+#include "tessera.h"
+
+typedef struct tsr_encoder tsr_encoder;
+
+/* tsr_encoder_new(): `threads` encoder threads in all (<= 0: the online cores). */
+tsr_encoder *tsr_encoder_new(int threads, tsr_error *err);
+void tsr_encoder_free(tsr_encoder *enc);
+
+/* tsr_save_begin_with(): tsr_save_begin, encoding with `enc` (borrowed: it must
+ * outlive the save and serve one save at a time); NULL makes one for this save. */
+tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint8_t *save_id,
+                              const tsr_write_opts *opts, tsr_encoder *enc, tsr_error *err);
+
+#endif

@@ -1,0 +1,377 @@
+/* bench_ckpt.c: tessera bench save | load: the engine's figures, each a ratio
+ * against a baseline measured in the same run on the same machine.
+ *   save: stall = time the caller is blocked by a save / a memcpy of the same bytes;
+ *         write throughput = raw bytes per second of the background save / the
+ *         sequential O_DIRECT write bandwidth of the same disk (1 MiB writes, same
+ *         directory), for incompressible and for bf16 Gaussian-like data.
+ *   load: load time in another layout on another rank count / load time in the
+ *         layout the checkpoint was saved in. */
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "tessera.h"
+
+/* Memory touched and locked, so that page faults and reclaim stay out of the
+ * measurements (the engine locks its staging arena the same way). */
+static void *alloc_populated(size_t n) {
+    void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+    memset(p, 0, n);
+    mlock(p, n);
+    return p;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path) ? 0 : 0;
+}
+
+/* rm -r of a directory the bench made itself. */
+static void remove_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Sequential O_DIRECT write bandwidth of the disk under dir: bytes/s. */
+static double disk_bandwidth(const char *dir, size_t bytes) {
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/disk-probe.tmp", dir);
+    size_t chunk = 1 << 20;
+    void *buf = NULL;
+    if (posix_memalign(&buf, 4096, chunk)) return 0;
+    memset(buf, 0x5a, chunk);
+    double best = 0;
+    for (int rep = 0; rep < 2; rep++) {
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
+        if (fd < 0) fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd < 0) break;
+        double t0 = tsr_now();
+        size_t done = 0;
+        for (; done < bytes; done += chunk)
+            if (pwrite(fd, buf, chunk, (off_t)done) != (ssize_t)chunk) break;
+        fsync(fd);
+        double bw = (double)done / (tsr_now() - t0);
+        close(fd);
+        unlink(path);
+        if (bw > best) best = bw;
+    }
+    free(buf);
+    return best;
+}
+
+static const char save_help[] =
+    "usage: tessera bench save --dir DIR [--bytes SIZE] [--json]\n"
+    "Measures, on one rank, in DIR: the stall of an asynchronous save against a\n"
+    "memcpy of the same bytes (goal: at most 1.2), and the raw bytes per second of the\n"
+    "background save against the disk's sequential O_DIRECT write bandwidth, for\n"
+    "incompressible data (goal: at least 0.9) and for bf16 Gaussian-like weights\n"
+    "(goal: at least 1.2). SIZE defaults to 1G.\n";
+
+typedef struct save_result {
+    double stall_ratio, write_ratio; /* medians over the measured rounds */
+    double stall, memcpy_s, write_bps, disk_bps;
+} save_result;
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Rounds of: a memcpy of the state and the disk's bandwidth, measured just
+ * before a save, so that each ratio compares like with like on this (noisy,
+ * shared) machine; then the save. The first save warms up and is not counted. */
+static int run_saves(const char *dir, int dtype, uint8_t *data, uint8_t *scratch, size_t bytes, save_result *out,
+                     tsr_error *e) {
+    enum { NT = 16, ROUNDS = 5 };
+    remove_tree(dir);
+    mkdir(dir, 0755);
+    tsr_comm *comm = tsr_comm_self();
+    tsr_engine_opts o = tsr_engine_opts_default();
+    o.keep_latest = 0; /* deleting old steps would compete with the measured saves */
+    tsr_engine *eng = comm ? tsr_engine_new(dir, comm, &o, e) : NULL;
+    if (!eng) {
+        tsr_comm_free(comm);
+        return -1;
+    }
+    size_t es = tsr_dtype_size(dtype), per = bytes / NT / es;
+    tsr_tensor_decl t[NT];
+    tsr_state_box sb[NT];
+    char names[NT][32];
+    for (int i = 0; i < NT; i++) {
+        snprintf(names[i], sizeof names[i], "layers.%d.w", i);
+        t[i] = (tsr_tensor_decl){names[i], "model", dtype, 2, {per / 1024, 1024}, {-1, 1, TSR_PP_ALL, -1}};
+        sb[i] = (tsr_state_box){(uint32_t)i, {2, {0, 0}, {per / 1024, 1024}}, data + (size_t)i * (per / 1024) * 1024 * es};
+    }
+    size_t state_bytes = per / 1024 * 1024 * es * NT;
+    tsr_state st = {t, NT, sb, NT, NULL, 0, {1, 1, 1, 1, 0, 0}};
+    double stall_r[ROUNDS], write_r[ROUNDS], stall[ROUNDS], mc[ROUNDS], bps[ROUNDS], disk[ROUNDS];
+    int rc = 0;
+    for (int r = -1; r < ROUNDS && !rc; r++) {
+        double t0 = tsr_now();
+        memcpy(scratch, data, state_bytes);
+        double m = tsr_now() - t0;
+        double d = disk_bandwidth(dir, state_bytes);
+        rc = tsr_engine_save(eng, (uint64_t)r + 2, &st, e);
+        double t1 = tsr_now(); /* the background save starts when save returns */
+        if (!rc) rc = tsr_engine_wait(eng, e);
+        double t2 = tsr_now();
+        if (r < 0) continue;
+        stall[r] = tsr_engine_last_stall(eng);
+        mc[r] = m;
+        bps[r] = (double)state_bytes / (t2 - t1);
+        disk[r] = d;
+        stall_r[r] = stall[r] / m;
+        write_r[r] = bps[r] / d;
+    }
+    tsr_engine_free(eng);
+    tsr_comm_free(comm);
+    remove_tree(dir);
+    if (rc) return rc;
+    out->stall_ratio = median(stall_r, ROUNDS);
+    out->write_ratio = median(write_r, ROUNDS);
+    out->stall = median(stall, ROUNDS);
+    out->memcpy_s = median(mc, ROUNDS);
+    out->write_bps = median(bps, ROUNDS);
+    out->disk_bps = median(disk, ROUNDS);
+    return 0;
+}
+
+int tsr_cmd_bench_save(int argc, char **argv) {
+    const char *dir = NULL, *v;
+    uint64_t bytes = 1ull << 30;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(save_help, stdout), EXIT_OK;
+        if ((r = tsr_opt(argc, argv, &i, "dir", 1, &v))) {
+            if (r < 0) return EXIT_USAGE;
+            dir = v;
+        } else if ((r = tsr_opt(argc, argv, &i, "bytes", 1, &v))) {
+            if (r < 0 || tsr_parse_size(v, &bytes) || bytes < (64u << 20))
+                return tsr_usage_error("bench save", "--bytes takes a size of at least 64M");
+        } else if (tsr_opt(argc, argv, &i, "json", 0, &v)) {
+            json = 1;
+        } else {
+            return tsr_usage_error("bench save", "unknown argument %s", argv[i]);
+        }
+    }
+    if (!dir) return tsr_usage_error("bench save", "missing --dir DIR");
+    mkdir(dir, 0755);
+    size_t n = (size_t)bytes;
+    uint8_t *data = alloc_populated(n), *copy = alloc_populated(n);
+    if (!data || !copy) {
+        fprintf(stderr, "tessera bench save: cannot allocate 2 x %zu bytes\n", n);
+        return EXIT_FAIL;
+    }
+    tsr_error e = {0};
+    save_result inc, bf;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i + 8 <= n; i += 8) { /* xorshift: incompressible bytes */
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        memcpy(data + i, &x, 8);
+    }
+    char sub[PATH_MAX];
+    snprintf(sub, sizeof sub, "%s/incompressible", dir);
+    if (run_saves(sub, TSR_U8, data, copy, n, &inc, &e)) {
+        fprintf(stderr, "tessera bench save: %s\n", e.msg);
+        return EXIT_FAIL;
+    }
+    uint64_t shape[1] = {n / 2};
+    tsr_box all = {1, {0}, {n / 2}};
+    tsr_synth_fill("bench.bf16", TSR_BF16, 1, shape, &all, data);
+    snprintf(sub, sizeof sub, "%s/bf16", dir);
+    if (run_saves(sub, TSR_BF16, data, copy, n, &bf, &e)) {
+        fprintf(stderr, "tessera bench save: %s\n", e.msg);
+        return EXIT_FAIL;
+    }
+    munmap(data, n);
+    munmap(copy, n);
+    double stall = inc.stall_ratio > bf.stall_ratio ? inc.stall_ratio : bf.stall_ratio;
+    int ok = stall <= 1.2 && inc.write_ratio >= 0.9 && bf.write_ratio >= 1.2;
+    if (json) {
+        printf("{\"bytes\":%zu,\"stall_ratio\":%.3f,\"incompressible_ratio\":%.3f,\"bf16_ratio\":%.3f,"
+               "\"stall_s\":%.6f,\"memcpy_s\":%.6f,\"incompressible_Bps\":%.0f,\"bf16_Bps\":%.0f,"
+               "\"disk_Bps\":%.0f,\"goals_met\":%s}\n",
+               n, stall, inc.write_ratio, bf.write_ratio, bf.stall, bf.memcpy_s, inc.write_bps, bf.write_bps,
+               bf.disk_bps, ok ? "true" : "false");
+    } else {
+        char a[32];
+        printf("tessera bench save: %s of state on one rank, in %s; medians of 5 rounds, each against a memcpy\n"
+               "and a disk write (O_DIRECT, 1 MiB writes, fsync) measured just before it\n",
+               tsr_fmt_bytes(n, a, sizeof a), dir);
+        printf("stall: blocked %.1f ms (memcpy %.1f ms): %.2fx memcpy, worst of both data kinds (goal <= 1.2)  %s\n",
+               bf.stall * 1e3, bf.memcpy_s * 1e3, stall, stall <= 1.2 ? "ok" : "MISSED");
+        printf("write, incompressible: %.0f MB/s raw, disk %.0f MB/s: %.2fx (goal >= 0.9)  %s\n", inc.write_bps / 1e6,
+               inc.disk_bps / 1e6, inc.write_ratio, inc.write_ratio >= 0.9 ? "ok" : "MISSED");
+        printf("write, bf16 weights:   %.0f MB/s raw, disk %.0f MB/s: %.2fx (goal >= 1.2)  %s\n", bf.write_bps / 1e6,
+               bf.disk_bps / 1e6, bf.write_ratio, bf.write_ratio >= 1.2 ? "ok" : "MISSED");
+    }
+    return EXIT_OK;
+}
+
+/* ------------------------------------------------------------------ load */
+
+static const char load_help[] =
+    "usage: mpirun -np N tessera bench load DIR --layout L [--rounds R] [--json]\n"
+    "Loads the checkpoint in DIR in the layout it was saved in, on the ranks it was\n"
+    "saved on, and in layout L on L's rank count (both at most N; the other ranks\n"
+    "wait), alternately, R times (default 3) after one warm-up load; prints the best\n"
+    "times and their ratio (goal: at most 1.15).\n";
+
+typedef struct layout_run {
+    tsr_layout l;
+    tsr_comm *comm; /* NULL on ranks outside the layout */
+    tsr_state_box *sb;
+    size_t n;
+    tsr_rank_box *boxes;
+    double best;
+} layout_run;
+
+static int prepare(layout_run *lr, tsr_comm *world, const tsr_tensor_decl *t, size_t nt, tsr_error *e) {
+    uint32_t rank = tsr_comm_rank(world), size = tsr_layout_size(&lr->l);
+    lr->comm = tsr_comm_split(world, rank < size ? 0 : -1, (int)rank, e);
+    lr->best = 1e30;
+    if (rank >= size) return 0;
+    if (!lr->comm) return -1;
+    if (tsr_layout_boxes(&lr->l, t, nt, rank, &lr->boxes, &lr->n, e)) return -1;
+    lr->sb = calloc(lr->n + 1, sizeof *lr->sb);
+    if (!lr->sb) return -1;
+    for (size_t i = 0; i < lr->n; i++) {
+        size_t bytes = tsr_box_volume(&lr->boxes[i].box) * tsr_dtype_size(t[lr->boxes[i].tensor].dtype);
+        lr->sb[i] = (tsr_state_box){lr->boxes[i].tensor, lr->boxes[i].box, alloc_populated(bytes ? bytes : 1)};
+        if (!lr->sb[i].data) return -1;
+    }
+    return 0;
+}
+
+/* One timed load on the ranks of lr (all ranks of world take part in the
+ * barriers); the time is the slowest rank's. */
+static int timed_load(layout_run *lr, tsr_comm *world, const char *dir, const tsr_tensor_decl *t, size_t nt,
+                      double *secs, tsr_error *e) {
+    tsr_engine *eng = NULL;
+    int rc = 0;
+    if (lr->comm && !(eng = tsr_engine_new(dir, lr->comm, NULL, e))) rc = -1;
+    tsr_comm_barrier(world, NULL);
+    double t0 = tsr_now();
+    if (!rc && lr->comm) {
+        tsr_state st = {t, nt, lr->sb, lr->n, NULL, 0, lr->l};
+        rc = tsr_engine_load(eng, dir, &st, NULL, e);
+    }
+    int64_t neg_us = -(int64_t)((tsr_now() - t0) * 1e6), ok = rc == 0;
+    tsr_comm_allreduce_min(world, &neg_us, NULL);
+    tsr_comm_allreduce_min(world, &ok, NULL);
+    tsr_engine_free(eng);
+    *secs = (double)-neg_us * 1e-6;
+    return ok ? 0 : -1;
+}
+
+int tsr_cmd_bench_load(int argc, char **argv) {
+    const char *dir = NULL, *layout = NULL, *v;
+    uint64_t rounds = 3;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(load_help, stdout), EXIT_OK;
+        if ((r = tsr_opt(argc, argv, &i, "layout", 1, &v))) {
+            if (r < 0) return EXIT_USAGE;
+            layout = v;
+        } else if ((r = tsr_opt(argc, argv, &i, "rounds", 1, &v))) {
+            if (r < 0 || tsr_parse_u64(v, &rounds) || !rounds || rounds > 100)
+                return tsr_usage_error("bench load", "--rounds takes 1 to 100");
+        } else if (tsr_opt(argc, argv, &i, "json", 0, &v)) {
+            json = 1;
+        } else if (argv[i][0] == '-') {
+            return tsr_usage_error("bench load", "unknown option %s", argv[i]);
+        } else if (!dir) {
+            dir = argv[i];
+        } else {
+            return tsr_usage_error("bench load", "one DIR only");
+        }
+    }
+    if (!dir || !layout) return tsr_usage_error("bench load", "needs DIR and --layout L");
+    tsr_comm *world = tsr_cli_comm("bench load");
+    if (!world) return EXIT_FAIL;
+    uint32_t rank = tsr_comm_rank(world), ranks = tsr_comm_size(world);
+    tsr_error e = {0};
+    tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
+    if (!ck) {
+        fprintf(stderr, "tessera bench load: %s\n", e.msg);
+        tsr_comm_free(world);
+        return EXIT_FAIL;
+    }
+    layout_run runs[2] = {{.l = tsr_ckpt_layout(ck)}, {.l = {1, 1, 1, 1, 0, 0}}};
+    if (tsr_layout_parse(layout, &runs[1].l, &e)) {
+        tsr_ckpt_close(ck);
+        tsr_comm_free(world);
+        return tsr_usage_error("bench load", "%s", e.msg);
+    }
+    runs[1].l.n_layers = runs[0].l.n_layers;
+    if (tsr_layout_size(&runs[0].l) > ranks || tsr_layout_size(&runs[1].l) > ranks) {
+        tsr_ckpt_close(ck);
+        tsr_comm_free(world);
+        return tsr_usage_error("bench load", "the layouts need %u and %u ranks; this job has %u",
+                               tsr_layout_size(&runs[0].l), tsr_layout_size(&runs[1].l), ranks);
+    }
+    size_t nt = tsr_ckpt_n_tensors(ck);
+    tsr_tensor_decl *t = calloc(nt + 1, sizeof *t);
+    uint64_t total = 0;
+    for (size_t i = 0; t && i < nt; i++) {
+        tsr_tensor_info ti;
+        tsr_ckpt_tensor(ck, i, &ti);
+        t[i] = (tsr_tensor_decl){ti.name, ti.group, ti.dtype, ti.ndim, {0}, ti.placement};
+        memcpy(t[i].shape, ti.shape, sizeof t[i].shape);
+        total += ti.raw_bytes;
+    }
+    int rc = t ? 0 : -1;
+    for (int k = 0; k < 2 && !rc; k++) rc = prepare(&runs[k], world, t, nt, &e);
+    int64_t ok = rc == 0;
+    tsr_comm_allreduce_min(world, &ok, NULL);
+    double warm = 0;
+    if (ok && timed_load(&runs[0], world, dir, t, nt, &warm, &e)) ok = 0;
+    for (uint64_t r = 0; ok && r < rounds; r++)
+        for (int k = 0; k < 2 && ok; k++) {
+            double s;
+            if (timed_load(&runs[k], world, dir, t, nt, &s, &e)) ok = 0;
+            else if (s < runs[k].best) runs[k].best = s;
+        }
+    if (!ok) fprintf(stderr, "tessera bench load: rank %u: %s\n", rank, e.msg[0] ? e.msg : "failed");
+    if (ok && rank == 0) {
+        char a[64], b[64], sz[32];
+        tsr_layout_format(&runs[0].l, a, sizeof a);
+        tsr_layout_format(&runs[1].l, b, sizeof b);
+        double ratio = runs[1].best / runs[0].best;
+        if (json)
+            printf("{\"bytes\":%llu,\"saved_layout\":\"%s\",\"saved_s\":%.4f,\"other_layout\":\"%s\",\"other_s\":%.4f,"
+                   "\"ratio\":%.3f}\n",
+                   (unsigned long long)total, a, runs[0].best, b, runs[1].best, ratio);
+        else
+            printf("load of %s: saved layout %s on %u ranks %.3f s; layout %s on %u ranks %.3f s: "
+                   "%.2fx (goal <= 1.15)  %s\n",
+                   tsr_fmt_bytes(total, sz, sizeof sz), a, tsr_layout_size(&runs[0].l), runs[0].best, b,
+                   tsr_layout_size(&runs[1].l), runs[1].best, ratio, ratio <= 1.15 ? "ok" : "MISSED");
+    }
+    for (int k = 0; k < 2; k++) {
+        for (size_t i = 0; runs[k].sb && i < runs[k].n; i++) {
+            size_t bytes = tsr_box_volume(&runs[k].sb[i].box) * tsr_dtype_size(t[runs[k].sb[i].tensor].dtype);
+            munmap(runs[k].sb[i].data, bytes ? bytes : 1);
+        }
+        free(runs[k].sb);
+        free(runs[k].boxes);
+        tsr_comm_free(runs[k].comm);
+    }
+    free(t);
+    tsr_ckpt_close(ck);
+    tsr_comm_free(world);
+    return ok ? EXIT_OK : EXIT_FAIL;
+}
