@@ -21,6 +21,7 @@
 
 #include "common.h"
 #include "encoder.h"
+#include "manifest.h"
 #include "pool.h"
 
 #define TAG_MOD 32000
@@ -700,7 +701,6 @@ typedef struct load_ctx {
     tsr_error err;
 } load_ctx;
 
-#define PIECE_BYTES (16u << 20) /* reads are cut into pieces of this size for the threads */
 
 static void load_piece(void *ctx, size_t i, int worker) {
     load_ctx *l = ctx;
@@ -733,21 +733,39 @@ static int cmp_by_tensor(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Adds one item per frame of the chunk that overlaps the region: a frame is then
+ * decoded once, by one thread, and the threads share the work frame by frame. */
+typedef struct frame_items {
+    load_ctx *l;
+    const tsr_mf_chunk *c;
+    const tsr_box *region;
+    size_t state_box, chunk;
+} frame_items;
+
+static int add_frame_item(void *user, uint64_t k) {
+    frame_items *f = user;
+    read_item it = {f->state_box, f->chunk, {0}};
+    tsr_box fb;
+    tsr_frame_box(f->c, k, &fb);
+    if (!tsr_box_intersect(&fb, f->region, &it.region)) return 0;
+    return add_item(f->l, &it);
+}
+
 /* The reads of the state boxes `mine` (n of them): per tensor, those boxes against
- * the stored chunks through the planner, each overlap cut into pieces. */
+ * the stored chunks through the planner, each overlap cut along the frames. */
 static int plan_reads(load_ctx *l, const long *ck_tensor, size_t *mine, size_t n, tsr_error *err) {
     tsr_ckpt *ck = l->ck;
     const tsr_state *st = l->st;
     size_t nc = tsr_ckpt_n_chunks(ck), nt = tsr_ckpt_n_tensors(ck);
     size_t *first = malloc((nt + 1) * sizeof *first);
     tsr_box *have = malloc((nc + 1) * sizeof *have), *need = malloc((n + 1) * sizeof *need);
-    int rc = (!first || !have || !need) ? tsr_err(err, TSR_ENOMEM, "out of memory") : 0;
+    tsr_chunk_info *info = malloc((nc + 1) * sizeof *info);
+    int rc = (!first || !have || !need || !info) ? tsr_err(err, TSR_ENOMEM, "out of memory") : 0;
     for (size_t t = 0; !rc && t <= nt; t++) first[t] = nc;
     for (size_t c = nc; !rc && c-- > 0;) { /* chunks are grouped by tensor */
-        tsr_chunk_info ci;
-        tsr_ckpt_chunk(ck, c, &ci);
-        first[ci.tensor] = c;
-        have[c] = ci.box;
+        tsr_ckpt_chunk(ck, c, &info[c]);
+        first[info[c].tensor] = c;
+        have[c] = info[c].box;
     }
     cmp_state = st;
     tsr_sort(mine, n, sizeof *mine, cmp_by_tensor);
@@ -761,19 +779,16 @@ static int plan_reads(load_ctx *l, const long *ck_tensor, size_t *mine, size_t n
         tsr_overlap *ov = NULL;
         size_t nov = 0;
         rc = tsr_plan_overlaps(need, h - g, have + c0, ti.n_chunks, &ov, &nov, err);
-        size_t es = tsr_dtype_size(ti.dtype);
         for (size_t k = 0; !rc && k < nov; k++) {
-            uint64_t np = tsr_box_pieces(&ov[k].region, es, PIECE_BYTES);
-            for (uint64_t p = 0; !rc && p < np; p++) {
-                read_item it = {mine[g + ov[k].need], c0 + ov[k].have, {0}};
-                tsr_box_piece(&ov[k].region, es, PIECE_BYTES, p, &it.region);
-                if (add_item(l, &it)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-            }
+            const tsr_chunk_info *ci = &info[c0 + ov[k].have];
+            tsr_mf_chunk mc = {.box = ci->box, .split_dim = ci->split_dim, .frame_rows = ci->frame_rows};
+            frame_items f = {l, &mc, &ov[k].region, mine[g + ov[k].need], c0 + ov[k].have};
+            if (tsr_frames_in(&mc, &ov[k].region, add_frame_item, &f)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
         }
         free(ov);
         g = h;
     }
-    free(first), free(have), free(need);
+    free(first), free(have), free(need), free(info);
     return rc;
 }
 

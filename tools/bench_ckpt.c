@@ -226,7 +226,7 @@ static const char load_help[] =
     "usage: mpirun -np N tessera bench load DIR --layout L [--rounds R] [--json]\n"
     "Loads the checkpoint in DIR in the layout it was saved in, on the ranks it was\n"
     "saved on, and in layout L on L's rank count (both at most N; the other ranks\n"
-    "wait), alternately, R times (default 3) after one warm-up load; prints the best\n"
+    "wait), alternately, R times (default 5) after one warm-up load; prints the best\n"
     "times and their ratio (goal: at most 1.15).\n";
 
 typedef struct layout_run {
@@ -278,7 +278,7 @@ static int timed_load(layout_run *lr, tsr_comm *world, const char *dir, const ts
 
 int tsr_cmd_bench_load(int argc, char **argv) {
     const char *dir = NULL, *layout = NULL, *v;
-    uint64_t rounds = 3;
+    uint64_t rounds = 5;
     int json = 0;
     for (int i = 1; i < argc; i++) {
         int r;
