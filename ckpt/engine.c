@@ -88,6 +88,19 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+/* Threads per rank when the caller leaves it open: the node's cores shared among
+ * the ranks on this node (as mpirun reports them), at least one. Oversubscribed
+ * pools only make the ranks of one node slow each other down. */
+static int default_threads(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!local) local = getenv("MPI_LOCALNRANKS");
+    long ranks = local ? atol(local) : 1;
+    if (cores < 1) cores = 1;
+    if (ranks < 1) ranks = 1;
+    return cores / ranks > 0 ? (int)(cores / ranks) : 1;
+}
+
 tsr_engine_opts tsr_engine_opts_default(void) {
     return (tsr_engine_opts){tsr_write_opts_default(), 0, 0};
 }
@@ -326,6 +339,7 @@ tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_op
     e->rank = tsr_comm_rank(comm);
     e->size = tsr_comm_size(comm);
     e->opts = opts ? *opts : tsr_engine_opts_default();
+    if (e->opts.write.threads <= 0) e->opts.write.threads = default_threads();
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     if (e->rank == 0 && getrandom(e->engine_id, 16, 0) != 16) memset(e->engine_id, 0x5a, 16);

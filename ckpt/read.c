@@ -20,6 +20,9 @@ typedef struct data_file {
     tsr_error err;
 } data_file;
 
+struct reader;
+static void reader_free(struct reader *r);
+
 struct tsr_ckpt {
     char dir[PATH_MAX];
     tsr_store *store;
@@ -27,7 +30,7 @@ struct tsr_ckpt {
     data_file *files; /* parallel to m.files */
     uint64_t *tensor_stored;
     pthread_mutex_t codec_mu;
-    tsr_codec **free_codecs;
+    struct reader **free_codecs; /* idle readers (codec and buffers) */
     size_t n_free_codecs, cap_free_codecs;
 };
 
@@ -88,7 +91,7 @@ void tsr_ckpt_close(tsr_ckpt *ck) {
             tsr_rfile_close(ck->files[i].rf);
             pthread_mutex_destroy(&ck->files[i].mu);
         }
-    for (size_t i = 0; i < ck->n_free_codecs; i++) tsr_codec_free(ck->free_codecs[i]);
+    for (size_t i = 0; i < ck->n_free_codecs; i++) reader_free(ck->free_codecs[i]);
     free(ck->free_codecs);
     pthread_mutex_destroy(&ck->codec_mu);
     free(ck->files);
@@ -216,32 +219,6 @@ static int open_file(tsr_ckpt *ck, size_t fi, tsr_rfile **out, tsr_error *err) {
     return rc;
 }
 
-static tsr_codec *codec_get(tsr_ckpt *ck) {
-    tsr_codec *c = NULL;
-    pthread_mutex_lock(&ck->codec_mu);
-    if (ck->n_free_codecs) c = ck->free_codecs[--ck->n_free_codecs];
-    pthread_mutex_unlock(&ck->codec_mu);
-    return c ? c : tsr_codec_new();
-}
-
-static void codec_put(tsr_ckpt *ck, tsr_codec *c) {
-    if (!c) return;
-    pthread_mutex_lock(&ck->codec_mu);
-    if (ck->n_free_codecs == ck->cap_free_codecs) {
-        size_t cap = ck->cap_free_codecs ? ck->cap_free_codecs * 2 : 8;
-        tsr_codec **p = realloc(ck->free_codecs, cap * sizeof *p);
-        if (!p) {
-            pthread_mutex_unlock(&ck->codec_mu);
-            tsr_codec_free(c);
-            return;
-        }
-        ck->free_codecs = p;
-        ck->cap_free_codecs = cap;
-    }
-    ck->free_codecs[ck->n_free_codecs++] = c;
-    pthread_mutex_unlock(&ck->codec_mu);
-}
-
 /* Buffers reused across the frames one thread reads. */
 typedef struct frame_buf {
     uint8_t *stored; /* aligned */
@@ -253,6 +230,52 @@ typedef struct frame_buf {
 static void frame_buf_free(frame_buf *b) {
     free(b->stored);
     free(b->raw);
+}
+
+/* A reader: a codec and frame buffers, pooled in the tsr_ckpt so that reads,
+ * from any thread, neither set up codecs nor allocate buffers frame by frame. */
+typedef struct reader {
+    tsr_codec *codec;
+    frame_buf fb;
+} reader;
+
+static void reader_free(struct reader *r) {
+    if (!r) return;
+    tsr_codec_free(r->codec);
+    frame_buf_free(&r->fb);
+    free(r);
+}
+
+static reader *reader_get(tsr_ckpt *ck) {
+    reader *r = NULL;
+    pthread_mutex_lock(&ck->codec_mu);
+    if (ck->n_free_codecs) r = ck->free_codecs[--ck->n_free_codecs];
+    pthread_mutex_unlock(&ck->codec_mu);
+    if (r) return r;
+    r = calloc(1, sizeof *r);
+    if (r && !(r->codec = tsr_codec_new())) {
+        free(r);
+        r = NULL;
+    }
+    return r;
+}
+
+static void reader_put(tsr_ckpt *ck, reader *r) {
+    if (!r) return;
+    pthread_mutex_lock(&ck->codec_mu);
+    if (ck->n_free_codecs == ck->cap_free_codecs) {
+        size_t cap = ck->cap_free_codecs ? ck->cap_free_codecs * 2 : 8;
+        reader **p = realloc(ck->free_codecs, cap * sizeof *p);
+        if (!p) {
+            pthread_mutex_unlock(&ck->codec_mu);
+            reader_free(r);
+            return;
+        }
+        ck->free_codecs = p;
+        ck->cap_free_codecs = cap;
+    }
+    ck->free_codecs[ck->n_free_codecs++] = r;
+    pthread_mutex_unlock(&ck->codec_mu);
 }
 
 /* Describes frame fi for messages: "data-00003.tsd: frame 17 of layers.4.wq". */
@@ -352,12 +375,10 @@ int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void 
         return tsr_err(err, TSR_EINVAL, "%s: chunk %zu of %s: region outside the chunk or the destination", ck->dir,
                        chunk, ck->m.tensors[c->tensor].name);
     if (tsr_box_volume(region) == 0) return 0;
-    frame_buf fb = {0};
-    tsr_codec *codec = codec_get(ck);
-    if (!codec) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    int rc = read_region(ck, c, region, dst, dst_box, &fb, codec, err);
-    codec_put(ck, codec);
-    frame_buf_free(&fb);
+    reader *rd = reader_get(ck);
+    if (!rd) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    int rc = read_region(ck, c, region, dst, dst_box, &rd->fb, rd->codec, err);
+    reader_put(ck, rd);
     return rc;
 }
 
@@ -370,9 +391,8 @@ int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, ts
         if (box->offset[d] > t->shape[d] || box->extent[d] > t->shape[d] - box->offset[d])
             return tsr_err(err, TSR_EINVAL, "%s: box outside the tensor's shape in dim %u", t->name, d);
     if (tsr_box_volume(box) == 0) return 0;
-    frame_buf fb = {0};
-    tsr_codec *codec = codec_get(ck);
-    if (!codec) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    reader *rd = reader_get(ck);
+    if (!rd) return tsr_err(err, TSR_ENOMEM, "out of memory");
     int rc = 0;
     /* one box against the tensor's chunks: a scan; many boxes go through the
      * planner (tsr_plan_overlaps) and tsr_ckpt_read_chunk instead */
@@ -380,31 +400,28 @@ int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, ts
         const tsr_mf_chunk *c = &ck->m.chunks[ci];
         tsr_box region;
         if (!tsr_box_intersect(&c->box, box, &region)) continue;
-        rc = read_region(ck, c, &region, dst, box, &fb, codec, err);
+        rc = read_region(ck, c, &region, dst, box, &rd->fb, rd->codec, err);
     }
-    codec_put(ck, codec);
-    frame_buf_free(&fb);
+    reader_put(ck, rd);
     return rc;
 }
 
 int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err) {
     if (i >= ck->m.n_blobs) return tsr_err(err, TSR_EINVAL, "%s: no blob %zu", ck->dir, i);
     const tsr_mf_blob *b = &ck->m.blobs[i];
-    frame_buf fb = {0};
-    tsr_codec *codec = codec_get(ck);
-    if (!codec) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    reader *rd = reader_get(ck);
+    if (!rd) return tsr_err(err, TSR_ENOMEM, "out of memory");
     char owner[300];
     snprintf(owner, sizeof owner, "blob %s", b->name);
     int rc = 0;
     uint64_t off = 0;
     for (uint32_t k = 0; k < b->frame_count && !rc; k++) {
         const tsr_mf_frame *f = &ck->m.frames[b->frame_first + k];
-        rc = read_frame(ck, b->frame_first + k, TSR_U8, owner, &fb, codec, err);
-        if (!rc) memcpy((uint8_t *)dst + off, fb.raw, f->raw_size);
+        rc = read_frame(ck, b->frame_first + k, TSR_U8, owner, &rd->fb, rd->codec, err);
+        if (!rc) memcpy((uint8_t *)dst + off, rd->fb.raw, f->raw_size);
         off += f->raw_size;
     }
-    codec_put(ck, codec);
-    frame_buf_free(&fb);
+    reader_put(ck, rd);
     return rc;
 }
 

@@ -397,7 +397,8 @@ typedef struct tsr_engine tsr_engine;
 typedef struct tsr_ckpt tsr_ckpt; /* an open checkpoint (section "reading") */
 
 typedef struct tsr_engine_opts {
-    tsr_write_opts write; /* codec, level, frame size, encoder threads */
+    tsr_write_opts write; /* codec, level, frame size, threads (0: the node's cores
+                             divided among the ranks mpirun placed on it) */
     uint32_t keep_latest; /* retention: keep the newest K committed checkpoints; 0 keeps all */
     int sync;             /* 1: tsr_engine_save returns after the commit */
 } tsr_engine_opts;

@@ -5,7 +5,8 @@ BUILD=${1:-build/release}
 T="$BUILD/tessera"
 OUT=runs/bench
 mkdir -p "$OUT"
-MPIRUN="mpirun --allow-run-as-root --oversubscribe"
+# no binding: each rank's thread pool may use every core
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 echo "== codec: tessera's frame codec against plain zstd, one core, N(0, 0.02) weights"
 $T bench codec
 echo

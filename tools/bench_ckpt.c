@@ -261,7 +261,11 @@ static int timed_load(layout_run *lr, tsr_comm *world, const char *dir, const ts
                       double *secs, tsr_error *e) {
     tsr_engine *eng = NULL;
     int rc = 0;
-    if (lr->comm && !(eng = tsr_engine_new(dir, lr->comm, NULL, e))) rc = -1;
+    /* each layout as a job of its own rank count would run: the cores shared out */
+    tsr_engine_opts o = tsr_engine_opts_default();
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    o.write.threads = cores / (long)tsr_layout_size(&lr->l) > 0 ? (int)(cores / (long)tsr_layout_size(&lr->l)) : 1;
+    if (lr->comm && !(eng = tsr_engine_new(dir, lr->comm, &o, e))) rc = -1;
     tsr_comm_barrier(world, NULL);
     double t0 = tsr_now();
     if (!rc && lr->comm) {
