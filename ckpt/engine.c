@@ -129,56 +129,59 @@ static int remove_step_dir(const char *dir) {
     return rmdir(dir);
 }
 
-typedef struct step_ent {
-    uint64_t step;
-    int committed;
-} step_ent;
-
 static int cmp_steps(const void *a, const void *b) {
-    const step_ent *x = a, *y = b;
+    const tsr_step_info *x = a, *y = b;
     return (x->step > y->step) - (x->step < y->step);
 }
 
-/* Steps under root (sorted). Returns the count or -1. */
-static long scan_steps(const char *root, step_ent **out) {
+int tsr_list_steps(const char *root, tsr_step_info **out, size_t *count) {
+    *out = NULL;
+    *count = 0;
     DIR *d = opendir(root);
-    if (!d) return -1;
-    step_ent *v = NULL;
+    if (!d) return TSR_ENOTFOUND;
+    tsr_step_info *v = NULL;
     size_t n = 0, cap = 0;
     struct dirent *ent;
+    int rc = 0;
     while ((ent = readdir(d))) {
         uint64_t step;
-        if (!tsr_parse_step_dir(ent->d_name, &step)) continue;
+        if (!tsr_parse_step_dir(ent->d_name, &step)) continue; /* at most 25 bytes */
         if (n == cap) {
             cap = cap ? cap * 2 : 16;
-            step_ent *nv = realloc(v, cap * sizeof *v);
-            if (!nv) break;
+            tsr_step_info *nv = realloc(v, cap * sizeof *v);
+            if (!nv) {
+                rc = TSR_ENOMEM;
+                break;
+            }
             v = nv;
         }
         char path[PATH_MAX + 300];
         snprintf(path, sizeof path, "%s/%s", root, ent->d_name);
         v[n].step = step;
         v[n].committed = tsr_ckpt_is_committed(path);
+        snprintf(v[n].name, sizeof v[n].name, "%.*s", (int)(sizeof v[n].name - 1), ent->d_name);
         n++;
     }
     closedir(d);
+    if (rc) {
+        free(v);
+        return rc;
+    }
     tsr_sort(v, n, sizeof *v, cmp_steps);
     *out = v;
-    return (long)n;
+    *count = n;
+    return 0;
 }
 
 int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len) {
-    step_ent *v = NULL;
-    long n = scan_steps(root, &v);
+    tsr_step_info *v = NULL;
+    size_t n = 0;
+    tsr_list_steps(root, &v, &n);
     int rc = TSR_ENOTFOUND;
-    for (long i = n - 1; i >= 0; i--)
+    for (size_t i = n; i-- > 0;)
         if (v[i].committed) {
             *step = v[i].step;
-            if (dir) {
-                char name[32];
-                tsr_step_dir_name(v[i].step, name, sizeof name);
-                snprintf(dir, len, "%s/%s", root, name);
-            }
+            if (dir) snprintf(dir, len, "%s/%s", root, v[i].name);
             rc = 0;
             break;
         }
@@ -189,12 +192,13 @@ int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len) {
 /* Keeps the newest K committed steps; removes older ones, and uncommitted step
  * directories older than the newest committed one (failed or interrupted saves). */
 static void retention(tsr_engine *e) {
-    step_ent *v = NULL;
-    long n = scan_steps(e->root, &v);
-    if (n <= 0) {
+    tsr_step_info *v = NULL;
+    size_t count = 0;
+    if (tsr_list_steps(e->root, &v, &count) || count == 0) {
         free(v);
         return;
     }
+    long n = (long)count;
     long committed = 0, newest = -1;
     for (long i = 0; i < n; i++)
         if (v[i].committed) committed++, newest = i;
@@ -204,9 +208,8 @@ static void retention(tsr_engine *e) {
         if (v[i].committed && drop > 0) remove = 1, drop--;
         else if (!v[i].committed && i < newest) remove = 1;
         if (!remove) continue;
-        char name[32], path[PATH_MAX + 40];
-        tsr_step_dir_name(v[i].step, name, sizeof name);
-        snprintf(path, sizeof path, "%s/%s", e->root, name);
+        char path[PATH_MAX + 40];
+        snprintf(path, sizeof path, "%s/%s", e->root, v[i].name);
         if (remove_step_dir(path) == 0) tsr_log(2, "%s: removed (retention)", path);
     }
     free(v);

@@ -26,46 +26,6 @@ static int wants_help(int argc, char **argv, const char *text) {
 
 /* ------------------------------------------------------ step directories */
 
-typedef struct step_ent {
-    uint64_t step;
-    char name[64];
-} step_ent;
-
-static int cmp_step(const void *a, const void *b) {
-    const step_ent *x = a, *y = b;
-    return (x->step > y->step) - (x->step < y->step);
-}
-
-/* Step directories under root, sorted by step. Returns the count, or -1. */
-static long list_steps(const char *root, step_ent **out) {
-    DIR *d = opendir(root);
-    if (!d) return -1;
-    step_ent *v = NULL;
-    size_t n = 0, cap = 0;
-    struct dirent *e;
-    while ((e = readdir(d))) {
-        uint64_t step;
-        if (!tsr_parse_step_dir(e->d_name, &step) || strlen(e->d_name) >= 64) continue;
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            step_ent *nv = realloc(v, cap * sizeof *v);
-            if (!nv) {
-                free(v);
-                closedir(d);
-                return -1;
-            }
-            v = nv;
-        }
-        v[n].step = step;
-        memcpy(v[n].name, e->d_name, strlen(e->d_name) + 1); /* < 64, checked above */
-        n++;
-    }
-    closedir(d);
-    if (n > 1) qsort(v, n, sizeof *v, cmp_step);
-    *out = v;
-    return (long)n;
-}
-
 /* A checkpoint directory, or a root whose newest committed step is taken. */
 static tsr_ckpt *open_ckpt(const char *cmd, const char *dir) {
     tsr_error e = {0};
@@ -118,8 +78,9 @@ int tsr_cmd_ckpt_ls(int argc, char **argv) {
         else return tsr_usage_error("ckpt ls", "one ROOT only");
     }
     if (!root) return tsr_usage_error("ckpt ls", "missing ROOT");
-    step_ent *steps = NULL;
-    long n = list_steps(root, &steps);
+    tsr_step_info *steps = NULL;
+    size_t count = 0;
+    long n = tsr_list_steps(root, &steps, &count) ? -1 : (long)count;
     if (n < 0) {
         fprintf(stderr, "tessera ckpt ls: %s: cannot read the directory\n", root);
         return EXIT_FAIL;
