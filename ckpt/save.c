@@ -44,6 +44,7 @@ struct tsr_save {
     int own_enc;         /* created by (and freed with) this save */
     uint8_t *table_bytes;
     size_t table_len;
+    int half;   /* the half of the encoder's slots the next batch is encoded into */
     int finished, failed;
 };
 
@@ -260,12 +261,15 @@ static void encode_one(void *ctx, size_t i, int worker) {
 /* Encodes the frames (raw + offs[k], sizes[k]) for k < n and appends them to the
  * data file, recording them in the table. Two halves of the slots alternate: while
  * one half's frames are written (io_uring, several in flight), the thread pool
- * encodes the next batch into the other. */
+ * encodes the next batch into the other. The last writes stay in flight when this
+ * returns (the frames are in the slots, not in the caller's memory), so that the
+ * next box's encoding overlaps them; tsr_save_finish waits for them. */
 static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
                         const uint64_t *sizes, size_t n, const char *what, tsr_error *err) {
     size_t half_slots = s->enc->n_slots / 2;
-    int half = 0, rc = 0;
-    for (size_t done = 0; done < n && !rc; half ^= 1) {
+    int rc = 0;
+    for (size_t done = 0; done < n && !rc; s->half ^= 1) {
+        int half = s->half;
         size_t batch = n - done < half_slots ? n - done : half_slots;
         slot *slots = s->enc->slots + (size_t)half * half_slots;
         encode_job job = {s, dtype, codec, raw, offs + done, sizes + done, slots};
@@ -292,9 +296,7 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
         }
         done += batch;
     }
-    /* the last batch's writes: callers may reuse their buffers once this returns */
-    int rc2 = tsr_wfile_complete(s->wf, rc ? NULL : err);
-    return rc ? rc : rc2;
+    return rc;
 }
 
 static int check_open(tsr_save *s, const char *what, tsr_error *err) {

@@ -43,16 +43,33 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* Deletes the files a probe left, and commits the filesystem's journal so that
+ * the discard of their blocks is done before anything else is measured. */
+static void probe_cleanup(const char *dir) {
+    char path[PATH_MAX];
+    for (int rep = 0; rep < 2; rep++) {
+        snprintf(path, sizeof path, "%s/disk-probe-%d.tmp", dir, rep);
+        unlink(path);
+    }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        syncfs(fd);
+        close(fd);
+    }
+}
+
 /* Sequential O_DIRECT write bandwidth of the disk under dir: bytes/s, writing
  * `bytes` of `noise` (random, never repeated: a virtual disk may store constant
  * or repeated blocks faster than real data, which would flatter the baseline) in
- * 1 MiB writes, then fsync. noise is 4096-aligned. */
+ * 1 MiB writes, then fsync; best of two. noise is 4096-aligned. The files stay
+ * until probe_cleanup: deleting them now would make the filesystem discard their
+ * blocks while the save that follows is measured. */
 static double disk_bandwidth(const char *dir, const uint8_t *noise, size_t bytes) {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/disk-probe.tmp", dir);
     size_t chunk = 1 << 20;
     double best = 0;
     for (int rep = 0; rep < 2; rep++) {
+        snprintf(path, sizeof path, "%s/disk-probe-%d.tmp", dir, rep);
         int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT, 0644);
         if (fd < 0) fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
         if (fd < 0) break;
@@ -63,7 +80,6 @@ static double disk_bandwidth(const char *dir, const uint8_t *noise, size_t bytes
         fsync(fd);
         double bw = (double)done / (tsr_now() - t0);
         close(fd);
-        unlink(path);
         if (bw > best) best = bw;
     }
     return best;
@@ -125,6 +141,7 @@ static int run_saves(const char *dir, int dtype, uint8_t *data, uint8_t *scratch
         double t1 = tsr_now(); /* the background save starts when save returns */
         if (!rc) rc = tsr_engine_wait(eng, e);
         double t2 = tsr_now();
+        probe_cleanup(dir);
         if (r < 0) continue;
         stall[r] = tsr_engine_last_stall(eng);
         mc[r] = m;
