@@ -275,13 +275,7 @@ void tsr_comm_reqs_free(tsr_comm_reqs *r) {
 }
 
 static int reqs_push(tsr_comm_reqs *r, MPI_Request q) {
-    if (r->n == r->cap) {
-        size_t cap = r->cap ? r->cap * 2 : 64;
-        MPI_Request *v = realloc(r->v, cap * sizeof *v);
-        if (!v) return TSR_ENOMEM;
-        r->v = v;
-        r->cap = cap;
-    }
+    if (tsr_grow((void **)&r->v, &r->cap, r->n, sizeof *r->v)) return TSR_ENOMEM;
     r->v[r->n++] = q;
     return 0;
 }

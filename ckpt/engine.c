@@ -146,15 +146,7 @@ int tsr_list_steps(const char *root, tsr_step_info **out, size_t *count) {
     while ((ent = readdir(d))) {
         uint64_t step;
         if (!tsr_parse_step_dir(ent->d_name, &step)) continue; /* at most 25 bytes */
-        if (n == cap) {
-            cap = cap ? cap * 2 : 16;
-            tsr_step_info *nv = realloc(v, cap * sizeof *v);
-            if (!nv) {
-                rc = TSR_ENOMEM;
-                break;
-            }
-            v = nv;
-        }
+        if ((rc = tsr_grow((void **)&v, &cap, n, sizeof *v))) break;
         char path[PATH_MAX + 300];
         snprintf(path, sizeof path, "%s/%s", root, ent->d_name);
         v[n].step = step;
@@ -733,13 +725,7 @@ static void load_piece(void *ctx, size_t i, int worker) {
 }
 
 static int add_item(load_ctx *l, const read_item *it) {
-    if (l->n_items == l->cap_items) {
-        size_t cap = l->cap_items ? l->cap_items * 2 : 256;
-        read_item *v = realloc(l->items, cap * sizeof *v);
-        if (!v) return TSR_ENOMEM;
-        l->items = v;
-        l->cap_items = cap;
-    }
+    if (tsr_grow((void **)&l->items, &l->cap_items, l->n_items, sizeof *l->items)) return TSR_ENOMEM;
     l->items[l->n_items++] = *it;
     return 0;
 }

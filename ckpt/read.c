@@ -263,16 +263,10 @@ static reader *reader_get(tsr_ckpt *ck) {
 static void reader_put(tsr_ckpt *ck, reader *r) {
     if (!r) return;
     pthread_mutex_lock(&ck->codec_mu);
-    if (ck->n_free_codecs == ck->cap_free_codecs) {
-        size_t cap = ck->cap_free_codecs ? ck->cap_free_codecs * 2 : 8;
-        reader **p = realloc(ck->free_codecs, cap * sizeof *p);
-        if (!p) {
-            pthread_mutex_unlock(&ck->codec_mu);
-            reader_free(r);
-            return;
-        }
-        ck->free_codecs = p;
-        ck->cap_free_codecs = cap;
+    if (tsr_grow((void **)&ck->free_codecs, &ck->cap_free_codecs, ck->n_free_codecs, sizeof *ck->free_codecs)) {
+        pthread_mutex_unlock(&ck->codec_mu);
+        reader_free(r);
+        return;
     }
     ck->free_codecs[ck->n_free_codecs++] = r;
     pthread_mutex_unlock(&ck->codec_mu);

@@ -73,6 +73,16 @@ void tsr_log(int level, const char *fmt, ...) {
 
 uint64_t tsr_hash(const void *data, size_t len) { return XXH3_64bits(data, len); }
 
+int tsr_grow(void **arr, size_t *cap, size_t n, size_t elem) {
+    if (n < *cap) return 0;
+    size_t nc = *cap ? *cap * 2 : 16;
+    void *p = realloc(*arr, nc * elem);
+    if (!p) return TSR_ENOMEM;
+    *arr = p;
+    *cap = nc;
+    return 0;
+}
+
 void *tsr_alloc_aligned(size_t size) {
     void *p = NULL;
     if (posix_memalign(&p, TSR_ALIGN, size ? tsr_align_up(size, TSR_ALIGN) : TSR_ALIGN)) return NULL;

@@ -55,6 +55,11 @@ static inline void tsr_sort(void *base, size_t n, size_t size, int (*cmp)(const 
     if (n > 1) qsort(base, n, size, cmp);
 }
 
+/* tsr_grow(): makes room for one more element in a growable array: when n has
+ * reached *cap, doubles the capacity (from 16) with realloc. *arr and *cap are
+ * left unchanged on failure. @return 0, or TSR_ENOMEM. */
+int tsr_grow(void **arr, size_t *cap, size_t n, size_t elem);
+
 /* Aligned allocation (TSR_ALIGN) for O_DIRECT buffers; free with free(). */
 void *tsr_alloc_aligned(size_t size);
 

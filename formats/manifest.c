@@ -66,19 +66,9 @@ void tsr_manifest_free(tsr_manifest *m) {
     tsr_manifest_init(m);
 }
 
-static int grow(void **arr, size_t *cap, size_t n, size_t elem) {
-    if (n < *cap) return 0;
-    size_t nc = *cap ? *cap * 2 : 16;
-    void *p = realloc(*arr, nc * elem);
-    if (!p) return TSR_ENOMEM;
-    *arr = p;
-    *cap = nc;
-    return 0;
-}
-
 #define APPEND(arr, n, cap, item)                                              \
     do {                                                                       \
-        if (grow((void **)&(arr), &(cap), (n), sizeof *(arr))) return TSR_ENOMEM; \
+        if (tsr_grow((void **)&(arr), &(cap), (n), sizeof *(arr))) return TSR_ENOMEM; \
         (arr)[(n)++] = *(item);                                                \
     } while (0)
 

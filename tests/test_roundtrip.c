@@ -197,6 +197,30 @@ static void test_every_box(void) {
     tsr_tensor_info ti;
     CHECK_OK(tsr_ckpt_tensor(ck, 0, &ti));
     CHECK(ti.n_chunks == 6, "6 chunks, got %u", ti.n_chunks);
+    /* tsr_ckpt_read_chunk: each chunk, minus its first row and column where it has
+     * them, read into the memory of the whole tensor */
+    tsr_box all = whole_box(&s);
+    float *got = malloc(11 * 7 * sizeof *got), *want = malloc(11 * 7 * sizeof *want);
+    memset(got, 0, 11 * 7 * sizeof *got);
+    memset(want, 0, 11 * 7 * sizeof *want);
+    for (size_t c = 0; c < tsr_ckpt_n_chunks(ck); c++) {
+        tsr_chunk_info ci;
+        CHECK_OK(tsr_ckpt_chunk(ck, c, &ci));
+        tsr_box r = ci.box;
+        for (uint32_t d = 0; d < 2; d++)
+            if (r.extent[d] > 1) r.offset[d]++, r.extent[d]--;
+        CHECK_OK(tsr_ckpt_read_chunk(ck, c, &r, got, &all, &e));
+        tsr_box_copy(want, &all, s.data, &all, &r, sizeof(float));
+    }
+    CHECK(memcmp(got, want, 11 * 7 * sizeof *got) == 0, "chunk regions read into the whole tensor");
+    tsr_chunk_info c0;
+    CHECK_OK(tsr_ckpt_chunk(ck, 0, &c0));
+    tsr_box past = c0.box;
+    past.extent[0]++; /* one row beyond the chunk */
+    CHECK(tsr_ckpt_read_chunk(ck, 0, &past, got, &all, &e) == TSR_EINVAL && strstr(e.msg, "grid"),
+          "a region outside the chunk: %s", e.msg);
+    CHECK(tsr_ckpt_read_chunk(ck, 99, &c0.box, got, &all, &e) == TSR_EINVAL, "a chunk index past the end");
+    free(got), free(want);
     tsr_ckpt_close(ck);
     free(s.data);
 }

@@ -1,5 +1,4 @@
 /* cmd_ckpt.c: tessera ckpt ls | info | verify | diff | synth. */
-#include <dirent.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
