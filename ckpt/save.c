@@ -16,7 +16,8 @@
 #include "store.h"
 #include "encoder.h"
 
-#define BATCH_PER_THREAD 4 /* frames encoded per thread between writes */
+#define BATCH_PER_THREAD 2 /* frames encoded per thread between writes */
+#define SLOT_GROUPS 4      /* batches in the ring: one encoding, the rest writing */
 
 typedef struct slot {
     uint8_t *buf; /* aligned, cap bytes */
@@ -44,7 +45,7 @@ struct tsr_save {
     int own_enc;         /* created by (and freed with) this save */
     uint8_t *table_bytes;
     size_t table_len;
-    int half;   /* the half of the encoder's slots the next batch is encoded into */
+    int group;  /* the group of the encoder's slots the next batch is encoded into */
     int finished, failed;
 };
 
@@ -69,7 +70,7 @@ tsr_encoder *tsr_encoder_new(int threads, tsr_error *err) {
     }
     int nt = tsr_pool_size(enc->pool);
     enc->codecs = calloc((size_t)nt, sizeof *enc->codecs);
-    enc->n_slots = 2 * (size_t)nt * BATCH_PER_THREAD; /* two halves */
+    enc->n_slots = SLOT_GROUPS * (size_t)nt * BATCH_PER_THREAD;
     enc->slots = calloc(enc->n_slots, sizeof *enc->slots);
     if (!enc->codecs || !enc->slots) goto nomem;
     for (int i = 0; i < nt; i++)
@@ -259,22 +260,25 @@ static void encode_one(void *ctx, size_t i, int worker) {
 }
 
 /* Encodes the frames (raw + offs[k], sizes[k]) for k < n and appends them to the
- * data file, recording them in the table. Two halves of the slots alternate: while
- * one half's frames are written (io_uring, several in flight), the thread pool
- * encodes the next batch into the other. The last writes stay in flight when this
- * returns (the frames are in the slots, not in the caller's memory), so that the
- * next box's encoding overlaps them; tsr_save_finish waits for them. */
+ * data file, recording them in the table. The slots form SLOT_GROUPS groups used
+ * in turn: before a batch is encoded into a group, only that group's earlier
+ * writes are waited for, so the other groups' writes stay queued (io_uring,
+ * several in flight) while the thread pool encodes, and the disk never idles
+ * between batches. The last writes stay in flight when this returns (the frames
+ * are in the slots, not in the caller's memory), so that the next box's encoding
+ * overlaps them; tsr_save_finish waits for them. */
 static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
                         const uint64_t *sizes, size_t n, const char *what, tsr_error *err) {
-    size_t half_slots = s->enc->n_slots / 2;
+    size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
     int rc = 0;
-    for (size_t done = 0; done < n && !rc; s->half ^= 1) {
-        int half = s->half;
-        size_t batch = n - done < half_slots ? n - done : half_slots;
-        slot *slots = s->enc->slots + (size_t)half * half_slots;
+    for (size_t done = 0; done < n && !rc; s->group = (s->group + 1) % SLOT_GROUPS) {
+        size_t batch = n - done < group_slots ? n - done : group_slots;
+        slot *slots = s->enc->slots + (size_t)s->group * group_slots;
+        for (size_t i = 0; i < batch && !rc; i++)
+            if (slots[i].buf) rc = tsr_wfile_release(s->wf, slots[i].buf, err);
+        if (rc) break;
         encode_job job = {s, dtype, codec, raw, offs + done, sizes + done, slots};
         tsr_pool_for(s->enc->pool, batch, encode_one, &job);
-        if ((rc = tsr_wfile_complete(s->wf, err))) break; /* the other half's writes */
         for (size_t i = 0; i < batch; i++) {
             slot *sl = &slots[i];
             if (sl->rc) {

@@ -48,6 +48,9 @@ int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr
  * flight at once. */
 int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
 int tsr_wfile_complete(tsr_wfile *f, tsr_error *err);
+/* tsr_wfile_release(): waits until no queued write reads from `buf` (the start
+ * of a submitted buffer), so that it may be reused; other writes stay queued. */
+int tsr_wfile_release(tsr_wfile *f, const void *buf, tsr_error *err);
 /* tsr_wfile_reserve(): a hint that about `bytes` will be written: the file is
  * preallocated (best effort; nothing fails without it). */
 void tsr_wfile_reserve(tsr_wfile *f, uint64_t bytes);

@@ -277,6 +277,13 @@ int tsr_wfile_complete(tsr_wfile *f, tsr_error *err) {
     return f->failed;
 }
 
+int tsr_wfile_release(tsr_wfile *f, const void *buf, tsr_error *err) {
+    for (int i = 0; i < RING_DEPTH && f->n_inflight > 0; i++)
+        while (f->inflight[i].buf == buf && f->n_inflight > 0) reap_one(f);
+    if (f->failed && err) *err = f->ferr;
+    return f->failed;
+}
+
 /* An injected write fault (fault_check's value): ENOSPC/EIO, or a short write
  * that stores half the bytes and reports no space. */
 static int injected_write(tsr_wfile *f, int fault, const void *buf, size_t len, uint64_t off, tsr_error *err) {
