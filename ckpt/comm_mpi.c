@@ -311,3 +311,72 @@ int tsr_comm_waitall(tsr_comm *c, tsr_comm_reqs *r, tsr_error *err) {
     r->n = 0;
     return rc == MPI_SUCCESS ? 0 : mpi_err(err, rc, "Waitall");
 }
+
+/* ------------------------------------------------------ float collectives */
+
+/* MPI counts are ints: element counts of one call must fit. */
+static int int_counts(tsr_comm *c, const size_t *counts, int *cnt, int *displs, const char *what,
+                      tsr_error *err) {
+    size_t d = 0;
+    for (uint32_t i = 0; i < c->size; i++) {
+        if (counts[i] > INT_MAX || d > INT_MAX)
+            return tsr_err(err, TSR_EINVAL, "%s: over INT_MAX elements", what);
+        cnt[i] = (int)counts[i];
+        displs[i] = (int)d;
+        d += counts[i];
+    }
+    return 0;
+}
+
+static int allreduce_sum(tsr_comm *c, void *buf, size_t n, MPI_Datatype t, size_t esz, tsr_error *err) {
+    if (!c->is_mpi) return 0;
+    for (size_t off = 0; off < n; off += CHUNK / 8) {
+        int len = (int)(n - off < CHUNK / 8 ? n - off : CHUNK / 8);
+        int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, len, t, MPI_SUM, c->comm);
+        if (rc != MPI_SUCCESS) return mpi_err(err, rc, "Allreduce");
+    }
+    return 0;
+}
+
+int tsr_comm_allreduce_sum_f32(tsr_comm *c, float *buf, size_t n, tsr_error *err) {
+    return allreduce_sum(c, buf, n, MPI_FLOAT, sizeof *buf, err);
+}
+
+int tsr_comm_allreduce_sum_f64(tsr_comm *c, double *buf, size_t n, tsr_error *err) {
+    return allreduce_sum(c, buf, n, MPI_DOUBLE, sizeof *buf, err);
+}
+
+int tsr_comm_allgatherv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
+                            tsr_error *err) {
+    if (!c->is_mpi) {
+        if (send != recv && counts[0]) memmove(recv, send, counts[0] * sizeof *recv);
+        return 0;
+    }
+    int *cnt = malloc(c->size * sizeof *cnt), *displs = malloc(c->size * sizeof *displs);
+    int rc = (!cnt || !displs) ? tsr_err(err, TSR_ENOMEM, "out of memory")
+                               : int_counts(c, counts, cnt, displs, "Allgatherv", err);
+    if (!rc) {
+        const void *sb = send == recv + displs[c->rank] ? MPI_IN_PLACE : send;
+        int r = MPI_Allgatherv(sb, cnt[c->rank], MPI_FLOAT, recv, cnt, displs, MPI_FLOAT, c->comm);
+        if (r != MPI_SUCCESS) rc = mpi_err(err, r, "Allgatherv");
+    }
+    free(cnt), free(displs);
+    return rc;
+}
+
+int tsr_comm_reduce_scatterv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
+                                 tsr_error *err) {
+    if (!c->is_mpi) {
+        if (send != recv && counts[0]) memmove(recv, send, counts[0] * sizeof *recv);
+        return 0;
+    }
+    int *cnt = malloc(c->size * sizeof *cnt), *displs = malloc(c->size * sizeof *displs);
+    int rc = (!cnt || !displs) ? tsr_err(err, TSR_ENOMEM, "out of memory")
+                               : int_counts(c, counts, cnt, displs, "Reduce_scatter", err);
+    if (!rc) {
+        int r = MPI_Reduce_scatter(send, recv, cnt, MPI_FLOAT, MPI_SUM, c->comm);
+        if (r != MPI_SUCCESS) rc = mpi_err(err, r, "Reduce_scatter");
+    }
+    free(cnt), free(displs);
+    return rc;
+}

@@ -588,6 +588,11 @@ static int arena_reserve(tsr_engine *e, size_t need, tsr_error *err) {
     return 0;
 }
 
+int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err) {
+    tsr_engine_wait(e, NULL); /* the arena is not in use */
+    return arena_reserve(e, bytes, err);
+}
+
 static int copy_decls(job *j, const tsr_state *st, tsr_error *err) {
     size_t names = 0;
     for (size_t i = 0; i < st->n_tensors; i++)

@@ -75,28 +75,13 @@ static int errno_status(int e) { return e == ENOSPC || e == EDQUOT ? TSR_ENOSPC 
 
 /* ---------------------------------------------------------------- store */
 
-static int mkdir_p(const char *path) {
-    char tmp[PATH_MAX];
-    size_t n = strlen(path);
-    if (n >= sizeof tmp) return ENAMETOOLONG;
-    memcpy(tmp, path, n + 1);
-    for (char *p = tmp + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = 0;
-        if (mkdir(tmp, 0755) && errno != EEXIST) return errno;
-        *p = '/';
-    }
-    if (mkdir(tmp, 0755) && errno != EEXIST) return errno;
-    return 0;
-}
-
 tsr_store *tsr_store_open(const char *location, int create, tsr_error *err) {
     if (strlen(location) >= PATH_MAX - 1) {
         tsr_err(err, TSR_EINVAL, "%s: path too long", location);
         return NULL;
     }
     if (create) {
-        int e = mkdir_p(location);
+        int e = tsr_mkdir_p(location);
         if (e) {
             tsr_err(err, errno_status(e), "%s: cannot create directory: %s", location, strerror(e));
             return NULL;

@@ -1,9 +1,13 @@
 /* common.c: errors, logging, checksum and allocation helpers. */
 #include "common.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <xxhash.h>
 
 static const char *const status_names[] = {
@@ -87,4 +91,21 @@ void *tsr_alloc_aligned(size_t size) {
     void *p = NULL;
     if (posix_memalign(&p, TSR_ALIGN, size ? tsr_align_up(size, TSR_ALIGN) : TSR_ALIGN)) return NULL;
     return p;
+}
+
+int tsr_mkdir_p(const char *path) {
+    char tmp[PATH_MAX];
+    size_t n = strlen(path);
+    if (n >= sizeof tmp) return ENAMETOOLONG;
+    memcpy(tmp, path, n + 1);
+    for (char *p = tmp + 1; *p; p++) {
+        if (*p != '/') continue;
+        *p = 0;
+        if (mkdir(tmp, 0755) && errno != EEXIST) return errno;
+        *p = '/';
+    }
+    if (mkdir(tmp, 0755) && errno != EEXIST) return errno;
+    struct stat st;
+    if (stat(tmp, &st)) return errno;
+    return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }

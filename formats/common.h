@@ -60,6 +60,10 @@ static inline void tsr_sort(void *base, size_t n, size_t size, int (*cmp)(const 
  * left unchanged on failure. @return 0, or TSR_ENOMEM. */
 int tsr_grow(void **arr, size_t *cap, size_t n, size_t elem);
 
+/* tsr_mkdir_p(): creates a directory and its missing parents (mode 0755).
+ * @return 0, or the errno of the first mkdir that failed. */
+int tsr_mkdir_p(const char *path);
+
 /* Aligned allocation (TSR_ALIGN) for O_DIRECT buffers; free with free(). */
 void *tsr_alloc_aligned(size_t size);
 

@@ -297,6 +297,17 @@ int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, s
  * *counts are NULL elsewhere). */
 int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint8_t **all,
                      size_t **counts, tsr_error *err);
+/* Sums of f32/f64 data (training). allreduce: in place. allgatherv: rank i's
+ * counts[i] elements (send; may be recv + its displacement) concatenated in rank
+ * order into recv. reduce_scatterv: the elementwise sum over ranks of send (the
+ * sum of counts elements) scattered: rank i gets counts[i] elements into recv.
+ * Every rank computes the same result, bit for bit, run after run. */
+int tsr_comm_allreduce_sum_f32(tsr_comm *c, float *buf, size_t n, tsr_error *err);
+int tsr_comm_allreduce_sum_f64(tsr_comm *c, double *buf, size_t n, tsr_error *err);
+int tsr_comm_allgatherv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
+                            tsr_error *err);
+int tsr_comm_reduce_scatterv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
+                                 tsr_error *err);
 /* Point to point: a message of n bytes with a tag (0..32767). Messages between
  * two ranks with one tag arrive in the order they were sent. */
 int tsr_comm_send(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n, tsr_error *err);
@@ -448,6 +459,10 @@ int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error
  * ROOT/step-<step> (retention still applies to ROOT). */
 int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st,
                         tsr_error *err);
+/* tsr_engine_reserve(): allocates (and populates) the staging arena for saves
+ * of up to `bytes` of this rank's state now, so that the first save costs a
+ * save's memcpy and no allocation. Not collective. */
+int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err);
 /* tsr_engine_poll(): *done = 1 when no save is in flight; then returns the status
  * of the last save (0 if it committed). Not collective. */
 int tsr_engine_poll(tsr_engine *e, int *done, tsr_error *err);
