@@ -17,20 +17,22 @@ FUZZ_SECONDS ?= 30
 
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
-INCLUDES := -Iinclude -Iformats -Ickpt -Ireshard -Ikernels $(MPI_CFLAGS)
+INCLUDES := -Iinclude -Iformats -Ickpt -Ireshard -Ikernels -Itrain $(MPI_CFLAGS)
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
-LDLIBS_ALL := -lzstd -lxxhash -luring $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
+LDLIBS_ALL := -lzstd -lxxhash -luring -lopenblas $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 
 LIB_SRC := $(sort $(wildcard formats/*.c ckpt/*.c reshard/*.c kernels/*.c))
+TRAIN_SRC := $(sort $(wildcard train/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 FUZZ_SRC := $(sort $(wildcard tests/fuzz_*.c))
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+TRAIN_OBJ := $(TRAIN_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-HEADERS := $(wildcard include/*.h formats/*.h ckpt/*.h reshard/*.h kernels/*.h tools/*.h tests/*.h)
+HEADERS := $(wildcard include/*.h formats/*.h ckpt/*.h reshard/*.h kernels/*.h train/*.h tools/*.h tests/*.h)
 
 .PHONY: all deps test test-long bench run install clean fuzz
 all: $(BUILD)/tessera $(BUILD)/libtessera.a
@@ -43,12 +45,17 @@ $(BUILD)/libtessera.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(BUILD)/tessera: $(TOOL_OBJ) $(BUILD)/libtessera.a
+# The trainer (train/) links the library; the command and the tests link both.
+$(BUILD)/libtessera-train.a: $(TRAIN_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/tessera: $(TOOL_OBJ) $(BUILD)/libtessera-train.a $(BUILD)/libtessera.a
 	$(CC) $(CFLAGS_ALL) $^ -o $@ $(LDLIBS_ALL)
 
-$(BUILD)/tests/%: tests/%.c $(BUILD)/libtessera.a $(HEADERS)
+$(BUILD)/tests/%: tests/%.c $(BUILD)/libtessera-train.a $(BUILD)/libtessera.a $(HEADERS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -Itests $< $(BUILD)/libtessera.a -o $@ $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -Itests $< $(BUILD)/libtessera-train.a $(BUILD)/libtessera.a -o $@ $(LDLIBS_ALL)
 
 tests: $(TESTS) $(BUILD)/tessera
 
@@ -68,7 +75,7 @@ fuzz: $(FUZZ_BIN)
 build/fuzz/%: tests/%.c $(LIB_SRC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -pthread -fopenmp=libgomp $(INCLUDES) -Itests $< $(LIB_SRC) -o $@ -lzstd -lxxhash -luring $(MPI_LIBS) -lm -fopenmp=libgomp
+	  -pthread -fopenmp=libgomp $(INCLUDES) -Itests $< $(LIB_SRC) -o $@ -lzstd -lxxhash -luring -lopenblas $(MPI_LIBS) -lm -fopenmp=libgomp
 
 test-long: deps
 	$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" SAN="$(ASAN_FLAGS)" WERROR=-Werror tests
