@@ -1,31 +1,31 @@
 #!/bin/sh
-# make run: the main job. Until the trainer lands, it demonstrates the checkpoint
-# format end to end: write a synthetic checkpoint, list it, inspect it, verify it,
-# read every element back, and show that one damaged byte is caught.
+# make run: the main job. Trains the small Llama (about 10M parameters) on the
+# generated corpus on 4 ranks (dp_shard=2, tp=2) with asynchronous checkpoints,
+# then draws the loss curve and lists the checkpoints.
 set -e
 BUILD=${1:-build/release}
 T="$BUILD/tessera"
-RUN=runs/demo
+RUN=runs/small
 rm -rf "$RUN"
-mkdir -p "$RUN"
-echo "== write a 256 MiB synthetic checkpoint (bf16 and f32 tensors, blobs)"
-$T ckpt synth "$RUN/step-00000100" --bytes 256M --dtype mix --tensors 16 --step 100
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+echo "== train: small model, 4 ranks (dp_shard=2, tp=2), checkpoints every 25 steps in $RUN/checkpoint"
+$MPIRUN -np 4 $T train --config train/configs/small.toml --job.dump_folder="$RUN" \
+    --parallelism.data_parallel_shard_degree=2 --parallelism.tensor_parallel_degree=2
 echo
-echo "== list the checkpoints"
-$T ckpt ls "$RUN"
+echo "== the loss curve"
+$T plot "$RUN/metrics.jsonl" -o "$RUN/loss.png" --title "tessera: small Llama, dp_shard=2 tp=2"
 echo
-echo "== its MANIFEST (first lines; 'tessera ckpt info DIR --json' prints all of it)"
-$T ckpt info "$RUN/step-00000100" | head -n 16
+echo "== the checkpoints"
+$T ckpt ls "$RUN/checkpoint"
+last=$(ls -d "$RUN"/checkpoint/step-* | tail -n 1)
+$T ckpt verify "$last"
 echo
-echo "== verify every checksum and rule"
-$T ckpt verify "$RUN/step-00000100"
+echo "== resume on 2 ranks (dp_shard=2) from $last, resharded on load: 10 more steps"
+$MPIRUN -np 2 $T train --config train/configs/small.toml --job.dump_folder="$RUN" \
+    --parallelism.data_parallel_shard_degree=2 --training.steps=$(( $(basename "$last" | sed 's/step-0*//') + 10 )) \
+    --metrics.log_freq=5
+$T plot "$RUN/metrics.jsonl" -o "$RUN/loss.png" --title "tessera: small Llama, dp_shard=2 tp=2, resumed on 2 ranks"
 echo
-echo "== read every element back and compare with the synthetic content"
-$T ckpt synth "$RUN/step-00000100" --check
-echo
-echo "== flip one byte of a copy: verify names the file, frame and tensor"
-cp -r "$RUN/step-00000100" "$RUN/damaged"
-printf '\377' | dd of="$RUN/damaged/data-00000.tsd" bs=1 seek=5000000 conv=notrunc 2>/dev/null
-if $T ckpt verify "$RUN/damaged"; then echo "the damage was not found" >&2; exit 1; fi
-echo
-echo "checkpoint: $RUN/step-00000100"
+echo "checkpoints: $RUN/checkpoint"
+echo "loss plot:   $RUN/loss.png"
+echo "metrics:     $RUN/metrics.jsonl"

@@ -6,6 +6,7 @@
 #include "commands.h"
 #include "tessera.h"
 
+/* name NULL: a command of one word (`tessera train`) */
 typedef struct command {
     const char *group, *name;
     int (*fn)(int, char **);
@@ -13,6 +14,9 @@ typedef struct command {
 } command;
 
 static const command commands[] = {
+    {"train", NULL, tsr_cmd_train, "train a Llama model (config file and --section.key=value overrides)"},
+    {"plot", NULL, tsr_cmd_plot, "draw the loss curve of a metrics file to a PNG"},
+    {"data", "prep", tsr_cmd_data_prep, "make token shards (llm.c .bin) from text or a generated corpus"},
     {"ckpt", "ls", tsr_cmd_ckpt_ls, "list the checkpoints under a root"},
     {"ckpt", "info", tsr_cmd_ckpt_info, "show a checkpoint's MANIFEST"},
     {"ckpt", "verify", tsr_cmd_ckpt_verify, "check every checksum and structural rule"},
@@ -30,7 +34,7 @@ static void usage(FILE *f, const char *group) {
     fprintf(f, "usage: tessera <command> [options]   (tessera <command> --help for each)\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (!group || strcmp(group, commands[i].group) == 0)
-            fprintf(f, "  %-6s %-7s %s\n", commands[i].group, commands[i].name, commands[i].summary);
+            fprintf(f, "  %-6s %-7s %s\n", commands[i].group, commands[i].name ? commands[i].name : "", commands[i].summary);
 }
 
 int main(int argc, char **argv) {
@@ -49,6 +53,7 @@ int main(int argc, char **argv) {
     int known_group = 0;
     for (size_t i = 0; i < N_COMMANDS; i++) {
         if (strcmp(argv[1], commands[i].group) != 0) continue;
+        if (!commands[i].name) return commands[i].fn(argc - 1, argv + 1);
         known_group = 1;
         if (argc >= 3 && strcmp(argv[2], commands[i].name) == 0) return commands[i].fn(argc - 2, argv + 2);
     }

@@ -1,0 +1,121 @@
+#!/bin/sh
+# The trainer on many layouts: the losses of 10 steps of the debug model in every
+# layout (FSDP, TP, PP with both schedules, replicated, combined, uneven) match
+# the single-rank run within 1e-5; resume after SIGKILL is bitwise identical on
+# the same layout and within 1e-4 on another layout and rank count; bad configs,
+# a missing data directory and a checkpoint of another model fail before any
+# step, with a message that names the problem.
+. "$TSR_ROOT/tests/mpi.sh"
+CFG="$TSR_ROOT/train/configs/debug.toml"
+PY=/usr/bin/python3
+$PY -c 'import json' 2>/dev/null || { echo "FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
+# short steps: the debug model at sequence 32
+COMMON="--training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.warmup_steps=2"
+
+# train NAME NP ARGS...: a 10-step job in $TSR_TMP/NAME
+train() {
+    name=$1 np=$2; shift 2
+    run_np "$np" "$T" train --config "$CFG" $COMMON --training.steps=10 --job.dump_folder="$TSR_TMP/$name" \
+        --training.dataset=tokens --training.dataset_path="$TSR_TMP/data" "$@" >"$TSR_TMP/$name.log" 2>&1 ||
+        { fail "$name: exit $?"; tail -5 "$TSR_TMP/$name.log" >&2; }
+}
+
+# compare REF NAME TOL [FROM_STEP]: the losses of NAME against REF's
+compare() {
+    $PY - "$TSR_TMP/$1/metrics.jsonl" "$TSR_TMP/$2/metrics.jsonl" "$3" "${4:-1}" <<'EOF' || fail "$2: losses differ from $1"
+import json, sys
+def losses(p):
+    d = {}
+    for line in open(p):
+        o = json.loads(line)
+        d[o["step"]] = o["loss"]   # a resumed run appends: the last value wins
+    return d
+a, b, tol, first = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+steps = [s for s in sorted(a) if s >= first]
+assert steps and all(s in b for s in steps), "steps missing: %s vs %s" % (sorted(a), sorted(b))
+worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps)
+print("%s: %d steps, worst relative difference %.3g (tolerance %g)" % (sys.argv[2], len(steps), worst, tol))
+sys.exit(0 if worst <= tol else 1)
+EOF
+}
+
+# the data: the generated corpus, prepared once
+"$T" data prep --out "$TSR_TMP/data" --synthetic 1M >/dev/null || fail "data prep"
+# the tokens dataset name is any name other than synthetic
+train ref 1 --training.global_batch_size=8 --training.local_batch_size=8
+train fsdp2 2 --training.global_batch_size=8 --training.local_batch_size=4
+train tp2 2 --training.global_batch_size=8 --training.local_batch_size=8 --parallelism.tensor_parallel_degree=2
+train pp2_1f1b 2 --training.global_batch_size=8 --training.local_batch_size=8 --parallelism.pipeline_parallel_degree=2 \
+    --parallelism.pipeline_parallel_microbatch_size=2
+train rep2 2 --training.global_batch_size=8 --training.local_batch_size=4 --parallelism.data_parallel_replicate_degree=2
+train all8 8 --training.global_batch_size=8 --training.local_batch_size=4 --parallelism.pipeline_parallel_degree=2 \
+    --parallelism.tensor_parallel_degree=2 --parallelism.data_parallel_replicate_degree=1 \
+    --parallelism.pipeline_parallel_microbatch_size=2
+train hsdp4 4 --training.global_batch_size=8 --training.local_batch_size=2 \
+    --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=2
+for l in fsdp2 tp2 pp2_1f1b rep2 all8 hsdp4; do compare ref $l 1e-5; done
+# uneven: 3 shards of 128 rows, 3 stages of 4 layers (2, 2, 0), GPipe
+train ref6 1 --training.global_batch_size=6 --training.local_batch_size=6
+train fsdp3 3 --training.global_batch_size=6 --training.local_batch_size=2
+train pp3_gpipe 3 --training.global_batch_size=6 --training.local_batch_size=6 --parallelism.pipeline_parallel_degree=3 \
+    --parallelism.pipeline_parallel_microbatch_size=1 --parallelism.pipeline_parallel_schedule=GPipe
+compare ref6 fsdp3 1e-5
+compare ref6 pp3_gpipe 1e-5
+
+# resume: an uninterrupted 30-step run on 4 ranks (dp_shard=2, tp=2) with a checkpoint every 5 steps
+RES="--training.steps=30 --training.global_batch_size=8 --training.local_batch_size=4 --checkpoint.enable=true \
+--checkpoint.interval=5 --checkpoint.async_mode=async --training.dataset=tokens --training.dataset_path=$TSR_TMP/data"
+job() { # NP DIR ARGS...
+    np=$1 dir=$2; shift 2
+    run_np "$np" "$T" train --config "$CFG" $COMMON $RES --job.dump_folder="$TSR_TMP/$dir" "$@"
+}
+job 4 full --parallelism.tensor_parallel_degree=2 >"$TSR_TMP/full.log" 2>&1 || fail "resume: uninterrupted run"
+# killed with SIGKILL once step 10 is committed, then restarted on the same layout
+killed_run() { # DIR: starts the job, kills it once step 10 is committed
+    dir=$1
+    job 4 "$dir" --parallelism.tensor_parallel_degree=2 >"$TSR_TMP/$dir.log" 2>&1 &
+    pid=$!
+    i=0
+    while [ ! -f "$TSR_TMP/$dir/checkpoint/step-00000010/MANIFEST" ] && [ $i -lt 6000 ]; do sleep 0.05; i=$((i + 1)); done
+    # SIGKILL: mpirun and every rank at once
+    pkill -9 -P $pid 2>/dev/null; kill -9 $pid 2>/dev/null
+    pkill -9 -f "job.dump_folder=$TSR_TMP/$dir" 2>/dev/null
+    wait $pid 2>/dev/null
+    [ -f "$TSR_TMP/$dir/checkpoint/step-00000010/MANIFEST" ] || fail "resume: step 10 never committed"
+}
+killed_run same
+job 4 same --parallelism.tensor_parallel_degree=2 >"$TSR_TMP/same2.log" 2>&1 || fail "resume: restart on the same layout"
+grep -q "resumed from" "$TSR_TMP/same2.log" || fail "resume: the restart did not resume"
+compare full same 0
+# killed, then restarted on 2 ranks (dp_shard=2): resharded on load
+killed_run other
+job 2 other --parallelism.tensor_parallel_degree=1 >"$TSR_TMP/other2.log" 2>&1 || fail "resume: restart on 2 ranks"
+grep -q "resumed from.*loaded as pp=1,dp_replicate=1,dp_shard=2,tp=1" "$TSR_TMP/other2.log" ||
+    fail "resume: the 2-rank restart did not reshard"
+compare full other 1e-4
+# the final model-only checkpoint verifies
+"$T" ckpt verify "$TSR_TMP/full/checkpoint/model-step-00000030" >/dev/null || fail "model-only checkpoint does not verify"
+
+# errors before any step
+expect_fail() { # NAME PATTERN CMD...: exits nonzero, says PATTERN, trains no step
+    name=$1 pat=$2; shift 2
+    "$@" >"$TSR_TMP/$name.out" 2>&1 && fail "$name: exit 0"
+    grep -q "$pat" "$TSR_TMP/$name.out" || { fail "$name: no '$pat' in the message"; cat "$TSR_TMP/$name.out" >&2; }
+    grep -q "^step " "$TSR_TMP/$name.out" && fail "$name: trained before failing"
+    true
+}
+expect_fail badkey "did you mean" "$T" train --config "$CFG" --training.stepz=3
+expect_fail badval "training.steps" "$T" train --config "$CFG" --training.steps=abc
+expect_fail baddeg "tensor_parallel_degree" "$T" train --config "$CFG" --parallelism.tensor_parallel_degree=3
+expect_fail nodata "$TSR_TMP/nowhere" "$T" train --config "$CFG" --job.dump_folder="$TSR_TMP/nd" \
+    --training.dataset=tokens --training.dataset_path="$TSR_TMP/nowhere"
+mkdir -p "$TSR_TMP/shape"
+cp -r "$TSR_TMP/full/checkpoint" "$TSR_TMP/shape/"
+expect_fail shape "another model" "$T" train --config "$CFG" $COMMON --job.dump_folder="$TSR_TMP/shape" \
+    --checkpoint.enable=true --model.flavor=small --training.dataset=tokens --training.dataset_path="$TSR_TMP/data"
+"$T" train --config "$CFG" --model-info --model.flavor=8b --parallelism.data_parallel_shard_degree=64 \
+    --parallelism.tensor_parallel_degree=8 --parallelism.pipeline_parallel_degree=4 >"$TSR_TMP/info.out" 2>&1 ||
+    fail "model-info 8b"
+grep -q "8030261248 parameters" "$TSR_TMP/info.out" || { fail "8b parameter count"; cat "$TSR_TMP/info.out" >&2; }
+[ $fails = 0 ] || exit 1
+echo "trainer: layouts, resume and errors ok"

@@ -1,0 +1,104 @@
+/* cmd_train.c: tessera train: the training job (train/). */
+#include <cblas.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "config.h"
+#include "trainer.h"
+
+static const char USAGE[] =
+    "usage: [mpirun -np N] tessera train --config FILE [--section.key=value ...] [--model-info]\n"
+    "Trains a Llama 3 style model on CPU over N ranks, on the mesh\n"
+    "[pp][dp_replicate][dp_shard][tp] given by the parallelism.* keys (their product\n"
+    "is N; data_parallel_shard_degree -1 takes the rest). FILE is a TorchTitan-style\n"
+    "TOML job config (train/configs/*.toml); each --section.key=value overrides one key.\n"
+    "With checkpoint.enable, a job whose checkpoint folder holds checkpoints resumes\n"
+    "from the newest committed one (or checkpoint.load_step), in any layout.\n"
+    "  --model-info   print the model's parameter count and per-rank memory under\n"
+    "                 the config's layout, without allocating it, and exit\n"
+    "Logs every metrics.log_freq steps: loss, grad norm, learning rate, tokens/s and\n"
+    "the time blocked on checkpoints; the same as JSON lines in metrics.file.\n";
+
+/* OpenBLAS and OpenMP threads: the node's cores shared among the ranks mpirun
+ * placed on it, so that oversubscribed ranks do not fight over cores. */
+static void set_threads(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = ls ? atol(ls) : 1;
+    long n = cores / (local > 0 ? local : 1);
+    if (n < 1) n = 1;
+    if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads((int)n);
+    if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads((int)n);
+}
+
+int tsr_cmd_train(int argc, char **argv) {
+    const char *config = NULL;
+    int info = 0;
+    tsr_train_config cfg;
+    tsr_error e = {0};
+    for (int i = 1; i < argc; i++) {
+        const char *v;
+        int r;
+        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            fputs(USAGE, stdout);
+            return EXIT_OK;
+        }
+        if ((r = tsr_opt(argc, argv, &i, "config", 1, &v))) {
+            if (r < 0) return EXIT_USAGE;
+            config = v;
+        } else if (strcmp(argv[i], "--model-info") == 0) {
+            info = 1;
+        } else if (strncmp(argv[i], "--", 2) != 0 || !strchr(argv[i], '.')) {
+            return tsr_usage_error("train", "unexpected argument '%s' (see --help)", argv[i]);
+        }
+    }
+    if (!config) return tsr_usage_error("train", "--config FILE is required (see --help)");
+    if (tsr_config_load(&cfg, config, &e)) {
+        fprintf(stderr, "tessera train: %s\n", e.msg);
+        return e.code == TSR_EINVAL ? EXIT_USAGE : EXIT_FAIL;
+    }
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0) {
+            i++;
+            continue;
+        }
+        if (strncmp(argv[i], "--config=", 9) == 0 || strcmp(argv[i], "--model-info") == 0) continue;
+        if (tsr_config_override(&cfg, argv[i], &e)) {
+            fprintf(stderr, "tessera train: %s\n", e.msg);
+            return EXIT_USAGE;
+        }
+    }
+    if (info) {
+        int world = cfg.parallelism.data_parallel_replicate_degree *
+                    (cfg.parallelism.data_parallel_shard_degree > 0 ? cfg.parallelism.data_parallel_shard_degree : 1) *
+                    cfg.parallelism.tensor_parallel_degree * cfg.parallelism.pipeline_parallel_degree;
+        if (tsr_config_validate(&cfg, world, &e) || tsr_model_report(&cfg, stdout, &e)) {
+            fprintf(stderr, "tessera train: %s\n", e.msg);
+            return EXIT_USAGE;
+        }
+        return EXIT_OK;
+    }
+    tsr_comm *world = tsr_cli_comm("train");
+    if (!world) return EXIT_FAIL;
+    int rank = (int)tsr_comm_rank(world), rc = EXIT_OK;
+    if (tsr_config_validate(&cfg, (int)tsr_comm_size(world), &e)) {
+        if (rank == 0) fprintf(stderr, "tessera train: %s\n", e.msg);
+        tsr_comm_free(world);
+        return EXIT_USAGE;
+    }
+    if (rank == 0 && cfg.n_warnings) fputs(cfg.warnings, stderr);
+    set_threads();
+    tsr_trainer *t = NULL;
+    if (tsr_trainer_new(&cfg, world, &t, &e) || tsr_trainer_run(t, stdout, &e)) {
+        fprintf(stderr, "tessera train: rank %d: %s\n", rank, e.msg);
+        rc = EXIT_FAIL;
+    }
+    tsr_trainer_free(t);
+    tsr_comm_free(world);
+    return rc;
+}

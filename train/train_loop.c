@@ -1,0 +1,388 @@
+/* train_loop.c: the training job around the trainer: data, resume, steps,
+ * logging and metrics, checkpoints through the engine. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "casts.h"
+#include "common.h"
+#include "corpus.h"
+#include "data.h"
+#include "tokens.h"
+#include "trainer_impl.h"
+
+#define SYNTHETIC_BYTES (8u << 20) /* the default corpus: 8 MiB of text */
+#define SYNTHETIC_SEED 1
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* out = rel if absolute, else base/rel. @return 1 if it does not fit. */
+static int join(char *out, size_t len, const char *base, const char *rel) {
+    int n = rel[0] == '/' || !base[0] ? snprintf(out, len, "%s", rel) : snprintf(out, len, "%s/%s", base, rel);
+    return n < 0 || (size_t)n >= len;
+}
+
+/* The generated default dataset in DIR: train and val shards of the byte-level
+ * tokens of the corpus (5% val), written once (by rank 0). */
+static int prepare_synthetic(const char *dir, tsr_error *err) {
+    char tr[PATH_MAX], va[PATH_MAX];
+    if (join(tr, sizeof tr, dir, "train_000000.bin") || join(va, sizeof va, dir, "val_000000.bin"))
+        return tsr_err(err, TSR_EINVAL, "%s: path too long", dir);
+    struct stat st;
+    if (stat(tr, &st) == 0 && stat(va, &st) == 0) return 0;
+    int e = tsr_mkdir_p(dir);
+    if (e) return tsr_err(err, TSR_EIO, "%s: cannot create: %s", dir, strerror(e));
+    char *text = NULL;
+    size_t len = 0;
+    int rc = tsr_corpus_generate(SYNTHETIC_SEED, SYNTHETIC_BYTES, &text, &len, err);
+    if (rc) return rc;
+    uint32_t *tok = malloc(len * sizeof *tok);
+    if (!tok) {
+        free(text);
+        return tsr_err(err, TSR_ENOMEM, "out of memory");
+    }
+    tsr_byte_tokenize(text, len, TSR_CORPUS_DOC_SEP, tok);
+    size_t n_val = len / 20;
+    rc = tsr_tokens_write(va, tok, n_val, 2, err);
+    if (!rc) rc = tsr_tokens_write(tr, tok + n_val, len - n_val, 2, err);
+    free(tok);
+    free(text);
+    return rc;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+enum { B_STEP, B_POS, B_CONFIG, B_MODEL, B_RNG, B_SCHED, N_BLOBS };
+static const char *const BLOB_NAMES[N_BLOBS] = {"train.step",  "train.data_pos", "train.config",
+                                                "train.model", "train.rng",      "train.lr_scheduler"};
+
+typedef struct job {
+    tsr_trainer *t;
+    tsr_engine *engine;
+    char root[PATH_MAX];
+    tsr_state_box *boxes;
+    size_t n_boxes;
+    tsr_state_blob blobs[N_BLOBS];
+    uint8_t step_le[8], pos_bytes[TSR_DATA_POS_BYTES], rng_le[8];
+    char *config_text;
+    char model_text[512], sched_text[128];
+} job;
+
+static void put_le64(uint8_t *b, uint64_t v) {
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+static uint64_t get_le64(const uint8_t *b) {
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
+    return v;
+}
+
+/* The state of this rank: model (and unless model_only, optimizer) boxes. */
+static int state_boxes(job *j, int model_only, tsr_error *err) {
+    tsr_trainer *t = j->t;
+    size_t n = t->decls.n_params;
+    free(j->boxes);
+    j->boxes = calloc(3 * n, sizeof *j->boxes);
+    if (!j->boxes) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    j->n_boxes = 0;
+    for (int k = 0; k < (model_only ? 1 : 3); k++)
+        for (size_t p = 0; p < n; p++) {
+            param *q = &t->par[p];
+            if (!q->on_stage || !q->shard_n) continue;
+            j->boxes[j->n_boxes++] = (tsr_state_box){(uint32_t)(k * n + p), q->box, k == 0 ? q->w : k == 1 ? q->m : q->v};
+        }
+    return 0;
+}
+
+static tsr_state make_state(job *j, int model_only) {
+    tsr_trainer *t = j->t;
+    tsr_state st = {t->decls.decls, (model_only ? 1 : 3) * t->decls.n_params, j->boxes, j->n_boxes,
+                    model_only ? NULL : j->blobs, model_only ? 0 : N_BLOBS, t->layout};
+    return st;
+}
+
+static void fill_blobs(job *j, int step, const tsr_data_pos *pos) {
+    put_le64(j->step_le, (uint64_t)step);
+    tsr_data_pos_encode(pos, j->pos_bytes);
+    put_le64(j->rng_le, (uint64_t)j->t->cfg.training.seed);
+    snprintf(j->sched_text, sizeof j->sched_text, "last_step=%d last_lr=%.9g", step, (double)j->t->last_lr);
+    const void *data[N_BLOBS] = {j->step_le, j->pos_bytes, j->config_text, j->model_text, j->rng_le, j->sched_text};
+    size_t size[N_BLOBS] = {8, TSR_DATA_POS_BYTES, strlen(j->config_text), strlen(j->model_text), 8,
+                            strlen(j->sched_text)};
+    for (int i = 0; i < N_BLOBS; i++) j->blobs[i] = (tsr_state_blob){BLOB_NAMES[i], -1, data[i], size[i]};
+}
+
+/* Reads global blob `i` of ck into a malloc'd NUL-terminated buffer. */
+static int read_blob(tsr_ckpt *ck, int i, char **out, size_t *size, tsr_error *err) {
+    long b = tsr_ckpt_find_blob(ck, BLOB_NAMES[i], -1);
+    if (b < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: no blob %s: not a training checkpoint", tsr_ckpt_dir(ck), BLOB_NAMES[i]);
+    tsr_blob_info bi;
+    tsr_ckpt_blob(ck, (size_t)b, &bi);
+    if (bi.size > (64u << 20)) return tsr_err(err, TSR_ECORRUPT, "%s: blob %s of %llu bytes", tsr_ckpt_dir(ck), BLOB_NAMES[i], (unsigned long long)bi.size);
+    char *buf = calloc(1, bi.size + 1);
+    if (!buf) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    int rc = tsr_ckpt_read_blob(ck, (size_t)b, buf, err);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    if (size) *size = bi.size;
+    return 0;
+}
+
+/* Refuses a checkpoint of another model shape before any tensor is read. */
+static int check_model(job *j, const char *dir, tsr_error *err) {
+    tsr_ckpt *ck = tsr_ckpt_open(dir, err);
+    if (!ck) return err ? err->code : TSR_EIO;
+    char *text = NULL;
+    int rc = read_blob(ck, B_MODEL, &text, NULL, err);
+    char why[600];
+    if (!rc && tsr_model_args_compare(&j->t->args, text, why, sizeof why))
+        rc = tsr_err(err, TSR_EINVAL, "a checkpoint of another model: %s", why);
+    free(text);
+    tsr_ckpt_close(ck);
+    return rc;
+}
+
+/* Resume: the configured step, else the newest committed checkpoint under the
+ * root, else checkpoint.initial_load_path. *start is the step it holds (0: none). */
+static int resume(job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *err) {
+    const tsr_train_config *c = &j->t->cfg;
+    char dir[PATH_MAX];
+    int model_only = 0, found = 0;
+    *start = 0;
+    if (c->checkpoint.load_step >= 0) {
+        char name[32];
+        tsr_step_dir_name((uint64_t)c->checkpoint.load_step, name, sizeof name);
+        if (join(dir, sizeof dir, j->root, name)) return tsr_err(err, TSR_EINVAL, "%s: path too long", j->root);
+        if (!tsr_ckpt_is_committed(dir))
+            return tsr_err(err, TSR_ENOTFOUND, "checkpoint.load_step=%d: %s is not a committed checkpoint",
+                           c->checkpoint.load_step, dir);
+        found = 1;
+    } else {
+        uint64_t s;
+        found = tsr_latest_step(j->root, &s, dir, sizeof dir) == 0;
+    }
+    if (!found && c->checkpoint.initial_load_path[0]) {
+        snprintf(dir, sizeof dir, "%s", c->checkpoint.initial_load_path);
+        model_only = c->checkpoint.initial_load_model_only;
+        found = 1;
+    }
+    if (!found) return 0;
+    int rc = check_model(j, dir, err);
+    if (!rc) rc = state_boxes(j, model_only, err);
+    tsr_state st = make_state(j, model_only);
+    tsr_ckpt *ck = NULL;
+    double t0 = now();
+    if (!rc) rc = tsr_engine_load(j->engine, dir, &st, &ck, err);
+    if (rc) {
+        tsr_err_prefix(err, "resume from %s", dir);
+        return rc;
+    }
+    tsr_layout from = tsr_ckpt_layout(ck);
+    char lf[128], lt[128];
+    tsr_layout_format(&from, lf, sizeof lf);
+    tsr_layout_format(&j->t->layout, lt, sizeof lt);
+    if (!model_only) {
+        char *b = NULL;
+        size_t size = 0;
+        if (!(rc = read_blob(ck, B_STEP, &b, &size, err))) {
+            *start = size == 8 ? (int)get_le64((uint8_t *)b) : -1;
+            free(b);
+        }
+        if (!rc && !(rc = read_blob(ck, B_POS, &b, &size, err))) {
+            if (size == TSR_DATA_POS_BYTES) tsr_data_pos_decode((uint8_t *)b, pos);
+            else rc = tsr_err(err, TSR_ECORRUPT, "%s: blob train.data_pos of %zu bytes", dir, size);
+            free(b);
+        }
+        if (!rc && (*start < 0 || *start > c->training.steps + 1000000))
+            rc = tsr_err(err, TSR_ECORRUPT, "%s: bad train.step", dir);
+    }
+    tsr_ckpt_close(ck);
+    if (!rc && log)
+        fprintf(log, "resumed from %s (step %d, saved as %s, loaded as %s%s) in %.2f s\n", dir, *start, lf, lt,
+                model_only ? ", model only" : "", now() - t0);
+    return rc;
+}
+
+/* The final model-only checkpoint in the export dtype: ROOT/model-step-N. */
+static int save_model_only(job *j, int step, tsr_error *err) {
+    tsr_trainer *t = j->t;
+    int dtype = t->cfg.checkpoint.export_dtype;
+    size_t n = t->decls.n_params;
+    tsr_tensor_decl *decls = malloc(n * sizeof *decls);
+    if (!decls) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    memcpy(decls, t->decls.decls, n * sizeof *decls);
+    for (size_t p = 0; p < n; p++) decls[p].dtype = dtype;
+    int rc = state_boxes(j, 1, err);
+    uint16_t *conv = NULL;
+    if (!rc && dtype == TSR_BF16) {
+        conv = malloc((t->n_shard_elems ? t->n_shard_elems : 1) * sizeof *conv);
+        if (!conv) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+        uint16_t *o = conv;
+        for (size_t i = 0; !rc && i < j->n_boxes; i++) {
+            const float *src = j->boxes[i].data;
+            uint64_t v = tsr_box_volume(&j->boxes[i].box);
+            for (uint64_t e = 0; e < v; e++) o[e] = tsr_f32_to_bf16(src[e]);
+            j->boxes[i].data = o;
+            o += v;
+        }
+    }
+    tsr_state st = make_state(j, 1);
+    st.tensors = decls;
+    char dir[PATH_MAX], name[32];
+    snprintf(name, sizeof name, "model-step-%08d", step);
+    if (join(dir, sizeof dir, j->root, name)) rc = tsr_err(err, TSR_EINVAL, "%s: path too long", j->root);
+    if (!rc) rc = tsr_engine_save_dir(j->engine, dir, (uint64_t)step, &st, err);
+    if (!rc) rc = tsr_engine_wait(j->engine, err);
+    free(conv);
+    free(decls);
+    return rc;
+}
+
+/* ------------------------------------------------------------------- job */
+
+static int open_data(job *j, tsr_loader **out, tsr_error *err) {
+    const tsr_train_config *c = &j->t->cfg;
+    char dir[PATH_MAX];
+    int rc = 0;
+    if (strcmp(c->training.dataset, "synthetic") == 0) {
+        if (join(dir, sizeof dir, c->job.dump_folder, "data")) return tsr_err(err, TSR_EINVAL, "job.dump_folder: path too long");
+        if (j->t->rank == 0) rc = prepare_synthetic(dir, err);
+        int64_t ok = rc ? 0 : 1;
+        int rc2 = tsr_comm_allreduce_min(j->t->world, &ok, rc ? NULL : err);
+        if (rc || rc2) return rc ? rc : rc2;
+        if (!ok) return tsr_err(err, TSR_EIO, "%s: rank 0 could not prepare the synthetic dataset", dir);
+    } else {
+        snprintf(dir, sizeof dir, "%s", c->training.dataset_path);
+    }
+    if ((rc = tsr_loader_open(dir, "train", c->training.seq_len, out, err))) return rc;
+    tsr_loader_set_vocab(*out, (uint32_t)j->t->args.vocab_size);
+    return 0;
+}
+
+int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
+    const tsr_train_config *c = &t->cfg;
+    job j = {.t = t};
+    if (t->rank != 0) log = NULL;
+    tsr_loader *loader = NULL;
+    FILE *metrics = NULL;
+    int *inputs = NULL, *targets = NULL;
+    size_t bt = (size_t)t->B * t->T;
+    int rc = open_data(&j, &loader, err);
+    if (!rc && !(inputs = malloc(bt * sizeof *inputs)) | !(targets = malloc(bt * sizeof *targets)))
+        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    size_t cl = 0;
+    if (!rc && tsr_config_to_toml(c, &j.config_text, &cl)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    tsr_model_args_to_text(&t->args, j.model_text, sizeof j.model_text);
+    tsr_data_pos pos = {0, 0, (uint64_t)c->training.seed};
+    int start = 0;
+    if (!rc && join(j.root, sizeof j.root, c->job.dump_folder, c->checkpoint.folder))
+        rc = tsr_err(err, TSR_EINVAL, "checkpoint.folder: path too long");
+    if (!rc && (c->checkpoint.enable || c->checkpoint.initial_load_path[0])) {
+        tsr_engine_opts eo = tsr_engine_opts_default();
+        eo.keep_latest = (uint32_t)c->checkpoint.keep_latest_k;
+        eo.sync = c->checkpoint.async_mode == TSR_ASYNC_DISABLED;
+        j.engine = tsr_engine_new(j.root, t->world, &eo, err);
+        if (!j.engine) rc = err ? err->code : TSR_EIO;
+        if (!rc) rc = resume(&j, &pos, &start, log, err);
+        /* the staging arena now, not in the first save: what this rank holds
+         * (parameters and both moments, 64-byte aligned boxes) and the blobs */
+        size_t stage = 12 * t->n_shard_elems + 64 * 3 * t->decls.n_params + cl + 4096 + 64 * N_BLOBS;
+        if (!rc && c->checkpoint.enable) rc = tsr_engine_reserve(j.engine, stage, err);
+    }
+    if (!rc && t->rank == 0) {
+        char path[PATH_MAX];
+        int e = join(path, sizeof path, c->job.dump_folder, c->metrics.file) ? ENAMETOOLONG : tsr_mkdir_p(c->job.dump_folder);
+        if (e || !(metrics = fopen(path, "a")))
+            rc = tsr_err(err, TSR_EIO, "%s: cannot open the metrics file: %s", path, strerror(e ? e : errno));
+    }
+    if (!rc && log) {
+        char lt[128];
+        tsr_layout_format(&t->layout, lt, sizeof lt);
+        fprintf(log,
+                "model %s: %.2fM parameters; layout %s; global batch %d x %d tokens, %d micro-batch(es) of %d per "
+                "rank; steps %d..%d\n",
+                t->args.flavor, tsr_model_param_count(&t->args) / 1e6, lt, c->training.global_batch_size, t->T, t->M,
+                t->mbs, start + 1, c->training.steps);
+        fflush(log);
+    }
+    double t_log = now(), blocked = 0, blocked_total = 0, step_time_total = 0;
+    int steps_since = 0;
+    for (int step = start + 1; !rc && step <= c->training.steps; step++) {
+        double t0 = now();
+        rc = tsr_loader_next(loader, &pos, t->B, (int)t->dp_rank, (int)t->dp, inputs, targets, err);
+        double loss = 0, gnorm = 0;
+        if (!rc) rc = tsr_trainer_step(t, step, inputs, targets, 1, &loss, &gnorm, err);
+        if (!rc && !isfinite(loss)) rc = tsr_err(err, TSR_EINVAL, "step %d: the loss is %g", step, loss);
+        double t1 = now();
+        if (!rc && c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps)) {
+            fill_blobs(&j, step, &pos);
+            if (!(rc = state_boxes(&j, 0, err))) {
+                tsr_state st = make_state(&j, 0);
+                rc = tsr_engine_save(j.engine, (uint64_t)step, &st, err);
+                if (rc) { /* a failed save is reported, and training goes on */
+                    if (log) fprintf(log, "step %d: checkpoint failed: %s\n", step, err ? err->msg : "");
+                    rc = 0;
+                }
+            }
+            double b = now() - t1;
+            blocked += b;
+            blocked_total += b;
+        }
+        step_time_total += now() - t0;
+        steps_since++;
+        if (!rc && (step % c->metrics.log_freq == 0 || step == start + 1 || step == c->training.steps)) {
+            double dt = now() - t_log;
+            double tps = (double)c->training.global_batch_size * t->T * steps_since / (dt > 0 ? dt : 1e-9);
+            if (log) {
+                fprintf(log, "step %6d  loss %8.4f  grad_norm %7.3f  lr %.3e  tok/s %9.1f  ckpt_blocked %.3fs\n", step,
+                        loss, gnorm, (double)t->last_lr, tps, blocked);
+                fflush(log);
+            }
+            if (metrics) {
+                fprintf(metrics,
+                        "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.3f, "
+                        "\"ckpt_blocked_s\": %.6f}\n",
+                        step, loss, gnorm, (double)t->last_lr, tps, blocked);
+                fflush(metrics);
+            }
+            t_log = now();
+            blocked = 0;
+            steps_since = 0;
+        }
+    }
+    if (j.engine) {
+        tsr_error e2;
+        if (tsr_engine_wait(j.engine, &e2) && log) fprintf(log, "the last checkpoint failed: %s\n", e2.msg);
+        if (!rc && c->checkpoint.enable && c->checkpoint.last_save_model_only && start < c->training.steps) {
+            rc = save_model_only(&j, c->training.steps, err);
+            if (!rc && log)
+                fprintf(log, "model-only checkpoint (%s): %s/model-step-%08d\n",
+                        c->checkpoint.export_dtype == TSR_BF16 ? "bf16" : "f32", j.root, c->training.steps);
+        }
+    }
+    if (!rc && log && step_time_total > 0)
+        fprintf(log, "done: %d steps in %.1f s, %.1f tokens/s, %.3f s (%.2f%%) blocked on checkpoints; checkpoints in %s\n",
+                c->training.steps - start, step_time_total,
+                (double)c->training.global_batch_size * t->T * (c->training.steps - start) / step_time_total,
+                blocked_total, 100 * blocked_total / step_time_total, c->checkpoint.enable ? j.root : "(disabled)");
+    if (metrics) fclose(metrics);
+    if (j.engine) tsr_engine_free(j.engine);
+    tsr_loader_close(loader);
+    free(inputs);
+    free(targets);
+    free(j.boxes);
+    free(j.config_text);
+    return rc;
+}

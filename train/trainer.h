@@ -1,0 +1,61 @@
+/* trainer.h: the training job: the model on a mesh of ranks (FSDP, TP, PP and
+ * replicated data parallelism), its steps, and its checkpoints through the
+ * engine (DESIGN.md, "Trainer").
+ *
+ * The mesh is [pp][dp_replicate][dp_shard][tp] as in the layout algebra; a
+ * rank's parameters are exactly the boxes tsr_layout_boxes gives it, so the
+ * checkpoint of any layout loads into any other.
+ *
+ * Compute goes through the kernels (the headers of kernels/) and communication through
+ * tsr_comm: a CUDA/NCCL backend replaces those two without touching this file's
+ * callers.
+ */
+#ifndef TSR_TRAINER_H
+#define TSR_TRAINER_H
+
+#include <stdio.h>
+
+#include "config.h"
+#include "model.h"
+#include "tessera.h"
+
+typedef struct tsr_trainer tsr_trainer;
+
+/* tsr_trainer_new(): collective over `world`. `cfg` must be validated for the
+ * world size. Allocates the rank's parameters, gradients, optimizer state and
+ * activations, and initializes the parameters (tsr_model_init_box). */
+int tsr_trainer_new(const tsr_train_config *cfg, tsr_comm *world, tsr_trainer **out, tsr_error *err);
+void tsr_trainer_free(tsr_trainer *t);
+
+/* tsr_trainer_step(): one optimizer step on this rank's part of a global batch:
+ * inputs and targets (B_rank, T) with B_rank = global_batch / dp samples (every
+ * rank of one data-parallel index passes the same ones). Forward and backward
+ * over the micro-batches (pipeline schedule of the config), gradient reduction,
+ * clipping, AdamW with the learning rate of `step` (1-based). *loss is the mean
+ * loss of the global batch, *grad_norm the global norm before clipping (both the
+ * same on every rank). With optimize == 0 it stops after the gradients (tests). */
+int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *targets, int optimize,
+                     double *loss, double *grad_norm, tsr_error *err);
+
+/* tsr_trainer_run(): the whole job: data, resume from the newest (or the
+ * configured) checkpoint in any layout, the steps with logging to `log` (rank 0)
+ * and the metrics file, checkpoints every interval steps, the final model-only
+ * save. Collective. */
+int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err);
+
+/* For tests and tools: the rank's shard of parameter p (TSR_P_* order of
+ * model.h) and its gradient (after tsr_trainer_step), with its box; NULL when
+ * the rank holds nothing of it. Logits of the last micro-batch's first sample
+ * are kept when keep_logits is set before the step ((T, V) floats). */
+float *tsr_trainer_param(tsr_trainer *t, size_t p, tsr_box *box);
+float *tsr_trainer_grad(tsr_trainer *t, size_t p, tsr_box *box);
+void tsr_trainer_keep_logits(tsr_trainer *t, float *dst);
+const tsr_model_args *tsr_trainer_model(const tsr_trainer *t);
+const tsr_model_decls *tsr_trainer_decls(const tsr_trainer *t);
+
+/* tsr_model_report(): parameter count and per-rank memory of the config's model
+ * under its layout (world = the product of its degrees), without allocating the
+ * model: printed to `out`. */
+int tsr_model_report(const tsr_train_config *cfg, FILE *out, tsr_error *err);
+
+#endif

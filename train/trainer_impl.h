@@ -1,0 +1,72 @@
+/* trainer_impl.h: the trainer's state, shared by trainer.c (the model on the
+ * mesh) and train_loop.c (the job). Not a public interface. */
+#ifndef TSR_TRAINER_IMPL_H
+#define TSR_TRAINER_IMPL_H
+
+#include "trainer.h"
+
+/* One parameter as this rank holds it. The TP-local piece is (rows, cols);
+ * FSDP cuts its rows over dp_shard: rank s holds counts[s] elements. */
+typedef struct param {
+    int on_stage;       /* this pipeline stage uses it */
+    int norm_counts;    /* its gradient counts in the global norm on this rank */
+    uint64_t rows, cols, full_n, shard_n;
+    size_t *counts;     /* elements per dp_shard rank */
+    tsr_box box;        /* the rank's shard in global indices (volume shard_n) */
+    float *w, *g, *m, *v; /* shard: weights, gradient, AdamW moments */
+    float *wf, *gf;       /* TP-local piece: gathered weights, unreduced gradient (== w, g without FSDP) */
+} param;
+
+/* Activations of one layer for one micro-batch (N tokens): what backward needs. */
+typedef struct layer_act {
+    float *h1, *rstd1;  /* attention norm: output (N,C), 1/rms (N) */
+    float *q, *k, *v;   /* (N,Dq), (N,Dkv), (N,Dkv), q and k after RoPE */
+    float *att;         /* (mbs,NHt,T,T) softmax */
+    float *a;           /* attention output (N,Dq) */
+    float *x2;          /* residual after attention (N,C) */
+    float *h2, *rstd2;  /* ffn norm */
+    float *g, *u, *s;   /* w1, w3 outputs and SwiGLU (N,Ft) */
+} layer_act;
+
+typedef struct act_set {
+    float *xs;          /* (L+1, N, C): the input of each local layer and the stage's output */
+    layer_act *layers;
+    float *hf, *rstdf, *probs, *losses; /* last stage: final norm, softmax (N,V), losses (N) */
+} act_set;
+
+struct tsr_trainer {
+    tsr_train_config cfg;
+    tsr_model_args args;
+    tsr_model_decls decls;
+    /* mesh */
+    tsr_comm *world, *tp, *shard, *rep;
+    tsr_layout layout;
+    tsr_coord co;
+    uint32_t rank, prev, next, dp, dp_rank;
+    int l0, l1;         /* this stage's layers [l0, l1) */
+    int first, last;    /* first / last pipeline stage */
+    /* parameters */
+    param *par;
+    float *arena;
+    size_t n_shard_elems, n_full_elems; /* floats of the shards, and of the gathered pieces (FSDP) */
+    /* shapes of a step */
+    int T, B, mbs, M;   /* seq len, samples per dp rank, micro-batch size and count */
+    size_t N;           /* tokens per micro-batch */
+    int NHt, NKVt;      /* heads on this tp rank */
+    size_t Dq, Dkv, Ft; /* their widths, and the ffn width on this tp rank */
+    /* activations and scratch */
+    float *act_arena;
+    size_t act_bytes;
+    size_t per_set, scratch; /* floats of one micro-batch's activations, and of the scratch */
+    act_set *sets;
+    int n_sets;
+    float *dres, *dh, *dq, *da, *dk, *dv, *ds, *dg, *du, *att_scratch, *dlogits, *dloss, *dsend;
+    float *rope_cos, *rope_sin;
+    int *tokens;        /* inputs (B,T) then targets (B,T) */
+    tsr_comm_reqs *reqs;
+    double inv_count, loss_sum;
+    float last_lr;
+    float *keep_logits;
+};
+
+#endif
