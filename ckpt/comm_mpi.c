@@ -346,37 +346,37 @@ int tsr_comm_allreduce_sum_f64(tsr_comm *c, double *buf, size_t n, tsr_error *er
     return allreduce_sum(c, buf, n, MPI_DOUBLE, sizeof *buf, err);
 }
 
-int tsr_comm_allgatherv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
-                            tsr_error *err) {
+/* Allgatherv (gather = 1) or Reduce_scatter (sum) of f32 with per-rank counts. */
+static int varcount_f32(tsr_comm *c, int gather, const float *send, float *recv, const size_t *counts,
+                        tsr_error *err) {
     if (!c->is_mpi) {
         if (send != recv && counts[0]) memmove(recv, send, counts[0] * sizeof *recv);
         return 0;
     }
+    const char *what = gather ? "Allgatherv" : "Reduce_scatter";
     int *cnt = malloc(c->size * sizeof *cnt), *displs = malloc(c->size * sizeof *displs);
     int rc = (!cnt || !displs) ? tsr_err(err, TSR_ENOMEM, "out of memory")
-                               : int_counts(c, counts, cnt, displs, "Allgatherv", err);
+                               : int_counts(c, counts, cnt, displs, what, err);
     if (!rc) {
-        const void *sb = send == recv + displs[c->rank] ? MPI_IN_PLACE : send;
-        int r = MPI_Allgatherv(sb, cnt[c->rank], MPI_FLOAT, recv, cnt, displs, MPI_FLOAT, c->comm);
-        if (r != MPI_SUCCESS) rc = mpi_err(err, r, "Allgatherv");
+        int r;
+        if (gather) {
+            const void *sb = send == recv + displs[c->rank] ? MPI_IN_PLACE : send;
+            r = MPI_Allgatherv(sb, cnt[c->rank], MPI_FLOAT, recv, cnt, displs, MPI_FLOAT, c->comm);
+        } else {
+            r = MPI_Reduce_scatter(send, recv, cnt, MPI_FLOAT, MPI_SUM, c->comm);
+        }
+        if (r != MPI_SUCCESS) rc = mpi_err(err, r, what);
     }
     free(cnt), free(displs);
     return rc;
 }
 
+int tsr_comm_allgatherv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
+                            tsr_error *err) {
+    return varcount_f32(c, 1, send, recv, counts, err);
+}
+
 int tsr_comm_reduce_scatterv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
                                  tsr_error *err) {
-    if (!c->is_mpi) {
-        if (send != recv && counts[0]) memmove(recv, send, counts[0] * sizeof *recv);
-        return 0;
-    }
-    int *cnt = malloc(c->size * sizeof *cnt), *displs = malloc(c->size * sizeof *displs);
-    int rc = (!cnt || !displs) ? tsr_err(err, TSR_ENOMEM, "out of memory")
-                               : int_counts(c, counts, cnt, displs, "Reduce_scatter", err);
-    if (!rc) {
-        int r = MPI_Reduce_scatter(send, recv, cnt, MPI_FLOAT, MPI_SUM, c->comm);
-        if (r != MPI_SUCCESS) rc = mpi_err(err, r, "Reduce_scatter");
-    }
-    free(cnt), free(displs);
-    return rc;
+    return varcount_f32(c, 0, send, recv, counts, err);
 }

@@ -1,7 +1,6 @@
 # mpi.sh: sourced by the multi-rank tests. run_np N CMD... runs CMD on N ranks
 # (N = 1 without mpirun, so that the single-process path is covered too).
-T=${TESSERA:?TESSERA must name the tessera binary}
-[ -x "$T" ] || { echo "FAIL: $T is not built" >&2; exit 1; }
+. "$TSR_ROOT/tests/common.sh"
 command -v mpirun >/dev/null || { echo "SKIP: mpirun is not installed" >&2; exit 77; }
 # Open MPI's own allocations outlive MPI_Finalize: leak checking stays on in the
 # single-process tests, off for MPI jobs.
@@ -11,5 +10,3 @@ run_np() {
     n=$1; shift
     if [ "$n" = 1 ]; then "$@"; else timeout 300 mpirun --allow-run-as-root --oversubscribe -np "$n" "$@"; fi
 }
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }

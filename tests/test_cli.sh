@@ -2,16 +2,7 @@
 # test_cli.sh: the tessera command: exit statuses (0 ok, 1 failure, 2 bad usage),
 # --help on every subcommand, --json output that parses, and the synth / verify /
 # corrupt / diff / ls workflow of the format.
-T=${TESSERA:?TESSERA must name the tessera binary}
-[ -x "$T" ] || { echo "FAIL: $T is not built" >&2; exit 1; }
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-expect() { # expected-status description command...
-    want=$1; what=$2; shift 2
-    "$@" >out.txt 2>err.txt
-    got=$?
-    [ "$got" = "$want" ] || { fail "$what: exit $got, expected $want"; sed 's/^/    /' err.txt >&2; }
-}
+. "$TSR_ROOT/tests/common.sh"
 json_ok() { python3 -c 'import json,sys; json.load(open(sys.argv[1]))' "$1" || fail "$2: output is not JSON"; }
 
 # usage

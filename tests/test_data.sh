@@ -3,17 +3,8 @@
 # shards that decode back to the input text, the val/train split and shard
 # sizes, --json, a deterministic generated corpus, and refusing to mix with the
 # shards of an earlier run.
-T=${TESSERA:?TESSERA must name the tessera binary}
-[ -x "$T" ] || { echo "FAIL: $T is not built" >&2; exit 1; }
+. "$TSR_ROOT/tests/common.sh"
 command -v python3 >/dev/null || { echo "SKIP: python3 is needed to decode shards" >&2; exit 77; }
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-expect() { # expected-status description command...
-    want=$1; what=$2; shift 2
-    "$@" >out.txt 2>err.txt
-    got=$?
-    [ "$got" = "$want" ] || { fail "$what: exit $got, expected $want"; sed 's/^/    /' err.txt >&2; }
-}
 
 # decode.py DIR: prints "split tokens" per shard, checking every header, and
 # writes DIR.tokens: all tokens, val shards first, one per line

@@ -3,18 +3,9 @@
 # a garbage line and an incomplete object gives an unbroken curve of the last value
 # per step, drawn to a real PNG; and the error cases: bad usage (2), a missing
 # file, no data, an unwritable output, gnuplot failing or missing (1).
-T=${TESSERA:?TESSERA must name the tessera binary}
-[ -x "$T" ] || { echo "FAIL: $T is not built" >&2; exit 1; }
+. "$TSR_ROOT/tests/common.sh"
 command -v gnuplot >/dev/null 2>&1 || { echo "FAIL: gnuplot is missing: run make deps" >&2; exit 1; }
 cd "${TSR_TMP:-.}" || exit 1
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
-expect() { # expected-status description command...
-    want=$1; what=$2; shift 2
-    "$@" >out.txt 2>err.txt
-    got=$?
-    [ "$got" = "$want" ] || { fail "$what: exit $got, expected $want"; sed 's/^/    /' err.txt >&2; }
-}
 is_png() { # the 8-byte PNG signature: 89 50 4e 47 0d 0a 1a 0a
     [ "$(od -An -tx1 -N8 "$1" 2>/dev/null | tr -d ' \n')" = "89504e470d0a1a0a" ]
 }
