@@ -10,6 +10,9 @@ typedef struct tsr_encoder tsr_encoder;
 /* tsr_encoder_new(): `threads` encoder threads in all (<= 0: the online cores). */
 tsr_encoder *tsr_encoder_new(int threads, tsr_error *err);
 void tsr_encoder_free(tsr_encoder *enc);
+/* tsr_encoder_pool(): the encoder's threads, for other work between saves (the
+ * engine's staging copy). */
+struct tsr_pool *tsr_encoder_pool(tsr_encoder *enc);
 
 /* tsr_save_begin_with(): tsr_save_begin, encoding with `enc` (borrowed: it must
  * outlive the save and serve one save at a time); NULL makes one for this save. */

@@ -82,6 +82,8 @@ nomem:
     return NULL;
 }
 
+tsr_pool *tsr_encoder_pool(tsr_encoder *enc) { return enc->pool; }
+
 void tsr_encoder_free(tsr_encoder *enc) {
     if (!enc) return;
     if (enc->codecs && enc->pool)

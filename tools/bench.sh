@@ -30,6 +30,6 @@ $T train --config train/configs/124m.toml --job.dump_folder="$OUT/train" --train
 # measured here: it needs GPT-2's weights, which are not on the machine).
 awk '/^done:/ { for (i = 1; i <= NF; i++) { if ($i == "tokens/s,") tps = $(i-1); if ($i ~ /^\(.*%\)$/) share = $i }
     gsub(/[()%]/, "", share)
-    printf "train 124m: %.1f tokens/s, %.1fx llm.c'"'"'s 27 tokens/s (goal >= 2x)  %s\n", tps, tps / 27, tps / 27 >= 2 ? "ok" : "MISSED"
-    printf "train 124m: %.2f%% of step time blocked on checkpoints, one every 20 steps (goal < 1%%)  %s\n", share, share < 1 ? "ok" : "MISSED" }' "$OUT/train.log"
+    printf "train 124m: %.1f tokens/s, %.1fx llm.c'"'"'s 27 tokens/s (goal >= 2x)  %s\n", tps, tps / 27, (tps / 27 >= 2) ? "ok" : "MISSED"
+    printf "train 124m: %.2f%% of step time blocked on checkpoints, one every 20 steps (goal < 1%%)  %s\n", share, (share < 1) ? "ok" : "MISSED" }' "$OUT/train.log"
 rm -rf "$OUT"
