@@ -30,7 +30,8 @@
 typedef struct staged {
     uint32_t tensor;
     tsr_box box;
-    size_t off; /* in the arena */
+    size_t off;   /* in the arena, TSR_ALIGN-aligned */
+    size_t hash0; /* its frames' raw hashes start at job.hashes[hash0] */
 } staged;
 
 typedef struct staged_blob {
@@ -51,6 +52,8 @@ typedef struct job {
     size_t n_boxes;
     staged_blob *blobs;
     size_t n_blobs;
+    uint64_t *hashes; /* raw hash of every frame of the boxes, computed while staging */
+    size_t n_hashes, hashes_cap;
     uint64_t staged_bytes; /* raw bytes of the boxes and blobs */
 } job;
 
@@ -110,6 +113,7 @@ static void job_clear(job *j) {
     free(j->names);
     free(j->boxes);
     free(j->blobs);
+    free(j->hashes);
     memset(j, 0, sizeof *j);
 }
 
@@ -229,7 +233,8 @@ static void run_job(tsr_engine *e) {
         rc = tsr_save_tensor(s, t->name, t->group, t->dtype, t->ndim, t->shape, &t->placement, &err);
     }
     for (size_t i = 0; !rc && i < j->n_boxes; i++)
-        rc = tsr_save_box(s, j->tensors[j->boxes[i].tensor].name, &j->boxes[i].box, e->arena + j->boxes[i].off, &err);
+        rc = tsr_save_box_stable(s, j->tensors[j->boxes[i].tensor].name, &j->boxes[i].box, e->arena + j->boxes[i].off,
+                                 j->hashes + j->boxes[i].hash0, 1, &err);
     for (size_t i = 0; !rc && i < j->n_blobs; i++)
         rc = tsr_save_blob(s, j->blobs[i].name, j->blobs[i].rank, e->arena + j->blobs[i].off, j->blobs[i].size, &err);
     const uint8_t *table = NULL;
@@ -623,21 +628,26 @@ int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error
     return tsr_engine_save_dir(e, dir, step, st, err);
 }
 
-#define STAGE_PIECE (8u << 20)
+/* The staging copy: one piece per frame of the boxes, copied and hashed in
+ * one pass on the encoder's threads (idle between saves), so that the
+ * background save reads the data only to write it. */
 typedef struct stage_piece {
     uint8_t *dst;
     const uint8_t *src;
     size_t len;
+    size_t hash; /* index into hashes */
 } stage_piece;
 typedef struct stage_copy {
     stage_piece *pieces;
     size_t n, cap;
+    uint64_t *hashes;
 } stage_copy;
 
 static void stage_one(void *ctx, size_t i, int worker) {
     (void)worker;
-    const stage_piece *p = &((stage_copy *)ctx)->pieces[i];
-    memcpy(p->dst, p->src, p->len);
+    stage_copy *sc = ctx;
+    const stage_piece *p = &sc->pieces[i];
+    sc->hashes[p->hash] = tsr_copy_hash(p->dst, p->src, p->len);
 }
 
 int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
@@ -669,7 +679,7 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
     size_t need = 0, nb = 0;
     for (size_t i = 0; i < e->n_mine; i++) {
         const tsr_state_box *b = &st->boxes[e->mine[i]];
-        need += tsr_align_up(tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype), 64);
+        need += tsr_align_up(tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype), TSR_ALIGN);
     }
     for (size_t i = 0; i < st->n_blobs; i++) {
         if (st->blobs[i].rank == -1 && e->rank != 0) continue;
@@ -687,20 +697,29 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
     if (!e->enc && !(e->enc = tsr_encoder_new(e->opts.write.threads, err))) return err ? err->code : TSR_ENOMEM;
     stage_copy sc = {0};
     size_t off = 0;
-    for (size_t i = 0; i < e->n_mine; i++) {
+    for (size_t i = 0; i < e->n_mine && !rc; i++) {
         const tsr_state_box *b = &st->boxes[e->mine[i]];
-        size_t bytes = tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype);
-        for (size_t o = 0; o < bytes; o += STAGE_PIECE) {
-            if (tsr_grow((void **)&sc.pieces, &sc.cap, sc.n, sizeof *sc.pieces)) {
-                free(sc.pieces);
-                return tsr_err(err, TSR_ENOMEM, "out of memory");
+        size_t es = tsr_dtype_size(st->tensors[b->tensor].dtype), bytes = tsr_box_volume(&b->box) * es;
+        uint64_t *offs = NULL, *sizes = NULL, nf = 0;
+        if (tsr_frame_cuts(&b->box, es, e->opts.write.frame_bytes, &offs, &sizes, &nf)) rc = TSR_ENOMEM;
+        j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, off, j->n_hashes};
+        for (uint64_t k = 0; !rc && k < nf; k++) {
+            if (tsr_grow((void **)&sc.pieces, &sc.cap, sc.n, sizeof *sc.pieces) ||
+                tsr_grow((void **)&j->hashes, &j->hashes_cap, j->n_hashes, sizeof *j->hashes)) {
+                rc = TSR_ENOMEM;
+                break;
             }
-            size_t len = bytes - o < STAGE_PIECE ? bytes - o : STAGE_PIECE;
-            sc.pieces[sc.n++] = (stage_piece){e->arena + off + o, (const uint8_t *)b->data + o, len};
+            sc.pieces[sc.n++] = (stage_piece){e->arena + off + offs[k], (const uint8_t *)b->data + offs[k], sizes[k],
+                                              j->n_hashes++};
         }
-        j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, off};
-        off += tsr_align_up(bytes, 64);
+        free(offs), free(sizes);
+        off += tsr_align_up(bytes, TSR_ALIGN);
     }
+    if (rc) {
+        free(sc.pieces);
+        return tsr_err(err, TSR_ENOMEM, "out of memory");
+    }
+    sc.hashes = j->hashes;
     tsr_pool_for(tsr_encoder_pool(e->enc), sc.n, stage_one, &sc);
     free(sc.pieces);
     for (size_t i = 0; i < st->n_blobs; i++) {

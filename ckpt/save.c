@@ -21,6 +21,8 @@
 
 typedef struct slot {
     uint8_t *buf; /* aligned, cap bytes */
+    const uint8_t *direct; /* a raw frame written from the caller's memory, or NULL */
+    const void *submitted; /* the buffer of its last queued write */
     size_t cap;
     size_t stored;
     int codec;
@@ -95,6 +97,35 @@ void tsr_encoder_free(tsr_encoder *enc) {
     free(enc);
 }
 
+size_t tsr_frame_bytes(size_t frame_bytes) {
+    if (frame_bytes == 0) return tsr_write_opts_default().frame_bytes;
+    return frame_bytes > TSR_MAX_FRAME_RAW ? TSR_MAX_FRAME_RAW : frame_bytes;
+}
+
+int tsr_frame_cuts(const tsr_box *box, size_t es, size_t frame_bytes, uint64_t **offs, uint64_t **sizes,
+                   uint64_t *n) {
+    tsr_mf_chunk c = {.box = *box};
+    tsr_frame_geometry(box, es, tsr_frame_bytes(frame_bytes), &c.split_dim, &c.frame_rows);
+    uint64_t nf = tsr_frame_count(box, c.split_dim, c.frame_rows);
+    *offs = malloc((nf + 1) * sizeof **offs);
+    *sizes = malloc((nf + 1) * sizeof **sizes);
+    if (!*offs || !*sizes) {
+        free(*offs), free(*sizes);
+        *offs = *sizes = NULL;
+        return TSR_ENOMEM;
+    }
+    uint64_t off = 0;
+    for (uint64_t k = 0; k < nf; k++) {
+        tsr_box fb;
+        tsr_frame_box(&c, k, &fb);
+        (*offs)[k] = off;
+        (*sizes)[k] = tsr_box_volume(&fb) * es;
+        off += (*sizes)[k];
+    }
+    *n = nf;
+    return 0;
+}
+
 tsr_write_opts tsr_write_opts_default(void) {
     return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0};
 }
@@ -150,9 +181,7 @@ tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint
     snprintf(s->dir, sizeof s->dir, "%s", step_dir);
     s->file_id = file_id;
     s->opts = opts ? *opts : tsr_write_opts_default();
-    tsr_write_opts def = tsr_write_opts_default();
-    if (s->opts.frame_bytes == 0) s->opts.frame_bytes = def.frame_bytes;
-    if (s->opts.frame_bytes > TSR_MAX_FRAME_RAW) s->opts.frame_bytes = TSR_MAX_FRAME_RAW;
+    s->opts.frame_bytes = tsr_frame_bytes(s->opts.frame_bytes);
     if (s->opts.codec < TSR_CODEC_AUTO || s->opts.codec > TSR_CODEC_BYTEGROUP) {
         tsr_err(err, TSR_EINVAL, "unknown codec %d", s->opts.codec);
         goto fail;
@@ -224,6 +253,8 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
 
 typedef struct encode_job {
     tsr_save *s;
+    const uint64_t *hashes; /* raw hash of each frame, known already, or NULL */
+    int stable;             /* raw stays untouched until the save finishes */
     int dtype;
     int codec;
     const uint8_t *raw;     /* the first frame's raw bytes */
@@ -247,11 +278,22 @@ static void encode_one(void *ctx, size_t i, int worker) {
     const uint8_t *raw = j->raw + j->offs[i];
     size_t n = j->sizes[i];
     sl->rc = 0;
+    sl->direct = NULL;
+    /* a frame stored as it is, aligned in memory that outlives the writes, is
+     * written from there: no copy (a copy slows the writes it overlaps) */
+    if (j->stable && n % TSR_ALIGN == 0 && (uintptr_t)raw % TSR_ALIGN == 0 &&
+        tsr_frame_stores_raw(j->dtype, j->codec, raw, n)) {
+        sl->direct = raw;
+        sl->stored = n;
+        sl->codec = TSR_CODEC_RAW;
+        sl->raw_hash = sl->stored_hash = j->hashes ? j->hashes[i] : tsr_hash(raw, n);
+        return;
+    }
     if (slot_reserve(sl, tsr_codec_bound(n))) {
         sl->rc = tsr_err(&sl->err, TSR_ENOMEM, "out of memory for a frame buffer");
         return;
     }
-    sl->raw_hash = tsr_hash(raw, n);
+    sl->raw_hash = j->hashes ? j->hashes[i] : tsr_hash(raw, n);
     sl->rc = tsr_frame_encode(j->s->enc->codecs[worker], j->dtype, j->codec, j->s->opts.level, raw, n,
                               sl->buf, sl->cap, &sl->stored, &sl->codec, &sl->err);
     if (sl->rc) return;
@@ -270,16 +312,17 @@ static void encode_one(void *ctx, size_t i, int worker) {
  * are in the slots, not in the caller's memory), so that the next box's encoding
  * overlaps them; tsr_save_finish waits for them. */
 static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
-                        const uint64_t *sizes, size_t n, const char *what, tsr_error *err) {
+                        const uint64_t *sizes, const uint64_t *hashes, int stable, size_t n, const char *what,
+                        tsr_error *err) {
     size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
     int rc = 0;
     for (size_t done = 0; done < n && !rc; s->group = (s->group + 1) % SLOT_GROUPS) {
         size_t batch = n - done < group_slots ? n - done : group_slots;
         slot *slots = s->enc->slots + (size_t)s->group * group_slots;
         for (size_t i = 0; i < batch && !rc; i++)
-            if (slots[i].buf) rc = tsr_wfile_release(s->wf, slots[i].buf, err);
+            if (slots[i].submitted) rc = tsr_wfile_release(s->wf, slots[i].submitted, err);
         if (rc) break;
-        encode_job job = {s, dtype, codec, raw, offs + done, sizes + done, slots};
+        encode_job job = {s, hashes ? hashes + done : NULL, stable, dtype, codec, raw, offs + done, sizes + done, slots};
         tsr_pool_for(s->enc->pool, batch, encode_one, &job);
         for (size_t i = 0; i < batch; i++) {
             slot *sl = &slots[i];
@@ -290,7 +333,8 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
                 break;
             }
             size_t padded = tsr_align_up(sl->stored, TSR_ALIGN);
-            if ((rc = tsr_wfile_submit(s->wf, sl->buf, padded, s->pos, err))) break;
+            sl->submitted = sl->direct ? (const void *)sl->direct : sl->buf;
+            if ((rc = tsr_wfile_submit(s->wf, sl->submitted, padded, s->pos, err))) break;
             tsr_mf_frame f = {.offset = s->pos, .stored_size = sl->stored, .raw_size = sizes[done + i],
                               .raw_hash = sl->raw_hash, .stored_hash = sl->stored_hash,
                               .codec = sl->codec, .file_id = s->file_id};
@@ -313,6 +357,11 @@ static int check_open(tsr_save *s, const char *what, tsr_error *err) {
 
 int tsr_save_box(tsr_save *s, const char *name, const tsr_box *box, const void *data,
                  tsr_error *err) {
+    return tsr_save_box_stable(s, name, box, data, NULL, 0, err);
+}
+
+int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const void *data,
+                        const uint64_t *hashes, int stable, tsr_error *err) {
     int rc = check_open(s, name, err);
     if (rc) return rc;
     long ti = index_find(s, name);
@@ -335,20 +384,10 @@ int tsr_save_box(tsr_save *s, const char *name, const tsr_box *box, const void *
     if (nf == UINT64_MAX || nf > UINT32_MAX) return tsr_err(err, TSR_EINVAL, "%s: too many frames", name);
     c.frame_first = (uint32_t)s->tab.n_frames;
     c.frame_count = (uint32_t)nf;
-    uint64_t *offs = malloc(nf * sizeof *offs), *sizes = malloc(nf * sizeof *sizes);
-    if (!offs || !sizes) {
-        free(offs), free(sizes);
+    uint64_t *offs = NULL, *sizes = NULL;
+    if (tsr_frame_cuts(box, es, s->opts.frame_bytes, &offs, &sizes, &nf))
         return tsr_err(err, TSR_ENOMEM, "out of memory");
-    }
-    uint64_t off = 0;
-    for (uint64_t k = 0; k < nf; k++) {
-        tsr_box fb;
-        tsr_frame_box(&c, k, &fb);
-        offs[k] = off;
-        sizes[k] = tsr_box_volume(&fb) * es;
-        off += sizes[k];
-    }
-    rc = write_frames(s, t->dtype, codec, data, offs, sizes, nf, name, err);
+    rc = write_frames(s, t->dtype, codec, data, offs, sizes, hashes, stable, nf, name, err);
     free(offs), free(sizes);
     if (!rc && tsr_manifest_add_chunk(&s->tab, &c)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;
@@ -381,7 +420,7 @@ int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data,
     int codec = s->opts.codec == TSR_CODEC_RAW ? TSR_CODEC_RAW : TSR_CODEC_ZSTD;
     char what[300];
     snprintf(what, sizeof what, "blob %s", name);
-    rc = write_frames(s, TSR_U8, codec, data, offs, sizes, nf, what, err);
+    rc = write_frames(s, TSR_U8, codec, data, offs, sizes, NULL, 0, nf, what, err);
     free(offs), free(sizes);
     if (!rc && tsr_manifest_add_blob(&s->tab, &b)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;

@@ -330,6 +330,12 @@ static int encode_bytegroup(tsr_codec *c, int dtype, int level, const uint8_t *r
     return 0;
 }
 
+int tsr_frame_stores_raw(int dtype, int codec, const void *raw, size_t raw_size) {
+    if (codec == TSR_CODEC_RAW || raw_size == 0) return 1;
+    if (codec == TSR_CODEC_AUTO) codec = is_plane_dtype(dtype) ? TSR_CODEC_BYTEGROUP : TSR_CODEC_ZSTD;
+    return codec == TSR_CODEC_ZSTD && !plane_worth_coding(raw, raw_size);
+}
+
 int tsr_frame_encode(tsr_codec *c, int dtype, int codec, int level, const void *raw,
                      size_t raw_size, void *out, size_t out_cap, size_t *out_size,
                      int *out_codec, tsr_error *err) {

@@ -21,6 +21,10 @@ void tsr_codec_free(tsr_codec *c);
  * with any codec. */
 size_t tsr_codec_bound(size_t raw_size);
 
+/* tsr_frame_stores_raw(): 1 when tsr_frame_encode would store these bytes raw
+ * without running a coder (codec RAW, or zstd on bytes that look like noise), so
+ * that a writer may write them from where they are. */
+int tsr_frame_stores_raw(int dtype, int codec, const void *raw, size_t raw_size);
 /* tsr_frame_encode(): encodes `raw` (raw_size bytes of elements of `dtype`; a blob
  * frame passes TSR_U8) into `out` (capacity out_cap >= tsr_codec_bound(raw_size)).
  * `codec` is a TSR_CODEC_* request: AUTO picks bytegroup for f32/f16/bf16, zstd

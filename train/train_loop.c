@@ -297,8 +297,8 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
         if (!j.engine) rc = err ? err->code : TSR_EIO;
         if (!rc) rc = resume(&j, &pos, &start, log, err);
         /* the staging arena now, not in the first save: what this rank holds
-         * (parameters and both moments, 64-byte aligned boxes) and the blobs */
-        size_t stage = 12 * t->n_shard_elems + 64 * 3 * t->decls.n_params + cl + 4096 + 64 * N_BLOBS;
+         * (parameters and both moments, boxes aligned to TSR_ALIGN) and the blobs */
+        size_t stage = 12 * t->n_shard_elems + TSR_ALIGN * 3 * t->decls.n_params + cl + 4096 + 64 * N_BLOBS;
         if (!rc && c->checkpoint.enable) rc = tsr_engine_reserve(j.engine, stage, err);
     }
     if (!rc && t->rank == 0) {
