@@ -69,7 +69,8 @@ job() { # NP DIR ARGS...
     np=$1 dir=$2; shift 2
     run_np "$np" "$T" train --config "$CFG" $COMMON $RES --job.dump_folder="$TSR_TMP/$dir" "$@"
 }
-job 4 full --parallelism.tensor_parallel_degree=2 >"$TSR_TMP/full.log" 2>&1 || fail "resume: uninterrupted run"
+job 4 full --parallelism.tensor_parallel_degree=2 --checkpoint.export_dtype=bfloat16 >"$TSR_TMP/full.log" 2>&1 ||
+    fail "resume: uninterrupted run"
 # killed with SIGKILL once step 10 is committed, then restarted on the same layout
 killed_run() { # DIR: starts the job, kills it once step 10 is committed
     dir=$1
@@ -93,8 +94,16 @@ job 2 other --parallelism.tensor_parallel_degree=1 >"$TSR_TMP/other2.log" 2>&1 |
 grep -q "resumed from.*loaded as pp=1,dp_replicate=1,dp_shard=2,tp=1" "$TSR_TMP/other2.log" ||
     fail "resume: the 2-rank restart did not reshard"
 compare full other 1e-4
-# the final model-only checkpoint verifies
-"$T" ckpt verify "$TSR_TMP/full/checkpoint/model-step-00000030" >/dev/null || fail "model-only checkpoint does not verify"
+# the final model-only checkpoint verifies, holds the model's 39 tensors in bf16 and nothing else
+M="$TSR_TMP/full/checkpoint/model-step-00000030"
+"$T" ckpt verify "$M" >/dev/null || fail "model-only checkpoint does not verify"
+"$T" ckpt info "$M" --json >"$TSR_TMP/model.json" || fail "ckpt info of the model-only checkpoint"
+$PY - "$TSR_TMP/model.json" <<'EOF' || fail "model-only checkpoint: wrong tensors or dtype"
+import json, sys
+m = json.load(open(sys.argv[1]))
+ts = m["tensors"]
+assert len(ts) == 39 and all(t["dtype"] == "bf16" and not t["name"].startswith("optim.") for t in ts), ts[:3]
+EOF
 
 # errors before any step
 expect_fail() { # NAME PATTERN CMD...: exits nonzero, says PATTERN, trains no step
