@@ -19,19 +19,10 @@ struct tsr_pool *tsr_encoder_pool(tsr_encoder *enc);
 tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint8_t *save_id,
                               const tsr_write_opts *opts, tsr_encoder *enc, tsr_error *err);
 
-/* tsr_frame_bytes(): the frame size a writer uses for the option's value.
- * tsr_frame_cuts(): the byte offset and size of each frame of a box (nf frames,
- * already checked by the caller to fit), as tsr_save_box cuts it; free both. */
-size_t tsr_frame_bytes(size_t frame_bytes);
-int tsr_frame_cuts(const tsr_box *box, size_t es, size_t frame_bytes, uint64_t **offs, uint64_t **sizes,
-                   uint64_t *n);
-
 /* tsr_save_box_stable(): tsr_save_box for memory that stays untouched until
- * tsr_save_finish returns (stable = 1; the engine's staging arena): raw frames
- * aligned to TSR_ALIGN are written from it without a copy, and stay in flight
- * after the call. `hashes`, if not NULL, holds the raw hash of each of the box's
- * frames (tsr_frame_geometry's cut), computed while staging. */
-int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const void *data,
-                        const uint64_t *hashes, int stable, tsr_error *err);
+ * tsr_save_finish returns (the engine's staging arena): raw frames aligned to
+ * TSR_ALIGN are written from it without a copy, and stay in flight after the
+ * call. */
+int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const void *data, tsr_error *err);
 
 #endif

@@ -30,8 +30,7 @@
 typedef struct staged {
     uint32_t tensor;
     tsr_box box;
-    size_t off;   /* in the arena, TSR_ALIGN-aligned */
-    size_t hash0; /* its frames' raw hashes start at job.hashes[hash0] */
+    size_t off; /* in the arena, TSR_ALIGN-aligned: raw frames are written from there */
 } staged;
 
 typedef struct staged_blob {
@@ -52,8 +51,6 @@ typedef struct job {
     size_t n_boxes;
     staged_blob *blobs;
     size_t n_blobs;
-    uint64_t *hashes; /* raw hash of every frame of the boxes, computed while staging */
-    size_t n_hashes, hashes_cap;
     uint64_t staged_bytes; /* raw bytes of the boxes and blobs */
 } job;
 
@@ -113,7 +110,6 @@ static void job_clear(job *j) {
     free(j->names);
     free(j->boxes);
     free(j->blobs);
-    free(j->hashes);
     memset(j, 0, sizeof *j);
 }
 
@@ -234,7 +230,7 @@ static void run_job(tsr_engine *e) {
     }
     for (size_t i = 0; !rc && i < j->n_boxes; i++)
         rc = tsr_save_box_stable(s, j->tensors[j->boxes[i].tensor].name, &j->boxes[i].box, e->arena + j->boxes[i].off,
-                                 j->hashes + j->boxes[i].hash0, 1, &err);
+                                 &err);
     for (size_t i = 0; !rc && i < j->n_blobs; i++)
         rc = tsr_save_blob(s, j->blobs[i].name, j->blobs[i].rank, e->arena + j->blobs[i].off, j->blobs[i].size, &err);
     const uint8_t *table = NULL;
@@ -628,26 +624,25 @@ int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error
     return tsr_engine_save_dir(e, dir, step, st, err);
 }
 
-/* The staging copy: one piece per frame of the boxes, copied and hashed in
- * one pass on the encoder's threads (idle between saves), so that the
- * background save reads the data only to write it. */
+/* The staging copy, cut into pieces spread over the encoder's threads (idle
+ * between saves): one core's memcpy does not reach the memory bandwidth. Only a
+ * copy: checksums are computed in the background, where a pass that reads the
+ * data costs the writes less than a longer stall would cost training. */
+#define STAGE_PIECE (8u << 20)
 typedef struct stage_piece {
     uint8_t *dst;
     const uint8_t *src;
     size_t len;
-    size_t hash; /* index into hashes */
 } stage_piece;
 typedef struct stage_copy {
     stage_piece *pieces;
     size_t n, cap;
-    uint64_t *hashes;
 } stage_copy;
 
 static void stage_one(void *ctx, size_t i, int worker) {
     (void)worker;
-    stage_copy *sc = ctx;
-    const stage_piece *p = &sc->pieces[i];
-    sc->hashes[p->hash] = tsr_copy_hash(p->dst, p->src, p->len);
+    const stage_piece *p = &((stage_copy *)ctx)->pieces[i];
+    memcpy(p->dst, p->src, p->len);
 }
 
 int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
@@ -697,29 +692,20 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
     if (!e->enc && !(e->enc = tsr_encoder_new(e->opts.write.threads, err))) return err ? err->code : TSR_ENOMEM;
     stage_copy sc = {0};
     size_t off = 0;
-    for (size_t i = 0; i < e->n_mine && !rc; i++) {
+    for (size_t i = 0; i < e->n_mine; i++) {
         const tsr_state_box *b = &st->boxes[e->mine[i]];
-        size_t es = tsr_dtype_size(st->tensors[b->tensor].dtype), bytes = tsr_box_volume(&b->box) * es;
-        uint64_t *offs = NULL, *sizes = NULL, nf = 0;
-        if (tsr_frame_cuts(&b->box, es, e->opts.write.frame_bytes, &offs, &sizes, &nf)) rc = TSR_ENOMEM;
-        j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, off, j->n_hashes};
-        for (uint64_t k = 0; !rc && k < nf; k++) {
-            if (tsr_grow((void **)&sc.pieces, &sc.cap, sc.n, sizeof *sc.pieces) ||
-                tsr_grow((void **)&j->hashes, &j->hashes_cap, j->n_hashes, sizeof *j->hashes)) {
-                rc = TSR_ENOMEM;
-                break;
+        size_t bytes = tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype);
+        for (size_t o = 0; o < bytes; o += STAGE_PIECE) {
+            if (tsr_grow((void **)&sc.pieces, &sc.cap, sc.n, sizeof *sc.pieces)) {
+                free(sc.pieces);
+                return tsr_err(err, TSR_ENOMEM, "out of memory");
             }
-            sc.pieces[sc.n++] = (stage_piece){e->arena + off + offs[k], (const uint8_t *)b->data + offs[k], sizes[k],
-                                              j->n_hashes++};
+            size_t len = bytes - o < STAGE_PIECE ? bytes - o : STAGE_PIECE;
+            sc.pieces[sc.n++] = (stage_piece){e->arena + off + o, (const uint8_t *)b->data + o, len};
         }
-        free(offs), free(sizes);
+        j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, off};
         off += tsr_align_up(bytes, TSR_ALIGN);
     }
-    if (rc) {
-        free(sc.pieces);
-        return tsr_err(err, TSR_ENOMEM, "out of memory");
-    }
-    sc.hashes = j->hashes;
     tsr_pool_for(tsr_encoder_pool(e->enc), sc.n, stage_one, &sc);
     free(sc.pieces);
     for (size_t i = 0; i < st->n_blobs; i++) {

@@ -97,15 +97,17 @@ void tsr_encoder_free(tsr_encoder *enc) {
     free(enc);
 }
 
-size_t tsr_frame_bytes(size_t frame_bytes) {
+/* The frame size a writer uses for the option frame_bytes. */
+static size_t frame_bytes_of(size_t frame_bytes) {
     if (frame_bytes == 0) return tsr_write_opts_default().frame_bytes;
     return frame_bytes > TSR_MAX_FRAME_RAW ? TSR_MAX_FRAME_RAW : frame_bytes;
 }
 
-int tsr_frame_cuts(const tsr_box *box, size_t es, size_t frame_bytes, uint64_t **offs, uint64_t **sizes,
-                   uint64_t *n) {
+/* The byte offset and size of each of the *n frames of a box (free both). */
+static int frame_cuts(const tsr_box *box, size_t es, size_t frame_bytes, uint64_t **offs, uint64_t **sizes,
+                      uint64_t *n) {
     tsr_mf_chunk c = {.box = *box};
-    tsr_frame_geometry(box, es, tsr_frame_bytes(frame_bytes), &c.split_dim, &c.frame_rows);
+    tsr_frame_geometry(box, es, frame_bytes_of(frame_bytes), &c.split_dim, &c.frame_rows);
     uint64_t nf = tsr_frame_count(box, c.split_dim, c.frame_rows);
     *offs = malloc((nf + 1) * sizeof **offs);
     *sizes = malloc((nf + 1) * sizeof **sizes);
@@ -181,7 +183,7 @@ tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint
     snprintf(s->dir, sizeof s->dir, "%s", step_dir);
     s->file_id = file_id;
     s->opts = opts ? *opts : tsr_write_opts_default();
-    s->opts.frame_bytes = tsr_frame_bytes(s->opts.frame_bytes);
+    s->opts.frame_bytes = frame_bytes_of(s->opts.frame_bytes);
     if (s->opts.codec < TSR_CODEC_AUTO || s->opts.codec > TSR_CODEC_BYTEGROUP) {
         tsr_err(err, TSR_EINVAL, "unknown codec %d", s->opts.codec);
         goto fail;
@@ -253,7 +255,6 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
 
 typedef struct encode_job {
     tsr_save *s;
-    const uint64_t *hashes; /* raw hash of each frame, known already, or NULL */
     int stable;             /* raw stays untouched until the save finishes */
     int dtype;
     int codec;
@@ -286,14 +287,14 @@ static void encode_one(void *ctx, size_t i, int worker) {
         sl->direct = raw;
         sl->stored = n;
         sl->codec = TSR_CODEC_RAW;
-        sl->raw_hash = sl->stored_hash = j->hashes ? j->hashes[i] : tsr_hash(raw, n);
+        sl->raw_hash = sl->stored_hash = tsr_hash(raw, n);
         return;
     }
     if (slot_reserve(sl, tsr_codec_bound(n))) {
         sl->rc = tsr_err(&sl->err, TSR_ENOMEM, "out of memory for a frame buffer");
         return;
     }
-    sl->raw_hash = j->hashes ? j->hashes[i] : tsr_hash(raw, n);
+    sl->raw_hash = tsr_hash(raw, n);
     sl->rc = tsr_frame_encode(j->s->enc->codecs[worker], j->dtype, j->codec, j->s->opts.level, raw, n,
                               sl->buf, sl->cap, &sl->stored, &sl->codec, &sl->err);
     if (sl->rc) return;
@@ -312,8 +313,7 @@ static void encode_one(void *ctx, size_t i, int worker) {
  * are in the slots, not in the caller's memory), so that the next box's encoding
  * overlaps them; tsr_save_finish waits for them. */
 static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
-                        const uint64_t *sizes, const uint64_t *hashes, int stable, size_t n, const char *what,
-                        tsr_error *err) {
+                        const uint64_t *sizes, int stable, size_t n, const char *what, tsr_error *err) {
     size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
     int rc = 0;
     for (size_t done = 0; done < n && !rc; s->group = (s->group + 1) % SLOT_GROUPS) {
@@ -322,7 +322,7 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
         for (size_t i = 0; i < batch && !rc; i++)
             if (slots[i].submitted) rc = tsr_wfile_release(s->wf, slots[i].submitted, err);
         if (rc) break;
-        encode_job job = {s, hashes ? hashes + done : NULL, stable, dtype, codec, raw, offs + done, sizes + done, slots};
+        encode_job job = {s, stable, dtype, codec, raw, offs + done, sizes + done, slots};
         tsr_pool_for(s->enc->pool, batch, encode_one, &job);
         for (size_t i = 0; i < batch; i++) {
             slot *sl = &slots[i];
@@ -355,13 +355,20 @@ static int check_open(tsr_save *s, const char *what, tsr_error *err) {
     return 0;
 }
 
+static int save_box(tsr_save *s, const char *name, const tsr_box *box, const void *data, int stable,
+                    tsr_error *err);
+
 int tsr_save_box(tsr_save *s, const char *name, const tsr_box *box, const void *data,
                  tsr_error *err) {
-    return tsr_save_box_stable(s, name, box, data, NULL, 0, err);
+    return save_box(s, name, box, data, 0, err);
 }
 
-int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const void *data,
-                        const uint64_t *hashes, int stable, tsr_error *err) {
+int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const void *data, tsr_error *err) {
+    return save_box(s, name, box, data, 1, err);
+}
+
+static int save_box(tsr_save *s, const char *name, const tsr_box *box, const void *data, int stable,
+                    tsr_error *err) {
     int rc = check_open(s, name, err);
     if (rc) return rc;
     long ti = index_find(s, name);
@@ -385,9 +392,9 @@ int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const
     c.frame_first = (uint32_t)s->tab.n_frames;
     c.frame_count = (uint32_t)nf;
     uint64_t *offs = NULL, *sizes = NULL;
-    if (tsr_frame_cuts(box, es, s->opts.frame_bytes, &offs, &sizes, &nf))
+    if (frame_cuts(box, es, s->opts.frame_bytes, &offs, &sizes, &nf))
         return tsr_err(err, TSR_ENOMEM, "out of memory");
-    rc = write_frames(s, t->dtype, codec, data, offs, sizes, hashes, stable, nf, name, err);
+    rc = write_frames(s, t->dtype, codec, data, offs, sizes, stable, nf, name, err);
     free(offs), free(sizes);
     if (!rc && tsr_manifest_add_chunk(&s->tab, &c)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;
@@ -420,7 +427,7 @@ int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data,
     int codec = s->opts.codec == TSR_CODEC_RAW ? TSR_CODEC_RAW : TSR_CODEC_ZSTD;
     char what[300];
     snprintf(what, sizeof what, "blob %s", name);
-    rc = write_frames(s, TSR_U8, codec, data, offs, sizes, NULL, 0, nf, what, err);
+    rc = write_frames(s, TSR_U8, codec, data, offs, sizes, 0, nf, what, err);
     free(offs), free(sizes);
     if (!rc && tsr_manifest_add_blob(&s->tab, &b)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;

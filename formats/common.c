@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#define XXH_STATIC_LINKING_ONLY /* XXH3_state_t on the stack */
 #include <xxhash.h>
 
 static const char *const status_names[] = {
@@ -77,18 +76,6 @@ void tsr_log(int level, const char *fmt, ...) {
 }
 
 uint64_t tsr_hash(const void *data, size_t len) { return XXH3_64bits(data, len); }
-
-uint64_t tsr_copy_hash(void *dst, const void *src, size_t len) {
-    enum { BLOCK = 64 << 10 }; /* hashed while still in cache */
-    XXH3_state_t st;
-    XXH3_64bits_reset(&st);
-    for (size_t o = 0; o < len; o += BLOCK) {
-        size_t n = len - o < BLOCK ? len - o : BLOCK;
-        memcpy((uint8_t *)dst + o, (const uint8_t *)src + o, n);
-        XXH3_64bits_update(&st, (const uint8_t *)dst + o, n);
-    }
-    return XXH3_64bits_digest(&st);
-}
 
 int tsr_grow(void **arr, size_t *cap, size_t n, size_t elem) {
     if (n < *cap) return 0;

@@ -23,8 +23,6 @@ void tsr_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3
 
 /* tsr_hash(): the checksum of the format: XXH3-64 with seed 0. */
 uint64_t tsr_hash(const void *data, size_t len);
-/* tsr_copy_hash(): memcpy(dst, src, len) and tsr_hash of those bytes, in one pass. */
-uint64_t tsr_copy_hash(void *dst, const void *src, size_t len);
 
 static inline uint64_t tsr_align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
