@@ -613,6 +613,30 @@ void tsr_step_dir_name(uint64_t step, char *buf, size_t len);
 /* tsr_parse_step_dir(): 1 and *step if `name` is a step directory name. */
 int tsr_parse_step_dir(const char *name, uint64_t *step);
 
+/* --------------------------------------------------------- offline reshard */
+
+/* tsr_reshard(): rewrites the committed checkpoint in src_dir for `layout` into
+ * dst_dir, in one process: one data file per rank of the target layout, holding
+ * exactly the boxes that rank loads (replicated boxes once, writers balanced by
+ * bytes), so that loading it in that layout needs no resharding. It streams:
+ * each box is read (only the frames it overlaps) and written in pieces of at most
+ * piece_bytes, several writers at once; memory stays near threads x (2 pieces +
+ * the encoder's frame buffers) whatever the checkpoint's size. Blobs are copied.
+ * The MANIFEST is written last: a failed or interrupted reshard leaves nothing
+ * committed (a failure removes what it wrote). */
+typedef struct tsr_reshard_opts {
+    tsr_layout layout;     /* target; n_layers 0 keeps the source's */
+    int model_only;        /* keep the "model" group only */
+    int dtype;             /* 0, or the dtype of every floating tensor of the target */
+    tsr_write_opts write;  /* codec, level, frame size of the target */
+    int threads;           /* writers at once (0: the online cores) */
+    size_t piece_bytes;    /* default 16 MiB */
+    void (*progress)(void *user, uint64_t done, uint64_t total); /* raw bytes; may be NULL */
+    void *user;
+} tsr_reshard_opts;
+tsr_reshard_opts tsr_reshard_opts_default(void);
+int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts *o, tsr_error *err);
+
 /* --------------------------------------------------------------- synthetic */
 
 /* The synthetic content used by tests and benchmarks: each element is a

@@ -121,6 +121,17 @@ static void progress_draw(tsr_progress *p, int final) {
     fflush(stderr);
 }
 
+int tsr_parse_codec(const char *s, int *out) {
+    static const struct { const char *name; int codec; } codecs[] = {
+        {"auto", TSR_CODEC_AUTO}, {"raw", TSR_CODEC_RAW}, {"zstd", TSR_CODEC_ZSTD}, {"bytegroup", TSR_CODEC_BYTEGROUP}};
+    for (size_t i = 0; i < sizeof codecs / sizeof *codecs; i++)
+        if (strcmp(s, codecs[i].name) == 0) {
+            *out = codecs[i].codec;
+            return 0;
+        }
+    return -1;
+}
+
 void tsr_progress_start(tsr_progress *p, const char *label, uint64_t total) {
     *p = (tsr_progress){label, total, 0, tsr_now(), 0, isatty(2)};
 }

@@ -15,6 +15,10 @@ int tsr_parse_size(const char *s, uint64_t *out);
 /* tsr_parse_u64(): a plain decimal number. @return 0 or -1. */
 int tsr_parse_u64(const char *s, uint64_t *out);
 
+/* tsr_parse_codec(): "auto", "raw", "zstd", "bytegroup" into *out (TSR_CODEC_*).
+ * @return 0, or -1 for another name. */
+int tsr_parse_codec(const char *s, int *out);
+
 /* tsr_fmt_bytes(): "1.50 GiB" into buf. */
 const char *tsr_fmt_bytes(uint64_t n, char *buf, size_t len);
 

@@ -154,11 +154,7 @@ static int parse_opts(const char *cmd, int argc, char **argv, synth_opts *o) {
             o->layout = v;
         } else if ((r = tsr_opt(argc, argv, &i, "codec", 1, &v))) {
             if (r < 0) return EXIT_USAGE;
-            if (!strcmp(v, "auto")) o->codec = TSR_CODEC_AUTO;
-            else if (!strcmp(v, "raw")) o->codec = TSR_CODEC_RAW;
-            else if (!strcmp(v, "zstd")) o->codec = TSR_CODEC_ZSTD;
-            else if (!strcmp(v, "bytegroup")) o->codec = TSR_CODEC_BYTEGROUP;
-            else return tsr_usage_error(cmd, "--codec is auto, raw, zstd or bytegroup");
+            if (tsr_parse_codec(v, &o->codec)) return tsr_usage_error(cmd, "--codec is auto, raw, zstd or bytegroup");
         } else if ((r = tsr_opt(argc, argv, &i, "check", 0, &v))) {
             o->check = 1;
         } else if (argv[i][0] == '-') {

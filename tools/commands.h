@@ -18,5 +18,6 @@ int tsr_cmd_bench_load(int argc, char **argv);
 int tsr_cmd_train(int argc, char **argv);
 int tsr_cmd_plot(int argc, char **argv);
 int tsr_cmd_data_prep(int argc, char **argv);
+int tsr_cmd_reshard(int argc, char **argv);
 
 #endif
