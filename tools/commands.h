@@ -19,5 +19,7 @@ int tsr_cmd_train(int argc, char **argv);
 int tsr_cmd_plot(int argc, char **argv);
 int tsr_cmd_data_prep(int argc, char **argv);
 int tsr_cmd_reshard(int argc, char **argv);
+int tsr_cmd_logits(int argc, char **argv);
+int tsr_cmd_export(int argc, char **argv);
 
 #endif

@@ -183,3 +183,36 @@ int tsr_model_args_compare(const tsr_model_args *a, const char *text, char *why,
     }
     return 0;
 }
+
+int tsr_model_args_parse(const char *text, tsr_model_args *a, tsr_error *err) {
+    memset(a, 0, sizeof *a);
+    double v[10];
+    int n = 0;
+    static const char *const keys[10] = {"dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim",
+                                         "vocab_size", "norm_eps", "rope_theta", "rope_factor", "flavor"};
+    const char *p = strstr(text, "flavor=");
+    if (!p || sscanf(p + 7, "%15s", a->flavor) != 1) return tsr_err(err, TSR_ECORRUPT, "model shapes: no flavor");
+    for (int k = 0; k < 9; k++) {
+        char pat[32];
+        snprintf(pat, sizeof pat, " %s=", keys[k]);
+        const char *q = strstr(text, pat);
+        char *end;
+        if (!q) return tsr_err(err, TSR_ECORRUPT, "model shapes: no %s", keys[k]);
+        v[k] = strtod(q + strlen(pat), &end);
+        if (end == q + strlen(pat) || !(v[k] >= 0) || v[k] > 1e9)
+            return tsr_err(err, TSR_ECORRUPT, "model shapes: bad %s", keys[k]);
+        n++;
+    }
+    a->dim = (int)v[0], a->n_layers = (int)v[1], a->n_heads = (int)v[2], a->n_kv_heads = (int)v[3];
+    a->ffn_dim = (int)v[4], a->vocab_size = (int)v[5];
+    a->norm_eps = (float)v[6], a->rope_theta = (float)v[7];
+    tsr_model_args named;
+    if (tsr_model_args_get(a->flavor, &named, NULL) == 0) a->rope_scaling = named.rope_scaling;
+    a->rope_scaling.factor = (float)v[8];
+    if (a->rope_scaling.factor != 0 && a->rope_scaling.original_max_pos == 0)
+        a->rope_scaling = (tsr_rope_scaling){(float)v[8], 1.0f, 4.0f, 8192};
+    tsr_model_decls d;
+    int rc = tsr_model_decls_make(a, &d, err); /* checks the shapes agree */
+    if (!rc) tsr_model_decls_free(&d);
+    return n == 9 ? rc : TSR_ECORRUPT;
+}

@@ -87,5 +87,8 @@ void tsr_model_init_box(const tsr_model_args *a, const tsr_model_decls *d, size_
  * of another shape is refused with a message that says which key differs). */
 void tsr_model_args_to_text(const tsr_model_args *a, char *buf, size_t len);
 int tsr_model_args_compare(const tsr_model_args *a, const char *text, char *why, size_t why_len);
+/* tsr_model_args_parse(): the shapes from that text (the train.model blob of a
+ * checkpoint); every key must be present and sane, else an error naming it. */
+int tsr_model_args_parse(const char *text, tsr_model_args *a, tsr_error *err);
 
 #endif

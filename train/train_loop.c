@@ -106,7 +106,7 @@ static int state_boxes(job *j, int model_only, tsr_error *err) {
 static tsr_state make_state(job *j, int model_only) {
     tsr_trainer *t = j->t;
     tsr_state st = {t->decls.decls, (model_only ? 1 : 3) * t->decls.n_params, j->boxes, j->n_boxes,
-                    model_only ? NULL : j->blobs, model_only ? 0 : N_BLOBS, t->layout};
+                    j->blobs, j->blobs[0].name ? N_BLOBS : 0, t->layout};
     return st;
 }
 
@@ -366,6 +366,7 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
         tsr_error e2;
         if (tsr_engine_wait(j.engine, &e2) && log) fprintf(log, "the last checkpoint failed: %s\n", e2.msg);
         if (!rc && c->checkpoint.enable && c->checkpoint.last_save_model_only && start < c->training.steps) {
+            fill_blobs(&j, c->training.steps, &pos);
             rc = save_model_only(&j, c->training.steps, err);
             if (!rc && log)
                 fprintf(log, "model-only checkpoint (%s): %s/model-step-%08d\n",

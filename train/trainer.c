@@ -497,12 +497,19 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
 /* ------------------------------------------------------------ life cycle */
 
 int tsr_trainer_new(const tsr_train_config *cfg, tsr_comm *world, tsr_trainer **out, tsr_error *err) {
+    tsr_model_args a;
+    int rc = tsr_model_args_get(tsr_flavor_name(cfg->model.flavor), &a, err);
+    return rc ? rc : tsr_trainer_new_args(cfg, &a, world, out, err);
+}
+
+int tsr_trainer_new_args(const tsr_train_config *cfg, const tsr_model_args *args, tsr_comm *world,
+                         tsr_trainer **out, tsr_error *err) {
     tsr_trainer *t = calloc(1, sizeof *t);
     if (!t) return tsr_err(err, TSR_ENOMEM, "out of memory");
     t->cfg = *cfg;
     t->world = world;
-    int rc = tsr_model_args_get(tsr_flavor_name(cfg->model.flavor), &t->args, err);
-    if (!rc) rc = tsr_model_decls_make(&t->args, &t->decls, err);
+    t->args = *args;
+    int rc = tsr_model_decls_make(&t->args, &t->decls, err);
     t->rank = tsr_comm_rank(world);
     if (!rc) rc = mesh_coords(t, err);
     if (!rc) rc = mesh_comms(t, err);

@@ -25,6 +25,10 @@ typedef struct tsr_trainer tsr_trainer;
  * world size. Allocates the rank's parameters, gradients, optimizer state and
  * activations, and initializes the parameters (tsr_model_init_box). */
 int tsr_trainer_new(const tsr_train_config *cfg, tsr_comm *world, tsr_trainer **out, tsr_error *err);
+/* tsr_trainer_new_args(): the same for the model shapes `args` instead of the
+ * config's flavor (a checkpoint's own shapes, an imported model). */
+int tsr_trainer_new_args(const tsr_train_config *cfg, const tsr_model_args *args, tsr_comm *world,
+                         tsr_trainer **out, tsr_error *err);
 void tsr_trainer_free(tsr_trainer *t);
 
 /* tsr_trainer_step(): one optimizer step on this rank's part of a global batch:

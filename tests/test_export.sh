@@ -1,0 +1,48 @@
+#!/bin/sh
+# tessera export and tessera logits: a model trained on 4 ranks (dp_shard=2,
+# tp=2), resharded offline to one model-only bf16 file set, and exported to
+# Hugging Face's layout (safetensors, sharded or not, f32 or bf16), is loaded by
+# an independent PyTorch Llama written in Hugging Face's rotary convention that
+# reads the files directly: its logits equal tessera logits within 1e-5.
+. "$TSR_ROOT/tests/mpi.sh"
+cd "$TSR_TMP" || exit 1
+PY=/usr/bin/python3
+$PY -c "import torch, numpy" 2>/dev/null || { echo "FAIL: python3-torch is missing: run make deps" >&2; exit 1; }
+CFG="$TSR_ROOT/train/configs/debug.toml"
+TOK=72,101,108,108,111,44,32,119,111,114,108,100,256,84,104,101
+"$T" data prep --out data --synthetic 256k >/dev/null || fail "data prep"
+run_np 4 "$T" train --config "$CFG" --job.dump_folder=run --training.steps=4 --training.seq_len=32 \
+    --training.dataset=tokens --training.dataset_path=data --checkpoint.enable=true --checkpoint.interval=4 \
+    --checkpoint.last_save_model_only=false --parallelism.tensor_parallel_degree=2 >train.log 2>&1 ||
+    { fail "train"; tail -5 train.log >&2; }
+A=run/checkpoint/step-00000004
+# f32, one file, straight from the 4-rank layout
+expect 0 "export f32" "$T" export "$A" --format safetensors hf32
+expect 0 "logits A" "$T" logits "$A" --tokens $TOK --out a.bin
+$PY "$TSR_ROOT/tests/hf_llama.py" hf32 $TOK a.bin || fail "f32 export: logits differ"
+# the done-when path: reshard to one bf16 model-only set, export it in shards
+expect 0 "reshard" "$T" reshard "$A" B --layout dp_shard=1 --only model --dtype bf16
+expect 0 "export bf16" "$T" export B --format safetensors hf16 --dtype bf16 --shard-size 1M
+[ -f hf16/model.safetensors.index.json ] || fail "no index for a sharded export"
+expect 0 "logits B" "$T" logits B --tokens $TOK --out b.bin
+$PY "$TSR_ROOT/tests/hf_llama.py" hf16 $TOK b.bin || fail "bf16 export: logits differ"
+# and the bf16 model is not the f32 one: the comparison can fail
+$PY "$TSR_ROOT/tests/hf_llama.py" hf16 $TOK a.bin >/dev/null && fail "bf16 weights matched f32 logits"
+# the last position's logits printed as text equal the file's
+"$T" logits "$A" --tokens $TOK >last.txt || fail "logits as text"
+$PY - <<'PYEOF' || fail "printed logits differ from the file"
+import numpy as np
+a = np.fromfile("a.bin", dtype="<f4").reshape(16, -1)
+t = np.loadtxt("last.txt")
+assert t.shape == (a.shape[1],) and np.allclose(t, a[-1], rtol=1e-6, atol=0), (t[:3], a[-1][:3])
+PYEOF
+# errors
+expect 2 "bad format" "$T" export "$A" --format onnx x
+expect 2 "no tokens" "$T" logits "$A"
+expect 1 "token past the vocabulary" "$T" logits "$A" --tokens 1,100000
+grep -q "vocabulary" err.txt || fail "no reason for the bad token"
+run_np 1 "$T" ckpt synth S --bytes 1M >/dev/null
+expect 1 "not a model checkpoint" "$T" export S --format safetensors x
+grep -q "train.model" err.txt || fail "no reason for a non-model checkpoint"
+[ $fails = 0 ] || exit 1
+echo "export: safetensors (f32, sharded bf16) load in a PyTorch Llama with tessera's logits"
