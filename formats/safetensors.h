@@ -26,4 +26,19 @@ const char *tsr_st_dtype_name(int dtype);
  * malloc'ed (*len bytes); the data follows it. */
 int tsr_st_header(tsr_st_entry *e, size_t n, uint8_t **out, size_t *len, tsr_error *err);
 
+/* Reading. A parsed file: every entry checked (known dtype, shape and byte
+ * range that agree, ranges inside the data section, in order, without overlap
+ * or hole, names unique and at most 255 bytes), so that tsr_st_bytes is safe. */
+typedef struct tsr_st_file tsr_st_file;
+/* tsr_st_parse(): from the first len bytes of a file held in memory (buf must
+ * outlive the result); `what` names it in errors. */
+int tsr_st_parse(const uint8_t *buf, size_t len, const char *what, tsr_st_file **out, tsr_error *err);
+/* tsr_st_open(): a file, mapped read-only. */
+int tsr_st_open(const char *path, tsr_st_file **out, tsr_error *err);
+size_t tsr_st_count(const tsr_st_file *f);
+const tsr_st_entry *tsr_st_get(const tsr_st_file *f, size_t i);
+long tsr_st_find(const tsr_st_file *f, const char *name);
+const uint8_t *tsr_st_bytes(const tsr_st_file *f, size_t i);
+void tsr_st_close(tsr_st_file *f);
+
 #endif

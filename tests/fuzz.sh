@@ -99,7 +99,22 @@ seeds_frame() {
     rm -f "$p"
 }
 
+# small safetensors files: one tensor, two, a bf16 one, an empty header
+seeds_safetensors() {
+    st() { # file header-json data-bytes
+        h=$2
+        while [ $(( ${#h} % 8 )) -ne 0 ]; do h="$h "; done
+        n=${#h}
+        { printf "\\$(printf %03o $((n & 255)))\\$(printf %03o $((n >> 8)))\\000\\000\\000\\000\\000\\000"
+          printf '%s' "$h"; printf '%s' "$3"; } > "$1"
+    }
+    st seeds/one '{"__metadata__":{"format":"pt"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}}' 'ABCDEFGH'
+    st seeds/two '{"x.w":{"dtype":"BF16","shape":[2,2],"data_offsets":[0,8]},"y":{"dtype":"U8","shape":[3],"data_offsets":[8,11]}}' 'abcdefghijk'
+    st seeds/empty '{}' ''
+}
+
 case $NAME in
+fuzz_safetensors*) seeds_safetensors;;
 fuzz_manifest*) seeds_manifest;;
 fuzz_frame*) seeds_frame;;
 *) echo "fuzz.sh: no seeds for $NAME" >&2;;

@@ -93,7 +93,8 @@ def forward(cfg, w, tokens):
         h = rms(x, w[p + "post_attention_layernorm.weight"])
         g, u = h @ w[p + "mlp.gate_proj.weight"].T, h @ w[p + "mlp.up_proj.weight"].T
         x = x + (torch.nn.functional.silu(g) * u) @ w[p + "mlp.down_proj.weight"].T
-    return rms(x, w["model.norm.weight"]) @ w["lm_head.weight"].T
+    head = w["model.embed_tokens.weight"] if cfg.get("tie_word_embeddings") else w["lm_head.weight"]
+    return rms(x, w["model.norm.weight"]) @ head.T
 
 
 def main():

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "common.h"
+#include "hf.h"
 #include "model.h"
 #include "safetensors.h"
 
@@ -20,35 +21,6 @@ static const char USAGE[] =
     "(default 2G) with model.safetensors.index.json. Tensors get Hugging Face's\n"
     "names; q and k are permuted to its rotary convention; --dtype (default f32)\n"
     "applies to every tensor.\n";
-
-/* The Hugging Face name of parameter p; *heads: the head count of a q or k
- * weight to permute (0: none). */
-static void hf_name(const tsr_model_args *a, size_t p, size_t np, char *out, size_t len, int *heads) {
-    static const char *const layer[TSR_LAYER_PARAMS] = {
-        "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
-        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-        "mlp.gate_proj.weight", "mlp.down_proj.weight", "mlp.up_proj.weight"};
-    *heads = 0;
-    if (p == 0) snprintf(out, len, "model.embed_tokens.weight");
-    else if (p == np - 2) snprintf(out, len, "model.norm.weight");
-    else if (p == np - 1) snprintf(out, len, "lm_head.weight");
-    else {
-        int k = (int)((p - 1) % TSR_LAYER_PARAMS);
-        snprintf(out, len, "model.layers.%d.%s", (int)((p - 1) / TSR_LAYER_PARAMS), layer[k]);
-        if (k == TSR_P_WQ) *heads = a->n_heads;
-        if (k == TSR_P_WK) *heads = a->n_kv_heads;
-    }
-}
-
-/* Meta's interleaved rotary pairs -> Hugging Face's halves: within each head,
- * row 2i + j goes to row j * hd/2 + i. w is (heads * hd, cols). */
-static void permute_rows(const float *w, float *out, int heads, int hd, uint64_t cols) {
-    for (int h = 0; h < heads; h++)
-        for (int i = 0; i < hd / 2; i++)
-            for (int j = 0; j < 2; j++)
-                memcpy(out + ((size_t)h * hd + (size_t)j * (hd / 2) + i) * cols, w + ((size_t)h * hd + 2 * i + j) * cols,
-                       cols * sizeof *w);
-}
 
 static int write_config(const char *dir, const tsr_model_args *a, int dtype, tsr_error *e) {
     char path[4200];
@@ -141,7 +113,7 @@ int tsr_cmd_export(int argc, char **argv) {
     uint64_t largest = 0;
     for (size_t p = 0; !rc && p < np; p++) {
         int heads;
-        hf_name(&a, p, np, names + p * 96, 96, &heads);
+        tsr_hf_name(&a, p, np, names + p * 96, 96, &heads);
         const tsr_tensor_decl *td = &d.decls[p];
         long i = tsr_ckpt_find(ck, td->name);
         tsr_tensor_info ti;
@@ -195,10 +167,10 @@ int tsr_cmd_export(int argc, char **argv) {
                 for (uint64_t x = 0; x < n; x++) buf[x] = (float)tsr_load_f64(ti.dtype, perm, x);
             int heads;
             char tmp[96];
-            hf_name(&a, p, np, tmp, sizeof tmp, &heads);
+            tsr_hf_name(&a, p, np, tmp, sizeof tmp, &heads);
             const float *src_f = buf;
             if (heads) {
-                permute_rows(buf, perm, heads, tsr_model_head_dim(&a), td->shape[1]);
+                tsr_hf_permute(buf, perm, heads, tsr_model_head_dim(&a), td->shape[1], 0);
                 src_f = perm;
             }
             const void *wr = src_f;

@@ -21,5 +21,6 @@ int tsr_cmd_data_prep(int argc, char **argv);
 int tsr_cmd_reshard(int argc, char **argv);
 int tsr_cmd_logits(int argc, char **argv);
 int tsr_cmd_export(int argc, char **argv);
+int tsr_cmd_import(int argc, char **argv);
 
 #endif

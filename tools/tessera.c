@@ -17,6 +17,7 @@ static const command commands[] = {
     {"train", NULL, tsr_cmd_train, "train a Llama model (config file and --section.key=value overrides)"},
     {"reshard", NULL, tsr_cmd_reshard, "rewrite a checkpoint for another layout, dtype or codec (offline)"},
     {"export", NULL, tsr_cmd_export, "write a checkpoint's model for Hugging Face (safetensors + config.json)"},
+    {"import", NULL, tsr_cmd_import, "bring a Hugging Face Llama (safetensors + config.json) into a checkpoint"},
     {"logits", NULL, tsr_cmd_logits, "the model's logits for some tokens (forward pass on one rank)"},
     {"plot", NULL, tsr_cmd_plot, "draw the loss curve of a metrics file to a PNG"},
     {"data", "prep", tsr_cmd_data_prep, "make token shards (llm.c .bin) from text or a generated corpus"},

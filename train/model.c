@@ -17,6 +17,15 @@ static const tsr_model_args FLAVORS[] = {
     {"8b", 4096, 32, 32, 8, 14336, 128256, 1e-5f, 500000.0f, {8.0f, 1.0f, 4.0f, 8192}},
 };
 
+const char *tsr_model_flavor_of(const tsr_model_args *a) {
+    for (size_t i = 0; i < sizeof FLAVORS / sizeof *FLAVORS; i++) {
+        tsr_model_args f = FLAVORS[i];
+        memcpy(f.flavor, a->flavor, sizeof f.flavor);
+        if (memcmp(&f, a, sizeof f) == 0) return FLAVORS[i].flavor;
+    }
+    return NULL;
+}
+
 int tsr_model_args_get(const char *flavor, tsr_model_args *a, tsr_error *err) {
     for (size_t i = 0; i < sizeof FLAVORS / sizeof *FLAVORS; i++)
         if (strcmp(flavor, FLAVORS[i].flavor) == 0) {
@@ -159,9 +168,11 @@ void tsr_model_init_box(const tsr_model_args *a, const tsr_model_decls *d, size_
 void tsr_model_args_to_text(const tsr_model_args *a, char *buf, size_t len) {
     snprintf(buf, len,
              "flavor=%s dim=%d n_layers=%d n_heads=%d n_kv_heads=%d ffn_dim=%d vocab_size=%d "
-             "norm_eps=%g rope_theta=%g rope_factor=%g",
+             "norm_eps=%.9g rope_theta=%.9g rope_factor=%.9g rope_low=%.9g rope_high=%.9g rope_orig=%d",
              a->flavor, a->dim, a->n_layers, a->n_heads, a->n_kv_heads, a->ffn_dim, a->vocab_size,
-             (double)a->norm_eps, (double)a->rope_theta, (double)a->rope_scaling.factor);
+             (double)a->norm_eps, (double)a->rope_theta, (double)a->rope_scaling.factor,
+             (double)a->rope_scaling.low_freq_factor, (double)a->rope_scaling.high_freq_factor,
+             a->rope_scaling.original_max_pos);
 }
 
 /* @return 0 if `text` describes the same shapes as a, else 1 with the first
@@ -186,13 +197,13 @@ int tsr_model_args_compare(const tsr_model_args *a, const char *text, char *why,
 
 int tsr_model_args_parse(const char *text, tsr_model_args *a, tsr_error *err) {
     memset(a, 0, sizeof *a);
-    double v[10];
+    double v[12];
     int n = 0;
-    static const char *const keys[10] = {"dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim",
-                                         "vocab_size", "norm_eps", "rope_theta", "rope_factor", "flavor"};
+    static const char *const keys[12] = {"dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "vocab_size",
+                                         "norm_eps", "rope_theta", "rope_factor", "rope_low", "rope_high", "rope_orig"};
     const char *p = strstr(text, "flavor=");
     if (!p || sscanf(p + 7, "%15s", a->flavor) != 1) return tsr_err(err, TSR_ECORRUPT, "model shapes: no flavor");
-    for (int k = 0; k < 9; k++) {
+    for (int k = 0; k < 12; k++) {
         char pat[32];
         snprintf(pat, sizeof pat, " %s=", keys[k]);
         const char *q = strstr(text, pat);
@@ -206,13 +217,9 @@ int tsr_model_args_parse(const char *text, tsr_model_args *a, tsr_error *err) {
     a->dim = (int)v[0], a->n_layers = (int)v[1], a->n_heads = (int)v[2], a->n_kv_heads = (int)v[3];
     a->ffn_dim = (int)v[4], a->vocab_size = (int)v[5];
     a->norm_eps = (float)v[6], a->rope_theta = (float)v[7];
-    tsr_model_args named;
-    if (tsr_model_args_get(a->flavor, &named, NULL) == 0) a->rope_scaling = named.rope_scaling;
-    a->rope_scaling.factor = (float)v[8];
-    if (a->rope_scaling.factor != 0 && a->rope_scaling.original_max_pos == 0)
-        a->rope_scaling = (tsr_rope_scaling){(float)v[8], 1.0f, 4.0f, 8192};
+    a->rope_scaling = (tsr_rope_scaling){(float)v[8], (float)v[9], (float)v[10], (int)v[11]};
     tsr_model_decls d;
     int rc = tsr_model_decls_make(a, &d, err); /* checks the shapes agree */
     if (!rc) tsr_model_decls_free(&d);
-    return n == 9 ? rc : TSR_ECORRUPT;
+    return n == 12 ? rc : TSR_ECORRUPT;
 }

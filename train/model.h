@@ -52,6 +52,9 @@ enum {
  * (about 10M), "124m" (GPT-2 124M's shapes: 12 layers, 768 wide, 12 heads,
  * vocabulary 50304), "1b" (Llama 3.2 1B) and "8b" (Llama 3.1 8B). */
 int tsr_model_args_get(const char *flavor, tsr_model_args *a, tsr_error *err);
+/* tsr_model_flavor_of(): the name of the named shapes equal to a (whatever
+ * a->flavor says), or NULL. */
+const char *tsr_model_flavor_of(const tsr_model_args *a);
 static inline int tsr_model_head_dim(const tsr_model_args *a) { return a->dim / a->n_heads; }
 
 /* The parameters as global tensors (model group) followed by the optimizer's
