@@ -90,21 +90,12 @@ int tsr_cmd_export(int argc, char **argv) {
     tsr_model_args a;
     tsr_model_decls d = {0};
     tsr_st_entry *ent = NULL;
-    char *names = NULL, *text = NULL;
+    char *names = NULL;
     shard *sh = NULL;
     size_t nsh = 0;
     float *buf = NULL, *perm = NULL;
     void *outb = NULL;
-    int rc = ck ? 0 : e.code;
-    long b = ck ? tsr_ckpt_find_blob(ck, "train.model", -1) : -1;
-    if (!rc && b < 0) rc = tsr_err(&e, TSR_ENOTFOUND, "%s: no train.model blob: not a model checkpoint", path);
-    if (!rc) {
-        tsr_blob_info bi;
-        tsr_ckpt_blob(ck, (size_t)b, &bi);
-        text = bi.size < 4096 ? calloc(1, bi.size + 1) : NULL;
-        rc = text ? tsr_ckpt_read_blob(ck, (size_t)b, text, &e) : tsr_err(&e, TSR_ECORRUPT, "%s: bad train.model blob", path);
-    }
-    if (!rc) rc = tsr_model_args_parse(text, &a, &e);
+    int rc = ck ? tsr_model_args_from_ckpt(ck, &a, &e) : e.code;
     if (!rc) rc = tsr_model_decls_make(&a, &d, &e);
     size_t np = d.n_params;
     if (!rc && (!(ent = calloc(np, sizeof *ent)) || !(names = calloc(np, 96)) || !(sh = calloc(np, sizeof *sh))))
@@ -158,13 +149,7 @@ int tsr_cmd_export(int argc, char **argv) {
             tsr_box box = {td->ndim, {0}, {0}};
             memcpy(box.extent, td->shape, sizeof box.extent);
             uint64_t n = tsr_box_volume(&box);
-            long i = tsr_ckpt_find(ck, td->name);
-            tsr_tensor_info ti;
-            tsr_ckpt_tensor(ck, (size_t)i, &ti);
-            /* read in the stored dtype (into perm as scratch), then as f32 in buf */
-            if ((rc = tsr_ckpt_read(ck, (size_t)i, &box, ti.dtype == TSR_F32 ? (void *)buf : (void *)perm, &e))) break;
-            if (ti.dtype != TSR_F32)
-                for (uint64_t x = 0; x < n; x++) buf[x] = (float)tsr_load_f64(ti.dtype, perm, x);
+            if ((rc = tsr_model_read_f32(ck, td, &box, buf, &e))) break;
             int heads;
             char tmp[96];
             tsr_hf_name(&a, p, np, tmp, sizeof tmp, &heads);
@@ -202,7 +187,7 @@ int tsr_cmd_export(int argc, char **argv) {
     if (rc) fprintf(stderr, "tessera export: %s\n", e.msg);
     else printf("exported %s to %s: %zu tensors, %llu bytes in %zu file(s), %s\n", path, dir, np,
                 (unsigned long long)total, nsh, tsr_dtype_name(dtype));
-    free(buf), free(perm), free(outb), free(ent), free(names), free(sh), free(text);
+    free(buf), free(perm), free(outb), free(ent), free(names), free(sh);
     tsr_model_decls_free(&d);
     tsr_ckpt_close(ck);
     return rc ? EXIT_FAIL : EXIT_OK;

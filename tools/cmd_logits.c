@@ -3,7 +3,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "casts.h"
 #include "cli.h"
 #include "commands.h"
 #include "common.h"
@@ -19,30 +18,13 @@ static const char USAGE[] =
 /* The parameters of the model, from the checkpoint, as f32. */
 static int load_params(tsr_ckpt *ck, tsr_trainer *t, tsr_error *e) {
     const tsr_model_decls *d = tsr_trainer_decls(t);
-    for (size_t p = 0; p < d->n_params; p++) {
+    int rc = 0;
+    for (size_t p = 0; p < d->n_params && !rc; p++) {
         tsr_box box;
         float *w = tsr_trainer_param(t, p, &box);
-        const tsr_tensor_decl *td = &d->decls[p];
-        long i = tsr_ckpt_find(ck, td->name);
-        if (i < 0) return tsr_err(e, TSR_ENOTFOUND, "%s: no tensor %s", tsr_ckpt_dir(ck), td->name);
-        tsr_tensor_info ti;
-        tsr_ckpt_tensor(ck, (size_t)i, &ti);
-        if (ti.ndim != td->ndim || memcmp(ti.shape, td->shape, td->ndim * sizeof *ti.shape) || !tsr_dtype_is_float(ti.dtype))
-            return tsr_err(e, TSR_EINVAL, "%s: %s has another shape or dtype (%s) than the model's", tsr_ckpt_dir(ck),
-                           td->name, tsr_dtype_name(ti.dtype));
-        uint64_t n = tsr_box_volume(&box);
-        if (ti.dtype == TSR_F32) {
-            if (tsr_ckpt_read(ck, (size_t)i, &box, w, e)) return e->code;
-            continue;
-        }
-        void *buf = malloc(n * tsr_dtype_size(ti.dtype));
-        if (!buf) return tsr_err(e, TSR_ENOMEM, "out of memory");
-        int rc = tsr_ckpt_read(ck, (size_t)i, &box, buf, e);
-        for (uint64_t x = 0; !rc && x < n; x++) w[x] = (float)tsr_load_f64(ti.dtype, buf, x);
-        free(buf);
-        if (rc) return rc;
+        rc = tsr_model_read_f32(ck, &d->decls[p], &box, w, e);
     }
-    return 0;
+    return rc;
 }
 
 int tsr_cmd_logits(int argc, char **argv) {
@@ -88,17 +70,7 @@ int tsr_cmd_logits(int argc, char **argv) {
     tsr_error e = {0};
     tsr_ckpt *ck = tsr_ckpt_open(path, &e);
     tsr_model_args a;
-    char *text = NULL;
-    int rc = ck ? 0 : e.code;
-    long b = ck ? tsr_ckpt_find_blob(ck, "train.model", -1) : -1;
-    if (!rc && b < 0) rc = tsr_err(&e, TSR_ENOTFOUND, "%s: no train.model blob: not a model checkpoint", path);
-    tsr_blob_info bi;
-    if (!rc) {
-        tsr_ckpt_blob(ck, (size_t)b, &bi);
-        text = bi.size < 4096 ? calloc(1, bi.size + 1) : NULL;
-        rc = text ? tsr_ckpt_read_blob(ck, (size_t)b, text, &e) : tsr_err(&e, TSR_ECORRUPT, "%s: bad train.model blob", path);
-    }
-    if (!rc) rc = tsr_model_args_parse(text, &a, &e);
+    int rc = ck ? tsr_model_args_from_ckpt(ck, &a, &e) : e.code;
     for (int i = 0; !rc && i < T; i++)
         if (tok[i] >= a.vocab_size) rc = tsr_err(&e, TSR_EINVAL, "token %d at position %d: the vocabulary has %d", tok[i], i, a.vocab_size);
     tsr_train_config cfg;
@@ -134,7 +106,6 @@ int tsr_cmd_logits(int argc, char **argv) {
     tsr_trainer_free(t);
     tsr_comm_free(self);
     tsr_ckpt_close(ck);
-    free(text);
     free(logits);
     free(targets);
     free(tok);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "casts.h"
 #include "common.h"
 
 static const tsr_model_args FLAVORS[] = {
@@ -222,4 +223,37 @@ int tsr_model_args_parse(const char *text, tsr_model_args *a, tsr_error *err) {
     int rc = tsr_model_decls_make(a, &d, err); /* checks the shapes agree */
     if (!rc) tsr_model_decls_free(&d);
     return n == 12 ? rc : TSR_ECORRUPT;
+}
+
+/* ------------------------------------------------------------ checkpoints */
+
+int tsr_model_args_from_ckpt(tsr_ckpt *ck, tsr_model_args *a, tsr_error *err) {
+    long b = tsr_ckpt_find_blob(ck, "train.model", -1);
+    if (b < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: no train.model blob: not a model checkpoint", tsr_ckpt_dir(ck));
+    tsr_blob_info bi;
+    tsr_ckpt_blob(ck, (size_t)b, &bi);
+    if (bi.size >= 4096) return tsr_err(err, TSR_ECORRUPT, "%s: train.model blob of %llu bytes", tsr_ckpt_dir(ck),
+                                        (unsigned long long)bi.size);
+    char text[4096] = {0};
+    int rc = tsr_ckpt_read_blob(ck, (size_t)b, text, err);
+    if (!rc && (rc = tsr_model_args_parse(text, a, err))) tsr_err_prefix(err, "%s", tsr_ckpt_dir(ck));
+    return rc;
+}
+
+int tsr_model_read_f32(tsr_ckpt *ck, const tsr_tensor_decl *t, const tsr_box *box, float *dst, tsr_error *err) {
+    long i = tsr_ckpt_find(ck, t->name);
+    if (i < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: no tensor %s", tsr_ckpt_dir(ck), t->name);
+    tsr_tensor_info ti;
+    tsr_ckpt_tensor(ck, (size_t)i, &ti);
+    if (ti.ndim != t->ndim || memcmp(ti.shape, t->shape, t->ndim * sizeof *ti.shape) || !tsr_dtype_is_float(ti.dtype))
+        return tsr_err(err, TSR_EINVAL, "%s: %s has another shape or dtype (%s) than the model's", tsr_ckpt_dir(ck),
+                       t->name, tsr_dtype_name(ti.dtype));
+    if (ti.dtype == TSR_F32) return tsr_ckpt_read(ck, (size_t)i, box, dst, err);
+    uint64_t n = tsr_box_volume(box);
+    void *buf = malloc(n * tsr_dtype_size(ti.dtype) + 1);
+    if (!buf) return tsr_err(err, TSR_ENOMEM, "out of memory for %s", t->name);
+    int rc = tsr_ckpt_read(ck, (size_t)i, box, buf, err);
+    for (uint64_t x = 0; !rc && x < n; x++) dst[x] = (float)tsr_load_f64(ti.dtype, buf, x);
+    free(buf);
+    return rc;
 }

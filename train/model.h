@@ -94,4 +94,12 @@ int tsr_model_args_compare(const tsr_model_args *a, const char *text, char *why,
  * checkpoint); every key must be present and sane, else an error naming it. */
 int tsr_model_args_parse(const char *text, tsr_model_args *a, tsr_error *err);
 
+/* tsr_model_args_from_ckpt(): the shapes of the model in a checkpoint (its
+ * train.model blob); an error says when it has none. */
+int tsr_model_args_from_ckpt(tsr_ckpt *ck, tsr_model_args *a, tsr_error *err);
+/* tsr_model_read_f32(): the elements of `box` of the checkpoint's tensor named
+ * like t, converted to f32 into dst; an error when it is missing or its shape
+ * differs from t's, or it is not floating. */
+int tsr_model_read_f32(tsr_ckpt *ck, const tsr_tensor_decl *t, const tsr_box *box, float *dst, tsr_error *err);
+
 #endif
