@@ -3,7 +3,8 @@
 # tp=2), resharded offline to one model-only bf16 file set, and exported to
 # Hugging Face's layout (safetensors, sharded or not, f32 or bf16), is loaded by
 # an independent PyTorch Llama written in Hugging Face's rotary convention that
-# reads the files directly: its logits equal tessera logits within 1e-5.
+# reads the files directly: its logits equal tessera logits within 1e-5. GGUF
+# exports (f32, bf16, f16) are read back field by field by an independent reader.
 . "$TSR_ROOT/tests/mpi.sh"
 cd "$TSR_TMP" || exit 1
 PY=/usr/bin/python3
@@ -36,6 +37,12 @@ a = np.fromfile("a.bin", dtype="<f4").reshape(16, -1)
 t = np.loadtxt("last.txt")
 assert t.shape == (a.shape[1],) and np.allclose(t, a[-1], rtol=1e-6, atol=0), (t[:3], a[-1][:3])
 PYEOF
+# GGUF: every field and tensor read back by an independent reader, against the spec
+# and against the Hugging Face export of the same checkpoint
+for dt in f32 bf16 f16; do
+    expect 0 "export gguf $dt" "$T" export "$A" --format gguf "m-$dt.gguf" --dtype $dt
+    $PY "$TSR_ROOT/tests/gguf_check.py" "m-$dt.gguf" hf32 $dt || fail "gguf $dt does not check"
+done
 # errors
 expect 2 "bad format" "$T" export "$A" --format onnx x
 expect 2 "no tokens" "$T" logits "$A"

@@ -1,6 +1,8 @@
 /* cmd_export.c: tessera export: a checkpoint's model in Hugging Face's Llama
  * layout (safetensors + config.json). */
 #include <errno.h>
+#include <math.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,12 +17,16 @@
 
 static const char USAGE[] =
     "usage: tessera export CKPT --format safetensors OUT/ [--dtype f32|bf16|f16] [--shard-size SIZE]\n"
+    "       tessera export CKPT --format gguf OUT.gguf [--dtype f32|bf16|f16]\n"
     "Writes the model of checkpoint CKPT (any layout, any dtype; only the model's\n"
     "tensors are read) as a Hugging Face LlamaForCausalLM: config.json and\n"
     "model.safetensors, or model-0000K-of-0000N.safetensors shards of at most SIZE\n"
     "(default 2G) with model.safetensors.index.json. Tensors get Hugging Face's\n"
     "names; q and k are permuted to its rotary convention; --dtype (default f32)\n"
-    "applies to every tensor.\n";
+    "applies to every tensor.\n"
+    "GGUF: a v3 file that llama.cpp loads as a llama model: llama.* and general.*\n"
+    "keys, the byte-level tokenizer, tensors token_embd, blk.N.attn_q, ..., output_norm,\n"
+    "output (dims innermost first, 32-byte aligned), norms in f32, matrices in --dtype.\n";
 
 static int write_config(const char *dir, const tsr_model_args *a, int dtype, tsr_error *e) {
     char path[4200];
@@ -47,6 +53,192 @@ static int write_config(const char *dir, const tsr_model_args *a, int dtype, tsr
         fprintf(f, "  \"rope_scaling\": null,\n");
     fprintf(f, "  \"bos_token_id\": null,\n  \"eos_token_id\": 256\n}\n");
     return fclose(f) ? tsr_err(e, TSR_EIO, "%s: cannot write", path) : 0;
+}
+
+/* ------------------------------------------------------------------ GGUF */
+
+/* GGUF v3 (llama.cpp's format): "GGUF", version, tensor and key counts, the
+ * key/value pairs, the tensor infos (name, dims innermost first, ggml type,
+ * offset), padding to general.alignment, the data. q and k stay in Meta's
+ * interleaved rotary convention, which llama.cpp's llama architecture uses. */
+enum { GG_U32 = 4, GG_I32 = 5, GG_F32 = 6, GG_STRING = 8, GG_ARRAY = 9 };
+enum { GGML_F32 = 0, GGML_F16 = 1, GGML_BF16 = 30 };
+enum { GGUF_ALIGN = 32, GGUF_MAX_NAME = 63 };
+
+typedef struct gw {
+    FILE *f;
+    uint64_t pos, n_kv;
+    int bad;
+} gw;
+
+static void g_put(gw *g, const void *p, size_t n) {
+    if (!g->bad && fwrite(p, 1, n, g->f) != n) g->bad = 1;
+    g->pos += n;
+}
+static void g_u32(gw *g, uint32_t v) { g_put(g, &v, 4); } /* little-endian host (x86-64, aarch64) */
+static void g_u64(gw *g, uint64_t v) { g_put(g, &v, 8); }
+static void g_str(gw *g, const char *s) {
+    g_u64(g, strlen(s));
+    g_put(g, s, strlen(s));
+}
+/* a key and its value type (counted: the header's count is patched at the end) */
+static void g_key(gw *g, const char *k, uint32_t type) {
+    g_str(g, k);
+    g_u32(g, type);
+    g->n_kv++;
+}
+static void kv_u32(gw *g, const char *k, uint32_t v) { g_key(g, k, GG_U32), g_u32(g, v); }
+static void kv_f32(gw *g, const char *k, float v) { g_key(g, k, GG_F32), g_put(g, &v, 4); }
+static void kv_str(gw *g, const char *k, const char *v) { g_key(g, k, GG_STRING), g_str(g, v); }
+
+/* The GGUF name of parameter p. */
+static void gguf_name(size_t p, size_t np, char *out, size_t len) {
+    static const char *const layer[TSR_LAYER_PARAMS] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                                        "ffn_norm", "ffn_gate", "ffn_down", "ffn_up"};
+    if (p == 0) snprintf(out, len, "token_embd.weight");
+    else if (p == np - 2) snprintf(out, len, "output_norm.weight");
+    else if (p == np - 1) snprintf(out, len, "output.weight");
+    else snprintf(out, len, "blk.%d.%s.weight", (int)((p - 1) / TSR_LAYER_PARAMS), layer[(p - 1) % TSR_LAYER_PARAMS]);
+}
+
+/* The byte-level tokenizer as llama.cpp's SentencePiece-style vocabulary: byte
+ * tokens <0xNN> (type 6, byte), end of text </s> (type 3, control), and unused
+ * <unusedN> (type 5) up to the model's vocabulary. */
+static void gguf_tokenizer(gw *g, int V) {
+    kv_str(g, "tokenizer.ggml.model", "llama");
+    g_key(g, "tokenizer.ggml.tokens", GG_ARRAY), g_u32(g, GG_STRING), g_u64(g, (uint64_t)V);
+    for (int i = 0; i < V; i++) {
+        char t[32];
+        if (i < 256) snprintf(t, sizeof t, "<0x%02X>", i);
+        else if (i == 256) snprintf(t, sizeof t, "</s>");
+        else snprintf(t, sizeof t, "<unused%d>", i - 257);
+        g_str(g, t);
+    }
+    g_key(g, "tokenizer.ggml.scores", GG_ARRAY), g_u32(g, GG_F32), g_u64(g, (uint64_t)V);
+    for (int i = 0; i < V; i++) {
+        float sc = 0;
+        g_put(g, &sc, 4);
+    }
+    g_key(g, "tokenizer.ggml.token_type", GG_ARRAY), g_u32(g, GG_I32), g_u64(g, (uint64_t)V);
+    for (int i = 0; i < V; i++) g_u32(g, i < 256 ? 6u : i == 256 ? 3u : 5u);
+    kv_u32(g, "tokenizer.ggml.eos_token_id", 256);
+    kv_u32(g, "tokenizer.ggml.bos_token_id", 256);
+}
+
+/* Llama 3.1's rope scaling as llama.cpp takes it: a rope_freqs tensor of hd/2
+ * frequency divisors. */
+static void rope_factors(const tsr_model_args *a, float *out) {
+    int hd = tsr_model_head_dim(a);
+    const tsr_rope_scaling *s = &a->rope_scaling;
+    double lo_wl = s->original_max_pos / s->low_freq_factor, hi_wl = s->original_max_pos / s->high_freq_factor;
+    for (int i = 0; i < hd / 2; i++) {
+        double freq = pow(a->rope_theta, -2.0 * i / hd), wl = 2 * M_PI / freq;
+        if (wl < hi_wl) out[i] = 1.0f;
+        else if (wl > lo_wl) out[i] = s->factor;
+        else {
+            double sm = (s->original_max_pos / wl - s->low_freq_factor) / (s->high_freq_factor - s->low_freq_factor);
+            out[i] = (float)(1.0 / ((1 - sm) / s->factor + sm));
+        }
+    }
+}
+
+static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *path, int dtype,
+                       uint64_t *bytes_out, tsr_error *e) {
+    size_t np = d->n_params;
+    int rope = a->rope_scaling.factor != 0, hd = tsr_model_head_dim(a);
+    size_t nt = np + (size_t)rope;
+    uint64_t *off = calloc(nt, sizeof *off), at = 0, largest = 0;
+    int *type = calloc(nt, sizeof *type);
+    if (!off || !type) {
+        free(off), free(type);
+        return tsr_err(e, TSR_ENOMEM, "out of memory");
+    }
+    for (size_t p = 0; p < nt; p++) {
+        int norm = p >= np || d->decls[p].ndim == 1;
+        type[p] = norm || dtype == TSR_F32 ? TSR_F32 : dtype;
+        uint64_t n = p < np ? d->decls[p].shape[0] * (d->decls[p].ndim > 1 ? d->decls[p].shape[1] : 1) : (uint64_t)hd / 2;
+        off[p] = at;
+        at = tsr_align_up(at + n * tsr_dtype_size(type[p]), GGUF_ALIGN);
+        if (n > largest) largest = n;
+    }
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        free(off), free(type);
+        return tsr_err(e, TSR_EIO, "%s: cannot create: %s", path, strerror(errno));
+    }
+    gw g = {f, 0, 0, 0};
+    g_put(&g, "GGUF", 4);
+    g_u32(&g, 3);
+    g_u64(&g, nt);
+    g_u64(&g, 0); /* the number of key/value pairs: patched below */
+    kv_str(&g, "general.architecture", "llama");
+    kv_str(&g, "general.name", "tessera");
+    kv_u32(&g, "general.alignment", GGUF_ALIGN);
+    kv_u32(&g, "general.file_type", dtype == TSR_F32 ? 0u : dtype == TSR_F16 ? 1u : 32u);
+    kv_u32(&g, "llama.context_length", rope ? 131072u : 8192u);
+    kv_u32(&g, "llama.embedding_length", (uint32_t)a->dim);
+    kv_u32(&g, "llama.block_count", (uint32_t)a->n_layers);
+    kv_u32(&g, "llama.feed_forward_length", (uint32_t)a->ffn_dim);
+    kv_u32(&g, "llama.attention.head_count", (uint32_t)a->n_heads);
+    kv_u32(&g, "llama.attention.head_count_kv", (uint32_t)a->n_kv_heads);
+    kv_f32(&g, "llama.rope.freq_base", a->rope_theta);
+    kv_f32(&g, "llama.attention.layer_norm_rms_epsilon", a->norm_eps);
+    kv_u32(&g, "llama.rope.dimension_count", (uint32_t)hd);
+    kv_u32(&g, "llama.vocab_size", (uint32_t)a->vocab_size);
+    gguf_tokenizer(&g, a->vocab_size);
+    int rc = 0;
+    for (size_t p = 0; p < nt && !rc; p++) {
+        char name[96];
+        if (p < np) gguf_name(p, np, name, sizeof name);
+        else snprintf(name, sizeof name, "rope_freqs.weight");
+        if (strlen(name) > GGUF_MAX_NAME) {
+            rc = tsr_err(e, TSR_EINVAL, "%s: GGUF tensor name %s is over %d bytes", path, name, GGUF_MAX_NAME);
+            break;
+        }
+        g_str(&g, name);
+        if (p < np && d->decls[p].ndim == 2) {
+            g_u32(&g, 2);
+            g_u64(&g, d->decls[p].shape[1]); /* innermost first */
+            g_u64(&g, d->decls[p].shape[0]);
+        } else {
+            g_u32(&g, 1);
+            g_u64(&g, p < np ? d->decls[p].shape[0] : (uint64_t)hd / 2);
+        }
+        g_u32(&g, type[p] == TSR_F32 ? GGML_F32 : type[p] == TSR_F16 ? GGML_F16 : GGML_BF16);
+        g_u64(&g, off[p]);
+    }
+    static const uint8_t zero[GGUF_ALIGN];
+    g_put(&g, zero, tsr_align_up(g.pos, GGUF_ALIGN) - g.pos);
+    uint64_t base = g.pos;
+    float *buf = malloc(largest * sizeof *buf + 4);
+    uint16_t *half = malloc(largest * sizeof *half + 2);
+    if (!rc && (!buf || !half)) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
+    for (size_t p = 0; p < nt && !rc; p++) {
+        uint64_t n;
+        if (p < np) {
+            tsr_box box = {d->decls[p].ndim, {0}, {0}};
+            memcpy(box.extent, d->decls[p].shape, sizeof box.extent);
+            n = tsr_box_volume(&box);
+            if ((rc = tsr_model_read_f32(ck, &d->decls[p], &box, buf, e))) break;
+        } else {
+            n = (uint64_t)hd / 2;
+            rope_factors(a, buf);
+        }
+        g_put(&g, zero, base + off[p] - g.pos);
+        if (type[p] == TSR_F32) {
+            g_put(&g, buf, n * 4);
+        } else {
+            for (uint64_t x = 0; x < n; x++) half[x] = type[p] == TSR_BF16 ? tsr_f32_to_bf16(buf[x]) : tsr_f32_to_f16(buf[x]);
+            g_put(&g, half, n * 2);
+        }
+    }
+    if (!rc && (fseek(f, 16, SEEK_SET) || fwrite(&g.n_kv, 8, 1, f) != 1)) g.bad = 1;
+    if (!rc && g.bad) rc = tsr_err(e, TSR_EIO, "%s: cannot write", path);
+    if (fclose(f) && !rc) rc = tsr_err(e, TSR_EIO, "%s: cannot write", path);
+    if (rc) unlink(path);
+    *bytes_out = g.pos;
+    free(buf), free(half), free(off), free(type);
+    return rc;
 }
 
 typedef struct shard {
@@ -81,8 +273,9 @@ int tsr_cmd_export(int argc, char **argv) {
         }
     }
     if (!src || !dir || !format) return tsr_usage_error("export", "needs CKPT, --format and OUT (see --help)");
-    if (strcmp(format, "safetensors") != 0)
-        return tsr_usage_error("export", "--format %s: not available (safetensors)", format);
+    int gguf = strcmp(format, "gguf") == 0;
+    if (!gguf && strcmp(format, "safetensors") != 0)
+        return tsr_usage_error("export", "--format %s: safetensors or gguf", format);
     char path[4096];
     tsr_resolve_ckpt_dir("export", src, path, sizeof path);
     tsr_error e = {0};
@@ -97,6 +290,16 @@ int tsr_cmd_export(int argc, char **argv) {
     void *outb = NULL;
     int rc = ck ? tsr_model_args_from_ckpt(ck, &a, &e) : e.code;
     if (!rc) rc = tsr_model_decls_make(&a, &d, &e);
+    if (gguf) {
+        uint64_t bytes = 0;
+        if (!rc) rc = export_gguf(ck, &a, &d, dir, dtype, &bytes, &e);
+        if (rc) fprintf(stderr, "tessera export: %s\n", e.msg);
+        else printf("exported %s to %s: GGUF v3, llama, %zu tensors, %llu bytes, matrices %s\n", path, dir,
+                    d.n_params + (a.rope_scaling.factor != 0), (unsigned long long)bytes, tsr_dtype_name(dtype));
+        tsr_model_decls_free(&d);
+        tsr_ckpt_close(ck);
+        return rc ? EXIT_FAIL : EXIT_OK;
+    }
     size_t np = d.n_params;
     if (!rc && (!(ent = calloc(np, sizeof *ent)) || !(names = calloc(np, 96)) || !(sh = calloc(np, sizeof *sh))))
         rc = tsr_err(&e, TSR_ENOMEM, "out of memory");
