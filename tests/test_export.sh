@@ -27,7 +27,9 @@ expect 0 "export bf16" "$T" export B --format safetensors hf16 --dtype bf16 --sh
 [ -f hf16/model.safetensors.index.json ] || fail "no index for a sharded export"
 expect 0 "logits B" "$T" logits B --tokens $TOK --out b.bin
 $PY "$TSR_ROOT/tests/hf_llama.py" hf16 $TOK b.bin || fail "bf16 export: logits differ"
-# and the bf16 model is not the f32 one: the comparison can fail
+# against the f32 source's logits, the bf16 copy is as close as bf16 weights allow,
+# and not within the f32 tolerance: the comparison can fail
+$PY "$TSR_ROOT/tests/hf_llama.py" hf16 $TOK a.bin 2e-2 >/dev/null || fail "bf16 export far from the f32 logits"
 $PY "$TSR_ROOT/tests/hf_llama.py" hf16 $TOK a.bin >/dev/null && fail "bf16 weights matched f32 logits"
 # the last position's logits printed as text equal the file's
 "$T" logits "$A" --tokens $TOK >last.txt || fail "logits as text"

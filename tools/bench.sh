@@ -23,6 +23,23 @@ $MPIRUN -np 4 $T ckpt synth "$OUT/load" --layout dp_shard=2,tp=2 --bytes 1G --dt
 # the three that load, as a 3-rank job would (Open MPI's waits otherwise spin)
 $MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3
 echo
+echo "== reshard: bf16 checkpoints saved on 4 ranks (dp_shard=2,tp=2) rewritten offline for dp_shard=3"
+num() { echo "$1" | sed "s/.*\"$2\":\([0-9.]*\).*/\1/"; }
+for size in 2G 8G; do
+    rm -rf "$OUT/rs"
+    $MPIRUN -np 4 $T ckpt synth "$OUT/rs/src" --layout dp_shard=2,tp=2 --bytes $size --dtype bf16 >/dev/null
+    # the source read from the disk, not from the page cache (where the kernel lets us)
+    sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+    res=$($T reshard "$OUT/rs/src" "$OUT/rs/dst" --layout dp_shard=3 --json)
+    disk=$($T bench disk --dir "$OUT/rs" --bytes 1G --json)
+    awk -v size=$size -v b="$(num "$res" bytes)" -v s="$(num "$res" seconds)" -v rss="$(num "$res" peak_rss_bytes)" \
+        -v w="$(num "$disk" write_Bps)" -v r="$(num "$disk" read_Bps)" 'BEGIN {
+        printf "reshard %s: %.0f MB/s of raw bytes in %.1f s: %.2fx the disk write bandwidth (%.0f MB/s), %.2fx its read bandwidth (%.0f MB/s); peak RSS %.0f MiB\n",
+            size, b / s / 1e6, s, b / s / w, w / 1e6, b / s / r, r / 1e6, rss / 1048576 }'
+done
+rm -rf "$OUT/rs"
+
+echo
 echo "== train: the 124m model (162M parameters) on one rank, batch 4 x 64 tokens, async checkpoint every 20 steps"
 rm -rf "$OUT/train"
 $T train --config train/configs/124m.toml --job.dump_folder="$OUT/train" --training.steps=60 \

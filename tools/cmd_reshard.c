@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "cli.h"
 #include "commands.h"
@@ -97,7 +98,10 @@ int tsr_cmd_reshard(int argc, char **argv) {
         tsr_json_str(stdout, from);
         printf(",\"dst\":");
         tsr_json_str(stdout, dst);
-        printf(",\"layout\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f}\n", lt, (unsigned long long)pr.done, tsr_now() - t0);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        printf(",\"layout\":\"%s\",\"bytes\":%llu,\"seconds\":%.3f,\"peak_rss_bytes\":%llu}\n", lt,
+               (unsigned long long)pr.done, tsr_now() - t0, (unsigned long long)ru.ru_maxrss * 1024);
     } else {
         printf("resharded %s into %s for %s: %s in %.2f s\n", from, dst, lt, tsr_fmt_bytes(pr.done, sz, sizeof sz),
                tsr_now() - t0);

@@ -31,6 +31,7 @@ static const command commands[] = {
     {"bench", "plan", tsr_cmd_bench_plan, "resharding planner: 1M stored x 1M needed boxes"},
     {"bench", "save", tsr_cmd_bench_save, "save stall and write throughput against memcpy and the disk"},
     {"bench", "load", tsr_cmd_bench_load, "resharded load time against the saved layout's"},
+    {"bench", "disk", tsr_cmd_bench_disk, "the disk's O_DIRECT write and read bandwidth (the baseline of the others)"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
