@@ -42,6 +42,11 @@ PYEOF
 "$T" train --config "$TSR_ROOT/train/configs/debug.toml" --job.dump_folder=cont --training.steps=2 \
     --training.seq_len=16 --checkpoint.initial_load_path=dbgimp >cont.log 2>&1 || fail "train from an import"
 grep -q "resumed from dbgimp.*model only" cont.log || fail "training did not start from the import"
+# and from an import of shapes of no named flavor, with the shapes taken from it
+"$T" train --config "$TSR_ROOT/train/configs/debug.toml" --model.flavor=checkpoint --job.dump_folder=cont2 \
+    --training.steps=2 --training.seq_len=16 --checkpoint.initial_load_path=I2 >cont2.log 2>&1 ||
+    { fail "train from a custom-shape import"; tail -3 cont2.log >&2; }
+grep -q "model hf:" cont2.log && grep -q "resumed from I2" cont2.log || fail "custom shapes not taken from the import"
 # damaged inputs
 for kind in past_end overlap hole header_len wrong_shape missing_key bad_json missing_shard; do
     $PY "$TSR_ROOT/tests/make_hf.py" bad "bad_$kind" "$kind" || fail "make_hf bad $kind"

@@ -94,7 +94,11 @@ int tsr_cmd_train(int argc, char **argv) {
     if (rank == 0 && cfg.n_warnings) fputs(cfg.warnings, stderr);
     set_threads();
     tsr_trainer *t = NULL;
-    if (tsr_trainer_new(&cfg, world, &t, &e) || tsr_trainer_run(t, stdout, &e)) {
+    tsr_model_args shapes;
+    int made = cfg.model.flavor == TSR_FLAVOR_CHECKPOINT
+                   ? (tsr_train_start_shapes(&cfg, &shapes, &e) || tsr_trainer_new_args(&cfg, &shapes, world, &t, &e))
+                   : tsr_trainer_new(&cfg, world, &t, &e);
+    if (made || tsr_trainer_run(t, stdout, &e)) {
         fprintf(stderr, "tessera train: rank %d: %s\n", rank, e.msg);
         rc = EXIT_FAIL;
     }

@@ -51,7 +51,7 @@ typedef struct keydef {
 static const choice flavor_choices[] = {
     {"debug", TSR_FLAVOR_DEBUG}, {"small", TSR_FLAVOR_SMALL}, {"124m", TSR_FLAVOR_124M},
     {"1b", TSR_FLAVOR_1B},       {"8b", TSR_FLAVOR_8B},       {"debugmodel", TSR_FLAVOR_DEBUG},
-    {NULL, 0},
+    {"checkpoint", TSR_FLAVOR_CHECKPOINT}, {NULL, 0},
 };
 static const choice decay_choices[] = {
     {"linear", TSR_DECAY_LINEAR}, {"sqrt", TSR_DECAY_SQRT}, {"cosine", TSR_DECAY_COSINE}, {NULL, 0},
@@ -650,7 +650,7 @@ static int apply(tsr_train_config *c, const char *where, const char *section, co
 /* ------------------------------------------------------------ defaults */
 
 const char *tsr_flavor_name(int flavor) {
-    if (flavor < TSR_FLAVOR_DEBUG || flavor > TSR_FLAVOR_8B) return "?";
+    if (flavor < TSR_FLAVOR_DEBUG || flavor > TSR_FLAVOR_CHECKPOINT) return "?";
     return choice_name(flavor_choices, flavor);
 }
 

@@ -44,6 +44,8 @@ typedef enum tsr_flavor {
     TSR_FLAVOR_124M,
     TSR_FLAVOR_1B,
     TSR_FLAVOR_8B,
+    TSR_FLAVOR_CHECKPOINT, /* tessera's own: the shapes of the checkpoint the job starts
+                              from (an import of a model of other shapes) */
 } tsr_flavor;
 
 /* lr_scheduler.decay_type: the shape of the decay from lr to lr * min_lr_factor. */

@@ -156,29 +156,62 @@ static int check_model(job *j, const char *dir, tsr_error *err) {
 
 /* Resume: the configured step, else the newest committed checkpoint under the
  * root, else checkpoint.initial_load_path. *start is the step it holds (0: none). */
-static int resume(job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *err) {
-    const tsr_train_config *c = &j->t->cfg;
-    char dir[PATH_MAX];
-    int model_only = 0, found = 0;
-    *start = 0;
+/* The checkpoint a job starts from: checkpoint.load_step under the root, else
+ * the newest committed one there, else checkpoint.initial_load_path (then
+ * *model_only as configured). @return 1 with its path in dir, 0 when there is
+ * none, or a negative status. */
+static int start_checkpoint(const tsr_train_config *c, const char *root, char *dir, size_t len, int *model_only,
+                            tsr_error *err) {
+    *model_only = 0;
     if (c->checkpoint.load_step >= 0) {
         char name[32];
         tsr_step_dir_name((uint64_t)c->checkpoint.load_step, name, sizeof name);
-        if (join(dir, sizeof dir, j->root, name)) return tsr_err(err, TSR_EINVAL, "%s: path too long", j->root);
+        if (join(dir, len, root, name)) return tsr_err(err, TSR_EINVAL, "%s: path too long", root);
         if (!tsr_ckpt_is_committed(dir))
             return tsr_err(err, TSR_ENOTFOUND, "checkpoint.load_step=%d: %s is not a committed checkpoint",
                            c->checkpoint.load_step, dir);
-        found = 1;
-    } else {
-        uint64_t s;
-        found = tsr_latest_step(j->root, &s, dir, sizeof dir) == 0;
+        return 1;
     }
-    if (!found && c->checkpoint.initial_load_path[0]) {
-        snprintf(dir, sizeof dir, "%s", c->checkpoint.initial_load_path);
-        model_only = c->checkpoint.initial_load_model_only;
-        found = 1;
+    uint64_t s;
+    if (tsr_latest_step(root, &s, dir, len) == 0) return 1;
+    if (c->checkpoint.initial_load_path[0]) {
+        snprintf(dir, len, "%s", c->checkpoint.initial_load_path);
+        *model_only = c->checkpoint.initial_load_model_only;
+        return 1;
     }
-    if (!found) return 0;
+    return 0;
+}
+
+static int root_of(const tsr_train_config *c, char *root, size_t len, tsr_error *err) {
+    return join(root, len, c->job.dump_folder, c->checkpoint.folder)
+               ? tsr_err(err, TSR_EINVAL, "checkpoint.folder: path too long")
+               : 0;
+}
+
+int tsr_train_start_shapes(const tsr_train_config *c, tsr_model_args *a, tsr_error *err) {
+    char root[PATH_MAX], dir[PATH_MAX];
+    int model_only, rc = root_of(c, root, sizeof root, err);
+    if (!rc) rc = start_checkpoint(c, root, dir, sizeof dir, &model_only, err);
+    if (rc == 0)
+        return tsr_err(err, TSR_ENOTFOUND,
+                       "model.flavor = \"checkpoint\": no checkpoint in %s and no checkpoint.initial_load_path", root);
+    if (rc < 0) return rc;
+    tsr_ckpt *ck = tsr_ckpt_open(dir, err);
+    if (!ck) return err ? err->code : TSR_EIO;
+    rc = tsr_model_args_from_ckpt(ck, a, err);
+    tsr_ckpt_close(ck);
+    return rc;
+}
+
+/* Resume from the checkpoint the job starts from, if any. *start is the step
+ * it holds (0: none). */
+static int resume(job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *err) {
+    const tsr_train_config *c = &j->t->cfg;
+    char dir[PATH_MAX];
+    int model_only = 0;
+    *start = 0;
+    int found = start_checkpoint(c, j->root, dir, sizeof dir, &model_only, err);
+    if (found <= 0) return found;
     int rc = check_model(j, dir, err);
     if (!rc) rc = state_boxes(j, model_only, err);
     tsr_state st = make_state(j, model_only);
@@ -287,8 +320,7 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
     tsr_model_args_to_text(&t->args, j.model_text, sizeof j.model_text);
     tsr_data_pos pos = {0, 0, (uint64_t)c->training.seed};
     int start = 0;
-    if (!rc && join(j.root, sizeof j.root, c->job.dump_folder, c->checkpoint.folder))
-        rc = tsr_err(err, TSR_EINVAL, "checkpoint.folder: path too long");
+    if (!rc) rc = root_of(c, j.root, sizeof j.root, err);
     if (!rc && (c->checkpoint.enable || c->checkpoint.initial_load_path[0])) {
         tsr_engine_opts eo = tsr_engine_opts_default();
         eo.keep_latest = (uint32_t)c->checkpoint.keep_latest_k;

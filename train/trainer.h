@@ -47,6 +47,10 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
  * save. Collective. */
 int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err);
 
+/* tsr_train_start_shapes(): the model shapes of the checkpoint the job would
+ * start from (for model.flavor = "checkpoint"). */
+int tsr_train_start_shapes(const tsr_train_config *cfg, tsr_model_args *a, tsr_error *err);
+
 /* For tests and tools: the rank's shard of parameter p (TSR_P_* order of
  * model.h) and its gradient (after tsr_trainer_step), with its box; NULL when
  * the rank holds nothing of it. Logits of the last micro-batch's first sample
