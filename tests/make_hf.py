@@ -3,7 +3,7 @@ the file format: random weights in a given shape, as config.json plus
 safetensors (one file, or shards with an index), and damaged variants.
 
 usage: make_hf.py good DIR [--shards N] [--dtype F32|BF16] [--tied]
-       make_hf.py bad DIR KIND     (KIND: past_end overlap hole header_len
+       make_hf.py bad DIR KIND     (KIND: past_end overlap hole reversed header_len
                                     missing_key wrong_shape bad_json missing_shard)"""
 import json
 import os
@@ -63,6 +63,9 @@ def write_st(path, items, dtype, damage=None):
         blobs.insert(1, b"\0" * 8)
         for n in names[1:]:
             header[n]["data_offsets"] = [x + 8 for x in header[n]["data_offsets"]]
+    elif damage == "reversed":
+        b0, e0 = header[names[1]]["data_offsets"]
+        header[names[1]]["data_offsets"] = [e0, b0]
     elif damage == "wrong_shape":
         header[names[0]]["shape"] = [header[names[0]]["shape"][0] // 2, header[names[0]]["shape"][1] * 2]
     h = json.dumps(header).encode()

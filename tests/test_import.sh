@@ -48,7 +48,7 @@ grep -q "resumed from dbgimp.*model only" cont.log || fail "training did not sta
     { fail "train from a custom-shape import"; tail -3 cont2.log >&2; }
 grep -q "model hf:" cont2.log && grep -q "resumed from I2" cont2.log || fail "custom shapes not taken from the import"
 # damaged inputs
-for kind in past_end overlap hole header_len wrong_shape missing_key bad_json missing_shard; do
+for kind in past_end overlap hole reversed header_len wrong_shape missing_key bad_json missing_shard; do
     $PY "$TSR_ROOT/tests/make_hf.py" bad "bad_$kind" "$kind" || fail "make_hf bad $kind"
     expect 1 "import of $kind" "$T" import "bad_$kind" "out_$kind"
     [ -s err.txt ] || fail "$kind: no message"
@@ -59,5 +59,6 @@ grep -q "num_attention_heads" err.txt 2>/dev/null || true
 "$T" import bad_past_end x 2>&1 | grep -q "past the end" || fail "offsets past the end not said"
 "$T" import bad_overlap x 2>&1 | grep -q "overlaps" || fail "overlap not said"
 "$T" import bad_header_len x 2>&1 | grep -q "header length" || fail "header length not said"
+"$T" import bad_reversed x 2>&1 | grep -q "bad data_offsets" || fail "reversed offsets not said"
 [ $fails = 0 ] || exit 1
 echo "import: logits equal the reference in three layouts, round trip exact, errors clear"
