@@ -60,6 +60,15 @@ static inline void tsr_sort(void *base, size_t n, size_t size, int (*cmp)(const 
  * left unchanged on failure. @return 0, or TSR_ENOMEM. */
 int tsr_grow(void **arr, size_t *cap, size_t n, size_t elem);
 
+/* A growable string: tsr_sb_printf appends (p stays NUL-terminated); after a
+ * failed allocation oom is set and later calls do nothing. free(p) when done. */
+typedef struct tsr_sbuf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} tsr_sbuf;
+void tsr_sb_printf(tsr_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* tsr_mkdir_p(): creates a directory and its missing parents (mode 0755).
  * @return 0, or the errno of the first mkdir that failed. */
 int tsr_mkdir_p(const char *path);

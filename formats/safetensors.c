@@ -32,42 +32,9 @@ const char *tsr_st_dtype_name(int dtype) {
     }
 }
 
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->p && b->n + (size_t)k < b->cap) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t cap = (b->cap ? b->cap * 2 : 4096) + (size_t)k;
-        char *q = realloc(b->p, cap);
-        if (!q) {
-            b->oom = 1;
-            return;
-        }
-        b->p = q;
-        b->cap = cap;
-    }
-}
-
 int tsr_st_header(tsr_st_entry *e, size_t n, uint8_t **out, size_t *len, tsr_error *err) {
-    sbuf b = {0};
-    put(&b, "{\"__metadata__\":{\"format\":\"pt\"}");
+    tsr_sbuf b = {0};
+    tsr_sb_printf(&b, "{\"__metadata__\":{\"format\":\"pt\"}");
     uint64_t off = 0;
     for (size_t i = 0; i < n; i++) {
         const char *dt = tsr_st_dtype_name(e[i].dtype);
@@ -81,17 +48,17 @@ int tsr_st_header(tsr_st_entry *e, size_t n, uint8_t **out, size_t *len, tsr_err
                 return tsr_err(err, TSR_EINVAL, "tensor name %s cannot go in a JSON header as it is", e[i].name);
             }
         uint64_t bytes = tsr_dtype_size(e[i].dtype);
-        put(&b, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", e[i].name, dt);
+        tsr_sb_printf(&b, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", e[i].name, dt);
         for (uint32_t d = 0; d < e[i].ndim; d++) {
-            put(&b, "%s%llu", d ? "," : "", (unsigned long long)e[i].shape[d]);
+            tsr_sb_printf(&b, "%s%llu", d ? "," : "", (unsigned long long)e[i].shape[d]);
             bytes *= e[i].shape[d];
         }
         e[i].begin = off;
         e[i].end = off + bytes;
         off = e[i].end;
-        put(&b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)e[i].begin, (unsigned long long)e[i].end);
+        tsr_sb_printf(&b, "],\"data_offsets\":[%llu,%llu]}", (unsigned long long)e[i].begin, (unsigned long long)e[i].end);
     }
-    put(&b, "}");
+    tsr_sb_printf(&b, "}");
     if (b.oom) {
         free(b.p);
         return tsr_err(err, TSR_ENOMEM, "out of memory");

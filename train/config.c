@@ -291,42 +291,6 @@ static const char *suggest_section(const char *section, char *buf, size_t len) {
     return suggest_done(&s, buf, len);
 }
 
-/* A growable string. */
-typedef struct sbuf {
-    char *p;
-    size_t n, cap;
-    int oom;
-} sbuf;
-
-static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
-    if (b->oom) return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        size_t room = b->cap - b->n;
-        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? room : 0, fmt, ap);
-        va_end(ap);
-        if (k < 0) {
-            b->oom = 1;
-            return;
-        }
-        if (b->p && (size_t)k < room) {
-            b->n += (size_t)k;
-            return;
-        }
-        size_t nc = b->cap ? b->cap * 2 : 1024;
-        while (nc < b->n + (size_t)k + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
-    }
-}
-
 /* The shortest decimal text that reads back as x, always with a '.' or an
  * exponent so that TOML reads it as a float. */
 static void fmt_double(char *buf, size_t len, double x) {
@@ -1206,59 +1170,59 @@ double tsr_config_lr_at(const tsr_train_config *c, int step) {
 
 /* ------------------------------------------------------------ writing */
 
-static void toml_string(sbuf *b, const char *s) {
-    sb_printf(b, "\"");
+static void toml_string(tsr_sbuf *b, const char *s) {
+    tsr_sb_printf(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         switch (*p) {
-        case '"': sb_printf(b, "\\\""); break;
-        case '\\': sb_printf(b, "\\\\"); break;
-        case '\n': sb_printf(b, "\\n"); break;
-        case '\t': sb_printf(b, "\\t"); break;
-        case '\r': sb_printf(b, "\\r"); break;
-        case '\b': sb_printf(b, "\\b"); break;
-        case '\f': sb_printf(b, "\\f"); break;
+        case '"': tsr_sb_printf(b, "\\\""); break;
+        case '\\': tsr_sb_printf(b, "\\\\"); break;
+        case '\n': tsr_sb_printf(b, "\\n"); break;
+        case '\t': tsr_sb_printf(b, "\\t"); break;
+        case '\r': tsr_sb_printf(b, "\\r"); break;
+        case '\b': tsr_sb_printf(b, "\\b"); break;
+        case '\f': tsr_sb_printf(b, "\\f"); break;
         default:
-            if (*p < 0x20 || *p == 0x7F) sb_printf(b, "\\u%04X", *p);
-            else sb_printf(b, "%c", *p);
+            if (*p < 0x20 || *p == 0x7F) tsr_sb_printf(b, "\\u%04X", *p);
+            else tsr_sb_printf(b, "%c", *p);
         }
     }
-    sb_printf(b, "\"");
+    tsr_sb_printf(b, "\"");
 }
 
 int tsr_config_to_toml(const tsr_train_config *c, char **text, size_t *len) {
-    sbuf b = {0};
-    sb_printf(&b, "# tessera job config (the effective values, every key)\n");
+    tsr_sbuf b = {0};
+    tsr_sb_printf(&b, "# tessera job config (the effective values, every key)\n");
     const char *section = "";
     for (size_t i = 0; i < N_KEYS; i++) {
         const keydef *k = &keys[i];
         const char *field = (const char *)c + k->off;
         if (strcmp(section, k->section) != 0) {
-            sb_printf(&b, "\n[%s]\n", k->section);
+            tsr_sb_printf(&b, "\n[%s]\n", k->section);
             section = k->section;
         }
-        sb_printf(&b, "%s = ", k->key);
+        tsr_sb_printf(&b, "%s = ", k->key);
         char num[64];
         switch (k->kind) {
         case K_STR: toml_string(&b, field); break;
         case K_CHOICE: toml_string(&b, choice_name(k->choices, *(const int *)(const void *)field)); break;
-        case K_BOOL: sb_printf(&b, "%s", *(const bool *)(const void *)field ? "true" : "false"); break;
+        case K_BOOL: tsr_sb_printf(&b, "%s", *(const bool *)(const void *)field ? "true" : "false"); break;
         case K_INT:
-            if (k->size == sizeof(int64_t)) sb_printf(&b, "%lld", (long long)*(const int64_t *)(const void *)field);
-            else sb_printf(&b, "%d", *(const int *)(const void *)field);
+            if (k->size == sizeof(int64_t)) tsr_sb_printf(&b, "%lld", (long long)*(const int64_t *)(const void *)field);
+            else tsr_sb_printf(&b, "%d", *(const int *)(const void *)field);
             break;
         case K_FLOAT:
             fmt_double(num, sizeof num, *(const double *)(const void *)field);
-            sb_printf(&b, "%s", num);
+            tsr_sb_printf(&b, "%s", num);
             break;
         }
-        if (k->flags & F_OURS) sb_printf(&b, "  # tessera's own key");
+        if (k->flags & F_OURS) tsr_sb_printf(&b, "  # tessera's own key");
         else if ((k->flags & F_MINUS1) && ((k->kind == K_FLOAT && *(const double *)(const void *)field == -1.0) ||
                                            (k->kind == K_INT && k->size == sizeof(int) &&
                                             *(const int *)(const void *)field == -1) ||
                                            (k->kind == K_INT && k->size == sizeof(int64_t) &&
                                             *(const int64_t *)(const void *)field == -1)))
-            sb_printf(&b, "  # %s", k->minus1);
-        sb_printf(&b, "\n");
+            tsr_sb_printf(&b, "  # %s", k->minus1);
+        tsr_sb_printf(&b, "\n");
     }
     if (b.oom || !b.p) {
         free(b.p);
