@@ -1,4 +1,5 @@
-/* safetensors.h: Hugging Face's safetensors files: an 8-byte little-endian
+/* safetensors.h: the inference formats' rules that tessera checks. Hugging
+ * Face's safetensors files: an 8-byte little-endian
  * header length, a JSON header (tensor name -> dtype, shape, data offsets, and
  * "__metadata__"), padded with spaces to a multiple of 8, then the data. */
 #ifndef TSR_SAFETENSORS_H
@@ -40,5 +41,11 @@ const tsr_st_entry *tsr_st_get(const tsr_st_file *f, size_t i);
 long tsr_st_find(const tsr_st_file *f, const char *name);
 const uint8_t *tsr_st_bytes(const tsr_st_file *f, size_t i);
 void tsr_st_close(tsr_st_file *f);
+
+/* tsr_gguf_name_check(): a tensor name as GGUF (llama.cpp's GGML_MAX_NAME)
+ * allows it: 1 to 63 bytes of printable ASCII. Export checks every name with it.
+ * @return 0, or TSR_EINVAL naming the name and the reason. */
+#define TSR_GGUF_MAX_NAME 63
+int tsr_gguf_name_check(const char *name, tsr_error *err);
 
 #endif

@@ -63,7 +63,7 @@ static int write_config(const char *dir, const tsr_model_args *a, int dtype, tsr
  * interleaved rotary convention, which llama.cpp's llama architecture uses. */
 enum { GG_U32 = 4, GG_I32 = 5, GG_F32 = 6, GG_STRING = 8, GG_ARRAY = 9 };
 enum { GGML_F32 = 0, GGML_F16 = 1, GGML_BF16 = 30 };
-enum { GGUF_ALIGN = 32, GGUF_MAX_NAME = 63 };
+enum { GGUF_ALIGN = 32 };
 
 typedef struct gw {
     FILE *f;
@@ -191,8 +191,8 @@ static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_de
         char name[96];
         if (p < np) gguf_name(p, np, name, sizeof name);
         else snprintf(name, sizeof name, "rope_freqs.weight");
-        if (strlen(name) > GGUF_MAX_NAME) {
-            rc = tsr_err(e, TSR_EINVAL, "%s: GGUF tensor name %s is over %d bytes", path, name, GGUF_MAX_NAME);
+        if ((rc = tsr_gguf_name_check(name, e))) {
+            tsr_err_prefix(e, "%s", path);
             break;
         }
         g_str(&g, name);
