@@ -118,6 +118,10 @@ expect_fail badval "training.steps" "$T" train --config "$CFG" --training.steps=
 expect_fail baddeg "tensor_parallel_degree" "$T" train --config "$CFG" --parallelism.tensor_parallel_degree=3
 expect_fail nodata "$TSR_TMP/nowhere" "$T" train --config "$CFG" --job.dump_folder="$TSR_TMP/nd" \
     --training.dataset=tokens --training.dataset_path="$TSR_TMP/nowhere"
+# a failure on one rank only ends the whole job at once, with its reason
+expect_fail onerank "cannot open the metrics file" run_np 2 "$T" train --config "$CFG" $COMMON --training.steps=3 \
+    --job.dump_folder="$TSR_TMP/onerank" --metrics.file=/nonexistent/m.jsonl --training.dataset=tokens \
+    --training.dataset_path="$TSR_TMP/data"
 mkdir -p "$TSR_TMP/shape"
 cp -r "$TSR_TMP/full/checkpoint" "$TSR_TMP/shape/"
 expect_fail shape "another model" "$T" train --config "$CFG" $COMMON --job.dump_folder="$TSR_TMP/shape" \

@@ -101,6 +101,14 @@ int tsr_cmd_train(int argc, char **argv) {
     if (made || tsr_trainer_run(t, stdout, &e)) {
         fprintf(stderr, "tessera train: rank %d: %s\n", rank, e.msg);
         rc = EXIT_FAIL;
+        /* a rank that fails alone would leave the others waiting in a collective:
+         * leaving without MPI_Finalize makes mpirun end the whole job (committed
+         * checkpoints are untouched; one in flight stays uncommitted) */
+        if (tsr_comm_size(world) > 1) {
+            fflush(stdout);
+            fflush(stderr);
+            _exit(EXIT_FAIL);
+        }
     }
     tsr_trainer_free(t);
     tsr_comm_free(world);

@@ -339,6 +339,11 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
         if (e || !(metrics = fopen(path, "a")))
             rc = tsr_err(err, TSR_EIO, "%s: cannot open the metrics file: %s", path, strerror(e ? e : errno));
     }
+    /* every rank learns whether all of them are ready before the first collective
+     * of a step (rank 0 alone opens the metrics file, for one) */
+    int64_t ready = rc == 0;
+    int rc2 = tsr_comm_allreduce_min(t->world, &ready, rc ? NULL : err);
+    if (!rc && (rc2 || !ready)) rc = rc2 ? rc2 : tsr_err(err, TSR_EINVAL, "another rank could not start (its error is above)");
     if (!rc && log) {
         char lt[128];
         tsr_layout_format(&t->layout, lt, sizeof lt);
