@@ -620,7 +620,7 @@ int tsr_parse_step_dir(const char *name, uint64_t *step);
  * exactly the boxes that rank loads (replicated boxes once, writers balanced by
  * bytes), so that loading it in that layout needs no resharding. It streams:
  * each box is read (only the frames it overlaps) and written in pieces of at most
- * piece_bytes, several writers at once; memory stays near threads x (2 pieces +
+ * piece_bytes, several writers at once; memory stays near writers x (2 pieces +
  * the encoder's frame buffers) whatever the checkpoint's size. Blobs are copied.
  * The MANIFEST is written last: a failed or interrupted reshard leaves nothing
  * committed (a failure removes what it wrote). */
@@ -629,7 +629,8 @@ typedef struct tsr_reshard_opts {
     int model_only;        /* keep the "model" group only */
     int dtype;             /* 0, or the dtype of every floating tensor of the target */
     tsr_write_opts write;  /* codec, level, frame size of the target */
-    int threads;           /* writers at once (0: the online cores) */
+    int threads;           /* cores to use (0: the online cores); up to twice as many
+                              writers run at once, fewer share their encoding */
     size_t piece_bytes;    /* default 16 MiB */
     void (*progress)(void *user, uint64_t done, uint64_t total); /* raw bytes; may be NULL */
     void *user;

@@ -179,7 +179,14 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
     j.n_decls = nt;
     j.dst = dst_dir;
     if (getrandom(j.save_id, sizeof j.save_id, 0) != (ssize_t)sizeof j.save_id) memset(j.save_id, 0x5a, 16);
-    pool = tsr_pool_new(o->threads);
+    /* the cores: writers at once (all of them when there are at most twice as
+     * many as cores, so that none runs alone at the end), each encoding on its
+     * share of the cores */
+    long cores = o->threads > 0 ? o->threads : sysconf(_SC_NPROCESSORS_ONLN);
+    if (cores < 1) cores = 1;
+    long writers = (long)nr <= 2 * cores ? (long)nr : cores;
+    int enc_threads = cores / writers > 1 ? (int)(cores / writers) : 1;
+    pool = tsr_pool_new((int)writers);
     int nw = pool ? tsr_pool_size(pool) : 0;
     j.enc = calloc((size_t)nw + 1, sizeof *j.enc);
     j.tables = calloc(nr, sizeof *j.tables);
@@ -189,7 +196,7 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
         goto out;
     }
     for (int w = 0; w < nw && !rc; w++)
-        if (!(j.enc[w] = tsr_encoder_new(1, err))) rc = err ? err->code : TSR_ENOMEM;
+        if (!(j.enc[w] = tsr_encoder_new(enc_threads, err))) rc = err ? err->code : TSR_ENOMEM;
     if (rc) goto out;
     tsr_pool_for(pool, nr, write_one, &j);
     if ((rc = j.rc)) {

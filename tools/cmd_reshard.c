@@ -19,10 +19,12 @@ static const char USAGE[] =
     "  --only model   keep the model tensors (drop optimizer and other groups)\n"
     "  --dtype T      store every floating tensor as T (exact where T holds the value)\n"
     "  --codec, --level  the target's frame codec and zstd level (default auto, 1)\n"
-    "  --threads N    data files written at once (default: the online cores)\n"
+    "  --threads N    cores to use (default: the online cores); up to 2N data files\n"
+    "                 are written at once, fewer share the cores' encoding\n"
     "  --piece SIZE   the most raw bytes read and written at a time (default 16M)\n"
-    "Memory: about N x (2 x SIZE + 40 MiB of frame buffers), whatever the checkpoint's\n"
-    "size (64 MiB pieces and 2 threads: under 350 MiB). The MANIFEST is written last:\n"
+    "Memory: about W x (2 x SIZE + 40 MiB of frame buffers) for W files written at\n"
+    "once (W <= 2N), whatever the checkpoint's size (16 MiB pieces, 2 cores: under\n"
+    "300 MiB). The MANIFEST is written last:\n"
     "an interrupted reshard leaves nothing committed in DST.\n";
 
 static void on_progress(void *user, uint64_t done, uint64_t total) {
