@@ -82,12 +82,6 @@ struct tsr_engine {
     double last_wait, last_stall;
 };
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Threads per rank when the caller leaves it open: the node's cores shared among
  * the ranks on this node (as mpirun reports them), at least one. Oversubscribed
  * pools only make the ranks of one node slow each other down. */
@@ -646,10 +640,10 @@ static void stage_one(void *ctx, size_t i, int worker) {
 }
 
 int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
-    double t0 = now_s();
+    double t0 = tsr_now();
     tsr_error prev;
     if (tsr_engine_wait(e, &prev)) tsr_log(1, "previous save failed: %s", prev.msg);
-    double t1 = now_s();
+    double t1 = tsr_now();
     e->last_wait = t1 - t0;
     int rc = check_state(st, err);
     int64_t ok = rc == 0;
@@ -726,7 +720,7 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
     e->last_status = 0;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
-    e->last_stall = now_s() - t0;
+    e->last_stall = tsr_now() - t0;
     if (e->opts.sync) return tsr_engine_wait(e, err);
     return 0;
 }

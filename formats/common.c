@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <xxhash.h>
 
 static const char *const status_names[] = {
@@ -138,4 +139,10 @@ void tsr_sb_printf(tsr_sbuf *b, const char *fmt, ...) {
         b->p = np;
         b->cap = nc;
     }
+}
+
+double tsr_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }

@@ -69,6 +69,9 @@ typedef struct tsr_sbuf {
 } tsr_sbuf;
 void tsr_sb_printf(tsr_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* tsr_now(): seconds on the monotonic clock. */
+double tsr_now(void);
+
 /* tsr_mkdir_p(): creates a directory and its missing parents (mode 0755).
  * @return 0, or the errno of the first mkdir that failed. */
 int tsr_mkdir_p(const char *path);

@@ -16,6 +16,7 @@
 #include <zstd.h>
 
 #include "codec.h"
+#include "common.h"
 #include "commands.h"
 #include "tessera.h"
 
@@ -44,12 +45,6 @@ static void usage(FILE *f) {
             "  N(0, 0.02) bf16 and f32 data in 4 MiB frames, on one thread.\n"
             "  --bytes SIZE  bytes of data per dtype (default 256M; suffix K, M or G)\n"
             "  --json        print one JSON object instead of the table\n");
-}
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Parses "123", "64K", "256M", "1G" (binary multiples; an optional trailing "B"
@@ -218,9 +213,9 @@ static int timed(int kind, int dtype, tsr_codec *c, const uint8_t *raw, uint8_t 
     double total = 0;
     *best = INFINITY;
     for (int pass = 0; pass < MAX_PASSES && (pass < MIN_PASSES || total < MIN_SECONDS); pass++) {
-        double t0 = now();
+        double t0 = tsr_now();
         int rc = dec ? decode_pass(kind, dtype, c, dec, f) : encode_pass(kind, dtype, c, raw, f);
-        double t = now() - t0;
+        double t = tsr_now() - t0;
         if (rc) return rc;
         total += t;
         if (t < *best) *best = t;

@@ -100,12 +100,6 @@ void tsr_json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-double tsr_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 static void progress_draw(tsr_progress *p, int final) {
     double t = tsr_now() - p->start;
     double frac = p->total ? (double)p->done / (double)p->total : 1.0;

@@ -6,6 +6,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "common.h" /* tsr_now */
+
 /* Exit statuses of every command. */
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
 
@@ -45,7 +47,6 @@ void tsr_progress_start(tsr_progress *p, const char *label, uint64_t total);
 void tsr_progress_add(tsr_progress *p, uint64_t n);
 void tsr_progress_end(tsr_progress *p);
 
-double tsr_now(void); /* seconds, monotonic */
 
 /* tsr_resolve_ckpt_dir(): `dir` itself when it holds a MANIFEST; else, when it is
  * a root of step directories, its newest committed one (said on stderr); else

@@ -19,12 +19,6 @@
 #define SYNTHETIC_BYTES (8u << 20) /* the default corpus: 8 MiB of text */
 #define SYNTHETIC_SEED 1
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* out = rel if absolute, else base/rel. @return 1 if it does not fit. */
 static int join(char *out, size_t len, const char *base, const char *rel) {
     int n = rel[0] == '/' || !base[0] ? snprintf(out, len, "%s", rel) : snprintf(out, len, "%s/%s", base, rel);
@@ -216,7 +210,7 @@ static int resume(job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *e
     if (!rc) rc = state_boxes(j, model_only, err);
     tsr_state st = make_state(j, model_only);
     tsr_ckpt *ck = NULL;
-    double t0 = now();
+    double t0 = tsr_now();
     if (!rc) rc = tsr_engine_load(j->engine, dir, &st, &ck, err);
     if (rc) {
         tsr_err_prefix(err, "resume from %s", dir);
@@ -244,7 +238,7 @@ static int resume(job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *e
     tsr_ckpt_close(ck);
     if (!rc && log)
         fprintf(log, "resumed from %s (step %d, saved as %s, loaded as %s%s) in %.2f s\n", dir, *start, lf, lt,
-                model_only ? ", model only" : "", now() - t0);
+                model_only ? ", model only" : "", tsr_now() - t0);
     return rc;
 }
 
@@ -354,15 +348,15 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
                 t->mbs, start + 1, c->training.steps);
         fflush(log);
     }
-    double t_log = now(), blocked = 0, blocked_total = 0, step_time_total = 0;
+    double t_log = tsr_now(), blocked = 0, blocked_total = 0, step_time_total = 0;
     int steps_since = 0;
     for (int step = start + 1; !rc && step <= c->training.steps; step++) {
-        double t0 = now();
+        double t0 = tsr_now();
         rc = tsr_loader_next(loader, &pos, t->B, (int)t->dp_rank, (int)t->dp, inputs, targets, err);
         double loss = 0, gnorm = 0;
         if (!rc) rc = tsr_trainer_step(t, step, inputs, targets, 1, &loss, &gnorm, err);
         if (!rc && !isfinite(loss)) rc = tsr_err(err, TSR_EINVAL, "step %d: the loss is %g", step, loss);
-        double t1 = now();
+        double t1 = tsr_now();
         if (!rc && c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps)) {
             fill_blobs(&j, step, &pos);
             if (!(rc = state_boxes(&j, 0, err))) {
@@ -373,14 +367,14 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
                     rc = 0;
                 }
             }
-            double b = now() - t1;
+            double b = tsr_now() - t1;
             blocked += b;
             blocked_total += b;
         }
-        step_time_total += now() - t0;
+        step_time_total += tsr_now() - t0;
         steps_since++;
         if (!rc && (step % c->metrics.log_freq == 0 || step == start + 1 || step == c->training.steps)) {
-            double dt = now() - t_log;
+            double dt = tsr_now() - t_log;
             double tps = (double)c->training.global_batch_size * t->T * steps_since / (dt > 0 ? dt : 1e-9);
             if (log) {
                 fprintf(log, "step %6d  loss %8.4f  grad_norm %7.3f  lr %.3e  tok/s %9.1f  ckpt_blocked %.3fs\n", step,
@@ -394,7 +388,7 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
                         step, loss, gnorm, (double)t->last_lr, tps, blocked);
                 fflush(metrics);
             }
-            t_log = now();
+            t_log = tsr_now();
             blocked = 0;
             steps_since = 0;
         }
