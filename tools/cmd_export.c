@@ -309,15 +309,10 @@ int tsr_cmd_export(int argc, char **argv) {
         int heads;
         tsr_hf_name(&a, p, np, names + p * 96, 96, &heads);
         const tsr_tensor_decl *td = &d.decls[p];
-        long i = tsr_ckpt_find(ck, td->name);
-        tsr_tensor_info ti;
+        tsr_tensor_info ti; /* every tensor checked before any file is written */
+        long i = tsr_model_find(ck, td, &ti, &e);
         if (i < 0) {
-            rc = tsr_err(&e, TSR_ENOTFOUND, "%s: no tensor %s", path, td->name);
-            break;
-        }
-        tsr_ckpt_tensor(ck, (size_t)i, &ti);
-        if (ti.ndim != td->ndim || memcmp(ti.shape, td->shape, td->ndim * sizeof *ti.shape) || !tsr_dtype_is_float(ti.dtype)) {
-            rc = tsr_err(&e, TSR_EINVAL, "%s: %s has another shape or dtype than the model's", path, td->name);
+            rc = (int)i;
             break;
         }
         ent[p] = (tsr_st_entry){names + p * 96, dtype, td->ndim, {0}, 0, 0};

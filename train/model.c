@@ -240,14 +240,20 @@ int tsr_model_args_from_ckpt(tsr_ckpt *ck, tsr_model_args *a, tsr_error *err) {
     return rc;
 }
 
-int tsr_model_read_f32(tsr_ckpt *ck, const tsr_tensor_decl *t, const tsr_box *box, float *dst, tsr_error *err) {
+long tsr_model_find(tsr_ckpt *ck, const tsr_tensor_decl *t, tsr_tensor_info *ti, tsr_error *err) {
     long i = tsr_ckpt_find(ck, t->name);
     if (i < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: no tensor %s", tsr_ckpt_dir(ck), t->name);
-    tsr_tensor_info ti;
-    tsr_ckpt_tensor(ck, (size_t)i, &ti);
-    if (ti.ndim != t->ndim || memcmp(ti.shape, t->shape, t->ndim * sizeof *ti.shape) || !tsr_dtype_is_float(ti.dtype))
+    tsr_ckpt_tensor(ck, (size_t)i, ti);
+    if (ti->ndim != t->ndim || memcmp(ti->shape, t->shape, t->ndim * sizeof *ti->shape) || !tsr_dtype_is_float(ti->dtype))
         return tsr_err(err, TSR_EINVAL, "%s: %s has another shape or dtype (%s) than the model's", tsr_ckpt_dir(ck),
-                       t->name, tsr_dtype_name(ti.dtype));
+                       t->name, tsr_dtype_name(ti->dtype));
+    return i;
+}
+
+int tsr_model_read_f32(tsr_ckpt *ck, const tsr_tensor_decl *t, const tsr_box *box, float *dst, tsr_error *err) {
+    tsr_tensor_info ti;
+    long i = tsr_model_find(ck, t, &ti, err);
+    if (i < 0) return (int)i;
     if (ti.dtype == TSR_F32) return tsr_ckpt_read(ck, (size_t)i, box, dst, err);
     uint64_t n = tsr_box_volume(box);
     void *buf = malloc(n * tsr_dtype_size(ti.dtype) + 1);

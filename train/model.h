@@ -97,6 +97,10 @@ int tsr_model_args_parse(const char *text, tsr_model_args *a, tsr_error *err);
 /* tsr_model_args_from_ckpt(): the shapes of the model in a checkpoint (its
  * train.model blob); an error says when it has none. */
 int tsr_model_args_from_ckpt(tsr_ckpt *ck, tsr_model_args *a, tsr_error *err);
+/* tsr_model_find(): the index of the checkpoint's tensor named like t, with its
+ * info in *ti; or a negative status when it is missing, of another shape, or not
+ * floating (the error names it). */
+long tsr_model_find(tsr_ckpt *ck, const tsr_tensor_decl *t, tsr_tensor_info *ti, tsr_error *err);
 /* tsr_model_read_f32(): the elements of `box` of the checkpoint's tensor named
  * like t, converted to f32 into dst; an error when it is missing or its shape
  * differs from t's, or it is not floating. */
