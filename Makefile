@@ -17,10 +17,10 @@ FUZZ_SECONDS ?= 30
 
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
-INCLUDES := -Iinclude -Iformats -Ickpt -Ireshard -Ikernels -Itrain $(MPI_CFLAGS)
+INCLUDES := -Iinclude -Iformats -Ickpt -Ireshard -Ikernels -Itrain -I/usr/include/libxml2 $(MPI_CFLAGS)
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
-LDLIBS_ALL := -lzstd -lxxhash -luring -lcjson -lopenblas $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
+LDLIBS_ALL := -lzstd -lxxhash -luring -lcjson -lcurl -lxml2 -linih -lcrypto -lopenblas $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 
 LIB_SRC := $(sort $(wildcard formats/*.c ckpt/*.c reshard/*.c kernels/*.c))
 TRAIN_SRC := $(sort $(wildcard train/*.c))

@@ -7,7 +7,7 @@
  * save's files everywhere.
  * Load: rank 0 reads the MANIFEST and broadcasts it; each distinct needed box is
  * read by one rank that needs it and sent to the others. */
-#include <dirent.h>
+#include <errno.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,6 +23,7 @@
 #include "encoder.h"
 #include "manifest.h"
 #include "pool.h"
+#include "store.h"
 
 #define TAG_MOD 32000
 #define MSG_LEN 1024
@@ -109,18 +110,34 @@ static void job_clear(job *j) {
 
 /* ------------------------------------------------------------ retention */
 
-static int remove_step_dir(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return -1;
-    struct dirent *ent;
-    char path[PATH_MAX + 300];
-    while ((ent = readdir(d))) {
-        if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, ent->d_name);
-        unlink(path);
-    }
-    closedir(d);
-    return rmdir(dir);
+typedef struct name_list {
+    char (*v)[300];
+    size_t n, cap;
+} name_list;
+
+static int collect_name(void *user, const char *name, uint64_t size) {
+    (void)size;
+    name_list *l = user;
+    if (tsr_grow((void **)&l->v, &l->cap, l->n, sizeof *l->v)) return TSR_ENOMEM;
+    snprintf(l->v[l->n++], sizeof *l->v, "%s", name);
+    return 0;
+}
+
+/* Removes a step directory (local or s3://): the MANIFEST first, so that an
+ * interrupted removal leaves an uncommitted step, never a damaged committed one. */
+int tsr_remove_step_dir(const char *dir, tsr_error *err) {
+    tsr_store *st = tsr_store_open(dir, 0, err);
+    if (!st) return err ? err->code : TSR_ENOTFOUND;
+    name_list l = {0};
+    int rc = tsr_store_list(st, collect_name, &l, err);
+    if (!rc && tsr_store_exists(st, "MANIFEST")) rc = tsr_store_remove(st, "MANIFEST", err);
+    for (size_t i = 0; i < l.n && !rc; i++)
+        if (strcmp(l.v[i], "MANIFEST") != 0 && l.v[i][strlen(l.v[i]) - 1] != '/') rc = tsr_store_remove(st, l.v[i], err);
+    free(l.v);
+    tsr_store_close(st);
+    if (!rc && !tsr_store_is_remote(dir) && rmdir(dir) != 0)
+        rc = tsr_err(err, TSR_EIO, "%s: cannot remove the directory: %s", dir, strerror(errno));
+    return rc;
 }
 
 static int cmp_steps(const void *a, const void *b) {
@@ -131,24 +148,28 @@ static int cmp_steps(const void *a, const void *b) {
 int tsr_list_steps(const char *root, tsr_step_info **out, size_t *count) {
     *out = NULL;
     *count = 0;
-    DIR *d = opendir(root);
-    if (!d) return TSR_ENOTFOUND;
+    tsr_store *st = tsr_store_open(root, 0, NULL);
+    if (!st) return TSR_ENOTFOUND;
+    name_list l = {0};
+    int rc = tsr_store_list(st, collect_name, &l, NULL);
+    tsr_store_close(st);
     tsr_step_info *v = NULL;
     size_t n = 0, cap = 0;
-    struct dirent *ent;
-    int rc = 0;
-    while ((ent = readdir(d))) {
+    for (size_t i = 0; i < l.n && !rc; i++) {
         uint64_t step;
-        if (!tsr_parse_step_dir(ent->d_name, &step)) continue; /* at most 25 bytes */
+        size_t len = strlen(l.v[i]);
+        if (len && l.v[i][len - 1] == '/') l.v[i][len - 1] = 0; /* a directory */
+        else continue;
+        if (!tsr_parse_step_dir(l.v[i], &step)) continue; /* at most 25 bytes */
         if ((rc = tsr_grow((void **)&v, &cap, n, sizeof *v))) break;
         char path[PATH_MAX + 300];
-        snprintf(path, sizeof path, "%s/%s", root, ent->d_name);
+        snprintf(path, sizeof path, "%s/%s", root, l.v[i]);
         v[n].step = step;
         v[n].committed = tsr_ckpt_is_committed(path);
-        snprintf(v[n].name, sizeof v[n].name, "%.*s", (int)(sizeof v[n].name - 1), ent->d_name);
+        snprintf(v[n].name, sizeof v[n].name, "%.*s", (int)(sizeof v[n].name - 1), l.v[i]);
         n++;
     }
-    closedir(d);
+    free(l.v);
     if (rc) {
         free(v);
         return rc;
@@ -196,7 +217,9 @@ static void retention(tsr_engine *e) {
         if (!remove) continue;
         char path[PATH_MAX + 40];
         snprintf(path, sizeof path, "%s/%s", e->root, v[i].name);
-        if (remove_step_dir(path) == 0) tsr_log(2, "%s: removed (retention)", path);
+        tsr_error rerr;
+        if (tsr_remove_step_dir(path, &rerr) == 0) tsr_log(2, "%s: removed (retention)", path);
+        else tsr_log(1, "retention: %s", rerr.msg);
     }
     free(v);
 }

@@ -541,6 +541,12 @@ out:
 /* ------------------------------------------------------- step directories */
 
 int tsr_ckpt_is_committed(const char *step_dir) {
+    if (tsr_store_is_remote(step_dir)) {
+        tsr_store *st = tsr_store_open(step_dir, 0, NULL);
+        int yes = st && tsr_store_exists(st, "MANIFEST");
+        tsr_store_close(st);
+        return yes;
+    }
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/MANIFEST", step_dir);
     struct stat st;

@@ -1,6 +1,6 @@
 /* store.h: where checkpoints live, behind one interface. Internal.
  *
- * A tsr_store is a location (a directory now; an object-store prefix later) that
+ * A tsr_store is a location (a directory, or an S3 prefix) that
  * holds named objects: data files, MANIFEST. Writers create objects and write them
  * at 4096-aligned offsets from aligned buffers (O_DIRECT where the filesystem
  * allows), then finish (make durable) or abort (remove) them; the MANIFEST is put
@@ -23,9 +23,12 @@ typedef struct tsr_store tsr_store;
 typedef struct tsr_rfile tsr_rfile;
 typedef struct tsr_wfile tsr_wfile;
 
-/* tsr_store_open(): the store at `location` (a directory path). With `create`, the
- * directory and its parents are made if missing. */
+/* tsr_store_open(): the store at `location`: a directory path, or s3://bucket/prefix
+ * (objects PREFIX/NAME through the S3 client, s3.h; write files are streaming
+ * multipart uploads, written in order). With `create`, a directory and its
+ * parents are made if missing. */
 tsr_store *tsr_store_open(const char *location, int create, tsr_error *err);
+int tsr_store_is_remote(const char *location);
 void tsr_store_close(tsr_store *s);
 const char *tsr_store_location(const tsr_store *s);
 
@@ -69,5 +72,10 @@ int tsr_store_get(tsr_store *s, const char *name, size_t max, uint8_t **out, siz
                   tsr_error *err);
 int tsr_store_exists(tsr_store *s, const char *name);
 int tsr_store_remove(tsr_store *s, const char *name, tsr_error *err);
+/* tsr_store_list(): calls fn for each name directly in the store, with its size;
+ * a sub-directory (or deeper keys) as "NAME/" with size 0. A non-zero return
+ * from fn stops and is returned. */
+int tsr_store_list(tsr_store *s, int (*fn)(void *user, const char *name, uint64_t size), void *user,
+                   tsr_error *err);
 
 #endif

@@ -7,16 +7,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "common.h"
 #include "store.h"
+#include "store_s3.h"
 
+/* A store, read file or write file is local, or remote (s3://...) when its
+ * `remote` is set: then every call goes to store_s3.c. */
 struct tsr_store {
     char dir[PATH_MAX];
+    s3_store *remote;
 };
 struct tsr_rfile {
+    s3_rfile *remote;
     int fd;
     char path[PATH_MAX + 64];
 };
@@ -34,6 +40,7 @@ typedef struct pending {
     uint64_t off;
 } pending;
 struct tsr_wfile {
+    s3_wfile *remote;
     int fd;
     int direct;
     int have_ring;
@@ -89,6 +96,18 @@ tsr_store *tsr_store_open(const char *location, int create, tsr_error *err) {
         tsr_err(err, TSR_EINVAL, "%s: path too long", location);
         return NULL;
     }
+    if (tsr_store_is_remote(location)) {
+        s3_store *r = s3st_open(location, err);
+        tsr_store *s = r ? calloc(1, sizeof *s) : NULL;
+        if (r && !s) tsr_err(err, TSR_ENOMEM, "out of memory");
+        if (!s) {
+            s3st_close(r);
+            return NULL;
+        }
+        snprintf(s->dir, sizeof s->dir, "%s", location);
+        s->remote = r;
+        return s;
+    }
     if (create) {
         int e = tsr_mkdir_p(location);
         if (e) {
@@ -111,7 +130,12 @@ tsr_store *tsr_store_open(const char *location, int create, tsr_error *err) {
     return s;
 }
 
-void tsr_store_close(tsr_store *s) { free(s); }
+int tsr_store_is_remote(const char *location) { return strncmp(location, "s3://", 5) == 0; }
+
+void tsr_store_close(tsr_store *s) {
+    if (s) s3st_close(s->remote);
+    free(s);
+}
 const char *tsr_store_location(const tsr_store *s) { return s->dir; }
 
 static void join(const tsr_store *s, const char *name, char *out, size_t len) {
@@ -124,6 +148,12 @@ int tsr_store_open_read(tsr_store *s, const char *name, tsr_rfile **out, uint64_
                         tsr_error *err) {
     tsr_rfile *f = calloc(1, sizeof *f);
     if (!f) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (s->remote) {
+        int rc = s3st_open_read(s->remote, name, &f->remote, size, err);
+        if (rc) free(f);
+        else *out = f;
+        return rc;
+    }
     join(s, name, f->path, sizeof f->path);
     f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
     if (f->fd < 0) {
@@ -145,6 +175,7 @@ int tsr_store_open_read(tsr_store *s, const char *name, tsr_rfile **out, uint64_
 }
 
 int tsr_rfile_read(tsr_rfile *f, void *buf, size_t len, uint64_t off, tsr_error *err) {
+    if (f->remote) return s3st_read(f->remote, buf, len, off, err);
     size_t done = 0;
     while (done < len) {
         ssize_t n = pread(f->fd, (char *)buf + done, len - done, (off_t)(off + done));
@@ -163,7 +194,8 @@ int tsr_rfile_read(tsr_rfile *f, void *buf, size_t len, uint64_t off, tsr_error 
 
 void tsr_rfile_close(tsr_rfile *f) {
     if (!f) return;
-    close(f->fd);
+    if (f->remote) s3st_rclose(f->remote);
+    else close(f->fd);
     free(f);
 }
 
@@ -172,6 +204,13 @@ void tsr_rfile_close(tsr_rfile *f) {
 int tsr_store_create(tsr_store *s, const char *name, tsr_wfile **out, tsr_error *err) {
     tsr_wfile *f = calloc(1, sizeof *f);
     if (!f) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    f->fd = -1;
+    if (s->remote) {
+        int rc = s3st_create(s->remote, name, &f->remote, err);
+        if (rc) free(f);
+        else *out = f;
+        return rc;
+    }
     join(s, name, f->path, sizeof f->path);
     f->direct = 1;
     f->fd = open(f->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
@@ -234,6 +273,7 @@ static void reap_one(tsr_wfile *f) {
 }
 
 int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {
+    if (f->remote) return s3st_write(f->remote, buf, len, off, err); /* copied: nothing stays queued */
     if (f->failed) {
         if (err) *err = f->ferr;
         return f->failed;
@@ -280,6 +320,7 @@ int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, ts
 }
 
 int tsr_wfile_complete(tsr_wfile *f, tsr_error *err) {
+    if (f->remote) return 0;
     while (f->n_inflight > 0 || f->flushing) reap_one(f);
     for (int i = 0; i < RING_DEPTH; i++) f->inflight[i].buf = NULL;
     if (f->failed && err) *err = f->ferr;
@@ -287,6 +328,7 @@ int tsr_wfile_complete(tsr_wfile *f, tsr_error *err) {
 }
 
 int tsr_wfile_release(tsr_wfile *f, const void *buf, tsr_error *err) {
+    if (f->remote) return 0;
     for (int i = 0; i < RING_DEPTH && f->n_inflight > 0; i++)
         while (f->inflight[i].buf == buf && f->n_inflight > 0) reap_one(f);
     if (f->failed && err) *err = f->ferr;
@@ -322,6 +364,7 @@ static int write_all(tsr_wfile *f, const void *buf, size_t len, uint64_t off, ts
 }
 
 int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {
+    if (f->remote) return s3st_write(f->remote, buf, len, off, err);
     int fault = fault_check(F_WRITE);
     if (fault) return injected_write(f, fault, buf, len, off, err);
     return write_all(f, buf, len, off, err);
@@ -337,10 +380,16 @@ static int fsync_fault(int fd) {
 }
 
 void tsr_wfile_reserve(tsr_wfile *f, uint64_t bytes) {
+    if (f->remote) return;
     if (bytes && fallocate(f->fd, 0, 0, (off_t)tsr_align_up(bytes, TSR_ALIGN)) == 0) f->reserved = 1;
 }
 
 int tsr_wfile_finish(tsr_wfile *f, uint64_t size, tsr_error *err) {
+    if (f->remote) {
+        int rc = s3st_finish(f->remote, size, err);
+        free(f);
+        return rc;
+    }
     int rc = tsr_wfile_complete(f, err);
     ring_close(f);
     if (!rc && f->reserved && ftruncate(f->fd, (off_t)size) != 0)
@@ -365,6 +414,11 @@ int tsr_wfile_finish(tsr_wfile *f, uint64_t size, tsr_error *err) {
 
 void tsr_wfile_abort(tsr_wfile *f) {
     if (!f) return;
+    if (f->remote) {
+        s3st_abort(f->remote);
+        free(f);
+        return;
+    }
     if (f->have_ring) {
         tsr_wfile_complete(f, NULL);
         ring_close(f);
@@ -386,6 +440,7 @@ static int fsync_dir(const char *dir) {
 
 int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t len,
                          tsr_error *err) {
+    if (s->remote) return s3st_put(s->remote, name, buf, len, err);
     char path[PATH_MAX + 64], tmp[PATH_MAX + 80];
     join(s, name, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -427,6 +482,7 @@ int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t
 
 int tsr_store_get(tsr_store *s, const char *name, size_t max, uint8_t **out, size_t *len,
                   tsr_error *err) {
+    if (s->remote) return s3st_get(s->remote, name, max, out, len, err);
     tsr_rfile *f;
     uint64_t size;
     int rc = tsr_store_open_read(s, name, &f, &size, err);
@@ -454,15 +510,37 @@ int tsr_store_get(tsr_store *s, const char *name, size_t max, uint8_t **out, siz
 }
 
 int tsr_store_exists(tsr_store *s, const char *name) {
+    if (s->remote) return s3st_exists(s->remote, name);
     char path[PATH_MAX + 64];
     join(s, name, path, sizeof path);
     return access(path, F_OK) == 0;
 }
 
 int tsr_store_remove(tsr_store *s, const char *name, tsr_error *err) {
+    if (s->remote) return s3st_remove(s->remote, name, err);
     char path[PATH_MAX + 64];
     join(s, name, path, sizeof path);
     if (unlink(path) != 0 && errno != ENOENT)
         return tsr_err(err, TSR_EIO, "%s: cannot remove: %s", path, strerror(errno));
     return 0;
+}
+
+int tsr_store_list(tsr_store *s, int (*fn)(void *user, const char *name, uint64_t size), void *user,
+                   tsr_error *err) {
+    if (s->remote) return s3st_list(s->remote, fn, user, err);
+    DIR *d = opendir(s->dir);
+    if (!d) return tsr_err(err, errno_status(errno), "%s: %s", s->dir, strerror(errno));
+    struct dirent *ent;
+    int rc = 0;
+    while (!rc && (ent = readdir(d))) {
+        if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
+        char path[PATH_MAX + 300], name[300];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", s->dir, ent->d_name);
+        if (stat(path, &st) != 0) continue;
+        snprintf(name, sizeof name, "%s%s", ent->d_name, S_ISDIR(st.st_mode) ? "/" : "");
+        rc = fn(user, name, S_ISDIR(st.st_mode) ? 0 : (uint64_t)st.st_size);
+    }
+    closedir(d);
+    return rc;
 }

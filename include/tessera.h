@@ -484,6 +484,9 @@ double tsr_engine_last_stall(const tsr_engine *e);
 int tsr_engine_load(tsr_engine *e, const char *step_dir, const tsr_state *st, tsr_ckpt **ck_out,
                     tsr_error *err);
 
+/* Every function below that takes a directory (root or step directory) also
+ * takes an object-store location, s3://bucket/prefix. */
+
 /* tsr_list_steps(): the step directories under root, sorted by step, into *out
  * (malloc'ed; free() it) and *n. @return 0, or TSR_ENOTFOUND if root cannot be
  * read. */
@@ -497,6 +500,9 @@ int tsr_list_steps(const char *root, tsr_step_info **out, size_t *n);
 /* tsr_latest_step(): the newest committed step under root (into *step and, if
  * dir is not NULL, its path). @return 0, or TSR_ENOTFOUND. */
 int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len);
+
+/* tsr_remove_step_dir(): removes a step directory, its MANIFEST first. */
+int tsr_remove_step_dir(const char *dir, tsr_error *err);
 
 /* ----------------------------------------------------------------- reading */
 

@@ -1,0 +1,108 @@
+/* s3.h: an S3 client over libcurl. Internal.
+ *
+ * Requests are signed with libcurl's SigV4 (CURLOPT_AWS_SIGV4, provider
+ * "aws:amz:REGION:s3"), always with an explicit x-amz-content-sha256 header
+ * (UNSIGNED-PAYLOAD; uploads carry x-amz-checksum-sha256 instead) and with query
+ * parameters in sorted order, which is what the signature covers. Every request,
+ * alone or one of many in flight on the curl multi interface, goes through one
+ * retry loop: exponential backoff with full jitter on connection failures,
+ * timeouts, stalls, 5xx, 429 and SlowDown, bounded in attempts and in total time;
+ * other 4xx answers fail at once with the server's code and message.
+ *
+ * Settings, the AWS way: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
+ * AWS_SESSION_TOKEN, AWS_REGION / AWS_DEFAULT_REGION, AWS_ENDPOINT_URL_S3 /
+ * AWS_ENDPOINT_URL, AWS_PROFILE with AWS_SHARED_CREDENTIALS_FILE
+ * (~/.aws/credentials) and AWS_CONFIG_FILE (~/.aws/config: region, endpoint_url,
+ * s3 = addressing_style). Path-style addressing by default with a custom
+ * endpoint, virtual-hosted style on AWS; TSR_S3_ADDRESSING=path|virtual decides.
+ * Tuning: TSR_S3_PART_SIZE (bytes, K/M/G), TSR_S3_PARALLEL, TSR_S3_MAX_ATTEMPTS,
+ * TSR_S3_RETRY_SECONDS (total time a request may spend retrying),
+ * TSR_S3_STALL_SECONDS (a transfer that moves nothing for this long is retried).
+ * The secret never appears in messages or logs. */
+#ifndef TSR_S3_H
+#define TSR_S3_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tessera.h"
+
+typedef struct tsr_s3 tsr_s3;
+
+#define TSR_S3_MAX_KEY 1024
+#define TSR_S3_MAX_BUCKET 64
+
+/* tsr_s3_is_url(): 1 when s starts with "s3://". */
+int tsr_s3_is_url(const char *s);
+/* tsr_s3_split(): "s3://bucket/key/part" -> bucket, key ("" for none; a trailing
+ * '/' is kept). */
+int tsr_s3_split(const char *url, char *bucket, size_t blen, char *key, size_t klen, tsr_error *err);
+
+/* tsr_s3_new(): a client with the settings above; `endpoint` (may be NULL)
+ * overrides them. Fails without credentials. Thread-safe: requests may be made
+ * from several threads at once. */
+tsr_s3 *tsr_s3_new(const char *endpoint, tsr_error *err);
+void tsr_s3_free(tsr_s3 *s);
+/* The endpoint requests go to ("http://127.0.0.1:9000", "https://s3.eu-west-1.amazonaws.com"). */
+const char *tsr_s3_endpoint(const tsr_s3 *s);
+uint64_t tsr_s3_part_size(const tsr_s3 *s);
+
+typedef struct tsr_s3_object {
+    char key[TSR_S3_MAX_KEY];
+    uint64_t size;
+    char etag[80];
+    char content_hash[40]; /* x-amz-meta-tessera-xxh3 (hex), when tessera uploaded it */
+} tsr_s3_object;
+
+/* Objects. A missing object or bucket is TSR_ENOTFOUND. */
+int tsr_s3_head(tsr_s3 *s, const char *bucket, const char *key, tsr_s3_object *out, tsr_error *err);
+/* Reads exactly len bytes at off (a ranged GET). */
+int tsr_s3_get_range(tsr_s3 *s, const char *bucket, const char *key, uint64_t off, size_t len, void *buf,
+                     tsr_error *err);
+/* Reads a whole object of at most max bytes into a malloc'ed buffer. */
+int tsr_s3_get(tsr_s3 *s, const char *bucket, const char *key, size_t max, uint8_t **out, size_t *len,
+               tsr_error *err);
+/* One PUT with an x-amz-checksum-sha256 and the content hash as metadata. */
+int tsr_s3_put(tsr_s3 *s, const char *bucket, const char *key, const void *buf, size_t len, tsr_error *err);
+int tsr_s3_delete(tsr_s3 *s, const char *bucket, const char *key, tsr_error *err);
+/* ListObjectsV2 over every page (continuation tokens): fn gets each object, and
+ * with a delimiter each common prefix (is_prefix 1, only key set). A non-zero
+ * return from fn stops the listing and is returned. */
+typedef int (*tsr_s3_list_fn)(void *user, const tsr_s3_object *obj, int is_prefix);
+int tsr_s3_list(tsr_s3 *s, const char *bucket, const char *prefix, const char *delimiter, tsr_s3_list_fn fn,
+                void *user, tsr_error *err);
+
+/* Files. progress (may be NULL) is called with byte counts as parts finish. */
+typedef void (*tsr_s3_progress_fn)(void *user, uint64_t bytes);
+typedef struct tsr_s3_transfer {
+    tsr_s3_progress_fn progress;
+    void *user;
+    /* results */
+    int skipped;            /* upload: the object was already complete */
+    uint64_t parts_sent;    /* upload: parts sent by this call */
+    uint64_t parts_resumed; /* upload: parts found already uploaded (ListParts) */
+} tsr_s3_transfer;
+/* tsr_s3_upload_file(): uploads a local file: skipped when the object already
+ * holds it (size and content hash); one PUT when it fits in a part; else a
+ * multipart upload (several parts in flight, a SHA-256 per part) that resumes an
+ * interrupted upload of the same file (ListParts: parts of the same size and
+ * checksum are not sent again) and is aborted when it fails. */
+int tsr_s3_upload_file(tsr_s3 *s, const char *path, const char *bucket, const char *key, tsr_s3_transfer *t,
+                       tsr_error *err);
+/* tsr_s3_download_file(): downloads an object into `path` (written as path.part,
+ * renamed when complete), with ranged GETs in parallel; checks the content hash
+ * when the object has one. */
+int tsr_s3_download_file(tsr_s3 *s, const char *bucket, const char *key, const char *path, tsr_s3_transfer *t,
+                         tsr_error *err);
+
+/* A streaming upload: bytes appended in order, sent as parts of the client's
+ * part size, several in flight; finish completes it, abort removes it. An object
+ * under one part is sent with one PUT at finish. */
+typedef struct tsr_s3_writer tsr_s3_writer;
+tsr_s3_writer *tsr_s3_writer_new(tsr_s3 *s, const char *bucket, const char *key, tsr_error *err);
+int tsr_s3_writer_append(tsr_s3_writer *w, const void *buf, size_t len, tsr_error *err);
+uint64_t tsr_s3_writer_size(const tsr_s3_writer *w);
+int tsr_s3_writer_finish(tsr_s3_writer *w, tsr_error *err); /* frees w */
+void tsr_s3_writer_abort(tsr_s3_writer *w);                   /* frees w */
+
+#endif
