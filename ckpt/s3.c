@@ -64,7 +64,12 @@ int tsr_s3_split(const char *url, char *bucket, size_t blen, char *key, size_t k
     bucket[bl] = 0;
     const char *k = slash ? slash + 1 : "";
     if (strlen(k) >= klen || strlen(k) >= TSR_S3_MAX_KEY) return tsr_err(err, TSR_EINVAL, "%s: key too long", url);
-    snprintf(key, klen, "%s", k);
+    /* "a//b" is "a/b", as in a path: locations are joined with '/' */
+    size_t o = 0;
+    for (; *k == '/'; k++) {}
+    for (; *k; k++)
+        if (!(*k == '/' && o && key[o - 1] == '/')) key[o++] = *k;
+    key[o] = 0;
     return 0;
 }
 

@@ -23,5 +23,9 @@ int tsr_cmd_reshard(int argc, char **argv);
 int tsr_cmd_logits(int argc, char **argv);
 int tsr_cmd_export(int argc, char **argv);
 int tsr_cmd_import(int argc, char **argv);
+int tsr_cmd_push(int argc, char **argv);
+int tsr_cmd_pull(int argc, char **argv);
+int tsr_cmd_ls(int argc, char **argv);
+int tsr_cmd_rm(int argc, char **argv);
 
 #endif
