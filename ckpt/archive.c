@@ -91,3 +91,160 @@ int tsr_archive_pull_step(tsr_s3 *s3, const char *src, const char *dir, tsr_s3_t
     }
     return rc;
 }
+
+/* ------------------------------------------------------------- archiver */
+
+#include <pthread.h>
+
+#define ARCHIVE_TRIES 3 /* pushes of one checkpoint before it is given up */
+
+struct tsr_archiver {
+    tsr_s3 *s3;
+    char url[PATH_MAX]; /* s3://bucket/prefix, no trailing '/' */
+    uint32_t keep;      /* remote retention: the newest K committed; 0 keeps all */
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    char (*queue)[PATH_MAX]; /* step directories waiting, oldest first */
+    size_t n, cap;
+    char busy[PATH_MAX];     /* the one being pushed, or "" */
+    int stop;
+    uint64_t pushed, failed;
+    tsr_error last_err;
+};
+
+static const char *step_name(const char *dir) {
+    const char *s = strrchr(dir, '/');
+    return s ? s + 1 : dir;
+}
+
+/* Keeps the newest `keep` committed checkpoints under the remote root; removes
+ * older ones, and uncommitted steps older than the newest committed one. */
+static void remote_retention(tsr_archiver *a) {
+    tsr_step_info *v = NULL;
+    size_t n = 0;
+    if (tsr_list_steps(a->url, &v, &n)) return;
+    long committed = 0, newest = -1;
+    for (size_t i = 0; i < n; i++)
+        if (v[i].committed) committed++, newest = (long)i;
+    long drop = a->keep && committed > (long)a->keep ? committed - (long)a->keep : 0;
+    for (size_t i = 0; i < n; i++) {
+        int remove = (v[i].committed && drop > 0) || (!v[i].committed && (long)i < newest);
+        if (v[i].committed && drop > 0) drop--;
+        if (!remove) continue;
+        char path[PATH_MAX + 40];
+        snprintf(path, sizeof path, "%s/%s", a->url, v[i].name);
+        tsr_error e;
+        if (tsr_remove_step_dir(path, &e) == 0) tsr_log(2, "%s: removed (remote retention)", path);
+        else tsr_log(1, "remote retention: %s", e.msg);
+    }
+    free(v);
+}
+
+static void *archiver_main(void *arg) {
+    tsr_archiver *a = arg;
+    pthread_mutex_lock(&a->mu);
+    for (;;) {
+        while (!a->n && !a->stop) pthread_cond_wait(&a->cv, &a->mu);
+        if (!a->n) break; /* stopped, and nothing left */
+        snprintf(a->busy, sizeof a->busy, "%s", a->queue[0]);
+        memmove(a->queue, a->queue + 1, (a->n - 1) * sizeof *a->queue);
+        a->n--;
+        pthread_mutex_unlock(&a->mu);
+
+        char dst[2 * PATH_MAX];
+        snprintf(dst, sizeof dst, "%s/%s", a->url, step_name(a->busy));
+        tsr_error e = {0};
+        int rc = -1;
+        for (int k = 0; k < ARCHIVE_TRIES && rc; k++) {
+            if (k) {
+                tsr_log(1, "archive of %s failed (%s); trying again", a->busy, e.msg);
+                sleep((unsigned)(5 << k));
+            }
+            rc = tsr_archive_push_step(a->s3, a->busy, dst, NULL, &e);
+        }
+        if (!rc) {
+            tsr_log(2, "%s: archived to %s", a->busy, dst);
+            remote_retention(a);
+        } else {
+            tsr_log(0, "archive of %s to %s failed: %s", a->busy, dst, e.msg);
+        }
+        pthread_mutex_lock(&a->mu);
+        if (rc) a->failed++, a->last_err = e;
+        else a->pushed++;
+        a->busy[0] = 0;
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return NULL;
+}
+
+tsr_archiver *tsr_archiver_new(const char *url, uint32_t keep, tsr_error *err) {
+    char bucket[TSR_S3_MAX_BUCKET], key[TSR_S3_MAX_KEY];
+    if (tsr_s3_split(url, bucket, sizeof bucket, key, sizeof key, err)) return NULL;
+    tsr_archiver *a = calloc(1, sizeof *a);
+    if (!a) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    snprintf(a->url, sizeof a->url, "%s", url);
+    size_t n = strlen(a->url);
+    while (n > 5 && a->url[n - 1] == '/') a->url[--n] = 0;
+    a->keep = keep;
+    if (!(a->s3 = tsr_s3_new(NULL, err))) {
+        tsr_err_prefix(err, "archive to %s", url);
+        free(a);
+        return NULL;
+    }
+    pthread_mutex_init(&a->mu, NULL);
+    pthread_cond_init(&a->cv, NULL);
+    if (pthread_create(&a->thread, NULL, archiver_main, a) != 0) {
+        tsr_s3_free(a->s3);
+        free(a);
+        tsr_err(err, TSR_ENOMEM, "cannot start the archive thread");
+        return NULL;
+    }
+    return a;
+}
+
+int tsr_archiver_add(tsr_archiver *a, const char *step_dir) {
+    pthread_mutex_lock(&a->mu);
+    int rc = tsr_grow((void **)&a->queue, &a->cap, a->n, sizeof *a->queue);
+    if (!rc) {
+        snprintf(a->queue[a->n++], sizeof *a->queue, "%s", step_dir);
+        pthread_cond_broadcast(&a->cv);
+    }
+    pthread_mutex_unlock(&a->mu);
+    return rc;
+}
+
+int tsr_archiver_holds(tsr_archiver *a, const char *step_dir) {
+    pthread_mutex_lock(&a->mu);
+    int yes = !strcmp(a->busy, step_dir);
+    for (size_t i = 0; i < a->n && !yes; i++) yes = !strcmp(a->queue[i], step_dir);
+    pthread_mutex_unlock(&a->mu);
+    return yes;
+}
+
+void tsr_archiver_stats(tsr_archiver *a, uint64_t *pushed, uint64_t *failed, tsr_error *last) {
+    pthread_mutex_lock(&a->mu);
+    if (pushed) *pushed = a->pushed;
+    if (failed) *failed = a->failed;
+    if (last) *last = a->last_err;
+    pthread_mutex_unlock(&a->mu);
+}
+
+void tsr_archiver_free(tsr_archiver *a) {
+    if (!a) return;
+    pthread_mutex_lock(&a->mu);
+    if (a->n || a->busy[0]) tsr_log(2, "waiting for %zu checkpoint(s) to be archived", a->n + (a->busy[0] != 0));
+    a->stop = 1;
+    pthread_cond_broadcast(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    pthread_join(a->thread, NULL);
+    pthread_mutex_destroy(&a->mu);
+    pthread_cond_destroy(&a->cv);
+    tsr_s3_free(a->s3);
+    free(a->queue);
+    free(a);
+}

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "archive.h"
 #include "common.h"
 #include "encoder.h"
 #include "manifest.h"
@@ -81,6 +82,8 @@ struct tsr_engine {
     int last_status;
     tsr_error last_err;
     double last_wait, last_stall;
+    tsr_archiver *arch; /* rank 0, when archiving */
+    char archive_url[PATH_MAX];
 };
 
 /* Threads per rank when the caller leaves it open: the node's cores shared among
@@ -97,7 +100,7 @@ static int default_threads(void) {
 }
 
 tsr_engine_opts tsr_engine_opts_default(void) {
-    return (tsr_engine_opts){tsr_write_opts_default(), 0, 0};
+    return (tsr_engine_opts){.write = tsr_write_opts_default()};
 }
 
 static void job_clear(job *j) {
@@ -217,6 +220,7 @@ static void retention(tsr_engine *e) {
         if (!remove) continue;
         char path[PATH_MAX + 40];
         snprintf(path, sizeof path, "%s/%s", e->root, v[i].name);
+        if (e->arch && tsr_archiver_holds(e->arch, path)) continue; /* not archived yet */
         tsr_error rerr;
         if (tsr_remove_step_dir(path, &rerr) == 0) tsr_log(2, "%s: removed (retention)", path);
         else tsr_log(1, "retention: %s", rerr.msg);
@@ -313,6 +317,12 @@ static void run_job(tsr_engine *e) {
                 (const char *)outcome + 4);
         tsr_log(0, "%s", err.msg);
     } else if (e->rank == 0) {
+        char regular[PATH_MAX + 40], name[32];
+        tsr_step_dir_name(j->step, name, sizeof name);
+        snprintf(regular, sizeof regular, "%s/%s", e->root, name);
+        uint64_t every = e->opts.archive_every ? e->opts.archive_every : 1;
+        if (e->arch && j->step % every == 0 && !strcmp(regular, j->dir) && tsr_archiver_add(e->arch, j->dir))
+            tsr_log(0, "%s: cannot queue it for archiving: out of memory", j->dir);
         retention(e);
     }
     tsr_save_free(s);
@@ -357,6 +367,20 @@ tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_op
     pthread_cond_init(&e->cv, NULL);
     if (e->rank == 0 && getrandom(e->engine_id, 16, 0) != 16) memset(e->engine_id, 0x5a, 16);
     if (tsr_comm_bcast(comm, 0, e->engine_id, 16, err)) goto fail;
+    if (e->opts.archive_url && e->opts.archive_url[0]) {
+        snprintf(e->archive_url, sizeof e->archive_url, "%s", e->opts.archive_url);
+        e->opts.archive_url = e->archive_url;
+        /* rank 0 archives; every rank learns whether it could start */
+        char msg[MSG_LEN] = "";
+        tsr_error aerr = {0};
+        if (e->rank == 0 && !(e->arch = tsr_archiver_new(e->archive_url, e->opts.archive_keep, &aerr)))
+            snprintf(msg, sizeof msg, "%s", aerr.msg[0] ? aerr.msg : "cannot start archiving");
+        if (tsr_comm_bcast(comm, 0, msg, sizeof msg, err)) goto fail;
+        if (msg[0]) {
+            tsr_err(err, TSR_EINVAL, "%s", msg);
+            goto fail;
+        }
+    }
     e->bg = tsr_comm_dup(comm, err);
     if (!e->bg) goto fail;
     if (pthread_create(&e->thread, NULL, bg_main, e) != 0) {
@@ -379,6 +403,7 @@ void tsr_engine_free(tsr_engine *e) {
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
     }
+    tsr_archiver_free(e->arch);
     tsr_comm_free(e->bg);
     tsr_encoder_free(e->enc);
     job_clear(&e->job);

@@ -412,6 +412,14 @@ typedef struct tsr_engine_opts {
                              divided among the ranks mpirun placed on it) */
     uint32_t keep_latest; /* retention: keep the newest K committed checkpoints; 0 keeps all */
     int sync;             /* 1: tsr_engine_save returns after the commit */
+    /* Archiving (rank 0, in the background): each committed checkpoint of a step
+     * that is a multiple of archive_every is pushed to archive_url
+     * (s3://bucket/prefix; NULL or "" for none), where the newest archive_keep are
+     * kept (0 keeps all). Local retention leaves a checkpoint alone until it is
+     * archived. A failed push is retried, then logged; it never fails a save. */
+    const char *archive_url;
+    uint64_t archive_every; /* 0 or 1: every checkpoint */
+    uint32_t archive_keep;
 } tsr_engine_opts;
 tsr_engine_opts tsr_engine_opts_default(void);
 
@@ -443,7 +451,8 @@ typedef struct tsr_state {
  * on a duplicate of it from its own thread. */
 tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_opts *opts,
                            tsr_error *err);
-/* tsr_engine_free(): waits for a save in flight, then releases everything. */
+/* tsr_engine_free(): waits for a save in flight and for the archiving of the
+ * committed checkpoints, then releases everything. */
 void tsr_engine_free(tsr_engine *e);
 
 /* tsr_engine_save(): collective. Waits for the previous save if one is in flight

@@ -36,6 +36,14 @@ static void set_threads(void) {
     if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads((int)n);
 }
 
+/* The library's messages: errors and warnings from every rank, information
+ * (checkpoints archived, removed by retention) from rank 0. */
+static void train_log(void *user, int level, const char *msg) {
+    (void)user;
+    const char *r = getenv("OMPI_COMM_WORLD_RANK");
+    if (level <= 1 || !r || !strcmp(r, "0")) fprintf(stderr, "tessera train: %s\n", msg);
+}
+
 int tsr_cmd_train(int argc, char **argv) {
     const char *config = NULL;
     int info = 0;
@@ -58,6 +66,7 @@ int tsr_cmd_train(int argc, char **argv) {
         }
     }
     if (!config) return tsr_usage_error("train", "--config FILE is required (see --help)");
+    tsr_set_log(train_log, NULL);
     if (tsr_config_load(&cfg, config, &e)) {
         fprintf(stderr, "tessera train: %s\n", e.msg);
         return e.code == TSR_EINVAL ? EXIT_USAGE : EXIT_FAIL;

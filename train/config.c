@@ -134,6 +134,10 @@ static const keydef keys[] = {
     {"checkpoint", "initial_load_path", K_STR, OFF(checkpoint.initial_load_path), 0, 0, 0, NULL, NULL},
     {"checkpoint", "initial_load_model_only", K_BOOL, OFF(checkpoint.initial_load_model_only), 0, 0, 0,
      NULL, NULL},
+    {"checkpoint", "archive_url", K_STR, OFF(checkpoint.archive_url), 0, 0, F_OURS, NULL, NULL},
+    {"checkpoint", "archive_interval", K_INT, OFF(checkpoint.archive_interval), 1, BIG, F_OURS, NULL, NULL},
+    {"checkpoint", "archive_keep_latest_k", K_INT, OFF(checkpoint.archive_keep_latest_k), 0, BIG, F_OURS, NULL,
+     NULL},
 
     {"metrics", "log_freq", K_INT, OFF(metrics.log_freq), 1, BIG, 0, NULL, NULL},
     {"metrics", "file", K_STR, OFF(metrics.file), 0, 0, F_NONEMPTY | F_OURS, NULL, NULL},
@@ -656,6 +660,7 @@ void tsr_config_defaults(tsr_train_config *c) {
     c->checkpoint.last_save_model_only = true;
     c->checkpoint.export_dtype = TSR_F32;
     c->checkpoint.initial_load_model_only = true;
+    c->checkpoint.archive_interval = 1;
     c->metrics.log_freq = 10;
     strcpy(c->metrics.file, "metrics.jsonl");
 }

@@ -125,6 +125,11 @@ typedef struct tsr_train_config {
         char initial_load_path[TSR_CONFIG_STR]; /* "": a checkpoint to start from when the
                                                    job's own folder has none */
         bool initial_load_model_only; /* true: from initial_load_path take the model only */
+        /* tessera's own: archiving of committed checkpoints to object storage */
+        char archive_url[TSR_CONFIG_STR]; /* "": none; s3://bucket/prefix */
+        int archive_interval;             /* 1: archive every Nth checkpoint (step multiple of
+                                             N x interval) */
+        int archive_keep_latest_k;        /* 0: keep every archived checkpoint; else the newest K */
     } checkpoint;
     struct {
         int log_freq;               /* 10: log (and write a metrics line) every N steps */

@@ -319,6 +319,9 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
         tsr_engine_opts eo = tsr_engine_opts_default();
         eo.keep_latest = (uint32_t)c->checkpoint.keep_latest_k;
         eo.sync = c->checkpoint.async_mode == TSR_ASYNC_DISABLED;
+        eo.archive_url = c->checkpoint.archive_url;
+        eo.archive_every = (uint64_t)c->checkpoint.archive_interval * (uint64_t)c->checkpoint.interval;
+        eo.archive_keep = (uint32_t)c->checkpoint.archive_keep_latest_k;
         j.engine = tsr_engine_new(j.root, t->world, &eo, err);
         if (!j.engine) rc = err ? err->code : TSR_EIO;
         if (!rc) rc = resume(&j, &pos, &start, log, err);
