@@ -940,10 +940,35 @@ static int complete_upload(tsr_s3 *s, const char *bucket, const char *key, const
     return rc;
 }
 
+/* 1 when the part [off, off + len) of fd has the MD5 `etag` (quoted hex, as S3
+ * gives for a part sent without server-side encryption). */
+static int part_md5_matches(int fd, uint64_t off, uint64_t len, const char *etag) {
+    enum { CHUNK = 1 << 20 };
+    uint8_t *buf = malloc(CHUNK);
+    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    int ok = buf && md && EVP_DigestInit_ex(md, EVP_md5(), NULL);
+    for (uint64_t o = 0; ok && o < len;) {
+        size_t want = len - o < CHUNK ? (size_t)(len - o) : CHUNK;
+        ssize_t g = pread(fd, buf, want, (off_t)(off + o));
+        ok = g > 0 && EVP_DigestUpdate(md, buf, (size_t)g);
+        o += g > 0 ? (uint64_t)g : 0;
+    }
+    unsigned char d[16];
+    char hex[40];
+    ok = ok && EVP_DigestFinal_ex(md, d, NULL);
+    for (int i = 0; ok && i < 16; i++) snprintf(hex + 2 * i, 3, "%02x", d[i]);
+    const char *e = etag[0] == '"' ? etag + 1 : etag;
+    ok = ok && strncmp(e, hex, 32) == 0 && (e[32] == '"' || e[32] == 0);
+    free(buf);
+    EVP_MD_CTX_free(md);
+    return ok;
+}
+
 /* The newest unfinished upload of exactly `key`, and its parts: have[i] set for
- * part i+1 when it is listed with the expected size and checksum. */
-static int find_resumable(tsr_s3 *s, const char *bucket, const char *key, part *parts, size_t n, char *upload_id,
-                          size_t idlen, tsr_s3_transfer *t, tsr_error *err) {
+ * part i+1 when it is listed with the expected size and checksum (its SHA-256,
+ * or, where the server does not list that, its ETag as the part's MD5). */
+static int find_resumable(tsr_s3 *s, const char *bucket, const char *key, int fd, part *parts, size_t n,
+                          char *upload_id, size_t idlen, tsr_s3_transfer *t, tsr_error *err) {
     upload_id[0] = 0;
     req r;
     req_init(&r, "GET", bucket, "");
@@ -999,7 +1024,9 @@ static int find_resumable(tsr_s3 *s, const char *bucket, const char *key, part *
             unsigned long k = strtoul(num, NULL, 10);
             if (k < 1 || k > n) continue;
             part *pt = &parts[k - 1];
-            if (strtoull(size, NULL, 10) == pt->len && ck[0] && !strcmp(ck, pt->checksum) && etag[0]) {
+            int same = strtoull(size, NULL, 10) == pt->len && etag[0] &&
+                       (ck[0] ? !strcmp(ck, pt->checksum) : part_md5_matches(fd, pt->off, pt->len, etag));
+            if (same) {
                 pt->have = 1;
                 snprintf(pt->etag, sizeof pt->etag, "%s", etag);
                 if (t) t->parts_resumed++;
@@ -1102,7 +1129,7 @@ int tsr_s3_upload_file(tsr_s3 *s, const char *path, const char *bucket, const ch
     }
     for (int fresh = 0; fresh < 2; fresh++) {
         char upload_id[512];
-        if (!fresh) rc = find_resumable(s, bucket, key, parts, n, upload_id, sizeof upload_id, t, err);
+        if (!fresh) rc = find_resumable(s, bucket, key, fd, parts, n, upload_id, sizeof upload_id, t, err);
         else upload_id[0] = 0;
         if (!rc && !upload_id[0]) {
             for (size_t i = 0; i < n; i++) parts[i].have = 0, parts[i].etag[0] = 0;

@@ -47,11 +47,33 @@ static uint64_t dir_bytes(const char *dir) {
     return n;
 }
 
+static int stop_at_first(void *user, const tsr_s3_object *o, int is_prefix) {
+    (void)user, (void)o, (void)is_prefix;
+    return 1;
+}
+
+/* Checks that the S3 location url can be read (credentials, endpoint, bucket,
+ * signature), so that a failure is reported with the server's reason rather than
+ * as "nothing there". @return 0, or -1 after printing the reason. */
+static int remote_check(const char *cmd, const char *url) {
+    tsr_error e = {0};
+    char bucket[TSR_S3_MAX_BUCKET], key[TSR_S3_MAX_KEY];
+    tsr_s3 *s3 = tsr_s3_split(url, bucket, sizeof bucket, key, sizeof key, &e) ? NULL : tsr_s3_new(NULL, &e);
+    int rc = s3 ? tsr_s3_list(s3, bucket, key, "/", stop_at_first, NULL, &e) : -1;
+    tsr_s3_free(s3);
+    if (rc < 0) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+        return -1;
+    }
+    return 0;
+}
+
 /* The committed steps to copy from src: src itself, or every committed step of
  * the root src. Paths into *dirs (malloc'ed), names into *names. */
 static int steps_of(const char *cmd, const char *src, char (**dirs)[PATH_MAX], size_t *n) {
     *dirs = NULL;
     *n = 0;
+    if (tsr_s3_is_url(src) && remote_check(cmd, src)) return -1;
     if (tsr_ckpt_is_committed(src)) {
         if (!(*dirs = calloc(1, sizeof **dirs))) return -1;
         snprintf((*dirs)[0], sizeof **dirs, "%s", src);
@@ -265,6 +287,11 @@ int tsr_cmd_ls(int argc, char **argv) {
         if (r) setenv("AWS_ENDPOINT_URL", v, 1);
         else rest[n++] = argv[i];
     }
+    for (int i = 1; i < n; i++)
+        if (tsr_s3_is_url(rest[i]) && remote_check("ls", rest[i])) {
+            free(rest);
+            return EXIT_FAIL;
+        }
     int rc = tsr_cmd_ckpt_ls(n, rest);
     free(rest);
     return rc;

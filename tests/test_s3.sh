@@ -1,0 +1,130 @@
+#!/bin/sh
+# Object storage against a real S3-compatible server (moto, every request's
+# signature checked) on loopback: push / pull / ls / rm round trips, byte-identical,
+# with multipart and single-PUT objects; AWS CLI interop both ways; a wrong secret;
+# direct loads and saves from and to the bucket in other layouts; faults from a
+# proxy (500/503, resets, stalls); a push killed midway and resumed without
+# re-sending finished parts; archiving from the trainer.
+. "$TSR_ROOT/tests/mpi.sh"
+cd "$TSR_TMP" || exit 1
+. "$TSR_ROOT/tests/s3.sh"
+command -v aws >/dev/null || { echo "FAIL: the AWS CLI (aws) is not on PATH" >&2; exit 1; }
+s3_start bkt
+export TSR_S3_PART_SIZE=5M TSR_S3_MAX_ATTEMPTS=12 TSR_S3_RETRY_SECONDS=120
+B=s3://bkt
+
+# two committed checkpoints: step 10 in multipart objects (about 10 MiB per file),
+# step 20 in single-PUT objects; and an uncommitted step 30
+run_np 2 "$T" ckpt synth ck/step-00000010 --layout dp_shard=2 --bytes 32M --dtype bf16 >/dev/null || fail "synth 10"
+run_np 2 "$T" ckpt synth ck/step-00000020 --layout tp=2 --bytes 2M >/dev/null || fail "synth 20"
+mkdir -p ck/step-00000030 && echo partial > ck/step-00000030/data-00000.tsd
+
+# --- round trips
+expect 0 "push a root" "$T" push ck $B/run1/
+grep -q "step-00000030: not committed, skipped" err.txt || fail "push did not say it skipped the uncommitted step"
+expect 0 "ls" "$T" ls $B/run1/
+[ "$(grep -c committed out.txt)" = 2 ] || { fail "ls: expected 2 committed steps"; cat out.txt >&2; }
+expect 0 "pull step 10" "$T" pull $B/run1/step-00000010 out10
+expect 0 "ckpt diff after the round trip" "$T" ckpt diff ck/step-00000010 out10
+grep -q "no differences" out.txt || fail "ckpt diff found differences"
+for f in MANIFEST data-00000.tsd data-00001.tsd; do
+    cmp -s ck/step-00000010/$f out10/$f || fail "pulled $f differs"
+done
+expect 0 "pull a root" "$T" pull $B/run1/ all
+for s in 10 20; do
+    for f in ck/step-000000$s/*; do cmp -s "$f" "all/step-000000$s/${f##*/}" || fail "root pull: $f differs"; done
+done
+[ -e all/step-00000030 ] && fail "the uncommitted step was pushed"
+expect 1 "pull into a checkpoint" "$T" pull $B/run1/step-00000010 out10
+grep -q "already holds a committed checkpoint" err.txt || fail "pull over a checkpoint: unclear error"
+
+# pushing again sends nothing
+expect 0 "push again" "$T" push ck $B/run1/ --json
+grep -q '"parts_sent":0,' out.txt || { fail "a second push sent parts again"; cat out.txt >&2; }
+
+# --- the AWS CLI reads what tessera wrote, and tessera what the AWS CLI wrote
+aws s3 cp --quiet $B/run1/step-00000010/data-00001.tsd cli-copy.tsd || fail "aws s3 cp from the bucket"
+cmp -s cli-copy.tsd ck/step-00000010/data-00001.tsd || fail "aws s3 cp: the object tessera wrote differs"
+aws s3 cp --quiet --recursive ck/step-00000010 $B/bycli/step-00000010 || fail "aws s3 cp to the bucket"
+expect 0 "verify what the AWS CLI wrote" "$T" ckpt verify $B/bycli/step-00000010
+expect 0 "pull what the AWS CLI wrote" "$T" pull $B/bycli/step-00000010 fromcli
+for f in ck/step-00000010/*; do cmp -s "$f" "fromcli/${f##*/}" || fail "pull of the AWS CLI's $f differs"; done
+
+# --- a wrong secret: a clear authentication error, no secret printed
+good=$AWS_SECRET_ACCESS_KEY
+AWS_SECRET_ACCESS_KEY=wrong-$good expect 1 "pull with a wrong secret" "$T" pull $B/run1/step-00000020 bad
+grep -q "SignatureDoesNotMatch" err.txt || { fail "a wrong secret: no SignatureDoesNotMatch"; cat err.txt >&2; }
+grep -q -e "$good" err.txt && fail "the secret was printed"
+[ -e bad/MANIFEST ] && fail "a failed pull left a MANIFEST"
+AWS_ACCESS_KEY_ID= AWS_SECRET_ACCESS_KEY= expect 1 "no credentials" "$T" ls $B/run1/
+grep -q "no credentials" err.txt || fail "missing credentials: unclear error"
+AWS_ENDPOINT_URL=http://127.0.0.1:1 TSR_S3_MAX_ATTEMPTS=2 expect 1 "no server" "$T" pull $B/run1/step-00000020 bad
+grep -qi "connect" err.txt || fail "no server: unclear error"
+
+# --- direct loads and saves, in other layouts
+expect 0 "verify in the bucket" "$T" ckpt verify $B/run1/step-00000010
+run_np 3 "$T" ckpt check $B/run1/step-00000010 --layout dp_shard=3 >out.txt 2>err.txt || fail "check from the bucket on 3 ranks"
+run_np 2 "$T" ckpt check $B/run1/step-00000020 --layout dp_shard=2 >out.txt 2>err.txt || fail "check step 20 on 2 ranks"
+run_np 4 "$T" ckpt synth $B/direct/step-00000005 --layout dp_shard=2,tp=2 --bytes 24M >/dev/null 2>err.txt ||
+    { fail "synth straight into the bucket"; cat err.txt >&2; }
+run_np 1 "$T" ckpt check $B/direct/step-00000005 --layout dp_shard=1 >/dev/null 2>err.txt || fail "check of a direct save"
+expect 0 "reshard from the bucket" "$T" reshard $B/direct/step-00000005 rs --layout dp_shard=3
+run_np 3 "$T" ckpt check rs --layout dp_shard=3 >/dev/null 2>&1 || fail "check of a reshard from the bucket"
+expect 0 "rm" "$T" rm $B/direct/step-00000005
+[ -z "$(aws s3 ls --recursive $B/direct/)" ] || fail "rm left objects"
+
+# --- faults: 500/503, resets and stalls on a share of requests
+proxy_start --fail-rate 0.15 --reset-rate 0.1 --stall-rate 0.05 --stall-seconds 3 --seed 11
+TSR_S3_STALL_SECONDS=1 expect 0 "push through faults" "$T" push ck $B/faulty/ --endpoint "$PROXY_URL"
+TSR_S3_STALL_SECONDS=1 expect 0 "pull through faults" "$T" pull $B/faulty/step-00000010 pulled-faulty --endpoint "$PROXY_URL"
+for f in ck/step-00000010/*; do cmp -s "$f" "pulled-faulty/${f##*/}" || fail "faulty round trip: $f differs"; done
+AWS_ENDPOINT_URL=$PROXY_URL TSR_S3_STALL_SECONDS=1 run_np 3 "$T" ckpt check $B/faulty/step-00000010 \
+    --layout dp_shard=3 >/dev/null 2>err.txt || { fail "check through faults"; cat err.txt >&2; }
+proxy_stop
+for k in fail reset stall; do
+    grep -q "^# summary.*$k" "$PROXY_LOG" || grep -q " $k" "$PROXY_LOG" || fail "the proxy injected no $k"
+done
+
+# --- a push killed midway, then started again: nothing finished is sent twice,
+# and meanwhile the step is not listed as committed
+proxy_start --stall-rate 1 --stall-seconds 0.4 --only-method PUT --seed 1
+AWS_ENDPOINT_URL=$PROXY_URL TSR_S3_PARALLEL=1 "$T" push ck/step-00000010 $B/killed/ >/dev/null 2>&1 &
+pid=$!
+n=0
+while [ $n -lt 200 ] && [ "$(grep -c 'PUT .*partNumber' "$PROXY_LOG" 2>/dev/null)" -lt 5 ]; do sleep 0.1; n=$((n + 1)); done
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+proxy_stop
+expect 0 "ls after the kill" "$T" ls $B/killed/
+grep -q committed out.txt && ! grep -q uncommitted out.txt && fail "a half-pushed checkpoint is listed as committed"
+run_np 1 "$T" ckpt check $B/killed/step-00000010 --layout dp_shard=1 >/dev/null 2>&1 &&
+    fail "a half-pushed checkpoint loads"
+expect 0 "push again after the kill" "$T" push ck/step-00000010 $B/killed/ --json
+# each data file is 3 parts: the first was complete (skipped whole), the second
+# had parts uploaded (not sent again)
+resumed=$(sed -n 's/.*"parts_resumed":\([0-9]*\).*/\1/p' out.txt)
+skipped=$(sed -n 's/.*"objects_skipped":\([0-9]*\).*/\1/p' out.txt)
+sent=$(sed -n 's/.*"parts_sent":\([0-9]*\).*/\1/p' out.txt)
+[ "${resumed:-0}" -ge 1 ] && [ "${skipped:-0}" -ge 1 ] && [ "${sent:-9}" -le 2 ] ||
+    { fail "the second push re-sent finished work: $(cat out.txt)"; cat err.txt >&2; }
+expect 0 "pull after the resumed push" "$T" pull $B/killed/step-00000010 resumed
+for f in ck/step-00000010/*; do cmp -s "$f" "resumed/${f##*/}" || fail "resumed push: $f differs"; done
+
+# --- archiving from the trainer: every 2nd checkpoint, the newest 2 kept remotely
+"$T" train --config "$TSR_ROOT/train/configs/debug.toml" --job.dump_folder=tr --training.steps=40 \
+    --checkpoint.enable --checkpoint.interval=5 --checkpoint.keep_latest_k=1 --checkpoint.async_mode=async \
+    --checkpoint.archive_url=$B/train/ --checkpoint.archive_interval=2 --checkpoint.archive_keep_latest_k=2 \
+    --checkpoint.last_save_model_only=false >train.log 2>&1 || { fail "training with archiving"; tail train.log >&2; }
+expect 0 "ls the archive" "$T" ls $B/train/ --json
+/usr/bin/python3 - <<'PYEOF' || fail "archive: expected committed steps 30 and 40 only"
+import json
+v = json.load(open("out.txt"))
+got = [(d["step"], d["status"]) for d in v]
+assert got == [(30, "committed"), (40, "committed")], got
+PYEOF
+ls tr/checkpoint | grep -q step-00000040 || fail "local retention removed the newest checkpoint"
+[ "$(ls tr/checkpoint | grep -c step-)" = 1 ] || fail "local retention kept more than 1"
+expect 0 "pull the archive" "$T" pull $B/train/step-00000040 tr40
+expect 0 "diff archived and local" "$T" ckpt diff tr/checkpoint/step-00000040 tr40
+
+[ $fails = 0 ]
