@@ -23,7 +23,7 @@
 
 #define MIN_PART ((uint64_t)5 << 20) /* S3's smallest part (but the last) */
 #define MAX_PARTS 10000
-#define DEFAULT_PART ((uint64_t)16 << 20)
+#define DEFAULT_PART ((uint64_t)8 << 20)
 #define MAX_PART ((uint64_t)5 << 30)
 #define MAX_XML ((size_t)64 << 20) /* the largest XML answer read */
 #define MAX_ERR_BODY ((size_t)64 << 10)

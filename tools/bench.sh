@@ -40,6 +40,10 @@ done
 rm -rf "$OUT/rs"
 
 echo
+echo "== s3: push and pull of a 1 GiB checkpoint to an S3 server on loopback (moto), against aws s3 cp"
+sh tools/bench_s3.sh "$T" "$OUT/s3"
+
+echo
 echo "== train: the 124m model (162M parameters) on one rank, batch 4 x 64 tokens, async checkpoint every 20 steps"
 rm -rf "$OUT/train"
 $T train --config train/configs/124m.toml --job.dump_folder="$OUT/train" --training.steps=60 \

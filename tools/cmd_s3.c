@@ -16,7 +16,7 @@ static const char settings_help[] =
     "Credentials and settings come from the environment the AWS way: AWS_ACCESS_KEY_ID,\n"
     "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_REGION (or AWS_DEFAULT_REGION),\n"
     "AWS_ENDPOINT_URL, AWS_PROFILE with ~/.aws/credentials and ~/.aws/config.\n"
-    "--endpoint URL overrides the endpoint. Tuning: TSR_S3_PART_SIZE (default 16M),\n"
+    "--endpoint URL overrides the endpoint. Tuning: TSR_S3_PART_SIZE (default 8M),\n"
     "TSR_S3_PARALLEL (transfers in flight, default 8), TSR_S3_MAX_ATTEMPTS (default 10),\n"
     "TSR_S3_RETRY_SECONDS (default 300), TSR_S3_ADDRESSING=path|virtual.\n";
 

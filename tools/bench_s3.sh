@@ -1,0 +1,38 @@
+#!/bin/sh
+# The S3 part of make bench: push and pull of a checkpoint of over 1 GiB (stored)
+# to an S3-compatible server on loopback (moto, signatures checked), against the
+# AWS CLI's `aws s3 cp --recursive` of the same files to the same server in the
+# same run: throughput (MB/s of object bytes) and client CPU seconds per GiB.
+# Usage: tools/bench_s3.sh TESSERA WORKDIR
+T=$1 OUT=$2
+export TSR_ROOT=$(cd "$(dirname "$0")/.." && pwd) TSR_TMP="$OUT/s3tmp"
+rm -rf "$OUT" && mkdir -p "$TSR_TMP" || exit 1
+. "$TSR_ROOT/tests/s3.sh"
+s3_start bkt
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+CK="$OUT/ck/step-00000001"
+$MPIRUN -np 4 "$T" ckpt synth "$CK" --layout dp_shard=2,tp=2 --bytes 1600M --dtype bf16 >/dev/null || exit 1
+bytes=$(du -sb "$CK" | cut -f1)
+# run WHAT CMD...: wall and CPU (user + system) seconds of CMD into $OUT/WHAT
+run() {
+    what=$1; shift
+    /usr/bin/time -f "%e %U %S" -o "$OUT/$what.time" "$@" >"$OUT/$what.out" 2>"$OUT/$what.err" ||
+        { echo "bench s3: $what failed:"; tail -5 "$OUT/$what.err"; exit 1; }
+}
+run tessera-push "$T" push "$OUT/ck" s3://bkt/tessera/
+run awscli-push aws s3 cp --quiet --recursive "$CK" s3://bkt/awscli/step-00000001
+run tessera-pull "$T" pull s3://bkt/tessera/step-00000001 "$OUT/pulled-tessera"
+run awscli-pull aws s3 cp --quiet --recursive s3://bkt/awscli/step-00000001 "$OUT/pulled-awscli"
+cmp -s "$CK/MANIFEST" "$OUT/pulled-tessera/MANIFEST" && "$T" ckpt diff "$CK" "$OUT/pulled-tessera" >/dev/null ||
+    { echo "bench s3: the pulled checkpoint differs"; exit 1; }
+report() { # direction
+    awk -v b="$bytes" -v dir="$1" -v t="$(cat "$OUT/tessera-$1.time")" -v a="$(cat "$OUT/awscli-$1.time")" 'BEGIN {
+        split(t, x, " "); split(a, y, " "); gib = b / 1073741824
+        tr = b / x[1] / 1e6; ar = b / y[1] / 1e6
+        printf "s3 %s of %.2f GiB: tessera %.0f MB/s, aws s3 cp %.0f MB/s: %.2fx; client CPU %.2f s/GiB vs %.2f s/GiB: %.2fx less\n",
+            dir, gib, tr, ar, tr / ar, (x[2] + x[3]) / gib, (y[2] + y[3]) / gib, (y[2] + y[3]) / (x[2] + x[3]) }'
+}
+report push
+report pull
+s3_stop
+rm -rf "$OUT"
