@@ -70,6 +70,19 @@ run_np 4 "$T" ckpt synth $B/direct/step-00000005 --layout dp_shard=2,tp=2 --byte
 run_np 1 "$T" ckpt check $B/direct/step-00000005 --layout dp_shard=1 >/dev/null 2>err.txt || fail "check of a direct save"
 expect 0 "reshard from the bucket" "$T" reshard $B/direct/step-00000005 rs --layout dp_shard=3
 run_np 3 "$T" ckpt check rs --layout dp_shard=3 >/dev/null 2>&1 || fail "check of a reshard from the bucket"
+expect 0 "reshard into the bucket" "$T" reshard rs $B/rs2/step-00000001 --layout dp_shard=2
+run_np 2 "$T" ckpt check $B/rs2/step-00000001 --layout dp_shard=2 >/dev/null 2>&1 || fail "check of a reshard into the bucket"
+# export straight to the bucket: the files equal a local export's
+"$T" train --config "$TSR_ROOT/train/configs/debug.toml" --job.dump_folder=m --training.steps=2 \
+    --checkpoint.enable --checkpoint.interval=2 --checkpoint.last_save_model_only=false >/dev/null 2>&1 || fail "train m"
+expect 0 "export to the bucket" "$T" export m/checkpoint/step-00000002 --format safetensors $B/hf/
+expect 0 "export gguf to the bucket" "$T" export m/checkpoint/step-00000002 --format gguf $B/gguf/m.gguf
+"$T" export m/checkpoint/step-00000002 --format safetensors hf >/dev/null || fail "local export"
+"$T" export m/checkpoint/step-00000002 --format gguf m.gguf >/dev/null || fail "local gguf export"
+aws s3 cp --quiet --recursive $B/hf/ hf-from-s3 && aws s3 cp --quiet $B/gguf/m.gguf m-from-s3.gguf ||
+    fail "aws s3 cp of the exports"
+for f in config.json model.safetensors; do cmp -s hf/$f hf-from-s3/$f || fail "exported $f differs"; done
+cmp -s m.gguf m-from-s3.gguf || fail "exported gguf differs"
 expect 0 "rm" "$T" rm $B/direct/step-00000005
 [ -z "$(aws s3 ls --recursive $B/direct/)" ] || fail "rm left objects"
 

@@ -7,7 +7,6 @@
  *   load: load time in another layout on another rank count / load time in the
  *         layout the checkpoint was saved in. */
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +29,6 @@ static void *alloc_populated(size_t n) {
     return p;
 }
 
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path) ? 0 : 0;
-}
-
-/* rm -r of a directory the bench made itself. */
-static void remove_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -109,7 +101,7 @@ static double median(double *v, int n) {
 static int run_saves(const char *dir, int dtype, uint8_t *data, uint8_t *scratch, const uint8_t *noise, size_t bytes,
                      save_result *out, tsr_error *e) {
     enum { NT = 16, ROUNDS = 5 };
-    remove_tree(dir);
+    tsr_remove_tree(dir);
     mkdir(dir, 0755);
     tsr_comm *comm = tsr_comm_self();
     tsr_engine_opts o = tsr_engine_opts_default();
@@ -152,7 +144,7 @@ static int run_saves(const char *dir, int dtype, uint8_t *data, uint8_t *scratch
     }
     tsr_engine_free(eng);
     tsr_comm_free(comm);
-    remove_tree(dir);
+    tsr_remove_tree(dir);
     if (rc) return rc;
     out->stall_ratio = median(stall_r, ROUNDS);
     out->write_ratio = median(write_r, ROUNDS);

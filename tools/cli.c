@@ -1,12 +1,19 @@
 /* cli.c: helpers shared by the subcommands. */
 #include "cli.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "s3.h"
 #include "tessera.h"
 
 int tsr_parse_u64(const char *s, uint64_t *out) {
@@ -161,4 +168,55 @@ tsr_comm *tsr_cli_comm(const char *cmd) {
     tsr_comm *c = tsr_comm_mpi_world(&e);
     if (!c) fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
     return c;
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    remove(path);
+    return 0;
+}
+
+void tsr_remove_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static void upload_progress(void *user, uint64_t n) { tsr_progress_add(user, n); }
+
+int tsr_upload_dir(const char *local, const char *url, const char *cmd) {
+    tsr_error e = {0};
+    char bucket[TSR_S3_MAX_BUCKET], key[TSR_S3_MAX_KEY];
+    struct stat st;
+    if (stat(local, &st) != 0) {
+        fprintf(stderr, "tessera %s: %s: %s\n", cmd, local, strerror(errno));
+        return -1;
+    }
+    tsr_s3 *s3 = tsr_s3_split(url, bucket, sizeof bucket, key, sizeof key, &e) ? NULL : tsr_s3_new(NULL, &e);
+    if (!s3) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+        return -1;
+    }
+    size_t kl = strlen(key);
+    while (kl && key[kl - 1] == '/') key[--kl] = 0;
+    DIR *d = S_ISDIR(st.st_mode) ? opendir(local) : NULL;
+    tsr_progress bar;
+    tsr_progress_start(&bar, cmd, 0);
+    tsr_s3_transfer t = {upload_progress, &bar, 0, 0, 0};
+    int rc = 0;
+    if (!S_ISDIR(st.st_mode)) {
+        rc = tsr_s3_upload_file(s3, local, bucket, key, &t, &e);
+    } else if (!d) {
+        rc = tsr_err(&e, TSR_EIO, "%s: %s", local, strerror(errno));
+    } else {
+        struct dirent *ent;
+        while (!rc && (ent = readdir(d))) {
+            char path[PATH_MAX + 300], k[TSR_S3_MAX_KEY + 300];
+            snprintf(path, sizeof path, "%s/%s", local, ent->d_name);
+            if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+            snprintf(k, sizeof k, "%s%s%s", key, kl ? "/" : "", ent->d_name);
+            rc = tsr_s3_upload_file(s3, path, bucket, k, &t, &e);
+        }
+        closedir(d);
+    }
+    tsr_progress_end(&bar);
+    tsr_s3_free(s3);
+    if (rc) fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+    return rc ? -1 : 0;
 }

@@ -53,6 +53,14 @@ void tsr_progress_end(tsr_progress *p);
  * `dir` (opening it then reports the problem). */
 void tsr_resolve_ckpt_dir(const char *cmd, const char *dir, char *out, size_t len);
 
+/* tsr_remove_tree(): rm -r of a directory the command made itself (best effort). */
+void tsr_remove_tree(const char *dir);
+
+/* tsr_upload_dir(): uploads the regular file `local` to the object url, or each
+ * regular file in the directory `local` to url/NAME, with the S3 client (a
+ * progress bar on a terminal). @return 0, or -1 after printing "tessera CMD: why". */
+int tsr_upload_dir(const char *local, const char *url, const char *cmd);
+
 /* tsr_cli_comm(): MPI_COMM_WORLD when the process was started by mpirun, else a
  * group of one (no MPI). NULL on failure, with the reason on stderr. */
 struct tsr_comm *tsr_cli_comm(const char *cmd);

@@ -1,6 +1,7 @@
 /* cmd_export.c: tessera export: a checkpoint's model in Hugging Face's Llama
  * layout (safetensors + config.json). */
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <unistd.h>
 #include <stdio.h>
@@ -13,6 +14,7 @@
 #include "common.h"
 #include "hf.h"
 #include "model.h"
+#include "s3.h"
 #include "safetensors.h"
 
 static const char USAGE[] =
@@ -246,6 +248,36 @@ typedef struct shard {
     uint64_t bytes;
 } shard;
 
+/* OUT = s3://bucket/prefix: the export is written to a local scratch directory
+ * (under TMPDIR), then its files are uploaded, then the scratch is removed. */
+static int export_to_s3(int argc, char **argv, const char *url) {
+    char tmp[PATH_MAX], local[PATH_MAX + 64];
+    const char *td = getenv("TMPDIR");
+    snprintf(tmp, sizeof tmp, "%s/tessera-export-XXXXXX", td && *td ? td : "/tmp");
+    if (!mkdtemp(tmp)) {
+        fprintf(stderr, "tessera export: %s: %s\n", tmp, strerror(errno));
+        return EXIT_FAIL;
+    }
+    /* a GGUF OUT names a file: the scratch file gets its name */
+    const char *base = strrchr(url + 5, '/');
+    snprintf(local, sizeof local, "%s/%s", tmp, base && base[1] ? base + 1 : "model.gguf");
+    int gguf = 0;
+    char **args = calloc((size_t)argc + 1, sizeof *args);
+    if (!args) return EXIT_FAIL;
+    for (int i = 0; i < argc; i++) {
+        args[i] = argv[i] == url ? (char *)"" : argv[i];
+        if (!strcmp(argv[i], "gguf") || !strcmp(argv[i], "--format=gguf")) gguf = 1;
+    }
+    for (int i = 0; i < argc; i++)
+        if (argv[i] == url) args[i] = gguf ? local : tmp;
+    int rc = tsr_cmd_export(argc, args);
+    free(args);
+    if (rc == EXIT_OK) rc = tsr_upload_dir(gguf ? local : tmp, url, "export") ? EXIT_FAIL : EXIT_OK;
+    if (rc == EXIT_OK) printf("uploaded to %s\n", url);
+    tsr_remove_tree(tmp);
+    return rc;
+}
+
 int tsr_cmd_export(int argc, char **argv) {
     const char *src = NULL, *dir = NULL, *format = NULL, *v;
     int dtype = TSR_F32;
@@ -273,6 +305,7 @@ int tsr_cmd_export(int argc, char **argv) {
         }
     }
     if (!src || !dir || !format) return tsr_usage_error("export", "needs CKPT, --format and OUT (see --help)");
+    if (tsr_s3_is_url(dir)) return export_to_s3(argc, argv, dir);
     int gguf = strcmp(format, "gguf") == 0;
     if (!gguf && strcmp(format, "safetensors") != 0)
         return tsr_usage_error("export", "--format %s: safetensors or gguf", format);
