@@ -50,6 +50,20 @@ expect 0 "verify what the AWS CLI wrote" "$T" ckpt verify $B/bycli/step-00000010
 expect 0 "pull what the AWS CLI wrote" "$T" pull $B/bycli/step-00000010 fromcli
 for f in ck/step-00000010/*; do cmp -s "$f" "fromcli/${f##*/}" || fail "pull of the AWS CLI's $f differs"; done
 
+# --- virtual-hosted addressing (bkt.localhost: curl resolves *.localhost to loopback)
+AWS_ENDPOINT_URL=http://localhost:$S3_PORT TSR_S3_ADDRESSING=virtual expect 0 "virtual-hosted pull" \
+    "$T" pull $B/run1/step-00000020 vhost
+for f in ck/step-00000020/*; do cmp -s "$f" "vhost/${f##*/}" || fail "virtual-hosted pull: $f differs"; done
+
+# --- a profile in the AWS files instead of the environment
+printf '[other]\naws_access_key_id = nobody\naws_secret_access_key = nothing\n[arch]\naws_access_key_id = %s\naws_secret_access_key = %s\n' \
+    "$AWS_ACCESS_KEY_ID" "$AWS_SECRET_ACCESS_KEY" > creds
+printf '[profile arch]\nregion = us-east-1\nendpoint_url = %s\ns3 =\n    addressing_style = path\n' "$AWS_ENDPOINT_URL" > config
+env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY -u AWS_ENDPOINT_URL -u AWS_REGION -u AWS_DEFAULT_REGION \
+    AWS_PROFILE=arch AWS_SHARED_CREDENTIALS_FILE=creds AWS_CONFIG_FILE=config "$T" ls $B/run1/ >out.txt 2>err.txt ||
+    { fail "ls with a profile"; cat err.txt >&2; }
+[ "$(grep -c committed out.txt)" = 2 ] || fail "ls with a profile: expected 2 committed steps"
+
 # --- a wrong secret: a clear authentication error, no secret printed
 good=$AWS_SECRET_ACCESS_KEY
 AWS_SECRET_ACCESS_KEY=wrong-$good expect 1 "pull with a wrong secret" "$T" pull $B/run1/step-00000020 bad
