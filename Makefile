@@ -20,7 +20,8 @@ MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
 INCLUDES := -Iinclude -Iformats -Ickpt -Ireshard -Ikernels -Itrain -I/usr/include/libxml2 $(MPI_CFLAGS)
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
-LDLIBS_ALL := -lzstd -lxxhash -luring -lcjson -lcurl -lxml2 -linih -lcrypto -lopenblas $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
+SYS_LIBS := -lzstd -lxxhash -luring -lcjson -lcurl -lxml2 -linih -lcrypto -lopenblas
+LDLIBS_ALL := $(SYS_LIBS) $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 
 LIB_SRC := $(sort $(wildcard formats/*.c ckpt/*.c reshard/*.c kernels/*.c))
 TRAIN_SRC := $(sort $(wildcard train/*.c))
@@ -75,7 +76,7 @@ fuzz: $(FUZZ_BIN)
 build/fuzz/%: tests/%.c $(LIB_SRC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -pthread -fopenmp=libgomp $(INCLUDES) -Itests $< $(LIB_SRC) -o $@ -lzstd -lxxhash -luring -lcjson -lopenblas $(MPI_LIBS) -lm -fopenmp=libgomp
+	  -pthread -fopenmp=libgomp $(INCLUDES) -Itests $< $(LIB_SRC) -o $@ $(SYS_LIBS) $(MPI_LIBS) -lm -fopenmp=libgomp
 
 test-long: deps
 	$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" SAN="$(ASAN_FLAGS)" WERROR=-Werror tests
