@@ -36,12 +36,19 @@ static int data_files(const char *dir, char (**names)[32], size_t *n, uint64_t *
     return 0;
 }
 
+/* bucket and key prefix of a step's S3 location, without a trailing '/'. */
+static int split_step(const char *url, char *bucket, char *prefix, size_t *pl, tsr_error *err) {
+    int rc = tsr_s3_split(url, bucket, TSR_S3_MAX_BUCKET, prefix, TSR_S3_MAX_KEY, err);
+    *pl = rc ? 0 : strlen(prefix);
+    if (*pl && prefix[*pl - 1] == '/') prefix[--*pl] = 0;
+    return rc;
+}
+
 int tsr_archive_push_step(tsr_s3 *s3, const char *step_dir, const char *dst, tsr_s3_transfer *t, tsr_error *err) {
     char bucket[TSR_S3_MAX_BUCKET], prefix[TSR_S3_MAX_KEY];
-    int rc = tsr_s3_split(dst, bucket, sizeof bucket, prefix, sizeof prefix, err);
+    size_t pl;
+    int rc = split_step(dst, bucket, prefix, &pl, err);
     if (rc) return rc;
-    size_t pl = strlen(prefix);
-    if (pl && prefix[pl - 1] == '/') prefix[--pl] = 0;
     if (!tsr_ckpt_is_committed(step_dir))
         return tsr_err(err, TSR_ENOTFOUND, "%s: no MANIFEST (not a committed checkpoint)", step_dir);
     char (*names)[32] = NULL;
@@ -62,10 +69,9 @@ int tsr_archive_push_step(tsr_s3 *s3, const char *step_dir, const char *dst, tsr
 
 int tsr_archive_pull_step(tsr_s3 *s3, const char *src, const char *dir, tsr_s3_transfer *t, tsr_error *err) {
     char bucket[TSR_S3_MAX_BUCKET], prefix[TSR_S3_MAX_KEY];
-    int rc = tsr_s3_split(src, bucket, sizeof bucket, prefix, sizeof prefix, err);
+    size_t pl;
+    int rc = split_step(src, bucket, prefix, &pl, err);
     if (rc) return rc;
-    size_t pl = strlen(prefix);
-    if (pl && prefix[pl - 1] == '/') prefix[--pl] = 0;
     char (*names)[32] = NULL;
     size_t n = 0;
     uint64_t bytes = 0;

@@ -222,16 +222,6 @@ static const char push_help[] =
     "multipart upload is resumed (parts of the same size and SHA-256 are not sent\n"
     "again), so running the same push again finishes it.\n";
 
-int tsr_cmd_push(int argc, char **argv) {
-    const char *a[2];
-    int json = 0;
-    int r = parse_args("push", argc, argv, push_help, 2, a, &json);
-    if (r) return r < 0 ? EXIT_OK : r;
-    const char *src = a[0], *dst = a[1];
-    if (!tsr_s3_is_url(dst)) return tsr_usage_error("push", "DST must be s3://bucket/prefix, not %s", dst);
-    return copy_steps("push", src, dst, 1, json);
-}
-
 static const char pull_help[] =
     "usage: tessera pull SRC DST [--endpoint URL] [--json]\n"
     "Downloads the committed checkpoint SRC = s3://bucket/prefix/step-N into the\n"
@@ -239,15 +229,20 @@ static const char pull_help[] =
     "Ranged GETs in parallel; data files first, the MANIFEST last; each object's\n"
     "content hash is checked when tessera uploaded it.\n";
 
-int tsr_cmd_pull(int argc, char **argv) {
-    const char *a[2];
+/* push and pull: the same arguments, the remote side checked. */
+static int copy_cmd(int argc, char **argv, int push) {
+    const char *cmd = push ? "push" : "pull", *a[2];
     int json = 0;
-    int r = parse_args("pull", argc, argv, pull_help, 2, a, &json);
+    int r = parse_args(cmd, argc, argv, push ? push_help : pull_help, 2, a, &json);
     if (r) return r < 0 ? EXIT_OK : r;
-    const char *src = a[0], *dst = a[1];
-    if (!tsr_s3_is_url(src)) return tsr_usage_error("pull", "SRC must be s3://bucket/prefix, not %s", src);
-    return copy_steps("pull", src, dst, 0, json);
+    const char *remote = a[push ? 1 : 0];
+    if (!tsr_s3_is_url(remote))
+        return tsr_usage_error(cmd, "%s must be s3://bucket/prefix, not %s", push ? "DST" : "SRC", remote);
+    return copy_steps(cmd, a[0], a[1], push, json);
 }
+
+int tsr_cmd_push(int argc, char **argv) { return copy_cmd(argc, argv, 1); }
+int tsr_cmd_pull(int argc, char **argv) { return copy_cmd(argc, argv, 0); }
 
 static const char rm_help[] =
     "usage: tessera rm LOCATION [--endpoint URL]\n"
