@@ -38,6 +38,7 @@ struct tsr_s3 {
     int path_style;
     uint64_t part_size;
     int parallel, max_attempts;
+    char max_keys[16]; /* ListObjectsV2 page size, "" for the server's (1000) */
     double retry_seconds, stall_seconds;
     CURLSH *share; /* DNS and TLS sessions */
     pthread_mutex_t locks[CURL_LOCK_DATA_LAST];
@@ -237,6 +238,8 @@ tsr_s3 *tsr_s3_new(const char *endpoint, tsr_error *err) {
     s->parallel = (int)parse_size_env("TSR_S3_PARALLEL", 8);
     if (s->parallel > 64) s->parallel = 64;
     s->max_attempts = (int)parse_size_env("TSR_S3_MAX_ATTEMPTS", 10);
+    uint64_t mk = parse_size_env("TSR_S3_MAX_KEYS", 0);
+    if (mk) snprintf(s->max_keys, sizeof s->max_keys, "%llu", (unsigned long long)(mk < 1000 ? mk : 1000));
     s->retry_seconds = env_double("TSR_S3_RETRY_SECONDS", 300);
     s->stall_seconds = env_double("TSR_S3_STALL_SECONDS", 30);
     for (int i = 0; i < CURL_LOCK_DATA_LAST; i++) pthread_mutex_init(&s->locks[i], NULL);
@@ -775,10 +778,11 @@ int tsr_s3_list(tsr_s3 *s, const char *bucket, const char *prefix, const char *d
         req_init(&r, "GET", bucket, "");
         r.resp_max = MAX_XML;
         tsr_sbuf q = {0};
-        /* parameters in sorted order: continuation-token, delimiter, list-type, prefix */
+        /* parameters in sorted order: continuation-token, delimiter, list-type, max-keys, prefix */
         if (token[0]) query_add(&q, "continuation-token", token);
         if (delimiter && *delimiter) query_add(&q, "delimiter", delimiter);
         query_add(&q, "list-type", "2");
+        if (s->max_keys[0]) query_add(&q, "max-keys", s->max_keys);
         if (prefix && *prefix) query_add(&q, "prefix", prefix);
         if ((rc = set_query(&r, &q, err))) break;
         rc = run1(s, &r, err);

@@ -17,7 +17,9 @@
  * endpoint, virtual-hosted style on AWS; TSR_S3_ADDRESSING=path|virtual decides.
  * Tuning: TSR_S3_PART_SIZE (bytes, K/M/G), TSR_S3_PARALLEL, TSR_S3_MAX_ATTEMPTS,
  * TSR_S3_RETRY_SECONDS (total time a request may spend retrying),
- * TSR_S3_STALL_SECONDS (a transfer that moves nothing for this long is retried).
+ * TSR_S3_STALL_SECONDS (a transfer that moves nothing for this long is retried),
+ * TSR_S3_MAX_KEYS (ListObjectsV2 page size), TSR_S3_VERBOSE (libcurl's trace on
+ * stderr: headers, with the signature but never the secret).
  * The secret never appears in messages or logs. */
 #ifndef TSR_S3_H
 #define TSR_S3_H

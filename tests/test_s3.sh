@@ -24,6 +24,8 @@ expect 0 "push a root" "$T" push ck $B/run1/
 grep -q "step-00000030: not committed, skipped" err.txt || fail "push did not say it skipped the uncommitted step"
 expect 0 "ls" "$T" ls $B/run1/
 [ "$(grep -c committed out.txt)" = 2 ] || { fail "ls: expected 2 committed steps"; cat out.txt >&2; }
+TSR_S3_MAX_KEYS=1 expect 0 "ls, one key per page (continuation tokens)" "$T" ls $B/run1/
+[ "$(grep -c committed out.txt)" = 2 ] || { fail "ls with pages of one key: expected 2 committed steps"; cat out.txt >&2; }
 expect 0 "pull step 10" "$T" pull $B/run1/step-00000010 out10
 expect 0 "ckpt diff after the round trip" "$T" ckpt diff ck/step-00000010 out10
 grep -q "no differences" out.txt || fail "ckpt diff found differences"
