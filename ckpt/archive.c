@@ -115,8 +115,6 @@ struct tsr_archiver {
     size_t n, cap;
     char busy[PATH_MAX];     /* the one being pushed, or "" */
     int stop;
-    uint64_t pushed, failed;
-    tsr_error last_err;
 };
 
 static const char *step_name(const char *dir) {
@@ -176,8 +174,6 @@ static void *archiver_main(void *arg) {
             tsr_log(0, "archive of %s to %s failed: %s", a->busy, dst, e.msg);
         }
         pthread_mutex_lock(&a->mu);
-        if (rc) a->failed++, a->last_err = e;
-        else a->pushed++;
         a->busy[0] = 0;
         pthread_cond_broadcast(&a->cv);
     }
@@ -230,14 +226,6 @@ int tsr_archiver_holds(tsr_archiver *a, const char *step_dir) {
     for (size_t i = 0; i < a->n && !yes; i++) yes = !strcmp(a->queue[i], step_dir);
     pthread_mutex_unlock(&a->mu);
     return yes;
-}
-
-void tsr_archiver_stats(tsr_archiver *a, uint64_t *pushed, uint64_t *failed, tsr_error *last) {
-    pthread_mutex_lock(&a->mu);
-    if (pushed) *pushed = a->pushed;
-    if (failed) *failed = a->failed;
-    if (last) *last = a->last_err;
-    pthread_mutex_unlock(&a->mu);
 }
 
 void tsr_archiver_free(tsr_archiver *a) {

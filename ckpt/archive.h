@@ -19,14 +19,13 @@ int tsr_archive_pull_step(tsr_s3 *s3, const char *src, const char *dir, tsr_s3_t
 /* The archiver: a thread that pushes committed checkpoints to an S3 root, one at
  * a time, in the order given, each tried ARCHIVE_TRIES times (every request also
  * goes through the S3 client's retries), then keeps the newest `keep` committed
- * checkpoints there (0 keeps all). Failures are logged and counted, never fatal.
+ * checkpoints there (0 keeps all). Failures are logged, never fatal.
  * tsr_archiver_free waits for the queue to drain. */
 typedef struct tsr_archiver tsr_archiver;
 tsr_archiver *tsr_archiver_new(const char *url, uint32_t keep, tsr_error *err);
 int tsr_archiver_add(tsr_archiver *a, const char *step_dir);
 /* 1 while step_dir is queued or being pushed (local retention leaves it alone). */
 int tsr_archiver_holds(tsr_archiver *a, const char *step_dir);
-void tsr_archiver_stats(tsr_archiver *a, uint64_t *pushed, uint64_t *failed, tsr_error *last);
 void tsr_archiver_free(tsr_archiver *a);
 
 #endif

@@ -86,18 +86,11 @@ static void uri_encode(tsr_sbuf *b, const char *s, int keep_slash) {
     }
 }
 
+/* A size from the environment ("8M"), or dflt when unset, malformed or 0. */
 static uint64_t parse_size_env(const char *name, uint64_t dflt) {
-    const char *v = getenv(name);
-    if (!v || !*v) return dflt;
-    char *end;
-    unsigned long long x = strtoull(v, &end, 10);
-    switch (*end) {
-    case 'k': case 'K': x <<= 10; break;
-    case 'm': case 'M': x <<= 20; break;
-    case 'g': case 'G': x <<= 30; break;
-    default: break;
-    }
-    return x ? x : dflt;
+    uint64_t v;
+    const char *s = getenv(name);
+    return s && !tsr_parse_size(s, &v) && v ? v : dflt;
 }
 
 static double env_double(const char *name, double dflt) {
@@ -265,8 +258,6 @@ void tsr_s3_free(tsr_s3 *s) {
     free(s);
 }
 
-const char *tsr_s3_endpoint(const tsr_s3 *s) { return s->endpoint; }
-uint64_t tsr_s3_part_size(const tsr_s3 *s) { return s->part_size; }
 
 /* ------------------------------------------------------- request runner */
 
@@ -294,12 +285,11 @@ typedef struct req {
     size_t got, sent;
     char etag[80], content_hash[40];
     uint64_t length;
-    int have_length;
     /* state */
     CURL *h;
     struct curl_slist *hdrs;
     int attempts, waiting, active, done, overflow;
-    double not_before, started;
+    double not_before;
     int rc;
     tsr_error err;
 } req;
@@ -317,7 +307,6 @@ static void req_reset_answer(req *r) {
     r->status = 0;
     r->resp_len = r->got = r->sent = 0;
     r->etag[0] = r->content_hash[0] = 0;
-    r->have_length = 0;
     r->overflow = 0;
 }
 
@@ -406,7 +395,7 @@ static size_t header_cb(char *p, size_t size, size_t nmemb, void *u) {
     char *v = colon + 1;
     while (*v == ' ') v++;
     if (!strcasecmp(line, "etag")) snprintf(r->etag, sizeof r->etag, "%s", v);
-    else if (!strcasecmp(line, "content-length")) r->length = strtoull(v, NULL, 10), r->have_length = 1;
+    else if (!strcasecmp(line, "content-length")) r->length = strtoull(v, NULL, 10);
     else if (!strcasecmp(line, "x-amz-meta-tessera-xxh3")) snprintf(r->content_hash, sizeof r->content_hash, "%s", v);
     return n;
 }
@@ -526,7 +515,6 @@ static int req_start(tsr_s3 *s, CURLM *m, req *r) {
     }
     r->attempts++;
     r->active = 1;
-    r->started = tsr_now();
     if (curl_multi_add_handle(m, h) != CURLM_OK) {
         r->active = 0;
         return tsr_err(&r->err, TSR_EIO, "s3: cannot queue a request");

@@ -45,9 +45,6 @@ int tsr_s3_split(const char *url, char *bucket, size_t blen, char *key, size_t k
  * from several threads at once. */
 tsr_s3 *tsr_s3_new(const char *endpoint, tsr_error *err);
 void tsr_s3_free(tsr_s3 *s);
-/* The endpoint requests go to ("http://127.0.0.1:9000", "https://s3.eu-west-1.amazonaws.com"). */
-const char *tsr_s3_endpoint(const tsr_s3 *s);
-uint64_t tsr_s3_part_size(const tsr_s3 *s);
 
 typedef struct tsr_s3_object {
     char key[TSR_S3_MAX_KEY];

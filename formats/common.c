@@ -146,3 +146,41 @@ double tsr_now(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
+
+int tsr_parse_u64(const char *s, uint64_t *out) {
+    if (!s || !*s) return -1;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9') return -1;
+        if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, (uint64_t)(*p - '0'), &v)) return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+int tsr_parse_size(const char *s, uint64_t *out) {
+    if (!s || !*s) return -1;
+    char num[32];
+    size_t n = strlen(s);
+    uint64_t mult = 1;
+    char last = s[n - 1];
+    if (last == 'b' || last == 'B') { /* "256MB", "256MiB" */
+        n--;
+        if (n && (s[n - 1] == 'i')) n--;
+        last = n ? s[n - 1] : 0;
+    }
+    switch (last) {
+    case 'k': case 'K': mult = 1ull << 10; n--; break;
+    case 'm': case 'M': mult = 1ull << 20; n--; break;
+    case 'g': case 'G': mult = 1ull << 30; n--; break;
+    case 't': case 'T': mult = 1ull << 40; n--; break;
+    default: break;
+    }
+    if (n == 0 || n >= sizeof num) return -1;
+    memcpy(num, s, n);
+    num[n] = 0;
+    uint64_t v;
+    if (tsr_parse_u64(num, &v) || __builtin_mul_overflow(v, mult, &v)) return -1;
+    *out = v;
+    return 0;
+}

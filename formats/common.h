@@ -69,6 +69,12 @@ typedef struct tsr_sbuf {
 } tsr_sbuf;
 void tsr_sb_printf(tsr_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* tsr_parse_size(): "256M", "4k", "1G", "123" (powers of 1024; an optional "B"
+ * or "iB") into *out. @return 0, or -1 if the text is not a size. */
+int tsr_parse_size(const char *s, uint64_t *out);
+/* tsr_parse_u64(): a plain decimal number. @return 0 or -1. */
+int tsr_parse_u64(const char *s, uint64_t *out);
+
 /* tsr_now(): seconds on the monotonic clock. */
 double tsr_now(void);
 

@@ -47,29 +47,6 @@ static void usage(FILE *f) {
             "  --json        print one JSON object instead of the table\n");
 }
 
-/* Parses "123", "64K", "256M", "1G" (binary multiples; an optional trailing "B"
- * or "iB"). @return 0, or -1 for a malformed size. */
-static int parse_size(const char *s, size_t *out) {
-    if (!s || !*s || *s == '-') return -1;
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s) return -1;
-    unsigned shift = 0;
-    switch (*end) {
-    case 'k': case 'K': shift = 10; end++; break;
-    case 'm': case 'M': shift = 20; end++; break;
-    case 'g': case 'G': shift = 30; end++; break;
-    default: break;
-    }
-    if (shift && *end == 'i') end++;
-    if (*end == 'B' || *end == 'b') end++;
-    if (*end) return -1;
-    if (v > (SIZE_MAX >> shift)) return -1;
-    *out = (size_t)v << shift;
-    return 0;
-}
-
 /* ----------------------------------------------------------------- data */
 
 static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
@@ -305,11 +282,13 @@ int tsr_cmd_bench_codec(int argc, char **argv) {
                 usage(stderr);
                 return 2;
             }
-            if (parse_size(v, &bytes) || bytes < 4) {
+            uint64_t want;
+            if (tsr_parse_size(v, &want) || want < 4 || want > SIZE_MAX) {
                 fprintf(stderr, "tessera bench codec: bad size for --bytes: '%s' "
                         "(want at least 4 bytes, e.g. 64M)\n", v);
                 return 2;
             }
+            bytes = (size_t)want;
         } else {
             fprintf(stderr, "tessera bench codec: unknown argument '%s'\n", a);
             usage(stderr);

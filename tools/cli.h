@@ -6,16 +6,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "common.h" /* tsr_now */
+#include "common.h" /* tsr_now, tsr_parse_size, tsr_parse_u64 */
 
 /* Exit statuses of every command. */
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };
-
-/* tsr_parse_size(): "256M", "4k", "1G", "123" (powers of 1024) into *out.
- * @return 0, or -1 if the text is not a size. */
-int tsr_parse_size(const char *s, uint64_t *out);
-/* tsr_parse_u64(): a plain decimal number. @return 0 or -1. */
-int tsr_parse_u64(const char *s, uint64_t *out);
 
 /* tsr_parse_codec(): "auto", "raw", "zstd", "bytegroup" into *out (TSR_CODEC_*).
  * @return 0, or -1 for another name. */

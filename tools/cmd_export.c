@@ -250,7 +250,7 @@ typedef struct shard {
 
 /* OUT = s3://bucket/prefix: the export is written to a local scratch directory
  * (under TMPDIR), then its files are uploaded, then the scratch is removed. */
-static int export_to_s3(int argc, char **argv, const char *url) {
+static int export_to_s3(int argc, char **argv, const char *url, int gguf) {
     char tmp[PATH_MAX], local[PATH_MAX + 64];
     const char *td = getenv("TMPDIR");
     snprintf(tmp, sizeof tmp, "%s/tessera-export-XXXXXX", td && *td ? td : "/tmp");
@@ -261,15 +261,12 @@ static int export_to_s3(int argc, char **argv, const char *url) {
     /* a GGUF OUT names a file: the scratch file gets its name */
     const char *base = strrchr(url + 5, '/');
     snprintf(local, sizeof local, "%s/%s", tmp, base && base[1] ? base + 1 : "model.gguf");
-    int gguf = 0;
     char **args = calloc((size_t)argc + 1, sizeof *args);
-    if (!args) return EXIT_FAIL;
-    for (int i = 0; i < argc; i++) {
-        args[i] = argv[i] == url ? (char *)"" : argv[i];
-        if (!strcmp(argv[i], "gguf") || !strcmp(argv[i], "--format=gguf")) gguf = 1;
+    if (!args) {
+        tsr_remove_tree(tmp);
+        return EXIT_FAIL;
     }
-    for (int i = 0; i < argc; i++)
-        if (argv[i] == url) args[i] = gguf ? local : tmp;
+    for (int i = 0; i < argc; i++) args[i] = argv[i] == url ? (gguf ? local : tmp) : argv[i];
     int rc = tsr_cmd_export(argc, args);
     free(args);
     if (rc == EXIT_OK) rc = tsr_upload_dir(gguf ? local : tmp, url, "export") ? EXIT_FAIL : EXIT_OK;
@@ -305,10 +302,10 @@ int tsr_cmd_export(int argc, char **argv) {
         }
     }
     if (!src || !dir || !format) return tsr_usage_error("export", "needs CKPT, --format and OUT (see --help)");
-    if (tsr_s3_is_url(dir)) return export_to_s3(argc, argv, dir);
     int gguf = strcmp(format, "gguf") == 0;
     if (!gguf && strcmp(format, "safetensors") != 0)
         return tsr_usage_error("export", "--format %s: safetensors or gguf", format);
+    if (tsr_s3_is_url(dir)) return export_to_s3(argc, argv, dir, gguf);
     char path[4096];
     tsr_resolve_ckpt_dir("export", src, path, sizeof path);
     tsr_error e = {0};

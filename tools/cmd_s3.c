@@ -68,13 +68,15 @@ static int remote_check(const char *cmd, const char *url) {
     return 0;
 }
 
-/* The committed steps to copy from src: src itself, or every committed step of
- * the root src. Paths into *dirs (malloc'ed), names into *names. */
-static int steps_of(const char *cmd, const char *src, char (**dirs)[PATH_MAX], size_t *n) {
+/* The committed steps to copy from src: src itself (*single = 1), or every
+ * committed step of the root src. Paths into *dirs (malloc'ed). */
+static int steps_of(const char *cmd, const char *src, char (**dirs)[PATH_MAX], size_t *n, int *single) {
     *dirs = NULL;
     *n = 0;
+    *single = 0;
     if (tsr_s3_is_url(src) && remote_check(cmd, src)) return -1;
     if (tsr_ckpt_is_committed(src)) {
+        *single = 1;
         if (!(*dirs = calloc(1, sizeof **dirs))) return -1;
         snprintf((*dirs)[0], sizeof **dirs, "%s", src);
         *n = 1;
@@ -151,8 +153,8 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *help, 
 static int copy_steps(const char *cmd, const char *src, const char *dst, int push, int json) {
     char (*dirs)[PATH_MAX] = NULL;
     size_t n = 0;
-    if (steps_of(cmd, src, &dirs, &n)) return EXIT_FAIL;
-    int single = n == 1 && tsr_ckpt_is_committed(src);
+    int single;
+    if (steps_of(cmd, src, &dirs, &n, &single)) return EXIT_FAIL;
     tsr_error e = {0};
     tsr_s3 *s3 = tsr_s3_new(NULL, &e);
     if (!s3) {
