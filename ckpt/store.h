@@ -8,8 +8,9 @@
  *
  * Fault injection for tests: the environment variable TSR_FAULT="OP:N:KIND" makes
  * the Nth call (counted from 1, per process) of OP fail, where OP is write, fsync
- * or rename, and KIND is ENOSPC, EIO or short (a write that stores half its bytes
- * and reports it). TSR_FAULT="delay:USEC:OP" makes every OP take USEC longer
+ * (the final ones), datasync (those a write file queues every few MiB while it
+ * writes) or rename, and KIND is ENOSPC, EIO or short (a write that stores half
+ * its bytes and reports it). TSR_FAULT="delay:USEC:OP" makes every OP take USEC longer
  * (crash tests use it to widen the window in which a save is in progress). */
 #ifndef TSR_STORE_H
 #define TSR_STORE_H

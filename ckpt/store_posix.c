@@ -63,14 +63,16 @@ static int injected_write(tsr_wfile *f, int fault, const void *buf, size_t len, 
 /* ------------------------------------------------------ fault injection */
 
 static pthread_mutex_t fault_mu = PTHREAD_MUTEX_INITIALIZER;
-static long fault_counts[3];
-enum { F_WRITE, F_FSYNC, F_RENAME };
+static long fault_counts[4];
+/* datasync: the fdatasyncs a write file queues while it writes (FLUSH_EVERY);
+ * fsync: the final ones, of data files and of the MANIFEST */
+enum { F_WRITE, F_FSYNC, F_RENAME, F_DATASYNC };
 
 /* @return 0 (no fault), ENOSPC, EIO, or -1 (short write) for this call of op. */
 static int fault_check(int op) {
     const char *spec = getenv("TSR_FAULT");
     if (!spec || !*spec) return 0;
-    static const char *const names[] = {"write", "fsync", "rename"};
+    static const char *const names[] = {"write", "fsync", "rename", "datasync"};
     char opname[16], kind[16];
     long n;
     if (sscanf(spec, "%15[a-z]:%ld:%15s", opname, &n, kind) != 3) return 0;
@@ -236,6 +238,11 @@ static void ring_close(tsr_wfile *f) {
     f->have_ring = 0;
 }
 
+/* A queued fdatasync failed with errno e: the file fails (its first error wins). */
+static void flush_failed(tsr_wfile *f, int e) {
+    if (!f->failed) f->failed = tsr_err(&f->ferr, errno_status(e), "%s: fdatasync: %s", f->path, strerror(e));
+}
+
 /* Reaps one completion; a short write is finished with a plain write. */
 static void reap_one(tsr_wfile *f) {
     struct io_uring_cqe *cqe;
@@ -250,8 +257,7 @@ static void reap_one(tsr_wfile *f) {
         int res = cqe->res;
         io_uring_cqe_seen(&f->ring, cqe);
         f->flushing = 0;
-        if (res < 0 && !f->failed)
-            f->failed = tsr_err(&f->ferr, errno_status(-res), "%s: fdatasync: %s", f->path, strerror(-res));
+        if (res < 0) flush_failed(f, -res);
         return;
     }
     pending *slot = &f->inflight[(uintptr_t)io_uring_cqe_get_data(cqe)];
@@ -313,7 +319,10 @@ int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, ts
     }
     f->n_inflight++;
     f->unflushed += len;
-    if (f->unflushed >= FLUSH_EVERY && !f->flushing && (sqe = io_uring_get_sqe(&f->ring))) {
+    if (f->unflushed >= FLUSH_EVERY && !f->flushing && (fault = fault_check(F_DATASYNC)) > 0) {
+        flush_failed(f, fault); /* reported by the next call, as a failed completion is */
+        f->unflushed = 0;
+    } else if (f->unflushed >= FLUSH_EVERY && !f->flushing && (sqe = io_uring_get_sqe(&f->ring))) {
         io_uring_prep_fsync(sqe, f->fd, IORING_FSYNC_DATASYNC);
         io_uring_sqe_set_data(sqe, (void *)FLUSH_TAG);
         if (io_uring_submit(&f->ring) >= 0) f->flushing = 1, f->unflushed = 0;

@@ -1,5 +1,5 @@
-/* test_fault.c: storage faults (TSR_FAULT: the Nth write, fsync or rename fails
- * with ENOSPC or EIO, or a write lands short) during a save: the caller sees an
+/* test_fault.c: storage faults (TSR_FAULT: the Nth write, fsync, rename or
+ * queued fdatasync fails with ENOSPC or EIO, or a write lands short) during a save: the caller sees an
  * error that names the file, its buffers are untouched, abort leaves no partial
  * files and no MANIFEST, and the earlier checkpoint still verifies. Each fault runs
  * in a child process so that its fault counter starts at zero. */
@@ -104,6 +104,52 @@ int main(void) {
             CHECK(verifies(good), "%s: the earlier checkpoint no longer verifies", spec);
         }
     }
+    /* the fdatasyncs queued while a data file is written (one per 4 MiB): 12 MiB
+     * of incompressible bytes, stored as they are, queue at least one */
+    static uint8_t noise[12 << 20];
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < sizeof noise; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        noise[i] = (uint8_t)(x >> 32);
+    }
+    const char *dspecs[] = {"datasync:1:EIO", "datasync:1:ENOSPC"};
+    for (size_t si = 0; si < 2; si++) {
+        char dir[700];
+        snprintf(dir, sizeof dir, "%s/step-%08d", base, 500 + (int)si);
+        pid_t pid = fork();
+        REQUIRE(pid >= 0, "fork");
+        if (pid == 0) {
+            setenv("TSR_FAULT", dspecs[si], 1);
+            tsr_write_opts o = tsr_write_opts_default();
+            o.threads = 2;
+            tsr_save *s = tsr_save_begin(dir, 0, NULL, &o, &e);
+            uint64_t shape[1] = {sizeof noise};
+            tsr_box b = {1, {0}, {sizeof noise}};
+            int rc = s ? 0 : e.code;
+            if (!rc) rc = tsr_save_tensor(s, "noise", NULL, TSR_U8, 1, shape, NULL, &e);
+            if (!rc) rc = tsr_save_box(s, "noise", &b, noise, &e);
+            if (!rc) rc = tsr_save_finish(s, NULL, NULL, &e);
+            if (!rc) rc = tsr_save_commit(s, NULL, NULL, 0, 2, NULL, &e);
+            if (rc && s) tsr_save_abort(s);
+            tsr_save_free(s);
+            int want = si == 0 ? TSR_EIO : TSR_ENOSPC;
+            if (rc != want || !strstr(e.msg, "fdatasync") || !strstr(e.msg, "data-00000.tsd")) {
+                fprintf(stderr, "%s: status %d (want %d), message: %s\n", dspecs[si], rc, want, e.msg);
+                _exit(1);
+            }
+            _exit(0);
+        }
+        int status;
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: child failed", dspecs[si]);
+        char f[800];
+        snprintf(f, sizeof f, "%s/data-00000.tsd", dir);
+        CHECK(access(f, F_OK) != 0, "%s: partial data file left behind", dspecs[si]);
+        CHECK(!tsr_ckpt_is_committed(dir), "%s: listed as committed", dspecs[si]);
+        CHECK(verifies(good), "%s: the earlier checkpoint no longer verifies", dspecs[si]);
+        faults++;
+    }
+
     /* a fault past the last call changes nothing */
     char dir[700];
     snprintf(dir, sizeof dir, "%s/step-00000999", base);
