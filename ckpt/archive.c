@@ -102,7 +102,6 @@ int tsr_archive_pull_step(tsr_s3 *s3, const char *src, const char *dir, tsr_s3_t
 
 #include <pthread.h>
 
-#define ARCHIVE_TRIES 3 /* pushes of one checkpoint before it is given up */
 
 struct tsr_archiver {
     tsr_s3 *s3;
@@ -159,14 +158,10 @@ static void *archiver_main(void *arg) {
         char dst[2 * PATH_MAX];
         snprintf(dst, sizeof dst, "%s/%s", a->url, step_name(a->busy));
         tsr_error e = {0};
-        int rc = -1;
-        for (int k = 0; k < ARCHIVE_TRIES && rc; k++) {
-            if (k) {
-                tsr_log(1, "archive of %s failed (%s); trying again", a->busy, e.msg);
-                sleep((unsigned)(5 << k));
-            }
-            rc = tsr_archive_push_step(a->s3, a->busy, dst, NULL, &e);
-        }
+        /* no retries here: every request already goes through the S3 client's
+         * retry loop (TSR_S3_MAX_ATTEMPTS, TSR_S3_RETRY_SECONDS), and a push
+         * resumes what an earlier one left */
+        int rc = tsr_archive_push_step(a->s3, a->busy, dst, NULL, &e);
         if (!rc) {
             tsr_log(2, "%s: archived to %s", a->busy, dst);
             remote_retention(a);

@@ -17,9 +17,10 @@ int tsr_archive_push_step(tsr_s3 *s3, const char *step_dir, const char *dst, tsr
 int tsr_archive_pull_step(tsr_s3 *s3, const char *src, const char *dir, tsr_s3_transfer *t, tsr_error *err);
 
 /* The archiver: a thread that pushes committed checkpoints to an S3 root, one at
- * a time, in the order given, each tried ARCHIVE_TRIES times (every request also
- * goes through the S3 client's retries), then keeps the newest `keep` committed
- * checkpoints there (0 keeps all). Failures are logged, never fatal.
+ * a time, in the order given (every request goes through the S3 client's retry
+ * loop), then keeps the newest `keep` committed checkpoints there (0 keeps all).
+ * A push that fails is logged and given up, never fatal: the next checkpoint is
+ * pushed as usual.
  * tsr_archiver_free waits for the queue to drain. */
 typedef struct tsr_archiver tsr_archiver;
 tsr_archiver *tsr_archiver_new(const char *url, uint32_t keep, tsr_error *err);

@@ -156,4 +156,24 @@ ls tr/checkpoint | grep -q step-00000040 || fail "local retention removed the ne
 expect 0 "pull the archive" "$T" pull $B/train/step-00000040 tr40
 expect 0 "diff archived and local" "$T" ckpt diff tr/checkpoint/step-00000040 tr40
 
+# --- an archive that cannot succeed (no such bucket: refused at once, not
+# retried): each failure is reported, training finishes, local retention goes on
+"$T" train --config "$TSR_ROOT/train/configs/debug.toml" --job.dump_folder=trf --training.steps=20 \
+    --checkpoint.enable --checkpoint.interval=5 --checkpoint.keep_latest_k=2 --checkpoint.async_mode=async \
+    --checkpoint.archive_url=s3://no-such-bucket/run/ >trainf.log 2>&1 ||
+    { fail "training with a failing archive stopped"; tail trainf.log >&2; }
+n=$(grep -c "archive of trf/checkpoint/step-[0-9]* to s3://no-such-bucket/run/step-[0-9]* failed: .*NoSuchBucket" trainf.log)
+[ "$n" = 4 ] || { fail "expected 4 archive failures reported, got $n"; grep -i archiv trainf.log >&2; }
+[ "$(ls trf/checkpoint | grep -c "^step-")" = 2 ] || fail "local retention with a failing archive: $(ls trf/checkpoint)"
+"$T" ckpt verify trf/checkpoint/step-00000020 >/dev/null || fail "the newest local checkpoint does not verify"
+
+# --- tessera rm of a local step and of a local root's uncommitted step
+mkdir -p rml && cp -r ck/step-00000010 rml/ && cp -r ck/step-00000010 rml/step-00000011 && rm rml/step-00000011/MANIFEST
+expect 0 "rm a local step" "$T" rm rml/step-00000010
+[ ! -e rml/step-00000010 ] || fail "rm left the local step"
+expect 0 "rm a local uncommitted step" "$T" rm rml/step-00000011
+[ ! -e rml/step-00000011 ] || fail "rm left the uncommitted local step"
+expect 2 "rm of a directory that is not a step" "$T" rm rml
+[ -d rml ] || fail "rm removed a directory that is not a step"
+
 [ $fails = 0 ]
