@@ -2,8 +2,10 @@
  * of one rank. Messages larger than INT_MAX bytes are split. */
 #include <limits.h>
 #include <mpi.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common.h"
 
@@ -12,6 +14,13 @@ struct tsr_comm {
     MPI_Comm comm;
     uint32_t rank, size;
     int finalize; /* MPI_Finalize on free: this comm initialized MPI */
+    /* sends of the deadline exchanges, in flight: nobody waits for them (their
+     * receiver may never come); each buffer is freed once its send completes */
+    struct owned_send {
+        MPI_Request q;
+        void *buf;
+    } *sends;
+    size_t n_sends, cap_sends;
 };
 
 #define CHUNK (1 << 30)
@@ -72,6 +81,8 @@ tsr_comm *tsr_comm_dup(tsr_comm *c, tsr_error *err) {
     }
     *d = *c;
     d->finalize = 0;
+    d->sends = NULL;
+    d->n_sends = d->cap_sends = 0;
     if (c->is_mpi) {
         int rc = MPI_Comm_dup(c->comm, &d->comm);
         if (rc != MPI_SUCCESS) {
@@ -108,12 +119,19 @@ tsr_comm *tsr_comm_split(tsr_comm *c, int color, int key, tsr_error *err) {
     MPI_Comm_set_errhandler(nc, MPI_ERRORS_RETURN);
     MPI_Comm_rank(nc, &r);
     MPI_Comm_size(nc, &s);
-    *d = (tsr_comm){1, nc, (uint32_t)r, (uint32_t)s, 0};
+    *d = (tsr_comm){.is_mpi = 1, .comm = nc, .rank = (uint32_t)r, .size = (uint32_t)s};
     return d;
 }
 
+static void reap_sends(tsr_comm *c);
+
 void tsr_comm_free(tsr_comm *c) {
     if (!c) return;
+    reap_sends(c);
+    /* a send still in flight went to a rank that gave up on it: its request is
+     * freed and its buffer left to MPI, which may still read it */
+    for (size_t i = 0; i < c->n_sends; i++) MPI_Request_free(&c->sends[i].q);
+    free(c->sends);
     if (c->is_mpi && c->comm != MPI_COMM_WORLD) MPI_Comm_free(&c->comm);
     if (c->finalize) MPI_Finalize();
     free(c);
@@ -259,6 +277,196 @@ int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint
     *all = out;
     *counts = sizes;
     return 0;
+}
+
+/* ------------------------------------------------- exchanges with a deadline */
+
+/* Polled instead of blocking, so that a rank that never arrives costs a timeout,
+ * not the process. The sleep keeps a waiting thread off the cores it shares with
+ * the encoder and the training loop. */
+#define POLL_SLEEP_NS 1000000L
+
+static void poll_sleep(void) {
+    struct timespec ts = {0, POLL_SLEEP_NS};
+    nanosleep(&ts, NULL);
+}
+
+/* Whether the deadline has passed (a deadline of 0: never). */
+static int past(double deadline) { return deadline > 0 && tsr_now() >= deadline; }
+
+/* "rank 3" or "ranks 3, 5" of the flagged ranks, into buf. */
+static void rank_list(const uint8_t *flag, uint32_t n, char *buf, size_t len) {
+    uint32_t k = 0;
+    for (uint32_t r = 0; r < n; r++) k += flag[r];
+    size_t o = (size_t)snprintf(buf, len, "%s", k > 1 ? "ranks " : "rank ");
+    for (uint32_t r = 0, i = 0; r < n && o < len; r++)
+        if (flag[r]) o += (size_t)snprintf(buf + o, len - o, "%s%u", i++ ? ", " : "", r);
+}
+
+int tsr_comm_iprobe(tsr_comm *c, uint32_t peer, int tag) {
+    if (!c->is_mpi) return 0;
+    int flag = 0;
+    if (MPI_Iprobe((int)peer, tag, c->comm, &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) return 0;
+    return flag;
+}
+
+/* Frees the buffers of the owned sends that have completed. */
+static void reap_sends(tsr_comm *c) {
+    size_t k = 0;
+    for (size_t i = 0; i < c->n_sends; i++) {
+        int done = 0;
+        MPI_Test(&c->sends[i].q, &done, MPI_STATUS_IGNORE);
+        if (done) free(c->sends[i].buf);
+        else c->sends[k++] = c->sends[i];
+    }
+    c->n_sends = k;
+}
+
+/* Sends n bytes from a copy that the comm owns until the send completes, and
+ * returns at once: a send completes only when its receiver takes part (shared
+ * memory returns each fragment to the sender), and that rank may be the late one. */
+static int send_owned(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n, tsr_error *err) {
+    reap_sends(c);
+    void *copy = malloc(n ? n : 1);
+    if (!copy || tsr_grow((void **)&c->sends, &c->cap_sends, c->n_sends, sizeof *c->sends)) {
+        free(copy);
+        return tsr_err(err, TSR_ENOMEM, "out of memory");
+    }
+    if (n) memcpy(copy, buf, n);
+    MPI_Request q;
+    int rc = MPI_Isend(copy, (int)n, MPI_BYTE, (int)peer, tag, c->comm, &q);
+    if (rc != MPI_SUCCESS) {
+        free(copy);
+        return mpi_err(err, rc, "Isend");
+    }
+    c->sends[c->n_sends++] = (struct owned_send){q, copy};
+    return 0;
+}
+
+/* One rank's message to the root of a gather: 0 not arrived, 1 being
+ * received, 2 here. */
+typedef struct gather_part {
+    int state;
+    uint8_t *data;
+    size_t size;
+    MPI_Request q;
+} gather_part;
+
+/* Advances rank r's part without blocking. */
+static int poll_part(tsr_comm *c, uint32_t r, int tag, gather_part *p, tsr_error *err) {
+    int flag = 0, rc = MPI_SUCCESS;
+    if (p->state == 0) {
+        MPI_Message m;
+        MPI_Status st;
+        int cnt = 0;
+        if ((rc = MPI_Improbe((int)r, tag, c->comm, &flag, &m, &st)) != MPI_SUCCESS) return mpi_err(err, rc, "Improbe");
+        if (!flag) return 0;
+        MPI_Get_count(&st, MPI_BYTE, &cnt);
+        if (!(p->data = malloc(cnt > 0 ? (size_t)cnt : 1))) return tsr_err(err, TSR_ENOMEM, "out of memory");
+        p->size = cnt > 0 ? (size_t)cnt : 0;
+        if ((rc = MPI_Imrecv(p->data, cnt, MPI_BYTE, &m, &p->q)) != MPI_SUCCESS) return mpi_err(err, rc, "Imrecv");
+        p->state = 1;
+    }
+    if (p->state == 1) {
+        if ((rc = MPI_Test(&p->q, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_err(err, rc, "Test");
+        if (flag) p->state = 2;
+    }
+    return 0;
+}
+
+int tsr_comm_gatherv_deadline(tsr_comm *c, uint32_t root, int tag, const void *buf, size_t n, double timeout_s,
+                              uint8_t **all, size_t **counts, tsr_error *err) {
+    *all = NULL;
+    *counts = NULL;
+    if (!c->is_mpi) return tsr_comm_allgatherv(c, buf, n, all, counts, err);
+    if (n > INT_MAX) return tsr_err(err, TSR_EINVAL, "gather of %zu bytes from one rank: over 2 GiB", n);
+    if (c->rank != root) return send_owned(c, root, tag, buf, n, err);
+    double deadline = timeout_s > 0 ? tsr_now() + timeout_s : 0;
+    /* root: each rank's message as it arrives (a matched probe, then a
+     * nonblocking receive of its size); nothing is posted for a rank that has not
+     * sent, so nothing is left to cancel when one never does */
+    gather_part *p = calloc(c->size, sizeof *p);
+    if (!p) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    int rc = 0;
+    uint32_t left = c->size - 1;
+    if (!(p[root].data = malloc(n ? n : 1))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    else {
+        if (n) memcpy(p[root].data, buf, n);
+        p[root].size = n;
+        p[root].state = 2;
+    }
+    while (!rc && left) {
+        for (uint32_t r = 0; r < c->size && !rc; r++) {
+            int was = p[r].state;
+            rc = poll_part(c, r, tag, &p[r], err);
+            if (p[r].state == 2 && was != 2) left--;
+        }
+        if (rc || !left) break;
+        if (past(deadline)) {
+            char who[256];
+            uint8_t *late = calloc(c->size, 1);
+            for (uint32_t r = 0; late && r < c->size; r++) late[r] = p[r].state != 2;
+            if (late) rank_list(late, c->size, who, sizeof who);
+            rc = tsr_err(err, TSR_EIO, "%s did not report within %.1f s", late ? who : "some ranks", timeout_s);
+            free(late);
+            break;
+        }
+        poll_sleep();
+    }
+    uint8_t *out = NULL;
+    size_t *sizes = NULL, total = 0;
+    for (uint32_t r = 0; !rc && r < c->size; r++) total += p[r].size;
+    if (!rc && (!(out = malloc(total ? total : 1)) || !(sizes = calloc(c->size, sizeof *sizes))))
+        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t r = 0, off = 0; !rc && r < c->size; off += p[r].size, r++) {
+        if (p[r].size) memcpy(out + off, p[r].data, p[r].size);
+        sizes[r] = p[r].size;
+    }
+    for (uint32_t r = 0; r < c->size; r++) {
+        /* a matched receive still in flight cannot be cancelled: its request is
+         * freed and its buffer left to MPI */
+        if (p[r].state == 1) MPI_Request_free(&p[r].q);
+        else free(p[r].data);
+    }
+    free(p);
+    if (rc) {
+        free(out), free(sizes);
+        return rc;
+    }
+    *all = out;
+    *counts = sizes;
+    return 0;
+}
+
+int tsr_comm_bcast_deadline(tsr_comm *c, uint32_t root, int tag, void *buf, size_t n, double timeout_s,
+                            tsr_error *err) {
+    if (!c->is_mpi) return 0;
+    if (n > INT_MAX) return tsr_err(err, TSR_EINVAL, "broadcast of %zu bytes: over 2 GiB", n);
+    int rc = 0;
+    if (c->rank == root) {
+        for (uint32_t r = 0; r < c->size && !rc; r++)
+            if (r != root) rc = send_owned(c, r, tag, buf, n, err);
+        return rc;
+    }
+    double deadline = timeout_s > 0 ? tsr_now() + timeout_s : 0;
+    MPI_Request q;
+    int done = 0;
+    if ((rc = MPI_Irecv(buf, (int)n, MPI_BYTE, (int)root, tag, c->comm, &q)) != MPI_SUCCESS)
+        return mpi_err(err, rc, "Irecv");
+    for (;;) { /* tested at least once, even when the deadline has passed */
+        if ((rc = MPI_Test(&q, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_err(err, rc, "Test");
+        if (done || past(deadline)) break;
+        poll_sleep();
+    }
+    if (done) return 0;
+    /* a receive can be cancelled; if the message matched meanwhile it is here */
+    MPI_Status st;
+    int cancelled = 0;
+    MPI_Cancel(&q);
+    MPI_Wait(&q, &st);
+    MPI_Test_cancelled(&st, &cancelled);
+    if (!cancelled) return 0;
+    return tsr_err(err, TSR_EIO, "rank %u did not answer within %.1f s", root, timeout_s);
 }
 
 struct tsr_comm_reqs {

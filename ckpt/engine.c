@@ -4,7 +4,9 @@
  * for) -> in a background thread: encode and write this rank's data file through
  * tsr_save (thread pool, io_uring), gather every rank's table and status on rank
  * 0, commit the MANIFEST there, broadcast the outcome, and on failure remove this
- * save's files everywhere.
+ * save's files everywhere. That exchange has a deadline (commit_timeout_s): a
+ * rank that misses it fails the save, and the engine then refuses to save again,
+ * since its background comm may still deliver the late rank's message.
  * Load: rank 0 reads the MANIFEST and broadcasts it; each distinct needed box is
  * read by one rank that needs it and sent to the others. */
 #include <errno.h>
@@ -28,6 +30,10 @@
 
 #define TAG_MOD 32000
 #define MSG_LEN 1024
+/* The commit exchange on the background comm: reports to rank 0, its verdict back. */
+#define TAG_REPORT 1
+#define TAG_VERDICT 2
+#define VERDICT_BROKEN 1u /* flag: a rank missed the exchange; its message may come later */
 
 typedef struct staged {
     uint32_t tensor;
@@ -81,6 +87,9 @@ struct tsr_engine {
     job job;
     int last_status;
     tsr_error last_err;
+    int broken; /* a commit exchange timed out: e->bg may hold a late message */
+    long delay_rank; /* test hook TSR_TEST_COMMIT_DELAY: this rank reports delay_s late */
+    double delay_s;
     double last_wait, last_stall;
     tsr_archiver *arch; /* rank 0, when archiving */
     char archive_url[PATH_MAX];
@@ -100,7 +109,7 @@ static int default_threads(void) {
 }
 
 tsr_engine_opts tsr_engine_opts_default(void) {
-    return (tsr_engine_opts){.write = tsr_write_opts_default()};
+    return (tsr_engine_opts){.write = tsr_write_opts_default(), .commit_timeout_s = 1800};
 }
 
 static void job_clear(job *j) {
@@ -257,8 +266,17 @@ static void run_job(tsr_engine *e) {
     const uint8_t *table = NULL;
     size_t table_len = 0;
     if (!rc) rc = tsr_save_finish(s, &table, &table_len, &err);
+    if (!rc && table_len > INT_MAX - 4)
+        rc = tsr_err(&err, TSR_EINVAL, "%s: a chunk table of %zu bytes, over 2 GiB", j->dir, table_len);
 
-    /* Every rank reports [i32 status][table, or its error message] to rank 0. */
+    if (e->delay_s > 0 && e->delay_rank == (long)e->rank) { /* test hook: a rank that reports late */
+        struct timespec ts = {(time_t)e->delay_s, (long)((e->delay_s - (double)(time_t)e->delay_s) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+    /* Every rank reports [i32 status][table, or its error message] to rank 0,
+     * which waits commit_timeout_s for the reports; the others wait twice as long
+     * for its verdict, so that they hear of a timeout from it rather than race it. */
+    double timeout = e->opts.commit_timeout_s > 0 ? e->opts.commit_timeout_s : 0;
     size_t mlen = 4 + (rc ? strlen(err.msg) + 1 : table_len);
     uint8_t *msg = malloc(mlen);
     int comm_rc = 0;
@@ -270,10 +288,15 @@ static void run_job(tsr_engine *e) {
         else if (table_len) memcpy(msg + 4, table, table_len);
     }
     tsr_error cerr = {0};
-    comm_rc = tsr_comm_gatherv(e->bg, 0, msg, msg ? mlen : 0, &all, &counts, &cerr);
+    /* a verdict already here: rank 0 gave up on this rank, and a report now would
+     * only wait for a receive that never comes */
+    if (e->rank == 0 || !tsr_comm_iprobe(e->bg, 0, TAG_VERDICT))
+        comm_rc = tsr_comm_gatherv_deadline(e->bg, 0, TAG_REPORT, msg, msg ? mlen : 0, e->rank ? 2 * timeout : timeout,
+                                            &all, &counts, &cerr);
     free(msg);
-    /* Rank 0 decides: commit when every rank succeeded. */
-    uint8_t outcome[4 + MSG_LEN] = {0};
+    /* Rank 0 decides: commit when every rank succeeded. Verdict: [i32 status]
+     * [u32 flags][message]. */
+    uint8_t outcome[8 + MSG_LEN] = {0};
     if (e->rank == 0) {
         int orc = comm_rc;
         tsr_error oerr = cerr;
@@ -302,19 +325,36 @@ static void run_job(tsr_engine *e) {
             free(lens);
         }
         tsr_st32(outcome, (uint32_t)orc);
-        if (orc) snprintf((char *)outcome + 4, MSG_LEN, "%s", oerr.msg);
+        tsr_st32(outcome + 4, comm_rc ? VERDICT_BROKEN : 0); /* a failed gather may leave messages behind */
+        if (orc) snprintf((char *)outcome + 8, MSG_LEN, "%s", oerr.msg);
     }
     free(all);
     free(counts);
-    if (tsr_comm_bcast(e->bg, 0, outcome, sizeof outcome, &cerr)) {
-        tsr_st32(outcome, (uint32_t)TSR_EIO);
-        snprintf((char *)outcome + 4, MSG_LEN, "%s", cerr.msg);
+    int unknown = 0, broken = 0; /* unknown: no verdict came, the step may yet be committed */
+    if (e->rank == 0) {
+        /* a commit is not undone when the verdict cannot be sent */
+        if (tsr_comm_bcast_deadline(e->bg, 0, TAG_VERDICT, outcome, sizeof outcome, timeout, &cerr)) {
+            tsr_log(0, "save of step %llu: %s", (unsigned long long)j->step, cerr.msg);
+            broken = 1;
+        }
+    } else {
+        /* after a report that could not be sent, only a verdict already here counts */
+        tsr_error verr = {0};
+        if (tsr_comm_bcast_deadline(e->bg, 0, TAG_VERDICT, outcome, sizeof outcome, comm_rc ? 1e-3 : 2 * timeout,
+                                    &verr)) {
+            unknown = 1;
+            tsr_st32(outcome, (uint32_t)TSR_EIO);
+            snprintf((char *)outcome + 8, MSG_LEN, "%s", comm_rc ? cerr.msg : verr.msg);
+        }
     }
     int final = (int32_t)tsr_ld32(outcome);
+    broken |= unknown || (tsr_ld32(outcome + 4) & VERDICT_BROKEN);
     if (final) {
-        if (s) tsr_save_abort(s);
-        tsr_err(&err, final, "save of step %llu to %s failed: %s", (unsigned long long)j->step, j->dir,
-                (const char *)outcome + 4);
+        /* without a verdict this rank's file stays: rank 0 may have committed the
+         * step (an uncommitted one is removed by retention later) */
+        if (s && !unknown) tsr_save_abort(s);
+        tsr_err(&err, final, "save of step %llu to %s failed: %s%s", (unsigned long long)j->step, j->dir,
+                (const char *)outcome + 8, unknown ? " (this rank's data file is left in place)" : "");
         tsr_log(0, "%s", err.msg);
     } else if (e->rank == 0) {
         char regular[PATH_MAX + 40], name[32];
@@ -329,6 +369,7 @@ static void run_job(tsr_engine *e) {
     pthread_mutex_lock(&e->mu);
     e->last_status = final;
     e->last_err = final ? err : (tsr_error){0};
+    e->broken |= broken;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -363,6 +404,17 @@ tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_op
     e->size = tsr_comm_size(comm);
     e->opts = opts ? *opts : tsr_engine_opts_default();
     if (e->opts.write.threads <= 0) e->opts.write.threads = default_threads();
+    const char *ct = getenv("TSR_COMMIT_TIMEOUT"); /* seconds; for operators and tests */
+    if (ct && *ct) {
+        char *end;
+        double v = strtod(ct, &end);
+        if (*end || !(v >= 0 && v <= 1e9)) tsr_log(1, "TSR_COMMIT_TIMEOUT=%s: not a number of seconds, ignored", ct);
+        else e->opts.commit_timeout_s = v;
+    }
+    /* Test hook: TSR_TEST_COMMIT_DELAY=RANK:SECONDS makes that rank's background
+     * thread sleep before each commit report, as a rank with stuck I/O would. */
+    const char *cd = getenv("TSR_TEST_COMMIT_DELAY");
+    if (cd && (sscanf(cd, "%ld:%lf", &e->delay_rank, &e->delay_s) != 2 || !(e->delay_s <= 1e6))) e->delay_s = 0;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     if (e->rank == 0 && getrandom(e->engine_id, 16, 0) != 16) memset(e->engine_id, 0x5a, 16);
@@ -434,6 +486,13 @@ int tsr_engine_wait(tsr_engine *e, tsr_error *err) {
 
 double tsr_engine_last_wait(const tsr_engine *e) { return e->last_wait; }
 double tsr_engine_last_stall(const tsr_engine *e) { return e->last_stall; }
+
+int tsr_engine_broken(tsr_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    int b = e->broken;
+    pthread_mutex_unlock(&e->mu);
+    return b;
+}
 
 /* ------------------------------------------------------------- planning */
 
@@ -694,10 +753,21 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
     double t1 = tsr_now();
     e->last_wait = t1 - t0;
     int rc = check_state(st, err);
-    int64_t ok = rc == 0;
-    /* every rank learns whether all states are usable before any collective on them */
+    pthread_mutex_lock(&e->mu);
+    int broken = e->broken;
+    pthread_mutex_unlock(&e->mu);
+    int64_t ok = rc ? 0 : broken ? 1 : 2;
+    /* every rank learns whether all states are usable, and whether every engine
+     * can save, before any collective on them */
     if (tsr_comm_allreduce_min(e->comm, &ok, rc ? NULL : err) && !rc) return err ? err->code : TSR_EIO;
     if (!ok) return rc ? rc : tsr_err(err, TSR_EINVAL, "another rank's state is invalid");
+    if (ok == 1) { /* the background comm may deliver a late message of that save */
+        pthread_mutex_lock(&e->mu);
+        e->broken = 1; /* learnt from another rank */
+        pthread_mutex_unlock(&e->mu);
+        return tsr_err(err, TSR_EIO, "save of step %llu: an earlier commit timed out%s; the engine cannot save until restarted",
+                       (unsigned long long)step, broken ? "" : " on another rank");
+    }
     if ((rc = plan_save(e, st, err))) return rc;
 
     job_clear(&e->job);

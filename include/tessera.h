@@ -297,6 +297,25 @@ int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, s
  * *counts are NULL elsewhere). */
 int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint8_t **all,
                      size_t **counts, tsr_error *err);
+/* Exchanges with a deadline, for work that must not hang on a rank that never
+ * arrives (the engine's commit): point to point under `tag`, polled with short
+ * sleeps instead of blocking. Only receivers wait: a sender returns at once and
+ * the comm keeps its copy of the message until it is taken. timeout_s <= 0 waits
+ * forever. Each rank's n must be below 2 GiB. A message that comes after its
+ * receiver gave up is never received: a group that timed out should not run
+ * such an exchange again (the engine stops saving). A timeout is TSR_EIO with a
+ * message naming the ranks, e.g. "ranks 3, 5 did not report within 2.0 s".
+ * tsr_comm_gatherv_deadline(): as tsr_comm_gatherv; the root waits until
+ * timeout_s for the others' messages. */
+int tsr_comm_gatherv_deadline(tsr_comm *c, uint32_t root, int tag, const void *buf, size_t n,
+                              double timeout_s, uint8_t **all, size_t **counts, tsr_error *err);
+/* tsr_comm_bcast_deadline(): root's n bytes at buf to every rank; the others
+ * wait until timeout_s for them ("rank 0 did not answer within 2.0 s"). */
+int tsr_comm_bcast_deadline(tsr_comm *c, uint32_t root, int tag, void *buf, size_t n, double timeout_s,
+                            tsr_error *err);
+/* tsr_comm_iprobe(): 1 if a message from peer with tag is waiting, else 0. Not
+ * collective, never blocks. */
+int tsr_comm_iprobe(tsr_comm *c, uint32_t peer, int tag);
 /* Sums of f32/f64 data (training). allreduce: in place. allgatherv: rank i's
  * counts[i] elements (send; may be recv + its displacement) concatenated in rank
  * order into recv. reduce_scatterv: the elementwise sum over ranks of send (the
@@ -420,6 +439,13 @@ typedef struct tsr_engine_opts {
     const char *archive_url;
     uint64_t archive_every; /* 0 or 1: every checkpoint */
     uint32_t archive_keep;
+    /* Seconds rank 0 waits for the other ranks' reports at the end of a save (1800
+     * by default; 0 waits forever); the others wait twice as long for its
+     * verdict. A rank that misses it fails the save on every rank ("rank 2 did not
+     * report within 1800.0 s") instead of hanging it, and the engine then refuses
+     * further saves until it is restarted (tsr_engine_broken). The environment
+     * variable TSR_COMMIT_TIMEOUT (seconds) overrides it. */
+    double commit_timeout_s;
 } tsr_engine_opts;
 tsr_engine_opts tsr_engine_opts_default(void);
 
@@ -481,6 +507,10 @@ int tsr_engine_wait(tsr_engine *e, tsr_error *err);
  * it blocked the caller in all (wait, plan, staging). */
 double tsr_engine_last_wait(const tsr_engine *e);
 double tsr_engine_last_stall(const tsr_engine *e);
+/* tsr_engine_broken(): 1 once a commit exchange timed out on this rank or, as
+ * the next save learns, on another: every later save fails, and the job should
+ * stop and restart from its last committed checkpoint. */
+int tsr_engine_broken(tsr_engine *e);
 
 /* tsr_engine_load(): collective. Loads the checkpoint in step_dir (NULL: the
  * newest committed one under ROOT) into the boxes of `st`, in whatever layout

@@ -97,6 +97,7 @@ static void test_defaults(void) {
     CHECK(c.checkpoint.interval == 500 && c.checkpoint.keep_latest_k == 10, "ckpt");
     CHECK(c.checkpoint.async_mode == TSR_ASYNC_DISABLED && c.checkpoint.load_step == -1, "ckpt");
     CHECK(c.checkpoint.last_save_model_only && c.checkpoint.export_dtype == TSR_F32, "ckpt");
+    CHECK(c.checkpoint.commit_timeout_s == 1800, "commit timeout %g", c.checkpoint.commit_timeout_s);
     CHECK(c.metrics.log_freq == 10 && strcmp(c.metrics.file, "metrics.jsonl") == 0, "metrics");
     CHECK(c.n_warnings == 0 && c.warnings[0] == 0, "warnings: %s", c.warnings);
     CHECK(strcmp(tsr_flavor_name(TSR_FLAVOR_124M), "124m") == 0, "flavor name");
@@ -155,6 +156,7 @@ static void test_value_kinds(void) {
         "export_dtype = \"bfloat16\"\n"
         "initial_load_path = \"/seed/step-00000100\"\n"
         "initial_load_model_only = false\n"
+        "commit_timeout_s = 2.5\n"
         "[metrics]\n"
         "log_freq = 3\n"
         "file = \"m.jsonl\"";  /* no newline at the end */
@@ -187,6 +189,7 @@ static void test_value_kinds(void) {
     CHECK(!c.checkpoint.last_save_model_only && c.checkpoint.export_dtype == TSR_BF16, "ckpt");
     CHECK(strcmp(c.checkpoint.initial_load_path, "/seed/step-00000100") == 0 && !c.checkpoint.initial_load_model_only,
           "initial load");
+    CHECK(c.checkpoint.commit_timeout_s == 2.5, "commit timeout %g", c.checkpoint.commit_timeout_s);
     CHECK(c.metrics.log_freq == 3 && strcmp(c.metrics.file, "m.jsonl") == 0, "metrics");
     CHECK(c.n_warnings == 0, "no warnings expected: %s", c.warnings);
 

@@ -130,5 +130,15 @@ expect_fail shape "another model" "$T" train --config "$CFG" $COMMON --job.dump_
     --parallelism.tensor_parallel_degree=8 --parallelism.pipeline_parallel_degree=4 >"$TSR_TMP/info.out" 2>&1 ||
     fail "model-info 8b"
 grep -q "8030261248 parameters" "$TSR_TMP/info.out" || { fail "8b parameter count"; cat "$TSR_TMP/info.out" >&2; }
+# a rank that misses a commit (its report 3 s late against a 1 s deadline): the
+# save fails on every rank, the next save finds the engine unable to save, and
+# the job stops instead of training on without checkpoints
+TSR_COMMIT_TIMEOUT=1 TSR_TEST_COMMIT_DELAY=1:3 run_np 2 "$T" train --config "$CFG" $COMMON --training.steps=10 \
+    --job.dump_folder="$TSR_TMP/hung" --checkpoint.enable --checkpoint.interval=2 --checkpoint.async_mode=async \
+    --training.dataset=tokens --training.dataset_path="$TSR_TMP/data" >"$TSR_TMP/hung.out" 2>&1 &&
+    fail "hung commit: the job went on"
+grep -q "rank 1 did not report within 1.0 s" "$TSR_TMP/hung.out" || { fail "hung commit: not reported"; cat "$TSR_TMP/hung.out" >&2; }
+grep -q "checkpointing cannot go on" "$TSR_TMP/hung.out" || { fail "hung commit: no stop"; cat "$TSR_TMP/hung.out" >&2; }
+grep -q "^step *10 " "$TSR_TMP/hung.out" && fail "hung commit: trained to the end"
 [ $fails = 0 ] || exit 1
 echo "trainer: layouts, resume and errors ok"

@@ -138,6 +138,7 @@ static const keydef keys[] = {
     {"checkpoint", "archive_interval", K_INT, OFF(checkpoint.archive_interval), 1, BIG, F_OURS, NULL, NULL},
     {"checkpoint", "archive_keep_latest_k", K_INT, OFF(checkpoint.archive_keep_latest_k), 0, BIG, F_OURS, NULL,
      NULL},
+    {"checkpoint", "commit_timeout_s", K_FLOAT, OFF(checkpoint.commit_timeout_s), 0, 1e9, F_OURS, NULL, NULL},
 
     {"metrics", "log_freq", K_INT, OFF(metrics.log_freq), 1, BIG, 0, NULL, NULL},
     {"metrics", "file", K_STR, OFF(metrics.file), 0, 0, F_NONEMPTY | F_OURS, NULL, NULL},
@@ -661,6 +662,7 @@ void tsr_config_defaults(tsr_train_config *c) {
     c->checkpoint.export_dtype = TSR_F32;
     c->checkpoint.initial_load_model_only = true;
     c->checkpoint.archive_interval = 1;
+    c->checkpoint.commit_timeout_s = 1800;
     c->metrics.log_freq = 10;
     strcpy(c->metrics.file, "metrics.jsonl");
 }

@@ -130,6 +130,9 @@ typedef struct tsr_train_config {
         int archive_interval;             /* 1: archive every Nth checkpoint (step multiple of
                                              N x interval) */
         int archive_keep_latest_k;        /* 0: keep every archived checkpoint; else the newest K */
+        double commit_timeout_s;          /* 1800: seconds rank 0 waits for the other ranks at
+                                             the end of a save before it fails the save (0:
+                                             forever; TSR_COMMIT_TIMEOUT overrides it) */
     } checkpoint;
     struct {
         int log_freq;               /* 10: log (and write a metrics line) every N steps */

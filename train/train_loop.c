@@ -322,6 +322,7 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
         eo.archive_url = c->checkpoint.archive_url;
         eo.archive_every = (uint64_t)c->checkpoint.archive_interval * (uint64_t)c->checkpoint.interval;
         eo.archive_keep = (uint32_t)c->checkpoint.archive_keep_latest_k;
+        eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
         j.engine = tsr_engine_new(j.root, t->world, &eo, err);
         if (!j.engine) rc = err ? err->code : TSR_EIO;
         if (!rc) rc = resume(&j, &pos, &start, log, err);
@@ -365,7 +366,12 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
             if (!(rc = state_boxes(&j, 0, err))) {
                 tsr_state st = make_state(&j, 0);
                 rc = tsr_engine_save(j.engine, (uint64_t)step, &st, err);
-                if (rc) { /* a failed save is reported, and training goes on */
+                if (rc && tsr_engine_broken(j.engine)) {
+                    /* no later save can succeed: stop, to be restarted from the last
+                     * committed checkpoint, rather than train on without any */
+                    tsr_err_prefix(err, "step %d: checkpointing cannot go on; restart the job from its last "
+                                   "committed checkpoint", step);
+                } else if (rc) { /* a failed save is reported, and training goes on */
                     if (log) fprintf(log, "step %d: checkpoint failed: %s\n", step, err ? err->msg : "");
                     rc = 0;
                 }
