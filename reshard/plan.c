@@ -1,8 +1,9 @@
 /* plan.c: the planners (DESIGN.md, "Global tensors, boxes and layouts" and
  * "Async save pipeline"):
- *  - tsr_plan_overlaps: which stored boxes each needed box reads, by sort and
- *    sweep along one dim, so that it scales as O((n+m) log(n+m)) plus the
- *    overlaps found, not O(n*m);
+ *  - tsr_plan_overlaps: which stored boxes each needed box reads, by a sweep
+ *    along one dim that asks a priority search tree about a second, so that it
+ *    takes O((n+m) log(n+m) + k) for k overlaps whatever the boxes, not O(n*m)
+ *    (with more than 2 dims, k counts the pairs that meet in those two);
  *  - tsr_save_plan_build: which rank writes each distinct box, replicas written
  *    once, writers balanced by bytes (LPT: largest first, to the least loaded). */
 #include <stdio.h>
@@ -15,8 +16,9 @@
 /* ------------------------------------------------------------ radix sorts */
 
 /* LSD radix sorts on 64-bit keys, 8 bits a pass, stable; passes whose byte is
- * the same in every key are skipped, so small keys cost few passes. `tmp` has
- * room for n entries. */
+ * the same in every key are skipped, so small keys cost few passes, and keys
+ * already in order (boxes listed by offset, equal offsets) cost one look.
+ * `tmp` has room for n entries. */
 typedef struct kv {
     uint64_t key, val;
 } kv;
@@ -33,6 +35,9 @@ typedef struct kv {
             }                                                                               \
             return;                                                                         \
         }                                                                                   \
+        size_t sorted = 1;                                                                  \
+        while (sorted < n && KEY(a[sorted - 1]) <= KEY(a[sorted])) sorted++;                \
+        if (sorted == n) return;                                                            \
         size_t cnt[8][256];                                                                 \
         memset(cnt, 0, sizeof cnt);                                                         \
         for (size_t i = 0; i < n; i++) {                                                    \
@@ -64,10 +69,12 @@ RADIX_SORT(sort_kv, kv, KEY_KV)
 
 /* malloc for the large arrays of a plan. Every byte of them is written, so they
  * are worth huge pages: on a machine where page faults are slow, faulting in the
- * output of a million-box plan 4 KiB at a time costs more than the planning. */
-static void *big_alloc(size_t n, size_t size) {
+ * output of a million-box plan 4 KiB at a time costs more than the planning.
+ * With `zero`, calloc: fresh pages come zeroed, and those never touched cost
+ * nothing. */
+static void *big_alloc_z(size_t n, size_t size, int zero) {
     if (n > SIZE_MAX / size) return NULL;
-    void *p = malloc(n && size ? n * size : 1);
+    void *p = zero ? calloc(n ? n : 1, size) : malloc(n && size ? n * size : 1);
 #ifdef MADV_HUGEPAGE
     if (p && n * size >= ((size_t)8 << 20)) {
         uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
@@ -78,34 +85,7 @@ static void *big_alloc(size_t n, size_t size) {
     return p;
 }
 
-/* An entry of a sweep's active list: a box whose interval in the sweep dim
- * ends at `end` (exclusive), with its interval [lo2, hi2) in a second dim, so
- * that most boxes that do not meet are told apart without loading them. */
-typedef struct active {
-    uint64_t end, lo2, hi2;
-    uint64_t idx;
-} active;
-
-typedef struct active_list {
-    active *v;
-    size_t n, cap;
-} active_list;
-
-static int push_active(active_list *a, const tsr_box *b, uint32_t k, uint32_t k2, uint64_t idx) {
-    if (a->n == a->cap) {
-        size_t cap = a->cap ? 2 * a->cap : 64;
-        active *v = realloc(a->v, cap * sizeof *v);
-        if (!v) return -1;
-        a->v = v;
-        a->cap = cap;
-    }
-    active *e = &a->v[a->n++];
-    e->end = b->offset[k] + b->extent[k];
-    e->lo2 = b->offset[k2];
-    e->hi2 = b->offset[k2] + b->extent[k2];
-    e->idx = idx;
-    return 0;
-}
+static void *big_alloc(size_t n, size_t size) { return big_alloc_z(n, size, 0); }
 
 typedef struct pair_list {
     uint64_t *v; /* need << 32 | have */
@@ -131,29 +111,6 @@ static int boxes_meet(const tsr_box *a, const tsr_box *b, uint32_t nd) {
     return 1;
 }
 
-/* A box starts at `x` in the sweep dim k: drop the other side's entries that
- * ended at or before x, record a pair with each remaining one that meets the
- * box (they meet in dim k already; with at most 2 dims, dim k2 settles it). */
-static int sweep_event(const tsr_box *box, uint64_t idx, uint64_t x, uint32_t k2, active_list *other,
-                       const tsr_box *other_boxes, uint32_t nd, int box_is_need, pair_list *pairs) {
-    active *v = other->v;
-    size_t n = other->n;
-    uint64_t lo2 = box->offset[k2], hi2 = box->offset[k2] + box->extent[k2];
-    for (size_t i = 0; i < n;) {
-        if (v[i].end <= x) {
-            v[i] = v[--n];
-            continue;
-        }
-        if (v[i].lo2 < hi2 && lo2 < v[i].hi2 && (nd <= 2 || boxes_meet(box, &other_boxes[v[i].idx], nd))) {
-            int rc = box_is_need ? push_pair(pairs, idx, v[i].idx) : push_pair(pairs, v[i].idx, idx);
-            if (rc) return -1;
-        }
-        i++;
-    }
-    other->n = n;
-    return 0;
-}
-
 static int check_boxes(const char *what, const tsr_box *b, size_t n, uint32_t nd, tsr_error *err) {
     for (size_t i = 0; i < n; i++) {
         if (b[i].ndim != nd)
@@ -175,14 +132,146 @@ static int nonempty(const tsr_box *b) {
     return 1;
 }
 
+/* The active boxes of one side of the sweep, for the question "which of them
+ * meet [lo, hi) in dim k2?": a priority search tree (McCreight). A box is the
+ * point (x, y) of its interval [x, y) in dim k2, and it meets [lo, hi) iff
+ * x < hi and y > lo, a quadrant. The tree's shape is fixed in advance: its P
+ * leaves (a power of two) belong to the boxes in x order, and each node holds
+ * at most one box of its subtree: among those not held higher up, one with the
+ * largest y (a heap on y). A query stops at any node whose y is too small or
+ * whose subtree starts at x >= hi, so it visits O(log n + reported) nodes
+ * besides deletions; an insertion or a deletion moves boxes along one path,
+ * O(log n). Boxes whose interval in the sweep dim has ended are deleted when a
+ * query meets them (lazily): no end events to sort, and each box is deleted at
+ * most once. No recursion: the tree is 33 levels deep at most. */
+typedef struct pst_box {
+    uint64_t x, y; /* its interval [x, y) in dim k2 */
+    uint64_t end;  /* where its interval in the sweep dim k ends (exclusive) */
+    uint64_t idx;  /* its index in the caller's list */
+} pst_box;
+
+/* A node: the y of the box it holds, beside the box's number, so that the heap
+ * is kept without loading boxes; y 0 (no box is empty) marks a free node. */
+typedef struct pst_node {
+    uint64_t y, p;
+} pst_node;
+
+typedef struct pst {
+    pst_box *box;   /* box[p], p = 0..n-1, in x order */
+    pst_node *node; /* node v: 1-based, children 2v and 2v + 1; box p's leaf is P + p */
+    uint64_t P;
+    unsigned H; /* P = 2^H */
+} pst;
+
+/* Sets up the tree of one side, empty, and sorts `s` (the side's nonempty boxes
+ * in .val) into sweep order: .key the offset in dim k, .val the box's number in
+ * the tree. `tmp` has room for n kv. @return 0 or -1 (out of memory). */
+static int pst_init(pst *t, const tsr_box *boxes, kv *s, size_t n, uint32_t k, uint32_t k2, kv *tmp) {
+    for (t->P = 1, t->H = 0; t->P < n; t->P *= 2, t->H++) {}
+    t->box = big_alloc(n, sizeof *t->box);
+    t->node = big_alloc_z(2 * t->P, sizeof *t->node, 1); /* all free (y 0) */
+    if (!t->box || !t->node) return -1;
+    for (size_t i = 0; i < n; i++) s[i].key = boxes[s[i].val].offset[k2];
+    sort_kv(s, tmp, n);
+    for (size_t i = 0; i < n; i++) {
+        const tsr_box *b = &boxes[s[i].val];
+        t->box[i] = (pst_box){b->offset[k2], b->offset[k2] + b->extent[k2], b->offset[k] + b->extent[k],
+                              s[i].val};
+        s[i].key = b->offset[k];
+        s[i].val = i;
+    }
+    sort_kv(s, tmp, n);
+    return 0;
+}
+
+static void pst_free(pst *t) {
+    free(t->box);
+    free(t->node);
+}
+
+/* Walks down from the root: the box with the larger y stays, the other goes on
+ * towards its own leaf, which only it can take, so the walk ends there at the
+ * latest. */
+static void pst_insert(pst *t, uint64_t p) {
+    pst_node e = {t->box[p].y, p};
+    for (uint64_t v = 1, d = 1;; d++) {
+        if (!t->node[v].y) {
+            t->node[v] = e;
+            return;
+        }
+        if (e.y > t->node[v].y) {
+            pst_node x = t->node[v];
+            t->node[v] = e;
+            e = x;
+        }
+        v = (t->P + e.p) >> (t->H - d);
+    }
+}
+
+/* Empties node v: the child with the larger y moves up, and so on down. */
+static void pst_delete(pst *t, uint64_t v) {
+    while (v < t->P) {
+        uint64_t c = 2 * v; /* the child that moves up */
+        if (t->node[c + 1].y > t->node[c].y) c++;
+        t->node[v] = t->node[c];
+        if (!t->node[v].y) return;
+        v = c;
+    }
+    t->node[v] = (pst_node){0, 0};
+}
+
+/* A box `q` of the other side starts at `now` in the sweep dim: records a pair
+ * with each box of t that meets it. Such a box meets it in dim k2 (the
+ * quadrant), has not ended in dim k (it started at or before `now`, being in
+ * the tree), and, with more than 2 dims, meets it in the others too (checked
+ * one by one: the bound then holds for the boxes met in dims k and k2).
+ * @return 0 or -1 (out of memory). */
+static int pst_query(pst *t, const pst_box *q, uint64_t now, const tsr_box *q_box,
+                     const tsr_box *boxes, uint32_t nd, int q_is_need, pair_list *pairs) {
+    /* depth first; the stack holds at most one node a level (33 levels) */
+    struct {
+        uint64_t v, first, leaves; /* a node, its first leaf (0-based), its number of leaves */
+    } stack[64];
+    size_t sp = 0;
+    stack[sp].v = 1, stack[sp].first = 0, stack[sp++].leaves = t->P;
+    while (sp) {
+        sp--;
+        uint64_t v = stack[sp].v, first = stack[sp].first, half = stack[sp].leaves / 2;
+        if (t->node[v].y <= q->x) continue; /* free, or the heap: no y below is larger */
+        const pst_box *b = &t->box[t->node[v].p];
+        if (b->end <= now) { /* it left the sweep: delete it, look again */
+            pst_delete(t, v);
+            sp++; /* v again, still there on the stack */
+            continue;
+        }
+        if (b->x < q->y) {
+            if (nd <= 2 || boxes_meet(q_box, &boxes[b->idx], nd)) {
+                int rc = q_is_need ? push_pair(pairs, q->idx, b->idx) : push_pair(pairs, b->idx, q->idx);
+                if (rc) return -1;
+            }
+        } else if (t->box[first].x >= q->y) {
+            continue; /* every x below is at least hi */
+        }
+        if (half) {
+            stack[sp].v = 2 * v + 1, stack[sp].first = first + half, stack[sp++].leaves = half;
+            stack[sp].v = 2 * v, stack[sp].first = first, stack[sp++].leaves = half;
+        }
+    }
+    return 0;
+}
+
 /* The sweep proper: fills `pairs` with every (need, have) that meets. `ns`, `hs`
  * hold the indices of the nonempty boxes in .val; `scratch` has room for
- * nn + nh kv. @return 0 or -1 (out of memory). */
+ * nn + nh kv. The boxes start in the order of their offsets in the sweep dim k;
+ * each one looks for the boxes of the other side that started before it, have
+ * not ended yet and meet it in dim k2, in the other side's tree, then joins its
+ * own. @return 0 or -1 (out of memory). */
 static int sweep(const tsr_box *need, kv *ns, size_t nn, const tsr_box *have, kv *hs, size_t nh,
                  uint32_t nd, kv *scratch, pair_list *pairs) {
-    /* Sweep along the dim with the most distinct offsets among all boxes: it
-     * keeps the active lists shortest. */
-    uint32_t k = 0, k2 = 0; /* k2: the runner-up, checked first in the sweep */
+    /* Sweep along the dim with the most distinct offsets among all boxes (it
+     * keeps the trees small), and ask the trees about the runner-up, the best
+     * filter among the rest. */
+    uint32_t k = 0, k2 = 0;
     if (nd > 1) {
         uint64_t *keys = (uint64_t *)scratch, *ktmp = keys + nn + nh;
         size_t best = 0, second = 0;
@@ -196,29 +285,23 @@ static int sweep(const tsr_box *need, kv *ns, size_t nn, const tsr_box *have, kv
             else if (distinct > second || d == 1) second = distinct, k2 = d;
         }
     }
-    for (size_t i = 0; i < nn; i++) ns[i].key = need[ns[i].val].offset[k];
-    for (size_t j = 0; j < nh; j++) hs[j].key = have[hs[j].val].offset[k];
-    sort_kv(ns, scratch, nn);
-    sort_kv(hs, scratch, nh);
-
-    active_list an = {0}, ah = {0};
-    int rc = 0;
+    pst tn = {0}, th = {0};
+    int rc = pst_init(&tn, need, ns, nn, k, k2, scratch);
+    if (!rc) rc = pst_init(&th, have, hs, nh, k, k2, scratch);
     for (size_t i = 0, j = 0; (i < nn || j < nh) && !rc;) {
         /* at equal starts, stored boxes go first (either order finds every pair) */
         if (j < nh && (i == nn || hs[j].key <= ns[i].key)) {
-            const tsr_box *b = &have[hs[j].val];
-            rc = sweep_event(b, hs[j].val, hs[j].key, k2, &an, need, nd, 0, pairs);
-            if (!rc) rc = push_active(&ah, b, k, k2, hs[j].val);
-            j++;
+            const pst_box *b = &th.box[hs[j].val];
+            rc = pst_query(&tn, b, hs[j].key, &have[b->idx], need, nd, 0, pairs);
+            pst_insert(&th, hs[j++].val);
         } else {
-            const tsr_box *b = &need[ns[i].val];
-            rc = sweep_event(b, ns[i].val, ns[i].key, k2, &ah, have, nd, 1, pairs);
-            if (!rc) rc = push_active(&an, b, k, k2, ns[i].val);
-            i++;
+            const pst_box *b = &tn.box[ns[i].val];
+            rc = pst_query(&th, b, ns[i].key, &need[b->idx], have, nd, 1, pairs);
+            pst_insert(&tn, ns[i++].val);
         }
     }
-    free(an.v);
-    free(ah.v);
+    pst_free(&tn);
+    pst_free(&th);
     return rc;
 }
 

@@ -4,7 +4,11 @@
  *    chunks of one random layout against the boxes every rank needs under
  *    another, and on random disjoint boxes (guillotine cuts) against random
  *    boxes, in 0 to 5 dims, with empty boxes; the same overlap set, in (need,
- *    have) order. Large 1-D and 2-D cases check coverage and order.
+ *    have) order. Also 2-D and 3-D grids against other grids (tall thin boxes
+ *    against wide flat ones among them), with extra, duplicate and empty boxes
+ *    and coordinates up to 2^64, which a wrong interval structure in the sweep
+ *    gets wrong. Large 1-D and 2-D cases, and square grids against the same
+ *    grids moved, check the count, coverage and order.
  *  - tsr_save_plan_build: every distinct box assigned once, to a rank that holds
  *    it; bytes per rank add up; replicated boxes balanced (LPT bound: the most
  *    loaded rank is within the largest box of the ideal); deterministic, even
@@ -214,8 +218,121 @@ static void overlaps_random(int iters) {
     free(need);
 }
 
-/* Large cases: checks order, regions and coverage without the reference. */
-static void check_large(const tsr_box *need, size_t n, const tsr_box *have, size_t m, const char *what) {
+/* A random grid along [0, len): cuts[0] = 0 < cuts[1] < ... < cuts[g] = len,
+ * g <= max_pieces, more often large than small. @return g. */
+static size_t random_cuts(uint64_t len, size_t max_pieces, uint64_t *cuts) {
+    uint64_t most = max_pieces < len ? max_pieces : len, g1 = 1 + below(most), g2 = 1 + below(most);
+    size_t g = g1 > g2 ? g1 : g2;
+    cuts[0] = 0;
+    for (size_t i = 1; i < g; i++) { /* g - 1 distinct points of (0, len), insertion-sorted */
+        uint64_t x;
+        size_t j;
+        do {
+            x = 1 + below(len - 1);
+            for (j = 1; j < i && cuts[j] != x; j++) {}
+        } while (j < i);
+        for (j = i; j > 1 && cuts[j - 1] > x; j--) cuts[j] = cuts[j - 1];
+        cuts[j] = x;
+    }
+    cuts[g] = len;
+    return g;
+}
+
+/* The boxes of the grid whose cuts along dim d are cuts[d][0..g[d]]. @return their number. */
+static size_t grid_boxes(uint32_t nd, uint64_t cuts[][65], const size_t *g, tsr_box *out) {
+    size_t n = 1;
+    for (uint32_t d = 0; d < nd; d++) n *= g[d];
+    for (size_t i = 0; i < n; i++) {
+        tsr_box *b = &out[i];
+        memset(b, 0, sizeof *b);
+        b->ndim = nd;
+        for (uint32_t d = 0, r = (uint32_t)i; d < nd; r /= (uint32_t)g[d], d++) {
+            b->offset[d] = cuts[d][r % g[d]];
+            b->extent[d] = cuts[d][r % g[d] + 1] - cuts[d][r % g[d]];
+        }
+    }
+    return n;
+}
+
+/* x -> base + x * stride in every dim. */
+static void stretch(tsr_box *b, size_t n, uint64_t base, uint64_t stride) {
+    for (size_t i = 0; i < n; i++)
+        for (uint32_t d = 0; d < b[i].ndim; d++) {
+            b[i].offset[d] = base + b[i].offset[d] * stride;
+            b[i].extent[d] *= stride;
+        }
+}
+
+static void shuffle(tsr_box *b, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        size_t j = below(n);
+        tsr_box x = b[i];
+        b[i] = b[j];
+        b[j] = x;
+    }
+}
+
+/* Stored boxes: a random grid tiling [0, shape); needed: another grid, plus
+ * random boxes inside (overlapping the grid and each other), copies of needed
+ * boxes and empty boxes on both sides. Every fourth case, the stored grid is
+ * cut along one dim only and the needed one along another: tall thin boxes
+ * against wide flat ones, each stored box active across the whole sweep. Every
+ * third, coordinates are stretched and moved so that the tensor ends at 2^64 - 1
+ * in its longest dim. */
+static void overlaps_grids(int iters) {
+    static tsr_box have[1200], need[1200];
+    static uint64_t cuts[TSR_MAX_DIMS][65];
+    for (int it = 0; it < iters && check_failures < 20; it++) {
+        uint32_t nd = 2 + (uint32_t)below(2);
+        size_t cap = nd == 2 ? 28 : 9; /* pieces a dim, so at most 784 boxes a grid */
+        int thin = it % 4 == 3, huge = it % 3 == 2;
+        uint32_t dh = (uint32_t)below(nd), dn = (dh + 1 + (uint32_t)below(nd - 1)) % nd;
+        uint64_t shape[TSR_MAX_DIMS];
+        size_t gh[TSR_MAX_DIMS], gn[TSR_MAX_DIMS];
+        for (uint32_t d = 0; d < nd; d++) shape[d] = 1 + below(it % 2 ? 200 : 30);
+        for (uint32_t d = 0; d < nd; d++) gh[d] = random_cuts(shape[d], thin && d != dh ? 1 : cap, cuts[d]);
+        size_t m = grid_boxes(nd, cuts, gh, have);
+        for (uint32_t d = 0; d < nd; d++) gn[d] = random_cuts(shape[d], thin && d != dn ? 1 : cap, cuts[d]);
+        size_t n = grid_boxes(nd, cuts, gn, need);
+        size_t extra = below(40);
+        for (size_t e = 0; e < extra; e++) {
+            tsr_box *b = &need[n++];
+            if (below(3) == 0) { /* a copy of a needed box */
+                *b = need[below(n - 1)];
+                continue;
+            }
+            b->ndim = nd;
+            for (uint32_t d = 0; d < nd; d++) {
+                b->offset[d] = below(shape[d]);
+                b->extent[d] = 1 + below(shape[d] - b->offset[d]);
+            }
+        }
+        for (size_t e = below(4); e > 0; e--) { /* empty boxes, in the middle of others */
+            tsr_box *b = below(2) ? &need[n++] : &have[m++];
+            b->ndim = nd;
+            for (uint32_t d = 0; d < nd; d++) {
+                b->offset[d] = below(shape[d]);
+                b->extent[d] = 1 + below(shape[d] - b->offset[d]);
+            }
+            b->extent[below(nd)] = 0;
+        }
+        if (huge) {
+            uint64_t longest = 0, stride = 1 + below((uint64_t)1 << 40);
+            for (uint32_t d = 0; d < nd; d++) longest = shape[d] > longest ? shape[d] : longest;
+            stretch(have, m, UINT64_MAX - longest * stride, stride);
+            stretch(need, n, UINT64_MAX - longest * stride, stride);
+        }
+        shuffle(have, m);
+        shuffle(need, n);
+        /* (volumes of stretched boxes overflow: no coverage check for them) */
+        check_overlaps(need, n, have, m, !huge, thin ? "thin grids" : "grids");
+    }
+}
+
+/* Large cases: checks order, regions and, with `covered`, coverage without the
+ * reference. @return the number of overlaps. */
+static size_t check_large(const tsr_box *need, size_t n, const tsr_box *have, size_t m, int covered,
+                          const char *what) {
     tsr_error e = {0};
     tsr_overlap *o = NULL;
     size_t k = 0;
@@ -231,7 +348,7 @@ static void check_large(const tsr_box *need, size_t n, const tsr_box *have, size
               "%s: overlap %zu region", what, p);
         sum[o[p].need] += tsr_box_volume(&o[p].region);
     }
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n && covered; i++)
         if (sum[i] != tsr_box_volume(&need[i])) {
             CHECK(0, "%s: needed box %zu covered %llu of %llu", what, i, (unsigned long long)sum[i],
                   (unsigned long long)tsr_box_volume(&need[i]));
@@ -239,6 +356,7 @@ static void check_large(const tsr_box *need, size_t n, const tsr_box *have, size
         }
     free(sum);
     free(o);
+    return k;
 }
 
 static void grid(uint64_t rows, uint64_t cols, uint64_t gr, uint64_t gc, tsr_box *out) {
@@ -275,11 +393,45 @@ static void overlaps_large(void) {
         need[n].extent[0] = (i * c + c < rows ? i * c + c : rows) - i * c;
         need[n].extent[1] = 64;
     }
-    check_large(need, n, have, N, "1-D cuts");
+    check_large(need, n, have, N, 1, "1-D cuts");
     /* 2-D grids of about N boxes, crossing */
     grid(1000, 1000, 400, 500, have);
     grid(1000, 1000, 450, 440, need);
-    check_large(need, 450 * 440, have, 400 * 500, "2-D grids");
+    check_large(need, 450 * 440, have, 400 * 500, 1, "2-D grids");
+    free(have);
+    free(need);
+}
+
+/* Square grids: g^nd stored boxes of 10 x .. x 10 against the same grid moved
+ * by 3 in every dim (its last boxes stick out). Where the sweep kept the active
+ * boxes of a side in a list, each box scanned a whole row of them. Two boxes
+ * meet iff their intervals meet in every dim, so the count is that of one
+ * dim's meeting intervals, by brute force, to the power nd; with the regions
+ * and the strict order checked, that pins down the whole overlap set. */
+static void overlaps_square(uint32_t nd, uint64_t g) {
+    size_t n = 1;
+    for (uint32_t d = 0; d < nd; d++) n *= g;
+    tsr_box *have = malloc(n * sizeof *have), *need = malloc(n * sizeof *need);
+    for (size_t i = 0; i < n; i++) {
+        memset(&have[i], 0, sizeof have[i]);
+        have[i].ndim = nd;
+        for (uint32_t d = 0, r = (uint32_t)i; d < nd; r /= (uint32_t)g, d++) {
+            have[i].offset[d] = 10 * (r % g);
+            have[i].extent[d] = 10;
+        }
+        need[i] = have[i];
+        for (uint32_t d = 0; d < nd; d++) need[i].offset[d] += 3;
+    }
+    shuffle(have, n);
+    shuffle(need, n);
+    uint64_t per_dim = 0, want = 1;
+    for (uint64_t a = 0; a < g; a++)
+        for (uint64_t b = 0; b < g; b++) per_dim += 10 * a + 3 < 10 * b + 10 && 10 * b < 10 * a + 13;
+    for (uint32_t d = 0; d < nd; d++) want *= per_dim;
+    char what[64];
+    snprintf(what, sizeof what, "square %u-D grid of %llu", nd, (unsigned long long)g);
+    size_t k = check_large(need, n, have, n, 0, what);
+    CHECK(k == want, "%s: %zu overlaps, expected %llu", what, k, (unsigned long long)want);
     free(have);
     free(need);
 }
@@ -629,8 +781,11 @@ int main(void) {
     int scale = lng && *lng ? 10 : 1;
     overlaps_errors();
     overlaps_random(2000 * scale);
+    overlaps_grids(300 * scale);
     overlaps_layouts(300 * scale);
     overlaps_large();
+    overlaps_square(2, 300);
+    overlaps_square(3, 30);
     save_plan_cases();
     save_plan_replicated(300 * scale);
     save_plan_layouts(300 * scale);

@@ -11,7 +11,7 @@ echo "== codec: tessera's frame codec against plain zstd, one core, N(0, 0.02) w
 $T bench codec
 echo
 echo "== plan: sort-and-sweep resharding planner, one core"
-$T bench plan
+$T bench plan --grid 1000
 echo
 echo "== save: stall against memcpy, background write throughput against the disk"
 $T bench save --dir "$OUT/save" --bytes 1G
