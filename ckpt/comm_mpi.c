@@ -146,6 +146,17 @@ int tsr_comm_barrier(tsr_comm *c, tsr_error *err) {
     return rc == MPI_SUCCESS ? 0 : mpi_err(err, rc, "Barrier");
 }
 
+static void poll_sleep(void);
+
+int tsr_comm_barrier_idle(tsr_comm *c, tsr_error *err) {
+    if (!c->is_mpi) return 0;
+    MPI_Request q;
+    int rc = MPI_Ibarrier(c->comm, &q), done = 0;
+    while (rc == MPI_SUCCESS && !done && (rc = MPI_Test(&q, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done)
+        poll_sleep();
+    return rc == MPI_SUCCESS ? 0 : mpi_err(err, rc, "Ibarrier");
+}
+
 int tsr_comm_bcast(tsr_comm *c, uint32_t root, void *buf, size_t n, tsr_error *err) {
     if (!c->is_mpi) return 0;
     for (size_t off = 0; off < n || (n == 0 && off == 0); off += CHUNK) {

@@ -284,6 +284,10 @@ uint32_t tsr_comm_size(const tsr_comm *c);
 tsr_comm *tsr_comm_split(tsr_comm *c, int color, int key, tsr_error *err);
 
 int tsr_comm_barrier(tsr_comm *c, tsr_error *err);
+/* tsr_comm_barrier_idle(): a barrier that sleeps (1 ms polls) instead of
+ * spinning, for ranks that wait a long time and should leave the cores to
+ * those that work. */
+int tsr_comm_barrier_idle(tsr_comm *c, tsr_error *err);
 /* tsr_comm_bcast(): root's n bytes at buf to every rank. */
 int tsr_comm_bcast(tsr_comm *c, uint32_t root, void *buf, size_t n, tsr_error *err);
 /* tsr_comm_allreduce_min(): the minimum of every rank's *v, into *v everywhere. */

@@ -19,8 +19,9 @@ echo
 echo "== load: 1 GiB saved on 4 ranks (dp_shard=2,tp=2), loaded there and on 3 ranks (dp_shard=3)"
 rm -rf "$OUT/load"
 $MPIRUN -np 4 $T ckpt synth "$OUT/load" --layout dp_shard=2,tp=2 --bytes 1G --dtype bf16 >/dev/null
-# the rank outside the 3-rank layout waits in MPI; yielding, it leaves the cores to
-# the three that load, as a 3-rank job would (Open MPI's waits otherwise spin)
+# the rank outside the 3-rank layout sleeps while the others load (bench load's
+# idle barrier) and yields in MPI's own waits, leaving the cores to the three
+# that load, as a 3-rank job would (Open MPI's waits otherwise spin)
 $MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3
 echo
 echo "== reshard: bf16 checkpoints saved on 4 ranks (dp_shard=2,tp=2) rewritten offline for dp_shard=3"

@@ -283,6 +283,9 @@ static int timed_load(layout_run *lr, tsr_comm *world, const char *dir, const ts
         rc = tsr_engine_load(eng, dir, &st, NULL, e);
     }
     int64_t neg_us = -(int64_t)((tsr_now() - t0) * 1e6), ok = rc == 0;
+    /* the ranks outside the layout sleep meanwhile, as if they were not there
+     * (MPI's own waits spin and take cores from the ranks that load) */
+    tsr_comm_barrier_idle(world, NULL);
     tsr_comm_allreduce_min(world, &neg_us, NULL);
     tsr_comm_allreduce_min(world, &ok, NULL);
     tsr_engine_free(eng);
