@@ -36,60 +36,50 @@ static int data_files(const char *dir, char (**names)[32], size_t *n, uint64_t *
     return 0;
 }
 
-/* bucket and key prefix of a step's S3 location, without a trailing '/'. */
-static int split_step(const char *url, char *bucket, char *prefix, size_t *pl, tsr_error *err) {
+/* Copies the checkpoint between the local directory `local` and the S3 location
+ * `url` (push: to S3), file by file, the MANIFEST last. The file list comes from
+ * the source's MANIFEST, which a push requires; a pull makes `local` first, and
+ * refuses one that holds a committed checkpoint already. */
+static int copy_step(tsr_s3 *s3, const char *local, const char *url, int push, tsr_s3_transfer *t,
+                     tsr_error *err) {
+    char bucket[TSR_S3_MAX_BUCKET], prefix[TSR_S3_MAX_KEY];
     int rc = tsr_s3_split(url, bucket, TSR_S3_MAX_BUCKET, prefix, TSR_S3_MAX_KEY, err);
-    *pl = rc ? 0 : strlen(prefix);
-    if (*pl && prefix[*pl - 1] == '/') prefix[--*pl] = 0;
+    if (rc) return rc;
+    size_t pl = strlen(prefix);
+    if (pl && prefix[pl - 1] == '/') prefix[--pl] = 0;
+    if (push && !tsr_ckpt_is_committed(local))
+        return tsr_err(err, TSR_ENOTFOUND, "%s: no MANIFEST (not a committed checkpoint)", local);
+    char (*names)[32] = NULL;
+    size_t n = 0;
+    uint64_t bytes = 0;
+    if ((rc = data_files(push ? local : url, &names, &n, &bytes, err))) return rc;
+    if (!push) {
+        int e = tsr_mkdir_p(local);
+        if (e) rc = tsr_err(err, e == ENOSPC ? TSR_ENOSPC : TSR_EIO, "%s: cannot create directory: %s", local, strerror(e));
+        char manifest[PATH_MAX + 40];
+        snprintf(manifest, sizeof manifest, "%s/MANIFEST", local);
+        if (!rc && access(manifest, F_OK) == 0)
+            rc = tsr_err(err, TSR_EINVAL, "%s: already holds a committed checkpoint", local);
+    }
+    for (size_t i = 0; i <= n && !rc; i++) {
+        const char *name = i < n ? names[i] : "MANIFEST"; /* the MANIFEST last */
+        char path[PATH_MAX + 40], key[TSR_S3_MAX_KEY + 40];
+        snprintf(path, sizeof path, "%s/%s", local, name);
+        snprintf(key, sizeof key, "%s%s%s", prefix, pl ? "/" : "", name);
+        if (strlen(key) >= TSR_S3_MAX_KEY) rc = tsr_err(err, TSR_EINVAL, "s3://%s/%s: key too long", bucket, key);
+        else if (push) rc = tsr_s3_upload_file(s3, path, bucket, key, t, err);
+        else rc = tsr_s3_download_file(s3, bucket, key, path, t, err);
+    }
+    free(names);
     return rc;
 }
 
 int tsr_archive_push_step(tsr_s3 *s3, const char *step_dir, const char *dst, tsr_s3_transfer *t, tsr_error *err) {
-    char bucket[TSR_S3_MAX_BUCKET], prefix[TSR_S3_MAX_KEY];
-    size_t pl;
-    int rc = split_step(dst, bucket, prefix, &pl, err);
-    if (rc) return rc;
-    if (!tsr_ckpt_is_committed(step_dir))
-        return tsr_err(err, TSR_ENOTFOUND, "%s: no MANIFEST (not a committed checkpoint)", step_dir);
-    char (*names)[32] = NULL;
-    size_t n = 0;
-    uint64_t bytes = 0;
-    if ((rc = data_files(step_dir, &names, &n, &bytes, err))) return rc;
-    for (size_t i = 0; i <= n && !rc; i++) {
-        const char *name = i < n ? names[i] : "MANIFEST"; /* the MANIFEST last */
-        char path[PATH_MAX + 40], key[TSR_S3_MAX_KEY + 40];
-        snprintf(path, sizeof path, "%s/%s", step_dir, name);
-        snprintf(key, sizeof key, "%s%s%s", prefix, pl ? "/" : "", name);
-        if (strlen(key) >= TSR_S3_MAX_KEY) rc = tsr_err(err, TSR_EINVAL, "s3://%s/%s: key too long", bucket, key);
-        else rc = tsr_s3_upload_file(s3, path, bucket, key, t, err);
-    }
-    free(names);
-    return rc;
+    return copy_step(s3, step_dir, dst, 1, t, err);
 }
 
 int tsr_archive_pull_step(tsr_s3 *s3, const char *src, const char *dir, tsr_s3_transfer *t, tsr_error *err) {
-    char bucket[TSR_S3_MAX_BUCKET], prefix[TSR_S3_MAX_KEY];
-    size_t pl;
-    int rc = split_step(src, bucket, prefix, &pl, err);
-    if (rc) return rc;
-    char (*names)[32] = NULL;
-    size_t n = 0;
-    uint64_t bytes = 0;
-    if ((rc = data_files(src, &names, &n, &bytes, err))) return rc;
-    int e = tsr_mkdir_p(dir);
-    if (e) rc = tsr_err(err, e == ENOSPC ? TSR_ENOSPC : TSR_EIO, "%s: cannot create directory: %s", dir, strerror(e));
-    char manifest[PATH_MAX + 40];
-    snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
-    if (!rc && access(manifest, F_OK) == 0)
-        rc = tsr_err(err, TSR_EINVAL, "%s: already holds a committed checkpoint", dir);
-    for (size_t i = 0; i <= n && !rc; i++) {
-        const char *name = i < n ? names[i] : "MANIFEST";
-        char path[PATH_MAX + 40], key[TSR_S3_MAX_KEY + 40];
-        snprintf(path, sizeof path, "%s/%s", dir, name);
-        snprintf(key, sizeof key, "%s%s%s", prefix, pl ? "/" : "", name);
-        rc = tsr_s3_download_file(s3, bucket, key, path, t, err);
-    }
-    free(names);
+    int rc = copy_step(s3, dir, src, 0, t, err);
     int fd = rc ? -1 : open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd >= 0) { /* the renames survive a crash */
         if (fsync(fd) != 0) rc = tsr_err(err, TSR_EIO, "%s: fsync: %s", dir, strerror(errno));

@@ -280,8 +280,7 @@ typedef struct req {
     size_t resp_max;
     /* the answer */
     long status;
-    uint8_t *resp;
-    size_t resp_len, resp_cap;
+    tsr_sbuf resp;
     size_t got, sent;
     char etag[80], content_hash[40];
     uint64_t length;
@@ -305,29 +304,19 @@ static void req_init(req *r, const char *method, const char *bucket, const char 
 
 static void req_reset_answer(req *r) {
     r->status = 0;
-    r->resp_len = r->got = r->sent = 0;
+    r->resp.n = r->got = r->sent = 0;
+    r->resp.oom = 0;
     r->etag[0] = r->content_hash[0] = 0;
     r->overflow = 0;
 }
 
 static void resp_append(req *r, const char *p, size_t n) {
-    if (r->resp_len + n > r->resp_max) {
+    if (r->resp.n + n > r->resp_max) {
         r->overflow = 1;
-        n = r->resp_max > r->resp_len ? r->resp_max - r->resp_len : 0;
+        n = r->resp_max > r->resp.n ? r->resp_max - r->resp.n : 0;
     }
-    if (r->resp_len + n + 1 > r->resp_cap) {
-        size_t cap = r->resp_cap ? r->resp_cap : 4096;
-        while (cap < r->resp_len + n + 1) cap *= 2;
-        uint8_t *q = realloc(r->resp, cap);
-        if (!q) {
-            r->overflow = 1;
-            return;
-        }
-        r->resp = q, r->resp_cap = cap;
-    }
-    memcpy(r->resp + r->resp_len, p, n);
-    r->resp_len += n;
-    r->resp[r->resp_len] = 0;
+    tsr_sb_put(&r->resp, p, n);
+    if (r->resp.oom) r->overflow = 1;
 }
 
 static size_t write_cb(char *p, size_t size, size_t nmemb, void *u) {
@@ -413,8 +402,8 @@ static void xml_text(xmlNode *node, const char *name, char *out, size_t len) {
 }
 
 static xmlDoc *xml_parse(const req *r) {
-    if (!r->resp_len) return NULL;
-    return xmlReadMemory((const char *)r->resp, (int)r->resp_len, "s3.xml", NULL,
+    if (!r->resp.n) return NULL;
+    return xmlReadMemory(r->resp.p, (int)r->resp.n, "s3.xml", NULL,
                          XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
 }
 
@@ -680,7 +669,7 @@ int tsr_s3_head(tsr_s3 *s, const char *bucket, const char *key, tsr_s3_object *o
         snprintf(out->etag, sizeof out->etag, "%s", r.etag);
         snprintf(out->content_hash, sizeof out->content_hash, "%s", r.content_hash);
     }
-    free(r.resp);
+    free(r.resp.p);
     return rc;
 }
 
@@ -694,7 +683,7 @@ int tsr_s3_get_range(tsr_s3 *s, const char *bucket, const char *key, uint64_t of
     r.out = buf;
     r.out_cap = len;
     int rc = run1(s, &r, err);
-    free(r.resp);
+    free(r.resp.p);
     return rc;
 }
 
@@ -706,13 +695,13 @@ int tsr_s3_get(tsr_s3 *s, const char *bucket, const char *key, size_t max, uint8
     int rc = run1(s, &r, err);
     if (!rc && r.overflow) rc = tsr_err(err, TSR_ECORRUPT, "s3://%s/%s: over the limit of %zu bytes", bucket, key, max);
     if (rc) {
-        free(r.resp);
+        free(r.resp.p);
         return rc;
     }
-    if (!r.resp) r.resp = calloc(1, 1);
-    if (!r.resp) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    *out = r.resp;
-    *len = r.resp_len;
+    if (!r.resp.p) r.resp.p = calloc(1, 1);
+    if (!r.resp.p) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    *out = (uint8_t *)r.resp.p;
+    *len = r.resp.n;
     return 0;
 }
 
@@ -730,7 +719,7 @@ int tsr_s3_put(tsr_s3 *s, const char *bucket, const char *key, const void *buf, 
     content_hash_hex(tsr_hash(buf, len), hex);
     snprintf(r.extra[0], sizeof r.extra[0], "x-amz-meta-tessera-xxh3: %s", hex);
     int rc = run1(s, &r, err);
-    free(r.resp);
+    free(r.resp.p);
     return rc;
 }
 
@@ -738,7 +727,7 @@ int tsr_s3_delete(tsr_s3 *s, const char *bucket, const char *key, tsr_error *err
     req r;
     req_init(&r, "DELETE", bucket, key);
     int rc = run1(s, &r, err);
-    free(r.resp);
+    free(r.resp.p);
     return rc;
 }
 
@@ -777,7 +766,7 @@ int tsr_s3_list(tsr_s3 *s, const char *bucket, const char *prefix, const char *d
         xmlDoc *d = rc ? NULL : xml_parse(&r);
         if (!rc && !d)
             rc = tsr_err(err, TSR_EIO, "s3://%s/%s: ListObjectsV2: the answer is not XML", bucket, prefix ? prefix : "");
-        free(r.resp);
+        free(r.resp.p);
         if (rc) break;
         xmlNode *root = xmlDocGetRootElement(d);
         char trunc[16];
@@ -829,7 +818,7 @@ static int create_upload(tsr_s3 *s, const char *bucket, const char *key, const c
     upload_id[0] = 0;
     if (d) xml_text(xmlDocGetRootElement(d), "UploadId", upload_id, idlen);
     xmlFreeDoc(d);
-    free(r.resp);
+    free(r.resp.p);
     if (!rc && !upload_id[0])
         rc = tsr_err(err, TSR_EIO, "s3://%s/%s: CreateMultipartUpload: no UploadId in the answer", bucket, key);
     return rc;
@@ -845,7 +834,7 @@ static void abort_upload(tsr_s3 *s, const char *bucket, const char *key, const c
         tsr_error e;
         if (run1(s, &r, &e)) tsr_log(1, "%s", e.msg);
     }
-    free(r.resp);
+    free(r.resp.p);
 }
 
 /* Uploads parts[i] for i < n that are not `have`, from memory (bufs[i]) or from
@@ -885,7 +874,7 @@ static int upload_parts(tsr_s3 *s, const char *bucket, const char *key, const ch
             snprintf(parts[i].etag, sizeof parts[i].etag, "%s", rs[i].etag);
             if (t) t->parts_sent++;
         }
-        free(rs[i].resp);
+        free(rs[i].resp.p);
     }
     free(rs), free(rp), free(what);
     return rc;
@@ -927,7 +916,7 @@ static int complete_upload(tsr_s3 *s, const char *bucket, const char *key, const
             rc = tsr_err(err, TSR_EIO, "s3://%s/%s: CompleteMultipartUpload: unexpected answer", bucket, key);
         xmlFreeDoc(d);
     }
-    free(r.resp);
+    free(r.resp.p);
     free(b.p);
     return rc;
 }
@@ -971,7 +960,7 @@ static int find_resumable(tsr_s3 *s, const char *bucket, const char *key, int fd
     int rc = set_query(&r, &q, err);
     if (!rc) rc = run1(s, &r, err);
     xmlDoc *d = rc ? NULL : xml_parse(&r);
-    free(r.resp);
+    free(r.resp.p);
     if (rc) return rc;
     char best_time[64] = "";
     xmlNode *lroot = d ? xmlDocGetRootElement(d) : NULL;
@@ -999,7 +988,7 @@ static int find_resumable(tsr_s3 *s, const char *bucket, const char *key, int fd
         if ((rc = set_query(&r, &q, err))) break;
         rc = run1(s, &r, err);
         d = rc ? NULL : xml_parse(&r);
-        free(r.resp);
+        free(r.resp.p);
         if (rc == TSR_ENOTFOUND) { /* finished or aborted meanwhile */
             upload_id[0] = 0;
             return 0;
@@ -1115,7 +1104,7 @@ int tsr_s3_upload_file(tsr_s3 *s, const char *path, const char *bucket, const ch
         snprintf(r.checksum, sizeof r.checksum, "%s", parts[0].checksum);
         snprintf(r.extra[0], sizeof r.extra[0], "x-amz-meta-tessera-xxh3: %s", hex);
         rc = run(s, (req *[]){&r}, 1, 1, t, err);
-        free(r.resp);
+        free(r.resp.p);
         if (!rc && t) t->parts_sent++;
         goto out;
     }
@@ -1184,7 +1173,7 @@ int tsr_s3_download_file(tsr_s3 *s, const char *bucket, const char *key, const c
     for (size_t i = 0; i < n; i++) {
         if (!rc && rs[i].got != (i + 1 < n ? psz : o.size - (uint64_t)i * psz))
             rc = tsr_err(err, TSR_EIO, "s3://%s/%s: range %zu: %zu bytes received", bucket, key, i, rs[i].got);
-        free(rs[i].resp);
+        free(rs[i].resp.p);
     }
     free(rs), free(rp);
     if (rc) goto fail;

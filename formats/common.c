@@ -113,6 +113,29 @@ int tsr_mkdir_p(const char *path) {
 }
 
 
+/* Room for k more bytes and a NUL. @return 0, or -1 (oom set). */
+static int sb_reserve(tsr_sbuf *b, size_t k) {
+    if (b->oom) return -1;
+    if (b->p && b->n + k + 1 <= b->cap) return 0;
+    size_t nc = b->cap ? b->cap * 2 : 1024;
+    while (nc < b->n + k + 1) nc *= 2;
+    char *np = realloc(b->p, nc);
+    if (!np) {
+        b->oom = 1;
+        return -1;
+    }
+    b->p = np;
+    b->cap = nc;
+    return 0;
+}
+
+void tsr_sb_put(tsr_sbuf *b, const void *s, size_t k) {
+    if (sb_reserve(b, k)) return;
+    if (k) memcpy(b->p + b->n, s, k);
+    b->n += k;
+    b->p[b->n] = 0;
+}
+
 void tsr_sb_printf(tsr_sbuf *b, const char *fmt, ...) {
     if (b->oom) return;
     for (;;) {
@@ -129,15 +152,7 @@ void tsr_sb_printf(tsr_sbuf *b, const char *fmt, ...) {
             b->n += (size_t)k;
             return;
         }
-        size_t nc = b->cap ? b->cap * 2 : 1024;
-        while (nc < b->n + (size_t)k + 1) nc *= 2;
-        char *np = realloc(b->p, nc);
-        if (!np) {
-            b->oom = 1;
-            return;
-        }
-        b->p = np;
-        b->cap = nc;
+        if (sb_reserve(b, (size_t)k)) return;
     }
 }
 

@@ -177,28 +177,9 @@ static void verb_form(const char *forms, int form, char *out, size_t cap) {
 
 /* -------------------------------------------------------------- output */
 
-typedef struct text {
-    char *p;
-    size_t n, cap;
-    int oom;
-} text;
+typedef tsr_sbuf text;
 
-static void put_n(text *t, const char *s, size_t k) {
-    if (t->oom) return;
-    if (t->n + k + 1 > t->cap) {
-        size_t cap = t->cap ? t->cap : 4096;
-        while (cap < t->n + k + 1) cap *= 2;
-        char *p = realloc(t->p, cap);
-        if (!p) {
-            t->oom = 1;
-            return;
-        }
-        t->p = p, t->cap = cap;
-    }
-    memcpy(t->p + t->n, s, k);
-    t->n += k;
-    t->p[t->n] = 0;
-}
+static void put_n(text *t, const char *s, size_t k) { tsr_sb_put(t, s, k); }
 static void put(text *t, const char *s) { put_n(t, s, strlen(s)); }
 static void putf(text *t, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void putf(text *t, const char *fmt, ...) {

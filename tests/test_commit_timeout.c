@@ -11,10 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "common.h"
 #include "tessera.h"
 
 static tsr_error e;
@@ -28,12 +28,6 @@ static tsr_tensor_decl decls[2] = {
 };
 static tsr_state_box sb[2];
 static tsr_state_blob blob;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static float value(uint32_t rank, int seed, int i) {
     return (float)(((unsigned)i * 2654435761u + rank * 7919u + (unsigned)seed) % 10007) * 1e-4f;
@@ -106,7 +100,7 @@ int main(void) {
             tsr_remove_step_dir(dir, NULL);
         }
     }
-    tsr_comm_barrier(comm, NULL);
+    tsr_comm_barrier_idle(comm, NULL); /* the sleeping barrier too (bench load waits in it) */
     tsr_engine_opts o = tsr_engine_opts_default();
     CHECK(o.commit_timeout_s == 1800, "default commit timeout %g s", o.commit_timeout_s);
     o.write.threads = 1;
@@ -126,10 +120,10 @@ int main(void) {
     eng = tsr_engine_new(root, comm, &o, &e);
     REQUIRE(eng, "%s", e.msg);
     st = state(rank, 2);
-    double t0 = now();
+    double t0 = tsr_now();
     CHECK_OK(tsr_engine_save(eng, 2, &st, &e));
     int rc = tsr_engine_wait(eng, &e);
-    double dt = now() - t0;
+    double dt = tsr_now() - t0;
     fprintf(stderr, "rank %u: step 2 after %.1f s: %s\n", rank, dt, e.msg);
     CHECK(rc == TSR_EIO, "step 2 on rank %u: status %d: %s", rank, rc, e.msg);
     CHECK(strstr(e.msg, "save of step 2 ") && strstr(e.msg, "rank 2 did not report within 1.0 s"),
@@ -152,12 +146,12 @@ int main(void) {
         CHECK(verifies(dir), "step 1 verifies: %s", e.msg);
     }
     /* the engine refuses to save again, at once and on every rank */
-    t0 = now();
+    t0 = tsr_now();
     st = state(rank, 3);
     rc = tsr_engine_save(eng, 3, &st, &e);
     CHECK(rc == TSR_EIO && strstr(e.msg, "an earlier commit timed out") && strstr(e.msg, "cannot save until restarted"),
           "rank %u: save after a timeout: %d: %s", rank, rc, e.msg);
-    CHECK(now() - t0 < 2, "rank %u: the refusal took %.1f s", rank, now() - t0);
+    CHECK(tsr_now() - t0 < 2, "rank %u: the refusal took %.1f s", rank, tsr_now() - t0);
     snprintf(dir, sizeof dir, "%s/step-00000001", root);
     CHECK(loads(eng, rank, dir, 1), "rank %u: step 1 loads after the timeout: %s", rank, e.msg);
     tsr_engine_free(eng);
@@ -168,11 +162,11 @@ int main(void) {
     eng = tsr_engine_new(root, comm, &o, &e);
     REQUIRE(eng, "%s", e.msg);
     st = state(rank, 4);
-    t0 = now();
+    t0 = tsr_now();
     CHECK_OK(tsr_engine_save(eng, 4, &st, &e));
     e = (tsr_error){0};
     rc = tsr_engine_wait(eng, &e);
-    dt = now() - t0;
+    dt = tsr_now() - t0;
     fprintf(stderr, "rank %u: step 4 after %.1f s: %s\n", rank, dt, rc ? e.msg : "committed");
     if (rank == 0) {
         CHECK(rc == 0 && dt >= 3.9, "rank 0 commits step 4 after its delay: %.1f s: %s", dt, e.msg);
