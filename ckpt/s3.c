@@ -1067,14 +1067,10 @@ static uint64_t part_size_for(const tsr_s3 *s, uint64_t size) {
 
 int tsr_s3_upload_file(tsr_s3 *s, const char *path, const char *bucket, const char *key, tsr_s3_transfer *t,
                        tsr_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return tsr_err(err, errno == ENOENT ? TSR_ENOTFOUND : TSR_EIO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return tsr_err(err, TSR_EIO, "%s: not a regular file", path);
-    }
-    uint64_t size = (uint64_t)st.st_size, psz = part_size_for(s, size);
+    uint64_t size;
+    int fd = tsr_open_regular(path, &size, err);
+    if (fd < 0) return fd;
+    uint64_t psz = part_size_for(s, size);
     size_t n = size <= psz ? 1 : (size_t)((size + psz - 1) / psz);
     part *parts = calloc(n, sizeof *parts);
     if (!parts) {

@@ -159,21 +159,12 @@ int tsr_store_open_read(tsr_store *s, const char *name, tsr_rfile **out, uint64_
         return rc;
     }
     join(s, name, f->path, sizeof f->path);
-    f->fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    f->fd = tsr_open_regular(f->path, size, err); /* a FIFO would block the open */
     if (f->fd < 0) {
-        int e = errno;
+        int rc = f->fd;
         free(f);
-        char p[PATH_MAX + 64];
-        join(s, name, p, sizeof p);
-        return tsr_err(err, errno_status(e), "%s: %s", p, e == ENOENT ? "missing" : strerror(e));
-    }
-    struct stat st;
-    if (fstat(f->fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        int rc = tsr_err(err, TSR_EIO, "%s: not a regular file", f->path);
-        tsr_rfile_close(f);
         return rc;
     }
-    *size = (uint64_t)st.st_size;
     *out = f;
     return 0;
 }

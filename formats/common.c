@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <pthread.h>
@@ -10,6 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <xxhash.h>
 
 static const char *const status_names[] = {
@@ -112,6 +114,36 @@ int tsr_mkdir_p(const char *path) {
     return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
+static const char *file_kind(mode_t m) {
+    return S_ISFIFO(m) ? "a FIFO" : S_ISDIR(m) ? "a directory" : S_ISCHR(m) ? "a character device" :
+           S_ISBLK(m) ? "a block device" : S_ISSOCK(m) ? "a socket" : S_ISLNK(m) ? "a symbolic link" : "special";
+}
+
+int tsr_open_regular(const char *path, uint64_t *size, tsr_error *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0) {
+        int e = errno;
+        return tsr_err(err, e == ENOENT ? TSR_ENOTFOUND : TSR_EIO, "%s: %s", path, e == ENOENT ? "missing" : strerror(e));
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return tsr_err(err, TSR_EIO, "%s: cannot stat: %s", path, strerror(e));
+    }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        return tsr_err(err, TSR_EIO, "%s: not a regular file (%s)", path, file_kind(st.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        int e = errno;
+        close(fd);
+        return tsr_err(err, TSR_EIO, "%s: fcntl: %s", path, strerror(e));
+    }
+    if (size) *size = (uint64_t)st.st_size;
+    return fd;
+}
 
 /* Room for k more bytes and a NUL. @return 0, or -1 (oom set). */
 static int sb_reserve(tsr_sbuf *b, size_t k) {

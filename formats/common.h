@@ -84,6 +84,14 @@ double tsr_now(void);
  * @return 0, or the errno of the first mkdir that failed. */
 int tsr_mkdir_p(const char *path);
 
+/* tsr_open_regular(): opens path for reading, refusing without blocking anything
+ * that is not a regular file: a FIFO (whose open would wait for a writer
+ * forever), a directory, a device or a socket. It opens with O_NONBLOCK, checks
+ * with fstat, then clears the flag. *size (if non-NULL) gets the file's size.
+ * @return the descriptor, or TSR_ENOTFOUND ("PATH: missing"), TSR_EIO ("PATH: not
+ * a regular file (a FIFO)", or the system's reason) with err set. */
+int tsr_open_regular(const char *path, uint64_t *size, tsr_error *err);
+
 /* Aligned allocation (TSR_ALIGN) for O_DIRECT buffers; free with free(). */
 void *tsr_alloc_aligned(size_t size);
 

@@ -247,14 +247,10 @@ out:
 }
 
 int tsr_st_open(const char *path, tsr_st_file **out, tsr_error *err) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return tsr_err(err, TSR_EIO, "%s: not a regular file", path);
-    }
-    size_t len = (size_t)st.st_size;
+    uint64_t size;
+    int fd = tsr_open_regular(path, &size, err);
+    if (fd < 0) return fd;
+    size_t len = (size_t)size;
     void *m = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
     if (len && m == MAP_FAILED) return tsr_err(err, TSR_EIO, "%s: cannot map: %s", path, strerror(errno));

@@ -82,22 +82,9 @@ int tsr_tokens_write(const char *path, const uint32_t *tokens, size_t n, int tok
 
 int tsr_tokens_open(const char *path, tsr_token_shard **out, tsr_error *err) {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        int e = errno;
-        return tsr_err(err, e == ENOENT ? TSR_ENOTFOUND : TSR_EIO, "%s: cannot open: %s", path, strerror(e));
-    }
-    struct stat st;
-    if (fstat(fd, &st)) {
-        int e = errno;
-        close(fd);
-        return tsr_err(err, TSR_EIO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return tsr_err(err, TSR_EIO, "%s: not a regular file", path);
-    }
-    uint64_t size = (uint64_t)st.st_size;
+    uint64_t size;
+    int fd = tsr_open_regular(path, &size, err);
+    if (fd < 0) return fd;
     if (size < TSR_TOKENS_HEADER_BYTES) {
         close(fd);
         return tsr_err(err, TSR_ECORRUPT, "%s: truncated: %llu bytes, shorter than the %d-byte header", path,

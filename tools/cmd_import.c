@@ -27,9 +27,10 @@ static const char USAGE[] =
     "  tessera train --config ... --checkpoint.initial_load_path=OUT\n";
 
 static char *read_text(const char *path, size_t max, tsr_error *e) {
-    FILE *f = fopen(path, "rb");
+    int fd = tsr_open_regular(path, NULL, e);
+    FILE *f = fd < 0 ? NULL : fdopen(fd, "rb");
     if (!f) {
-        tsr_err(e, TSR_ENOTFOUND, "%s: cannot open: %s", path, strerror(errno));
+        if (fd >= 0) tsr_err(e, TSR_EIO, "%s: %s", path, strerror(errno)), close(fd);
         return NULL;
     }
     char *buf = malloc(max + 1);
