@@ -1,12 +1,15 @@
 /* cmd_export.c: tessera export: a checkpoint's model in Hugging Face's Llama
  * layout (safetensors + config.json). */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "casts.h"
 #include "cli.h"
@@ -28,7 +31,12 @@ static const char USAGE[] =
     "applies to every tensor.\n"
     "GGUF: a v3 file that llama.cpp loads as a llama model: llama.* and general.*\n"
     "keys, the byte-level tokenizer, tensors token_embd, blk.N.attn_q, ..., output_norm,\n"
-    "output (dims innermost first, 32-byte aligned), norms in f32, matrices in --dtype.\n";
+    "output (dims innermost first, 32-byte aligned), norms in f32, matrices in --dtype.\n"
+    "Files are written under temporary names (a .tessera-tmp-PID directory next to\n"
+    "them) and renamed into place only when all are complete and synced: a failed\n"
+    "export leaves nothing, a killed one only that directory.\n";
+
+static int out_error(tsr_error *e, const char *path, const char *what, int err);
 
 static int write_config(const char *dir, const tsr_model_args *a, int dtype, tsr_error *e) {
     char path[4200];
@@ -54,7 +62,7 @@ static int write_config(const char *dir, const tsr_model_args *a, int dtype, tsr
     else
         fprintf(f, "  \"rope_scaling\": null,\n");
     fprintf(f, "  \"bos_token_id\": null,\n  \"eos_token_id\": 256\n}\n");
-    return fclose(f) ? tsr_err(e, TSR_EIO, "%s: cannot write", path) : 0;
+    return fclose(f) ? out_error(e, path, "write", errno) : 0;
 }
 
 /* ------------------------------------------------------------------ GGUF */
@@ -70,11 +78,11 @@ enum { GGUF_ALIGN = 32 };
 typedef struct gw {
     FILE *f;
     uint64_t pos, n_kv;
-    int bad;
+    int bad; /* the errno of the first failed write */
 } gw;
 
 static void g_put(gw *g, const void *p, size_t n) {
-    if (!g->bad && fwrite(p, 1, n, g->f) != n) g->bad = 1;
+    if (!g->bad && fwrite(p, 1, n, g->f) != n) g->bad = errno ? errno : EIO;
     g->pos += n;
 }
 static void g_u32(gw *g, uint32_t v) { g_put(g, &v, 4); } /* little-endian host (x86-64, aarch64) */
@@ -144,6 +152,81 @@ static void rope_factors(const tsr_model_args *a, float *out) {
     }
 }
 
+/* ------------------------------------------------------------------ output files */
+
+/* An export's files are written into a staging directory DEST/.tessera-tmp-PID
+ * (next to their final names, on the same filesystem) and renamed into DEST only
+ * when every one is complete: each file is fsynced, then renamed (config.json
+ * last), then DEST is fsynced. A failed export removes the staging directory; a
+ * killed one leaves only it: never a file under a final name. */
+
+/* An error for a failed write: a full disk says so. */
+static int out_error(tsr_error *e, const char *path, const char *what, int err) {
+    return tsr_err(e, err == ENOSPC || err == EDQUOT ? TSR_ENOSPC : TSR_EIO, "%s: cannot %s: %s", path, what,
+                   strerror(err ? err : EIO));
+}
+
+static int fsync_path(const char *path, int dir, tsr_error *e) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : O_NONBLOCK));
+    if (fd < 0) return out_error(e, path, "open", errno);
+    int rc = fsync(fd) ? out_error(e, path, "fsync", errno) : 0;
+    close(fd);
+    return rc;
+}
+
+/* stage_make(): creates DEST/.tessera-tmp-PID into stage. */
+static int stage_make(const char *dest, char *stage, size_t len, tsr_error *e) {
+    if (snprintf(stage, len, "%s/.tessera-tmp-%ld", dest, (long)getpid()) >= (int)len)
+        return tsr_err(e, TSR_EINVAL, "%s: path too long", dest);
+    tsr_remove_tree(stage); /* a leftover of a killed export that had the same pid */
+    if (mkdir(stage, 0755) != 0) return out_error(e, stage, "create", errno);
+    return 0;
+}
+
+/* stage_commit(): syncs every file of the staging directory, renames each into
+ * DEST (config.json last), syncs DEST and removes the staging directory. On
+ * failure the files already renamed are removed too. */
+static int stage_commit(const char *stage, const char *dest, tsr_error *e) {
+    char (*names)[256] = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    DIR *d = opendir(stage);
+    if (!d) return out_error(e, stage, "open", errno);
+    struct dirent *ent;
+    while (!rc && (ent = readdir(d))) {
+        if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
+        if (strlen(ent->d_name) >= sizeof *names) rc = tsr_err(e, TSR_EINVAL, "%s/%s: name too long", stage, ent->d_name);
+        else if (tsr_grow((void **)&names, &cap, n, sizeof *names)) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
+        else snprintf(names[n++], sizeof *names, "%s", ent->d_name);
+    }
+    closedir(d);
+    for (size_t i = 0; i + 1 < n; i++) /* config.json last: it tells readers that a model is there */
+        if (!strcmp(names[i], "config.json")) {
+            char t[256];
+            memcpy(t, names[i], sizeof t), memcpy(names[i], names[n - 1], sizeof t), memcpy(names[n - 1], t, sizeof t);
+        }
+    char from[PATH_MAX + 300], to[PATH_MAX + 300];
+    for (size_t i = 0; !rc && i < n; i++) {
+        snprintf(from, sizeof from, "%s/%s", stage, names[i]);
+        rc = fsync_path(from, 0, e);
+    }
+    size_t moved = 0;
+    for (; !rc && moved < n; moved++) {
+        snprintf(from, sizeof from, "%s/%s", stage, names[moved]);
+        snprintf(to, sizeof to, "%s/%s", dest, names[moved]);
+        if (rename(from, to) != 0) rc = out_error(e, to, "rename into place", errno);
+    }
+    if (!rc) rc = fsync_path(dest, 1, e);
+    if (rc)
+        for (size_t i = 0; i < moved; i++) {
+            snprintf(to, sizeof to, "%s/%s", dest, names[i]);
+            unlink(to);
+        }
+    free(names);
+    tsr_remove_tree(stage);
+    return rc;
+}
+
 static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *path, int dtype,
                        uint64_t *bytes_out, tsr_error *e) {
     size_t np = d->n_params;
@@ -163,10 +246,17 @@ static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_de
         at = tsr_align_up(at + n * tsr_dtype_size(type[p]), GGUF_ALIGN);
         if (n > largest) largest = n;
     }
-    FILE *f = fopen(path, "wb");
+    /* written as STAGE/NAME, then renamed to path (DIR/NAME) */
+    char dest[PATH_MAX], stage[PATH_MAX], tmp[PATH_MAX + 300];
+    const char *slash = strrchr(path, '/'), *fname = slash ? slash + 1 : path;
+    snprintf(dest, sizeof dest, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
+    int rc = stage_make(dest, stage, sizeof stage, e);
+    snprintf(tmp, sizeof tmp, "%s/%s", stage, fname);
+    FILE *f = rc ? NULL : fopen(tmp, "wb");
     if (!f) {
+        if (!rc) rc = out_error(e, tmp, "create", errno), tsr_remove_tree(stage);
         free(off), free(type);
-        return tsr_err(e, TSR_EIO, "%s: cannot create: %s", path, strerror(errno));
+        return rc;
     }
     gw g = {f, 0, 0, 0};
     g_put(&g, "GGUF", 4);
@@ -188,7 +278,6 @@ static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_de
     kv_u32(&g, "llama.rope.dimension_count", (uint32_t)hd);
     kv_u32(&g, "llama.vocab_size", (uint32_t)a->vocab_size);
     gguf_tokenizer(&g, a->vocab_size);
-    int rc = 0;
     for (size_t p = 0; p < nt && !rc; p++) {
         char name[96];
         if (p < np) gguf_name(p, np, name, sizeof name);
@@ -234,10 +323,12 @@ static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_de
             g_put(&g, half, n * 2);
         }
     }
-    if (!rc && (fseek(f, 16, SEEK_SET) || fwrite(&g.n_kv, 8, 1, f) != 1)) g.bad = 1;
-    if (!rc && g.bad) rc = tsr_err(e, TSR_EIO, "%s: cannot write", path);
-    if (fclose(f) && !rc) rc = tsr_err(e, TSR_EIO, "%s: cannot write", path);
-    if (rc) unlink(path);
+    if (!rc && !g.bad && (fseek(f, 16, SEEK_SET) || fwrite(&g.n_kv, 8, 1, f) != 1)) g.bad = errno ? errno : EIO;
+    if (!rc && !g.bad && fflush(f)) g.bad = errno;
+    if (!rc && g.bad) rc = out_error(e, tmp, "write", g.bad);
+    if (fclose(f) && !rc) rc = out_error(e, tmp, "write", errno);
+    if (!rc) rc = stage_commit(stage, dest, e);
+    else tsr_remove_tree(stage);
     *bytes_out = g.pos;
     free(buf), free(half), free(off), free(type);
     return rc;
@@ -357,20 +448,26 @@ int tsr_cmd_export(int argc, char **argv) {
     size_t maxel = (size_t)(largest / tsr_dtype_size(dtype));
     if (!rc && (!(buf = malloc(maxel * 4 + 4)) || !(perm = malloc(maxel * 8 + 8)) || !(outb = malloc(maxel * 4 + 4))))
         rc = tsr_err(&e, TSR_ENOMEM, "out of memory for a %llu-byte tensor", (unsigned long long)largest);
-    int mk = rc ? 0 : tsr_mkdir_p(dir);
-    if (mk) rc = tsr_err(&e, TSR_EIO, "%s: cannot create: %s", dir, strerror(mk));
-    if (!rc) rc = write_config(dir, &a, dtype, &e);
+    /* every file goes into the staging directory first (see stage_commit) */
+    struct stat dst;
+    int made_dir = stat(dir, &dst) != 0, mk = rc ? 0 : tsr_mkdir_p(dir);
+    char stage[PATH_MAX];
+    if (mk) rc = out_error(&e, dir, "create", mk);
+    if (!rc) rc = stage_make(dir, stage, sizeof stage, &e);
+    int staged = !rc;
+    if (!rc) rc = write_config(stage, &a, dtype, &e);
     uint64_t total = 0;
     for (size_t s = 0; !rc && s < nsh; s++) {
         char file[4200], fname[64];
         if (nsh == 1) snprintf(fname, sizeof fname, "model.safetensors");
         else snprintf(fname, sizeof fname, "model-%05zu-of-%05zu.safetensors", s + 1, nsh);
-        snprintf(file, sizeof file, "%s/%s", dir, fname);
+        snprintf(file, sizeof file, "%s/%s", stage, fname);
         uint8_t *hdr = NULL;
         size_t hl = 0;
         if ((rc = tsr_st_header(ent + sh[s].first, sh[s].n, &hdr, &hl, &e))) break;
         FILE *f = fopen(file, "wb");
-        if (!f || fwrite(hdr, 1, hl, f) != hl) rc = tsr_err(&e, TSR_EIO, "%s: cannot write", file);
+        if (!f) rc = out_error(&e, file, "create", errno);
+        else if (fwrite(hdr, 1, hl, f) != hl) rc = out_error(&e, file, "write", errno);
         free(hdr);
         for (size_t p = sh[s].first; !rc && p < sh[s].first + sh[s].n; p++) {
             const tsr_tensor_decl *td = &d.decls[p];
@@ -392,16 +489,16 @@ int tsr_cmd_export(int argc, char **argv) {
                 wr = outb;
             }
             size_t bytes = (size_t)n * tsr_dtype_size(dtype);
-            if (fwrite(wr, 1, bytes, f) != bytes) rc = tsr_err(&e, TSR_EIO, "%s: cannot write", file);
+            if (fwrite(wr, 1, bytes, f) != bytes) rc = out_error(&e, file, "write", errno);
             total += bytes;
         }
-        if (f && fclose(f) && !rc) rc = tsr_err(&e, TSR_EIO, "%s: cannot write", file);
+        if (f && fclose(f) && !rc) rc = out_error(&e, file, "write", errno);
     }
     if (!rc && nsh > 1) { /* the index */
         char file[4200];
-        snprintf(file, sizeof file, "%s/model.safetensors.index.json", dir);
+        snprintf(file, sizeof file, "%s/model.safetensors.index.json", stage);
         FILE *f = fopen(file, "w");
-        if (!f) rc = tsr_err(&e, TSR_EIO, "%s: %s", file, strerror(errno));
+        if (!f) rc = out_error(&e, file, "create", errno);
         else {
             fprintf(f, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {\n", (unsigned long long)total);
             for (size_t s = 0; s < nsh; s++)
@@ -409,9 +506,12 @@ int tsr_cmd_export(int argc, char **argv) {
                     fprintf(f, "    \"%s\": \"model-%05zu-of-%05zu.safetensors\"%s\n", ent[p].name, s + 1, nsh,
                             p + 1 == np ? "" : ",");
             fprintf(f, "  }\n}\n");
-            if (fclose(f)) rc = tsr_err(&e, TSR_EIO, "%s: cannot write", file);
+            if (fclose(f)) rc = out_error(&e, file, "write", errno);
         }
     }
+    if (!rc) rc = stage_commit(stage, dir, &e);
+    else if (staged) tsr_remove_tree(stage);
+    if (rc && made_dir) rmdir(dir); /* only if empty: nothing of ours is left */
     if (rc) fprintf(stderr, "tessera export: %s\n", e.msg);
     else printf("exported %s to %s: %zu tensors, %llu bytes in %zu file(s), %s\n", path, dir, np,
                 (unsigned long long)total, nsh, tsr_dtype_name(dtype));
