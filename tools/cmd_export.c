@@ -27,11 +27,13 @@ static const char USAGE[] =
     "tensors are read) as a Hugging Face LlamaForCausalLM: config.json and\n"
     "model.safetensors, or model-0000K-of-0000N.safetensors shards of at most SIZE\n"
     "(default 2G) with model.safetensors.index.json. Tensors get Hugging Face's\n"
-    "names; q and k are permuted to its rotary convention; --dtype (default f32)\n"
-    "applies to every tensor.\n"
+    "names; q and k are permuted to its rotary convention; --dtype applies to every\n"
+    "tensor (default: the dtype of the checkpoint's matrices when they all have the\n"
+    "same, f32, bf16 or f16; else f32).\n"
     "GGUF: a v3 file that llama.cpp loads as a llama model: llama.* and general.*\n"
     "keys, the byte-level tokenizer, tensors token_embd, blk.N.attn_q, ..., output_norm,\n"
-    "output (dims innermost first, 32-byte aligned), norms in f32, matrices in --dtype.\n"
+    "output (dims innermost first, 32-byte aligned), norms in f32, matrices in --dtype\n"
+    "(default as above).\n"
     "Files are written under temporary names (a .tessera-tmp-PID directory next to\n"
     "them) and renamed into place only when all are complete and synced: a failed\n"
     "export leaves nothing, a killed one only that directory.\n";
@@ -334,6 +336,21 @@ static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_de
     return rc;
 }
 
+/* The dtype of the checkpoint's model matrices, which an export keeps unless
+ * --dtype says otherwise: f32, bf16 or f16 when they all have the same, else f32. */
+static int ckpt_matrix_dtype(tsr_ckpt *ck, const tsr_model_decls *d, int *dtype, tsr_error *e) {
+    int dt = 0;
+    for (size_t p = 0; p < d->n_params; p++) {
+        tsr_tensor_info ti;
+        if (d->decls[p].ndim != 2) continue;
+        long i = tsr_model_find(ck, &d->decls[p], &ti, e);
+        if (i < 0) return (int)i;
+        dt = dt == 0 || dt == ti.dtype ? ti.dtype : -1;
+    }
+    *dtype = dt == TSR_BF16 || dt == TSR_F16 ? dt : TSR_F32;
+    return 0;
+}
+
 typedef struct shard {
     size_t first, n; /* entries */
     uint64_t bytes;
@@ -368,7 +385,7 @@ static int export_to_s3(int argc, char **argv, const char *url, int gguf) {
 
 int tsr_cmd_export(int argc, char **argv) {
     const char *src = NULL, *dir = NULL, *format = NULL, *v;
-    int dtype = TSR_F32;
+    int dtype = 0; /* the checkpoint's */
     uint64_t shard_size = 2ull << 30;
     for (int i = 1; i < argc; i++) {
         int r;
@@ -411,6 +428,8 @@ int tsr_cmd_export(int argc, char **argv) {
     void *outb = NULL;
     int rc = ck ? tsr_model_args_from_ckpt(ck, &a, &e) : e.code;
     if (!rc) rc = tsr_model_decls_make(&a, &d, &e);
+    if (!rc && !dtype) rc = ckpt_matrix_dtype(ck, &d, &dtype, &e);
+    if (!dtype) dtype = TSR_F32; /* only to fail tidily */
     if (gguf) {
         uint64_t bytes = 0;
         if (!rc) rc = export_gguf(ck, &a, &d, dir, dtype, &bytes, &e);
