@@ -142,6 +142,12 @@ void tsr_remove_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_
 
 static void upload_progress(void *user, uint64_t n) { tsr_progress_add(user, n); }
 
+/* names in order, config.json last (it tells readers that a model is there) */
+static int upload_order(const void *a, const void *b) {
+    int ca = strcmp(a, "config.json") == 0, cb = strcmp(b, "config.json") == 0;
+    return ca != cb ? ca - cb : strcmp(a, b);
+}
+
 int tsr_upload_dir(const char *local, const char *url, const char *cmd) {
     tsr_error e = {0};
     char bucket[TSR_S3_MAX_BUCKET], key[TSR_S3_MAX_KEY];
@@ -167,15 +173,33 @@ int tsr_upload_dir(const char *local, const char *url, const char *cmd) {
     } else if (!d) {
         rc = tsr_err(&e, TSR_EIO, "%s: %s", local, strerror(errno));
     } else {
+        /* in name order with config.json last; after a failure the objects this
+         * call uploaded are deleted again, so that no partial set stays */
+        char (*names)[256] = NULL;
+        size_t n = 0, cap = 0, done = 0;
         struct dirent *ent;
         while (!rc && (ent = readdir(d))) {
-            char path[PATH_MAX + 300], k[TSR_S3_MAX_KEY + 300];
+            char path[PATH_MAX + 300];
             snprintf(path, sizeof path, "%s/%s", local, ent->d_name);
-            if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-            snprintf(k, sizeof k, "%s%s%s", key, kl ? "/" : "", ent->d_name);
-            rc = tsr_s3_upload_file(s3, path, bucket, k, &t, &e);
+            if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || strlen(ent->d_name) >= sizeof *names) continue;
+            if (tsr_grow((void **)&names, &cap, n, sizeof *names)) rc = tsr_err(&e, TSR_ENOMEM, "out of memory");
+            else snprintf(names[n++], sizeof *names, "%s", ent->d_name);
         }
         closedir(d);
+        tsr_sort(names, n, sizeof *names, upload_order);
+        char path[PATH_MAX + 300], k[TSR_S3_MAX_KEY + 300];
+        for (; !rc && done < n; done++) {
+            snprintf(path, sizeof path, "%s/%s", local, names[done]);
+            snprintf(k, sizeof k, "%s%s%s", key, kl ? "/" : "", names[done]);
+            rc = tsr_s3_upload_file(s3, path, bucket, k, &t, &e);
+        }
+        for (size_t i = 0; rc && i < done; i++) {
+            snprintf(k, sizeof k, "%s%s%s", key, kl ? "/" : "", names[i]);
+            tsr_error de = {0};
+            if (tsr_s3_delete(s3, bucket, k, &de))
+                fprintf(stderr, "tessera %s: could not delete s3://%s/%s after the failure: %s\n", cmd, bucket, k, de.msg);
+        }
+        free(names);
     }
     tsr_progress_end(&bar);
     tsr_s3_free(s3);

@@ -51,8 +51,10 @@ void tsr_resolve_ckpt_dir(const char *cmd, const char *dir, char *out, size_t le
 void tsr_remove_tree(const char *dir);
 
 /* tsr_upload_dir(): uploads the regular file `local` to the object url, or each
- * regular file in the directory `local` to url/NAME, with the S3 client (a
- * progress bar on a terminal). @return 0, or -1 after printing "tessera CMD: why". */
+ * regular file in the directory `local` to url/NAME (in name order, config.json
+ * last; after a failure the objects it uploaded are deleted again), with the S3
+ * client (a progress bar on a terminal). @return 0, or -1 after printing
+ * "tessera CMD: why". */
 int tsr_upload_dir(const char *local, const char *url, const char *cmd);
 
 /* tsr_cli_comm(): MPI_COMM_WORLD when the process was started by mpirun, else a
