@@ -11,7 +11,9 @@ if [ "$(id -u)" != 0 ] || ! mount -t tmpfs -o size=2m tessera-test full 2>/dev/n
     echo "SKIP: cannot mount a tmpfs (needs root) for the full-disk export test" >&2
     exit 77
 fi
-trap 'umount "$TSR_TMP/full" 2>/dev/null' EXIT INT TERM
+trap 'umount "$TSR_TMP/full" 2>/dev/null' EXIT
+trap 'exit 143' TERM # so that the EXIT trap runs on these too
+trap 'exit 130' INT
 "$T" data prep --out data --synthetic 64k >/dev/null || fail "data prep"
 "$T" train --config "$TSR_ROOT/train/configs/debug.toml" --job.dump_folder=run --training.steps=1 \
     --training.seq_len=32 --training.dataset=tokens --training.dataset_path=data --checkpoint.enable=true \
