@@ -1,19 +1,20 @@
 #!/bin/sh
-# Rewinding: a job that reached step 10 (checkpoints every 2 steps) is restarted
-# with checkpoint.load_step=4. Its first save moves the abandoned future (the
+# Rewinding, on 2 ranks (FSDP): a job that reached step 10 (checkpoints every 2
+# steps) is restarted with checkpoint.load_step=4. Its first save moves the abandoned future (the
 # committed steps 6, 8, 10) aside as step-N.abandoned-<time>, with a message, and
-# the job goes on and exits 0; its losses at steps 5..8 are bitwise those of the
-# first run; `ckpt ls` shows the moved steps as abandoned; the next automatic
+# the job goes on and exits 0; its losses and gradient norms at steps 5..8 are
+# those of the first run to the last digit of metrics.jsonl; `ckpt ls` shows the moved steps as abandoned; the next automatic
 # resume takes the rewound run's step 8, not the abandoned step 10; retention
 # (keep_latest_k=1) never counts or removes the abandoned steps.
-. "$TSR_ROOT/tests/common.sh"
+. "$TSR_ROOT/tests/mpi.sh"
 CFG="$TSR_ROOT/train/configs/debug.toml"
 PY=/usr/bin/python3
 $PY -c 'import json' 2>/dev/null || { echo "FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
 ROOT="$TSR_TMP/run/checkpoint"
 train() { # NAME ARGS...: a job in $TSR_TMP/run, its output in NAME.log
     name=$1; shift
-    "$T" train --config "$CFG" --training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.warmup_steps=2 --lr_scheduler.min_lr_factor=1 \
+    run_np 2 "$T" train --config "$CFG" --training.seq_len=32 --training.local_batch_size=4 --metrics.log_freq=1 \
+        --lr_scheduler.warmup_steps=2 --lr_scheduler.min_lr_factor=1 \
         --training.dataset=tokens --training.dataset_path="$TSR_TMP/data" --job.dump_folder="$TSR_TMP/run" \
         --checkpoint.enable=true --checkpoint.interval=2 --checkpoint.last_save_model_only=false "$@" \
         >"$TSR_TMP/$name.log" 2>&1

@@ -156,9 +156,11 @@ static int copy_steps(const char *cmd, const char *src, const char *dst, int pus
     int single;
     tsr_error e = {0};
     /* pull: one writer at a time in the local folder it writes into (DST, or the
-     * folder of DST when DST is one step), checked before any request */
+     * folder of DST when DST is one step), checked before any request; push:
+     * refused when a writer's lease is on the prefix */
     tsr_folder_lock *lock = NULL;
-    if (!push && (tsr_folder_lock_take(dst, 0, &lock, &e) || tsr_folder_lock_for_ckpt(dst, &lock, &e))) {
+    if (push ? tsr_folder_lock_take(dst, 0, &lock, &e)
+             : tsr_folder_lock_take(dst, 0, &lock, &e) || tsr_folder_lock_for_ckpt(dst, &lock, &e)) {
         fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
         return EXIT_FAIL;
     }
