@@ -125,7 +125,7 @@ static void remote_retention(tsr_archiver *a) {
         int remove = (v[i].committed && drop > 0) || (!v[i].committed && (long)i < newest);
         if (v[i].committed && drop > 0) drop--;
         if (!remove) continue;
-        char path[PATH_MAX + 40];
+        char path[PATH_MAX + 80];
         snprintf(path, sizeof path, "%s/%s", a->url, v[i].name);
         tsr_error e;
         if (tsr_remove_step_dir(path, &e) == 0) tsr_log(2, "%s: removed (remote retention)", path);

@@ -93,6 +93,9 @@ struct tsr_engine {
     double last_wait, last_stall;
     tsr_archiver *arch; /* rank 0, when archiving */
     char archive_url[PATH_MAX];
+    tsr_folder_lock *lock; /* rank 0, with opts.lock_root */
+    int rewind_pending;    /* the next save moves the steps after continue_from aside */
+    uint64_t continue_from;
 };
 
 /* Threads per rank when the caller leaves it open: the node's cores shared among
@@ -157,7 +160,16 @@ static int cmp_steps(const void *a, const void *b) {
     return (x->step > y->step) - (x->step < y->step);
 }
 
-int tsr_list_steps(const char *root, tsr_step_info **out, size_t *count) {
+/* "step-N.abandoned-TIME": a step directory that a rewind moved aside. */
+static int parse_abandoned_dir(const char *name, uint64_t *step) {
+    const char *dot = strstr(name, ".abandoned-");
+    if (!dot || !dot[11] || dot - name > 25) return 0;
+    char head[32];
+    snprintf(head, sizeof head, "%.*s", (int)(dot - name), name);
+    return tsr_parse_step_dir(head, step);
+}
+
+static int list_steps(const char *root, int abandoned, tsr_step_info **out, size_t *count) {
     *out = NULL;
     *count = 0;
     tsr_store *st = tsr_store_open(root, 0, NULL);
@@ -172,13 +184,14 @@ int tsr_list_steps(const char *root, tsr_step_info **out, size_t *count) {
         size_t len = strlen(l.v[i]);
         if (len && l.v[i][len - 1] == '/') l.v[i][len - 1] = 0; /* a directory */
         else continue;
-        if (!tsr_parse_step_dir(l.v[i], &step)) continue; /* at most 25 bytes */
+        if (!(abandoned ? parse_abandoned_dir(l.v[i], &step) : tsr_parse_step_dir(l.v[i], &step))) continue;
+        if (strlen(l.v[i]) >= sizeof v->name) continue;
         if ((rc = tsr_grow((void **)&v, &cap, n, sizeof *v))) break;
         char path[PATH_MAX + 300];
         snprintf(path, sizeof path, "%s/%s", root, l.v[i]);
         v[n].step = step;
         v[n].committed = tsr_ckpt_is_committed(path);
-        snprintf(v[n].name, sizeof v[n].name, "%.*s", (int)(sizeof v[n].name - 1), l.v[i]);
+        snprintf(v[n].name, sizeof v[n].name, "%s", l.v[i]);
         n++;
     }
     free(l.v);
@@ -190,6 +203,14 @@ int tsr_list_steps(const char *root, tsr_step_info **out, size_t *count) {
     *out = v;
     *count = n;
     return 0;
+}
+
+int tsr_list_steps(const char *root, tsr_step_info **out, size_t *count) {
+    return list_steps(root, 0, out, count);
+}
+
+int tsr_list_abandoned_steps(const char *root, tsr_step_info **out, size_t *count) {
+    return list_steps(root, 1, out, count);
 }
 
 int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len) {
@@ -209,8 +230,10 @@ int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len) {
 }
 
 /* Keeps the newest K committed steps; removes older ones, and uncommitted step
- * directories older than the newest committed one (failed or interrupted saves). */
-static void retention(tsr_engine *e) {
+ * directories (failed or interrupted saves) older than the newest committed one,
+ * or all of them before a save (make_room), when no save of this job is in
+ * flight and the folder lock keeps other writers out. */
+static void retention(tsr_engine *e, int before_save) {
     tsr_step_info *v = NULL;
     size_t count = 0;
     if (tsr_list_steps(e->root, &v, &count) || count == 0) {
@@ -225,16 +248,72 @@ static void retention(tsr_engine *e) {
     for (long i = 0; i < n; i++) {
         int remove = 0;
         if (v[i].committed && drop > 0) remove = 1, drop--;
-        else if (!v[i].committed && i < newest) remove = 1;
+        else if (!v[i].committed && (i < newest || before_save)) remove = 1;
         if (!remove) continue;
-        char path[PATH_MAX + 40];
+        char path[PATH_MAX + 80];
         snprintf(path, sizeof path, "%s/%s", e->root, v[i].name);
         if (e->arch && tsr_archiver_holds(e->arch, path)) continue; /* not archived yet */
         tsr_error rerr;
-        if (tsr_remove_step_dir(path, &rerr) == 0) tsr_log(2, "%s: removed (retention)", path);
+        if (tsr_remove_step_dir(path, &rerr) == 0)
+            tsr_log(before_save ? 1 : 2, "%s: removed (%s)", path,
+                    v[i].committed ? "retention" : "uncommitted: left by a failed or interrupted save");
         else tsr_log(1, "retention: %s", rerr.msg);
     }
     free(v);
+}
+
+/* Rewinding: the committed steps after e->continue_from are renamed
+ * step-N.abandoned-<UTC time> (another suffix if that name is taken), so that
+ * nothing of the abandoned future is lost and nothing of it is seen as the latest
+ * step or counted by retention. Uncommitted ones are left to retention. */
+static void move_aside(tsr_engine *e) {
+    tsr_step_info *v = NULL;
+    size_t n = 0;
+    if (tsr_list_steps(e->root, &v, &n)) return;
+    char when[32] = "unknown";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y%m%dT%H%M%SZ", &tm);
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].step <= e->continue_from || !v[i].committed) continue;
+        char from[PATH_MAX + 80], to[PATH_MAX + 160];
+        snprintf(from, sizeof from, "%s/%s", e->root, v[i].name);
+        if (tsr_store_is_remote(e->root)) {
+            tsr_log(0, "%s: after step %llu, which this job continues from, but it cannot be moved aside on object "
+                       "storage", from, (unsigned long long)e->continue_from);
+            continue;
+        }
+        int rc = -1;
+        for (int k = 1; k < 100 && rc != 0; k++) {
+            if (k == 1) snprintf(to, sizeof to, "%s.abandoned-%s", from, when);
+            else snprintf(to, sizeof to, "%s.abandoned-%s-%d", from, when, k);
+            struct stat sb;
+            if (lstat(to, &sb) == 0) continue; /* rename would replace an empty directory */
+            rc = rename(from, to);
+            if (rc != 0 && errno != EEXIST && errno != ENOTEMPTY) break;
+        }
+        if (rc == 0)
+            tsr_log(0, "%s: moved aside to %s: it follows step %llu, which this job continues from (a rewind)", from,
+                    to, (unsigned long long)e->continue_from);
+        else
+            tsr_log(0, "%s: cannot move it aside after the rewind to step %llu: %s", from,
+                    (unsigned long long)e->continue_from, strerror(errno));
+    }
+    free(v);
+}
+
+/* Rank 0, before a save: no save of this job is in flight. */
+static void make_room(tsr_engine *e) {
+    if (e->rewind_pending) {
+        move_aside(e);
+        e->rewind_pending = 0;
+    }
+    retention(e, 1);
+}
+
+void tsr_engine_continue_from(tsr_engine *e, uint64_t step) {
+    e->continue_from = step;
+    e->rewind_pending = 1;
 }
 
 /* ------------------------------------------------------------ background */
@@ -363,7 +442,7 @@ static void run_job(tsr_engine *e) {
         uint64_t every = e->opts.archive_every ? e->opts.archive_every : 1;
         if (e->arch && j->step % every == 0 && !strcmp(regular, j->dir) && tsr_archiver_add(e->arch, j->dir))
             tsr_log(0, "%s: cannot queue it for archiving: out of memory", j->dir);
-        retention(e);
+        retention(e, 0);
     }
     tsr_save_free(s);
     pthread_mutex_lock(&e->mu);
@@ -419,6 +498,19 @@ tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_op
     pthread_cond_init(&e->cv, NULL);
     if (e->rank == 0 && getrandom(e->engine_id, 16, 0) != 16) memset(e->engine_id, 0x5a, 16);
     if (tsr_comm_bcast(comm, 0, e->engine_id, 16, err)) goto fail;
+    if (e->opts.lock_root) {
+        /* rank 0 holds the folder; every rank learns whether it could */
+        char msg[MSG_LEN] = "";
+        tsr_error lerr = {0};
+        int lrc = e->rank == 0 ? tsr_folder_lock_take(e->root, 1, &e->lock, &lerr) : 0;
+        if (lrc) snprintf(msg, sizeof msg, "%s", lerr.msg[0] ? lerr.msg : "cannot lock the checkpoint folder");
+        int64_t code = lrc;
+        if (tsr_comm_bcast(comm, 0, &code, sizeof code, err) || tsr_comm_bcast(comm, 0, msg, sizeof msg, err)) goto fail;
+        if (code) {
+            tsr_err(err, (int)code, "%s", msg);
+            goto fail;
+        }
+    }
     if (e->opts.archive_url && e->opts.archive_url[0]) {
         snprintf(e->archive_url, sizeof e->archive_url, "%s", e->opts.archive_url);
         e->opts.archive_url = e->archive_url;
@@ -456,6 +548,7 @@ void tsr_engine_free(tsr_engine *e) {
         pthread_join(e->thread, NULL);
     }
     tsr_archiver_free(e->arch);
+    tsr_folder_lock_release(e->lock); /* after the last write into the folder */
     tsr_comm_free(e->bg);
     tsr_encoder_free(e->enc);
     job_clear(&e->job);
@@ -768,6 +861,9 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
         return tsr_err(err, TSR_EIO, "save of step %llu: an earlier commit timed out%s; the engine cannot save until restarted",
                        (unsigned long long)step, broken ? "" : " on another rank");
     }
+    /* before any rank writes: the others leave plan_save's collectives only
+     * after rank 0 has entered them */
+    if (e->rank == 0) make_room(e);
     if ((rc = plan_save(e, st, err))) return rc;
 
     job_clear(&e->job);

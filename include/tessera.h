@@ -450,6 +450,10 @@ typedef struct tsr_engine_opts {
      * further saves until it is restarted (tsr_engine_broken). The environment
      * variable TSR_COMMIT_TIMEOUT (seconds) overrides it. */
     double commit_timeout_s;
+    /* 1: rank 0 holds the lock of ROOT (tsr_folder_lock_take) for the engine's
+     * life, and tsr_engine_new fails on every rank, naming the holder, when
+     * another writer holds it. */
+    int lock_root;
 } tsr_engine_opts;
 tsr_engine_opts tsr_engine_opts_default(void);
 
@@ -492,7 +496,11 @@ void tsr_engine_free(tsr_engine *e);
  * returns: encoding, writing (io_uring), the commit of the MANIFEST by rank 0 and
  * retention go on in the background. The state's memory may change as soon as it
  * returns. A failure of the background work never touches earlier checkpoints
- * and is reported by tsr_engine_poll / tsr_engine_wait. */
+ * and is reported by tsr_engine_poll / tsr_engine_wait. Before it saves, rank 0
+ * makes room in ROOT: retention (keep_latest) is applied to the committed steps
+ * (the newest is always kept), and uncommitted step directories, left by
+ * earlier failed or interrupted saves, are removed, so that a job whose saves
+ * filled the disk saves again once it keeps fewer checkpoints. */
 int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error *err);
 /* tsr_engine_save_dir(): the same, into the directory `dir` instead of
  * ROOT/step-<step> (retention still applies to ROOT). */
@@ -516,6 +524,13 @@ double tsr_engine_last_stall(const tsr_engine *e);
  * stop and restart from its last committed checkpoint. */
 int tsr_engine_broken(tsr_engine *e);
 
+/* tsr_engine_continue_from(): the state was loaded from `step`, and the job goes
+ * on from there: the steps after it are an abandoned future. The first save
+ * after this call moves every committed step directory of ROOT after `step`
+ * aside (renamed step-N.abandoned-<UTC time>, never deleted; logged), so that
+ * the latest step and retention see only the new future. Not collective. */
+void tsr_engine_continue_from(tsr_engine *e, uint64_t step);
+
 /* tsr_engine_load(): collective. Loads the checkpoint in step_dir (NULL: the
  * newest committed one under ROOT) into the boxes of `st`, in whatever layout
  * they are: each distinct box is read by one of the ranks that need it (only the
@@ -536,7 +551,7 @@ int tsr_engine_load(tsr_engine *e, const char *step_dir, const tsr_state *st, ts
 typedef struct tsr_step_info {
     uint64_t step;
     int committed; /* holds a MANIFEST (not validated) */
-    char name[32]; /* the directory's name */
+    char name[64]; /* the directory's name */
 } tsr_step_info;
 int tsr_list_steps(const char *root, tsr_step_info **out, size_t *n);
 
@@ -546,6 +561,28 @@ int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len);
 
 /* tsr_remove_step_dir(): removes a step directory, its MANIFEST first. */
 int tsr_remove_step_dir(const char *dir, tsr_error *err);
+
+/* tsr_list_abandoned_steps(): the step directories under root that a rewind
+ * moved aside (named step-N.abandoned-<time>, see tsr_engine_continue_from),
+ * sorted by step, like tsr_list_steps. tsr_list_steps, tsr_latest_step and
+ * retention never see them. */
+int tsr_list_abandoned_steps(const char *root, tsr_step_info **out, size_t *n);
+
+/* One writer per checkpoint folder. tsr_folder_lock_take(): with `create`, takes
+ * an exclusive lock on the folder `dir` (made if missing) until
+ * tsr_folder_lock_release: flock(2) on dir/LOCK, a file that names the holder
+ * ("host H, pid P, started T"); the lock dies with its process. On object
+ * storage (s3://) it puts the lease object dir/LOCK instead, removed on release
+ * (a holder that died leaves it: remove it by hand). Without `create`, only
+ * checks that nobody holds it (*out stays NULL). @return 0, or TSR_EBUSY with a
+ * message that names the holder. */
+typedef struct tsr_folder_lock tsr_folder_lock;
+int tsr_folder_lock_take(const char *dir, int create, tsr_folder_lock **out, tsr_error *err);
+/* tsr_folder_lock_for_ckpt(): the lock for writing the checkpoint directory
+ * ckpt_dir: its parent folder's lock, taken when ckpt_dir is named step-N,
+ * else only checked. */
+int tsr_folder_lock_for_ckpt(const char *ckpt_dir, tsr_folder_lock **out, tsr_error *err);
+void tsr_folder_lock_release(tsr_folder_lock *l);
 
 /* ----------------------------------------------------------------- reading */
 

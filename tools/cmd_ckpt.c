@@ -60,8 +60,9 @@ static void totals(tsr_ckpt *ck, uint64_t *raw, uint64_t *stored) {
 static const char ls_help[] =
     "usage: tessera ckpt ls ROOT [--json]\n"
     "Lists the step directories under ROOT: step, status (committed, uncommitted: no\n"
-    "MANIFEST, damaged: a MANIFEST that does not validate), tensor count, raw and\n"
-    "stored bytes.\n";
+    "MANIFEST, damaged: a MANIFEST that does not validate, abandoned: moved aside\n"
+    "as step-N.abandoned-TIME when a job rewound to an earlier step; its directory\n"
+    "is named at the end of the line), tensor count, raw and stored bytes.\n";
 
 int tsr_cmd_ckpt_ls(int argc, char **argv) {
     if (wants_help(argc, argv, ls_help)) return EXIT_OK;
@@ -84,19 +85,39 @@ int tsr_cmd_ckpt_ls(int argc, char **argv) {
         fprintf(stderr, "tessera ckpt ls: %s: cannot read the directory\n", root);
         return EXIT_FAIL;
     }
+    /* the abandoned steps, each after the regular step of the same number */
+    tsr_step_info *ab = NULL;
+    size_t n_ab = 0;
+    if (tsr_list_abandoned_steps(root, &ab, &n_ab) == 0 && n_ab) {
+        tsr_step_info *all = malloc((count + n_ab) * sizeof *all);
+        if (!all) {
+            fprintf(stderr, "tessera ckpt ls: out of memory\n");
+            free(steps), free(ab);
+            return EXIT_FAIL;
+        }
+        size_t a = 0, b = 0, k = 0;
+        while (a < count || b < n_ab)
+            if (b == n_ab || (a < count && steps[a].step <= ab[b].step)) all[k++] = steps[a++];
+            else all[k] = ab[b++], all[k++].committed = -1; /* -1: abandoned */
+        free(steps);
+        steps = all;
+        n = (long)k;
+    }
+    free(ab);
     if (json) printf("[");
     else printf("%-14s %-12s %8s %12s %12s %6s\n", "STEP", "STATUS", "TENSORS", "RAW", "STORED", "RATIO");
     for (long i = 0; i < n; i++) {
         char path[PATH_MAX], a[32], b[32];
         snprintf(path, sizeof path, "%s/%s", root, steps[i].name);
-        const char *status = "uncommitted";
+        int abandoned = steps[i].committed < 0;
+        const char *status = abandoned ? "abandoned" : "uncommitted";
         tsr_error e = {0};
         tsr_ckpt *ck = NULL;
         uint64_t raw = 0, stored = 0;
         size_t nt = 0;
         if (tsr_ckpt_is_committed(path)) {
             ck = tsr_ckpt_open(path, &e);
-            status = ck ? "committed" : "damaged";
+            if (!abandoned) status = ck ? "committed" : "damaged";
         }
         if (ck) {
             totals(ck, &raw, &stored);
@@ -115,12 +136,12 @@ int tsr_cmd_ckpt_ls(int argc, char **argv) {
             }
             printf("}");
         } else if (ck) {
-            printf("%-14llu %-12s %8zu %12s %12s %6.3f\n", (unsigned long long)steps[i].step, status, nt,
+            printf("%-14llu %-12s %8zu %12s %12s %6.3f%s%s\n", (unsigned long long)steps[i].step, status, nt,
                    tsr_fmt_bytes(raw, a, sizeof a), tsr_fmt_bytes(stored, b, sizeof b),
-                   stored ? (double)raw / (double)stored : 1.0);
+                   stored ? (double)raw / (double)stored : 1.0, abandoned ? "  " : "", abandoned ? steps[i].name : "");
         } else {
-            printf("%-14llu %-12s %8s %12s %12s %6s%s%s\n", (unsigned long long)steps[i].step, status, "-", "-",
-                   "-", "-", e.msg[0] ? "  " : "", e.msg);
+            printf("%-14llu %-12s %8s %12s %12s %6s%s%s%s%s\n", (unsigned long long)steps[i].step, status, "-", "-",
+                   "-", "-", abandoned ? "  " : "", abandoned ? steps[i].name : "", e.msg[0] ? "  " : "", e.msg);
         }
         tsr_ckpt_close(ck);
     }

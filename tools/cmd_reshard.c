@@ -87,7 +87,11 @@ int tsr_cmd_reshard(int argc, char **argv) {
     o.progress = on_progress;
     o.user = &pr;
     double t0 = tsr_now();
-    int rc = tsr_reshard(from, dst, &o, &e);
+    /* the folder DST is written into has one writer at a time */
+    tsr_folder_lock *lock = NULL;
+    int rc = tsr_folder_lock_for_ckpt(dst, &lock, &e);
+    if (!rc) rc = tsr_reshard(from, dst, &o, &e);
+    tsr_folder_lock_release(lock);
     tsr_progress_end(&pr);
     if (rc) {
         fprintf(stderr, "tessera reshard: %s\n", e.msg);

@@ -154,12 +154,30 @@ static int copy_steps(const char *cmd, const char *src, const char *dst, int pus
     char (*dirs)[PATH_MAX] = NULL;
     size_t n = 0;
     int single;
-    if (steps_of(cmd, src, &dirs, &n, &single)) return EXIT_FAIL;
     tsr_error e = {0};
+    /* pull: one writer at a time in the local folder it writes into (DST, or the
+     * folder of DST when DST is one step), checked before any request; push:
+     * refused when a writer's lease is on the prefix */
+    tsr_folder_lock *lock = NULL;
+    if (push ? tsr_folder_lock_take(dst, 0, &lock, &e)
+             : tsr_folder_lock_take(dst, 0, &lock, &e) || tsr_folder_lock_for_ckpt(dst, &lock, &e)) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+        return EXIT_FAIL;
+    }
+    if (steps_of(cmd, src, &dirs, &n, &single)) {
+        tsr_folder_lock_release(lock);
+        return EXIT_FAIL;
+    }
+    if (!push && !single && !lock && tsr_folder_lock_take(dst, 1, &lock, &e)) { /* a root: DST is the folder */
+        fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+        free(dirs);
+        return EXIT_FAIL;
+    }
     tsr_s3 *s3 = tsr_s3_new(NULL, &e);
     if (!s3) {
         fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
         free(dirs);
+        tsr_folder_lock_release(lock);
         return EXIT_FAIL;
     }
     uint64_t total = 0;
@@ -197,6 +215,7 @@ static int copy_steps(const char *cmd, const char *src, const char *dst, int pus
     tsr_progress_end(&x.bar);
     double secs = tsr_now() - t0;
     tsr_s3_free(s3);
+    tsr_folder_lock_release(lock);
     free(dirs);
     if (rc) {
         fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);

@@ -302,6 +302,13 @@ int tsr_cmd_ckpt_synth(int argc, char **argv) {
     synth_model m = {0};
     rank_state rs = {0};
     tsr_error e = {0};
+    /* rank 0 holds the folder DIR is written into (refused when another writer does) */
+    tsr_folder_lock *lock = NULL;
+    if (!status && rank == 0 && tsr_folder_lock_for_ckpt(o.dir, &lock, &e)) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+        status = EXIT_FAIL;
+    }
+    status = agree(comm, status);
     if (!status && synth_model_make(o.bytes, o.dtype, o.tensors, &m)) status = EXIT_FAIL;
     l.n_layers = m.n_layers;
     if (!status && rank_state_make(&l, m.t, m.n, rank, &rs, &e)) {
@@ -356,6 +363,7 @@ int tsr_cmd_ckpt_synth(int argc, char **argv) {
         }
     }
     tsr_engine_free(eng);
+    tsr_folder_lock_release(lock);
     rank_state_free(&rs);
     model_free(&m);
     tsr_comm_free(comm);

@@ -323,9 +323,13 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
         eo.archive_every = (uint64_t)c->checkpoint.archive_interval * (uint64_t)c->checkpoint.interval;
         eo.archive_keep = (uint32_t)c->checkpoint.archive_keep_latest_k;
         eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
+        eo.lock_root = c->checkpoint.enable; /* one writer per checkpoint folder */
         j.engine = tsr_engine_new(j.root, t->world, &eo, err);
         if (!j.engine) rc = err ? err->code : TSR_EIO;
         if (!rc) rc = resume(&j, &pos, &start, log, err);
+        /* steps after the one loaded (checkpoint.load_step) are an abandoned
+         * future: the first save moves them aside */
+        if (!rc && start > 0) tsr_engine_continue_from(j.engine, (uint64_t)start);
         /* the staging arena now, not in the first save: what this rank holds
          * (parameters and both moments, boxes aligned to TSR_ALIGN) and the blobs */
         size_t stage = 12 * t->n_shard_elems + TSR_ALIGN * 3 * t->decls.n_params + cl + 4096 + 64 * N_BLOBS;
@@ -353,7 +357,9 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
         fflush(log);
     }
     double t_log = tsr_now(), blocked = 0, blocked_total = 0, step_time_total = 0;
-    int steps_since = 0;
+    int steps_since = 0, last_save = 0; /* the step of the last save, and whether it was refused at once */
+    int last_save_refused = 0;
+    tsr_error last_save_err = {0};
     for (int step = start + 1; !rc && step <= c->training.steps; step++) {
         double t0 = tsr_now();
         rc = tsr_loader_next(loader, &pos, t->B, (int)t->dp_rank, (int)t->dp, inputs, targets, err);
@@ -366,6 +372,9 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
             if (!(rc = state_boxes(&j, 0, err))) {
                 tsr_state st = make_state(&j, 0);
                 rc = tsr_engine_save(j.engine, (uint64_t)step, &st, err);
+                last_save = step;
+                last_save_refused = rc != 0;
+                if (rc && err) last_save_err = *err;
                 if (rc && tsr_engine_broken(j.engine)) {
                     /* no later save can succeed: stop, to be restarted from the last
                      * committed checkpoint, rather than train on without any */
@@ -403,14 +412,26 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
         }
     }
     if (j.engine) {
-        tsr_error e2;
-        if (tsr_engine_wait(j.engine, &e2) && log) fprintf(log, "the last checkpoint failed: %s\n", e2.msg);
+        tsr_error e2 = {0};
+        int last_rc = tsr_engine_wait(j.engine, &e2);
+        if (last_save_refused) last_rc = last_save_err.code ? last_save_err.code : TSR_EIO, e2 = last_save_err;
+        /* the job's last checkpoint failed: it is not a success, although
+         * training went on after each failed save */
+        int final_failed = !rc && last_rc && last_save == c->training.steps;
+        if (last_rc && log && !final_failed) fprintf(log, "the last checkpoint failed: %s\n", e2.msg);
         if (!rc && c->checkpoint.enable && c->checkpoint.last_save_model_only && start < c->training.steps) {
             fill_blobs(&j, c->training.steps, &pos);
             rc = save_model_only(&j, c->training.steps, err);
             if (!rc && log)
                 fprintf(log, "model-only checkpoint (%s): %s/model-step-%08d\n",
                         c->checkpoint.export_dtype == TSR_BF16 ? "bf16" : "f32", j.root, c->training.steps);
+        }
+        if (final_failed && !rc) {
+            uint64_t newest = 0;
+            char held[64] = "none";
+            if (tsr_latest_step(j.root, &newest, NULL, 0) == 0) snprintf(held, sizeof held, "step %llu", (unsigned long long)newest);
+            rc = tsr_err(err, last_rc, "the checkpoint of the last step (%d) failed; the newest committed checkpoint in %s is %s: %s",
+                         last_save, j.root, held, e2.msg);
         }
     }
     if (!rc && log && step_time_total > 0)
