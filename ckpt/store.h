@@ -17,7 +17,8 @@
  * "fsync:1:killafter:step-00000004/MANIFEST.tmp" crashes once the MANIFEST of
  * step 4 is written and synced, before its rename. TSR_FAULT="delay:USEC:OP"
  * makes every OP take USEC longer (crash tests use it to widen the window in
- * which a save is in progress). */
+ * which a save is in progress). On S3, an upload's completion counts as the
+ * fsync of its object and the MANIFEST's PUT as the rename. */
 #ifndef TSR_STORE_H
 #define TSR_STORE_H
 

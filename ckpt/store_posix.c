@@ -224,13 +224,13 @@ int tsr_store_create(tsr_store *s, const char *name, tsr_wfile **out, tsr_error 
     tsr_wfile *f = calloc(1, sizeof *f);
     if (!f) return tsr_err(err, TSR_ENOMEM, "out of memory");
     f->fd = -1;
+    join(s, name, f->path, sizeof f->path);
     if (s->remote) {
         int rc = s3st_create(s->remote, name, &f->remote, err);
         if (rc) free(f);
         else *out = f;
         return rc;
     }
-    join(s, name, f->path, sizeof f->path);
     f->direct = 1;
     f->fd = open(f->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
     if (f->fd < 0 && errno == EINVAL) { /* the filesystem refuses O_DIRECT */
@@ -422,8 +422,16 @@ void tsr_wfile_reserve(tsr_wfile *f, uint64_t bytes) {
 }
 
 int tsr_wfile_finish(tsr_wfile *f, uint64_t size, tsr_error *err) {
-    if (f->remote) {
+    if (f->remote) { /* the upload's completion stands for the fsync */
+        int fault = fault_check(F_FSYNC, f->path);
+        if (fault > 0) {
+            s3st_abort(f->remote);
+            free(f);
+            return tsr_err(err, errno_status(fault), "%s: completing the upload: %s (injected)", f->path,
+                           strerror(fault));
+        }
         int rc = s3st_finish(f->remote, size, err);
+        if (!rc) fault_done();
         free(f);
         return rc;
     }
@@ -477,9 +485,15 @@ static int fsync_dir(const char *dir) {
 
 int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t len,
                          tsr_error *err) {
-    if (s->remote) return s3st_put(s->remote, name, buf, len, err);
     char path[PATH_MAX + 64], tmp[PATH_MAX + 80];
     join(s, name, path, sizeof path);
+    if (s->remote) { /* one PUT: the object appears whole; it stands for the rename */
+        int fault = fault_check(F_RENAME, path);
+        if (fault > 0) return tsr_err(err, errno_status(fault), "%s: PUT: %s (injected)", path, strerror(fault));
+        int rc = s3st_put(s->remote, name, buf, len, err);
+        if (!rc) fault_done();
+        return rc;
+    }
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return tsr_err(err, errno_status(errno), "%s: cannot create: %s", tmp, strerror(errno));
