@@ -10,8 +10,15 @@
  * the Nth call (counted from 1, per process) of OP fail, where OP is write, fsync
  * (the final ones), datasync (those a write file queues every few MiB while it
  * writes) or rename, and KIND is ENOSPC, EIO or short (a write that stores half
- * its bytes and reports it). TSR_FAULT="delay:USEC:OP" makes every OP take USEC longer
- * (crash tests use it to widen the window in which a save is in progress). */
+ * its bytes and reports it), kill (the process sends itself SIGKILL at the call,
+ * before it runs) or killafter (SIGKILL right after the call returns: a crash
+ * between two steps of a commit). "OP:N:KIND:TEXT" counts only the calls on
+ * paths that contain TEXT (a directory's fsync has the directory's path):
+ * "fsync:1:killafter:step-00000004/MANIFEST.tmp" crashes once the MANIFEST of
+ * step 4 is written and synced, before its rename. TSR_FAULT="delay:USEC:OP"
+ * makes every OP take USEC longer (crash tests use it to widen the window in
+ * which a save is in progress). On S3, an upload's completion counts as the
+ * fsync of its object and the MANIFEST's PUT as the rename. */
 #ifndef TSR_STORE_H
 #define TSR_STORE_H
 

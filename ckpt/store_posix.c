@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,19 +69,26 @@ static long fault_counts[4];
  * fsync: the final ones, of data files and of the MANIFEST */
 enum { F_WRITE, F_FSYNC, F_RENAME, F_DATASYNC };
 
-/* @return 0 (no fault), ENOSPC, EIO, or -1 (short write) for this call of op. */
-static int fault_check(int op) {
+/* set by a "killafter" fault: fault_done() kills the process once the call is done */
+static _Thread_local int kill_after;
+
+/* @return 0 (no fault), ENOSPC, EIO, or -1 (short write) for this call of op on
+ * `path`; a "kill" fault ends the process here, before the call. */
+static int fault_check(int op, const char *path) {
     const char *spec = getenv("TSR_FAULT");
     if (!spec || !*spec) return 0;
     static const char *const names[] = {"write", "fsync", "rename", "datasync"};
     char opname[16], kind[16];
     long n;
-    if (sscanf(spec, "%15[a-z]:%ld:%15s", opname, &n, kind) != 3) return 0;
+    int end = 0;
+    if (sscanf(spec, "%15[a-z]:%ld:%15[A-Za-z]%n", opname, &n, kind, &end) != 3 || !end) return 0;
     if (strcmp(opname, "delay") == 0) { /* "delay:USEC:OP": every OP takes USEC longer */
         if (strcmp(kind, names[op]) == 0 && n > 0) usleep((useconds_t)n);
         return 0;
     }
     if (strcmp(opname, names[op]) != 0) return 0;
+    /* "OP:N:KIND:TEXT": only calls on paths that contain TEXT count */
+    if (spec[end] == ':' && !strstr(path, spec + end + 1)) return 0;
     pthread_mutex_lock(&fault_mu);
     long c = ++fault_counts[op];
     pthread_mutex_unlock(&fault_mu);
@@ -88,7 +96,14 @@ static int fault_check(int op) {
     if (strcmp(kind, "ENOSPC") == 0) return ENOSPC;
     if (strcmp(kind, "EIO") == 0) return EIO;
     if (strcmp(kind, "short") == 0) return -1;
+    if (strcmp(kind, "kill") == 0) kill(getpid(), SIGKILL); /* a crash: nothing after this runs */
+    if (strcmp(kind, "killafter") == 0) kill_after = 1;
     return 0;
+}
+
+/* After a call that fault_check let through: a crash right after it. */
+static void fault_done(void) {
+    if (kill_after) kill(getpid(), SIGKILL);
 }
 
 static int errno_status(int e) { return e == ENOSPC || e == EDQUOT ? TSR_ENOSPC : e == ENOENT ? TSR_ENOTFOUND : TSR_EIO; }
@@ -200,13 +215,13 @@ int tsr_store_create(tsr_store *s, const char *name, tsr_wfile **out, tsr_error 
     tsr_wfile *f = calloc(1, sizeof *f);
     if (!f) return tsr_err(err, TSR_ENOMEM, "out of memory");
     f->fd = -1;
+    join(s, name, f->path, sizeof f->path);
     if (s->remote) {
         int rc = s3st_create(s->remote, name, &f->remote, err);
         if (rc) free(f);
         else *out = f;
         return rc;
     }
-    join(s, name, f->path, sizeof f->path);
     f->direct = 1;
     f->fd = open(f->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644);
     if (f->fd < 0 && errno == EINVAL) { /* the filesystem refuses O_DIRECT */
@@ -277,13 +292,17 @@ int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, ts
         if (err) *err = f->ferr;
         return f->failed;
     }
-    int fault = fault_check(F_WRITE);
+    int fault = fault_check(F_WRITE, f->path);
     if (fault) {
         f->failed = injected_write(f, fault, buf, len, off, &f->ferr);
         if (err) *err = f->ferr;
         return f->failed;
     }
-    if (!f->have_ring) return write_all(f, buf, len, off, err);
+    if (!f->have_ring) {
+        int rc = write_all(f, buf, len, off, err);
+        fault_done();
+        return rc;
+    }
     /* slots are indexed by position; wait until one is free */
     while (f->n_inflight == RING_DEPTH) reap_one(f);
     int slot = -1;
@@ -310,13 +329,15 @@ int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, ts
     }
     f->n_inflight++;
     f->unflushed += len;
-    if (f->unflushed >= FLUSH_EVERY && !f->flushing && (fault = fault_check(F_DATASYNC)) > 0) {
+    fault_done();
+    if (f->unflushed >= FLUSH_EVERY && !f->flushing && (fault = fault_check(F_DATASYNC, f->path)) > 0) {
         flush_failed(f, fault); /* reported by the next call, as a failed completion is */
         f->unflushed = 0;
     } else if (f->unflushed >= FLUSH_EVERY && !f->flushing && (sqe = io_uring_get_sqe(&f->ring))) {
         io_uring_prep_fsync(sqe, f->fd, IORING_FSYNC_DATASYNC);
         io_uring_sqe_set_data(sqe, (void *)FLUSH_TAG);
         if (io_uring_submit(&f->ring) >= 0) f->flushing = 1, f->unflushed = 0;
+        fault_done();
     }
     return 0;
 }
@@ -367,18 +388,23 @@ static int write_all(tsr_wfile *f, const void *buf, size_t len, uint64_t off, ts
 
 int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {
     if (f->remote) return s3st_write(f->remote, buf, len, off, err);
-    int fault = fault_check(F_WRITE);
+    int fault = fault_check(F_WRITE, f->path);
     if (fault) return injected_write(f, fault, buf, len, off, err);
-    return write_all(f, buf, len, off, err);
+    int rc = write_all(f, buf, len, off, err);
+    fault_done();
+    return rc;
 }
 
-static int fsync_fault(int fd) {
-    int fault = fault_check(F_FSYNC);
+static int fsync_fault(int fd, const char *path) {
+    int fault = fault_check(F_FSYNC, path);
     if (fault > 0) {
         errno = fault;
         return -1;
     }
-    return fsync(fd);
+    int rc = fsync(fd), e = errno;
+    fault_done();
+    errno = e;
+    return rc;
 }
 
 void tsr_wfile_reserve(tsr_wfile *f, uint64_t bytes) {
@@ -387,8 +413,16 @@ void tsr_wfile_reserve(tsr_wfile *f, uint64_t bytes) {
 }
 
 int tsr_wfile_finish(tsr_wfile *f, uint64_t size, tsr_error *err) {
-    if (f->remote) {
+    if (f->remote) { /* the upload's completion stands for the fsync */
+        int fault = fault_check(F_FSYNC, f->path);
+        if (fault > 0) {
+            s3st_abort(f->remote);
+            free(f);
+            return tsr_err(err, errno_status(fault), "%s: completing the upload: %s (injected)", f->path,
+                           strerror(fault));
+        }
         int rc = s3st_finish(f->remote, size, err);
+        if (!rc) fault_done();
         free(f);
         return rc;
     }
@@ -402,7 +436,7 @@ int tsr_wfile_finish(tsr_wfile *f, uint64_t size, tsr_error *err) {
         free(f);
         return rc;
     }
-    if (fsync_fault(f->fd) != 0)
+    if (fsync_fault(f->fd, f->path) != 0)
         rc = tsr_err(err, errno_status(errno), "%s: fsync: %s", f->path, strerror(errno));
     if (close(f->fd) != 0 && !rc)
         rc = tsr_err(err, TSR_EIO, "%s: close: %s", f->path, strerror(errno));
@@ -433,7 +467,7 @@ void tsr_wfile_abort(tsr_wfile *f) {
 static int fsync_dir(const char *dir) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) return -1;
-    int rc = fsync_fault(fd);
+    int rc = fsync_fault(fd, dir);
     int e = errno;
     close(fd);
     errno = e;
@@ -442,15 +476,21 @@ static int fsync_dir(const char *dir) {
 
 int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t len,
                          tsr_error *err) {
-    if (s->remote) return s3st_put(s->remote, name, buf, len, err);
     char path[PATH_MAX + 64], tmp[PATH_MAX + 80];
     join(s, name, path, sizeof path);
+    if (s->remote) { /* one PUT: the object appears whole; it stands for the rename */
+        int fault = fault_check(F_RENAME, path);
+        if (fault > 0) return tsr_err(err, errno_status(fault), "%s: PUT: %s (injected)", path, strerror(fault));
+        int rc = s3st_put(s->remote, name, buf, len, err);
+        if (!rc) fault_done();
+        return rc;
+    }
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return tsr_err(err, errno_status(errno), "%s: cannot create: %s", tmp, strerror(errno));
     size_t done = 0;
     int rc = 0;
-    int fault = fault_check(F_WRITE);
+    int fault = fault_check(F_WRITE, tmp);
     if (fault)
         rc = tsr_err(err, fault > 0 ? errno_status(fault) : TSR_ENOSPC, "%s: write: %s (injected)", tmp,
                      fault > 0 ? strerror(fault) : "short write");
@@ -460,12 +500,15 @@ int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t
         if (n <= 0) rc = tsr_err(err, errno_status(errno), "%s: write: %s", tmp, strerror(errno));
         else done += (size_t)n;
     }
-    if (!rc && fsync_fault(fd) != 0) rc = tsr_err(err, errno_status(errno), "%s: fsync: %s", tmp, strerror(errno));
+    if (!rc) fault_done();
+    if (!rc && fsync_fault(fd, tmp) != 0) rc = tsr_err(err, errno_status(errno), "%s: fsync: %s", tmp, strerror(errno));
     if (close(fd) != 0 && !rc) rc = tsr_err(err, TSR_EIO, "%s: close: %s", tmp, strerror(errno));
     if (!rc) {
-        int f = fault_check(F_RENAME);
+        int f = fault_check(F_RENAME, tmp);
         if (f > 0 || (f == 0 && rename(tmp, path) != 0))
             rc = tsr_err(err, TSR_EIO, "%s: rename to %s: %s", tmp, name, strerror(f > 0 ? f : errno));
+        else
+            fault_done();
     }
     if (rc) {
         unlink(tmp);

@@ -86,6 +86,19 @@ expect 1 "diff of different checkpoints" $T ckpt diff root/step-00000010 other
 grep -q "only in A" out.txt || fail "diff reports a tensor only in A"
 expect 1 "diff --json" $T ckpt diff root/step-00000010 other --json
 json_ok out.txt "diff --json"
+# the same tensors with other values: f32 -> bf16 -> f32 rounds every value that
+# bf16 cannot hold, and diff says so with the count and the largest difference
+expect 0 "synth f32" $T ckpt synth f32 --bytes 1M --dtype f32 --tensors 3
+expect 0 "reshard to bf16" $T reshard f32 f32-bf16 --layout dp_shard=1 --dtype bf16
+expect 0 "reshard back to f32" $T reshard f32-bf16 f32-back --layout dp_shard=1 --dtype f32
+expect 1 "diff of an f32 -> bf16 -> f32 round trip" $T ckpt diff f32 f32-back
+grep -q "no differences" out.txt && fail "diff of an f32 -> bf16 -> f32 round trip: no differences"
+grep -Eq ": [1-9][0-9]* elements differ, max abs difference [0-9.e-]*[1-9]" out.txt ||
+    fail "diff of an f32 -> bf16 -> f32 round trip does not count the values that differ: $(cat out.txt)"
+grep -q "dtype or shape differs\|only in" out.txt && fail "the round trip changed dtypes or names: $(cat out.txt)"
+expect 1 "diff --json of the round trip" $T ckpt diff f32 f32-back --json
+python3 -c 'import json,sys; d = json.load(open("out.txt")); assert d["same"] is False and d["differences"], d' ||
+    fail "diff --json of the round trip: not reported as different"
 
 # a damaged MANIFEST: ls says damaged, verify and info exit 1 with the reason
 cp -r root/step-00000020 root/step-00000040

@@ -3,7 +3,10 @@
  * values (parsed in memory), and every position once more through tsr_ckpt_open and
  * verify from disk; in each data file, every byte position (the new value cycling
  * through all 255 changes across positions), by tsr_ckpt_verify and by reading every
- * tensor and blob. */
+ * tensor and blob. Then each of a frame's two checksums on its own: a frame whose
+ * stored bytes changed but decode to bytes that match raw_hash is caught by
+ * stored_hash alone, and one whose stored bytes match stored_hash but decode to
+ * other bytes (a coder's fault) by raw_hash alone. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +15,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "codec.h"
+#include "common.h"
 #include "manifest.h"
 #include "tessera.h"
 
@@ -102,6 +107,103 @@ static void poke(const char *path, size_t off, uint8_t v) {
     close(fd);
 }
 
+
+/* Verify's problems, joined (the first few), for checking which check fired. */
+static void collect(void *user, const char *msg) {
+    char *all = user;
+    size_t n = strlen(all);
+    if (n + strlen(msg) + 2 < 4096) snprintf(all + n, 4096 - n, "%s\n", msg);
+}
+
+/* A checkpoint of one compressible f32 tensor in 4 zstd frames of 1 KiB. */
+static void write_zstd(const char *dir) {
+    tsr_write_opts o = tsr_write_opts_default();
+    o.frame_bytes = 1024;
+    o.threads = 1;
+    o.codec = TSR_CODEC_ZSTD;
+    static float v[1024];
+    for (int i = 0; i < 1024; i++) v[i] = (float)(i % 7);
+    uint64_t shape[2] = {16, 64};
+    tsr_box b = {2, {0, 0}, {16, 64}};
+    tsr_save *w = tsr_save_begin(dir, 0, NULL, &o, &e);
+    REQUIRE(w, "%s", e.msg);
+    CHECK_OK(tsr_save_tensor(w, "w", NULL, TSR_F32, 2, shape, NULL, &e));
+    CHECK_OK(tsr_save_box(w, "w", &b, v, &e));
+    CHECK_OK(tsr_save_finish(w, NULL, NULL, &e));
+    CHECK_OK(tsr_save_commit(w, NULL, NULL, 0, 1, NULL, &e));
+    tsr_save_free(w);
+}
+
+/* Replaces frame 0 of dir's checkpoint with a valid zstd encoding of other bytes
+ * (one bit flipped) and rewrites its MANIFEST record: with `keep_raw_hash`, the
+ * stored size and stored_hash describe the new bytes and raw_hash still the old
+ * ones (only raw_hash can tell); otherwise raw_hash describes the new decoded
+ * bytes and stored_hash still the old stored ones (only stored_hash can tell). */
+static void swap_frame(const char *dir, int keep_raw_hash) {
+    char mpath[800], dpath[800];
+    snprintf(mpath, sizeof mpath, "%s/MANIFEST", dir);
+    snprintf(dpath, sizeof dpath, "%s/data-00000.tsd", dir);
+    size_t mlen, dlen;
+    uint8_t *mb = slurp(mpath, &mlen), *d = slurp(dpath, &dlen);
+    tsr_manifest m;
+    REQUIRE(tsr_manifest_parse(mb, mlen, mpath, 0, &m, &e) == 0, "%s", e.msg);
+    REQUIRE(m.n_frames >= 2, "%zu frames", m.n_frames);
+    tsr_mf_frame *f = &m.frames[0];
+    REQUIRE(f->codec == TSR_CODEC_ZSTD && f->stored_size <= TSR_ALIGN && f->offset + TSR_ALIGN <= dlen,
+            "frame 0: codec %d, %llu stored bytes", f->codec, (unsigned long long)f->stored_size);
+    tsr_codec *c = tsr_codec_new();
+    uint8_t raw[1024], out[8192];
+    REQUIRE(c && f->raw_size == sizeof raw, "codec");
+    REQUIRE(tsr_frame_decode(c, TSR_F32, f->codec, d + f->offset, f->stored_size, raw, sizeof raw, &e) == 0, "%s",
+            e.msg);
+    raw[5] ^= 1;
+    size_t n;
+    int codec;
+    REQUIRE(tsr_codec_bound(sizeof raw) <= sizeof out, "bound");
+    REQUIRE(tsr_frame_encode(c, TSR_F32, TSR_CODEC_ZSTD, 3, raw, sizeof raw, out, sizeof out, &n, &codec, &e) == 0 &&
+                codec == TSR_CODEC_ZSTD && n <= TSR_ALIGN,
+            "re-encode: %s", e.msg);
+    tsr_codec_free(c);
+    memset(d + f->offset, 0, TSR_ALIGN);
+    memcpy(d + f->offset, out, n);
+    f->stored_size = n;
+    if (keep_raw_hash) f->stored_hash = tsr_hash(out, n);
+    else f->raw_hash = tsr_hash(raw, sizeof raw);
+    uint8_t *enc;
+    size_t elen;
+    REQUIRE(tsr_manifest_encode(&m, &enc, &elen, &e) == 0, "%s", e.msg);
+    FILE *fp = fopen(mpath, "wb");
+    REQUIRE(fp && fwrite(enc, 1, elen, fp) == elen && fclose(fp) == 0, "write %s", mpath);
+    fp = fopen(dpath, "wb");
+    REQUIRE(fp && fwrite(d, 1, dlen, fp) == dlen && fclose(fp) == 0, "write %s", dpath);
+    free(enc);
+    free(mb);
+    free(d);
+    tsr_manifest_free(&m);
+}
+
+/* Each checksum alone: the MANIFEST opens (it is well formed), and verify and
+ * a read both fail with the message of the checksum that must catch it. */
+static void one_checksum(const char *base, int keep_raw_hash) {
+    const char *want = keep_raw_hash ? "checksum mismatch (decoded bytes)" : "checksum mismatch (stored bytes)";
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/%s", base, keep_raw_hash ? "raw-hash-only" : "stored-hash-only");
+    write_zstd(dir);
+    REQUIRE(verify_ok(dir) && read_ok(dir), "%s: the pristine checkpoint is sound: %s", dir, e.msg);
+    swap_frame(dir, keep_raw_hash);
+    tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
+    REQUIRE(ck, "%s: the rewritten MANIFEST opens: %s", dir, e.msg);
+    char problems[4096] = "";
+    long n = tsr_ckpt_verify(ck, collect, problems, 1, &e);
+    tsr_ckpt_close(ck);
+    int verified = n == 1 && strstr(problems, want);
+    CHECK(verified, "%s: verify found %ld problems, want one '%s': %s", dir, n, want, problems);
+    e = (tsr_error){0};
+    int read = !read_ok(dir) && strstr(e.msg, want);
+    CHECK(read, "%s: read: want '%s', got: %s", dir, want, e.msg);
+    if (verified && read) printf("%s: caught by %s alone\n", dir, keep_raw_hash ? "raw_hash" : "stored_hash");
+}
+
 int main(void) {
     const char *t = getenv("TSR_TMP");
     char dir[600];
@@ -170,5 +272,7 @@ int main(void) {
     }
     CHECK(verify_ok(dir) && read_ok(dir), "restored checkpoint is sound again: %s", e.msg);
     printf("MANIFEST: %zu positions x 255 values, all detected\n", mlen);
+    one_checksum(t ? t : "/tmp", 0);
+    one_checksum(t ? t : "/tmp", 1);
     return check_done();
 }

@@ -1182,7 +1182,10 @@ int main(void) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", made);
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", made);
     }
-    printf("%zu MANIFEST cases, %zu truncations, %zu data file cases\n", sizeof cases / sizeof cases[0], n,
+    size_t valid = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) valid += cases[i].code == OK;
+    printf("%zu MANIFEST cases (%zu hostile, refused; %zu valid variants, read back), %zu truncations, %zu data file "
+           "cases\n", sizeof cases / sizeof cases[0], sizeof cases / sizeof cases[0] - valid, valid, n,
            sizeof dcases / sizeof dcases[0]);
     return check_done();
 }

@@ -1,7 +1,9 @@
 #!/bin/sh
-# The trainer on many layouts: the losses of 10 steps of the debug model in every
-# layout (FSDP, TP, PP with both schedules, replicated, combined, uneven) match
-# the single-rank run within 1e-5; resume after SIGKILL is bitwise identical on
+# The trainer on many layouts: the losses and gradient norms of 10 steps of the
+# debug model in nine layouts (FSDP, TP, PP with 1F1B, replicated, HSDP,
+# PP+FSDP+TP and PP+replicated+TP on 8 ranks, uneven FSDP, GPipe on 3 stages of
+# which one is empty) match the single-rank run within 1e-5; resume after
+# SIGKILL is bitwise identical (the doubles of the metrics file, 17 digits) on
 # the same layout and within 1e-4 on another layout and rank count; bad configs,
 # a missing data directory and a checkpoint of another model fail before any
 # step, with a message that names the problem.
@@ -20,22 +22,32 @@ train() {
         { fail "$name: exit $?"; tail -5 "$TSR_TMP/$name.log" >&2; }
 }
 
-# compare REF NAME TOL [FROM_STEP]: the losses of NAME against REF's
+# compare REF NAME TOL [FROM_STEP]: the losses and gradient norms of NAME against
+# REF's (TOL 0: the same doubles, bit for bit)
 compare() {
-    $PY - "$TSR_TMP/$1/metrics.jsonl" "$TSR_TMP/$2/metrics.jsonl" "$3" "${4:-1}" <<'EOF' || fail "$2: losses differ from $1"
+    $PY - "$TSR_TMP/$1/metrics.jsonl" "$TSR_TMP/$2/metrics.jsonl" "$3" "${4:-1}" <<'EOF' || fail "$2: losses or gradient norms differ from $1"
 import json, sys
-def losses(p):
+def values(p, key):
     d = {}
     for line in open(p):
         o = json.loads(line)
-        d[o["step"]] = o["loss"]   # a resumed run appends: the last value wins
+        d[o["step"]] = o[key]   # a resumed run appends: the last value wins
     return d
-a, b, tol, first = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-steps = [s for s in sorted(a) if s >= first]
-assert steps and all(s in b for s in steps), "steps missing: %s vs %s" % (sorted(a), sorted(b))
-worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps)
-print("%s: %d steps, worst relative difference %.3g (tolerance %g)" % (sys.argv[2], len(steps), worst, tol))
-sys.exit(0 if worst <= tol else 1)
+tol, first = float(sys.argv[3]), int(sys.argv[4])
+ok = True
+for key in ("loss", "grad_norm"):
+    a, b = values(sys.argv[1], key), values(sys.argv[2], key)
+    steps = [s for s in sorted(a) if s >= first]
+    assert steps and all(s in b for s in steps), "steps missing: %s vs %s" % (sorted(a), sorted(b))
+    if tol == 0:
+        bad = [(s, a[s].hex(), b[s].hex()) for s in steps if a[s] != b[s]]
+        print("%s: %d steps, %s bitwise equal%s" % (sys.argv[2], len(steps), key, "" if not bad else ": NOT at %s" % bad))
+        ok = ok and not bad
+        continue
+    worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in steps)
+    print("%s: %d steps, %s: worst relative difference %.3g (tolerance %g)" % (sys.argv[2], len(steps), key, worst, tol))
+    ok = ok and worst <= tol
+sys.exit(0 if ok else 1)
 EOF
 }
 
@@ -53,7 +65,12 @@ train all8 8 --training.global_batch_size=8 --training.local_batch_size=4 --para
     --parallelism.pipeline_parallel_microbatch_size=2
 train hsdp4 4 --training.global_batch_size=8 --training.local_batch_size=2 \
     --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=2
-for l in fsdp2 tp2 pp2_1f1b rep2 all8 hsdp4; do compare ref $l 1e-5; done
+train rep_all8 8 --training.global_batch_size=8 --training.local_batch_size=4 --parallelism.pipeline_parallel_degree=2 \
+    --parallelism.tensor_parallel_degree=2 --parallelism.data_parallel_replicate_degree=2 \
+    --parallelism.data_parallel_shard_degree=1 --parallelism.pipeline_parallel_microbatch_size=2
+grep -q "layout pp=2,dp_replicate=2,dp_shard=1,tp=2[,;]" "$TSR_TMP/rep_all8.log" || fail "rep_all8: not the layout asked for"
+grep -q "layout pp=2,dp_replicate=1,dp_shard=2,tp=2[,;]" "$TSR_TMP/all8.log" || fail "all8: not the layout asked for"
+for l in fsdp2 tp2 pp2_1f1b rep2 all8 rep_all8 hsdp4; do compare ref $l 1e-5; done
 # uneven: 3 shards of 128 rows, 3 stages of 4 layers (2, 2, 0), GPipe
 train ref6 1 --training.global_batch_size=6 --training.local_batch_size=6
 train fsdp3 3 --training.global_batch_size=6 --training.local_batch_size=2

@@ -399,9 +399,9 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
                         loss, gnorm, (double)t->last_lr, tps, blocked);
                 fflush(log);
             }
-            if (metrics) {
+            if (metrics) { /* loss and grad_norm in 17 digits: the same doubles when read back */
                 fprintf(metrics,
-                        "{\"step\": %d, \"loss\": %.9g, \"grad_norm\": %.9g, \"lr\": %.9g, \"tokens_per_s\": %.3f, "
+                        "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, \"tokens_per_s\": %.3f, "
                         "\"ckpt_blocked_s\": %.6f}\n",
                         step, loss, gnorm, (double)t->last_lr, tps, blocked);
                 fflush(metrics);
