@@ -35,6 +35,12 @@ while read -r name fault want; do
     else
         grep -q "^2 .*uncommitted" "$name.ls" || fail "$name: step 2 not listed as uncommitted: $(cat "$name.ls")"
         "$T" ckpt verify $R/step-00000002 >/dev/null 2>&1 && fail "$name: the interrupted step 2 verifies"
+        # the killed writer's lease is still there: a new save is refused, naming
+        # it, until the lease is removed by hand (object storage has no locks)
+        "$T" ckpt synth $R/step-00000002 $SYNTH --step 2 >/dev/null 2>"$name.lease" &&
+            fail "$name: a save while the killed writer's lease is there"
+        grep -q "another writer holds .*pid" "$name.lease" || fail "$name: no refusal naming the lease: $(cat "$name.lease")"
+        aws s3 rm $R/LOCK >/dev/null || fail "$name: aws s3 rm of the lease"
         # the save, again, over what the crash left
         "$T" ckpt synth $R/step-00000002 $SYNTH --step 2 >/dev/null 2>&1 || fail "$name: saving step 2 again"
         "$T" ckpt verify $R/step-00000002 >/dev/null 2>&1 || fail "$name: step 2 saved again does not verify"
