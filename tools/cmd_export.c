@@ -43,7 +43,7 @@ static int write_config(const char *dir, const tsr_model_args *a, int dtype, tsr
             "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": false,\n  \"attention_bias\": false,\n"
             "  \"mlp_bias\": false,\n  \"head_dim\": %d,\n  \"torch_dtype\": \"%s\",\n",
             a->dim, a->ffn_dim, a->n_heads, a->n_kv_heads, a->n_layers, a->vocab_size, (double)a->norm_eps,
-            (double)a->rope_theta, a->rope_scaling.factor != 0 ? 131072 : 8192, tsr_model_head_dim(a),
+            (double)a->rope_theta, a->max_seq_len, tsr_model_head_dim(a),
             dtype == TSR_BF16 ? "bfloat16" : dtype == TSR_F16 ? "float16" : "float32");
     if (a->rope_scaling.factor != 0)
         fprintf(f,
@@ -177,7 +177,7 @@ static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_de
     kv_str(&g, "general.name", "tessera");
     kv_u32(&g, "general.alignment", GGUF_ALIGN);
     kv_u32(&g, "general.file_type", dtype == TSR_F32 ? 0u : dtype == TSR_F16 ? 1u : 32u);
-    kv_u32(&g, "llama.context_length", rope ? 131072u : 8192u);
+    kv_u32(&g, "llama.context_length", (uint32_t)a->max_seq_len);
     kv_u32(&g, "llama.embedding_length", (uint32_t)a->dim);
     kv_u32(&g, "llama.block_count", (uint32_t)a->n_layers);
     kv_u32(&g, "llama.feed_forward_length", (uint32_t)a->ffn_dim);
