@@ -18,7 +18,8 @@
 # The safetensors export of the same checkpoint does the same with its tokenizer
 # files (tests/hf_generate.py).
 # The context length of the checkpoint (its training.seq_len, or the imported
-# max_position_embeddings) is the GGUF's and config.json's.
+# max_position_embeddings) is the GGUF's and config.json's, and stays when a job
+# resumes the model at a shorter length.
 . "$TSR_ROOT/tests/common.sh"
 cd "$TSR_TMP" || exit 1
 LL=$(sh "$TSR_ROOT/tests/llama_setup.sh") || { echo "FAIL: llama.cpp could not be installed for the test (see above)" >&2; exit 1; }
@@ -96,5 +97,11 @@ for dt in bf16 f16; do
 done
 check r-bf16.gguf rbf16 4e-3
 check r-f16.gguf rf16 5e-4
+# a job that resumes the model at a shorter length keeps its context length
+"$T" train --config "$CFG" --job.dump_folder=run --training.steps=41 --training.local_batch_size=4 \
+    --training.seq_len=64 --training.dataset=tokens --training.dataset_path=data --checkpoint.enable=true \
+    --checkpoint.interval=1 >resume.log 2>&1 || { fail "resume at seq_len 64"; tail -5 resume.log >&2; }
+expect 0 "export after the resume" "$T" export run/checkpoint/step-00000041 --format safetensors hf41 --dtype f32
+grep -q '"max_position_embeddings": 128,' hf41/config.json || fail "a resume at seq_len 64 lost the context length 128"
 [ $fails = 0 ] || exit 1
 echo "llama: 6 GGUF files (f32, bf16, f16; with and without rope scaling) tokenize, decode and continue text as tessera does"
