@@ -24,6 +24,15 @@ for tool in npm git tar; do
     command -v $tool >/dev/null || die "$tool is not installed: it is needed to install llama.cpp for the tests"
 done
 mkdir -p "$CACHE" || die "cannot create $CACHE (set TSR_CACHE to a writable directory)"
+# one install at a time; a run that waited finds it done
+if command -v flock >/dev/null; then
+    exec 9>"$CACHE/.llama.cpp-$VERSION.lock" || die "cannot write in $CACHE"
+    flock 9
+    if [ -f "$DIR/ok" ]; then
+        echo "$DIR"
+        exit 0
+    fi
+fi
 WORK=$(mktemp -d "$CACHE/.llama.cpp-$VERSION.XXXXXX") || die "cannot write in $CACHE"
 trap 'rm -rf "$WORK"' EXIT INT TERM
 echo "llama_setup: installing llama.cpp from node-llama-cpp@$VERSION into $DIR" >&2
