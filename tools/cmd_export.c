@@ -181,7 +181,8 @@ static void gguf_name(size_t p, size_t np, char *out, size_t len) {
  * model's vocabulary as <unusedN> (type 5). The pre-tokenizer "qwen2" only
  * splits words (each still spelled byte by byte); unlike "default" it keeps
  * llama.cpp's detokenizer from removing spaces before punctuation. No BOS is
- * added: a prompt is its bytes, as in training. */
+ * added: a prompt is its bytes, as in training. (llama.cpp reads text as UTF-8
+ * and replaces invalid sequences by U+FFFD before tokenizing.) */
 static void gguf_tokenizer(gw *g, int V) {
     kv_str(g, "tokenizer.ggml.model", "gpt2");
     kv_str(g, "tokenizer.ggml.pre", "qwen2");
