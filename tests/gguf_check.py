@@ -70,16 +70,28 @@ def main():
             "llama.attention.head_count_kv": (4, cfg["num_key_value_heads"]),
             "llama.rope.dimension_count": (4, hd), "llama.vocab_size": (4, V),
             "general.file_type": (4, {"F32": 0, "F16": 1, "BF16": 32}[want]),
-            "tokenizer.ggml.model": (8, "llama"), "tokenizer.ggml.eos_token_id": (4, 256)}
+            "tokenizer.ggml.model": (8, "gpt2"), "tokenizer.ggml.pre": (8, "qwen2"),
+            "tokenizer.ggml.eos_token_id": (4, 256), "tokenizer.ggml.add_bos_token": (7, False),
+            "tokenizer.ggml.add_eos_token": (7, False),
+            "llama.context_length": (4, cfg["max_position_embeddings"])}
     for k, (t, v) in need.items():
         assert k in kv and types[k] == t and kv[k] == v, "%s: %r (type %s), want %r" % (k, kv.get(k), types.get(k), v)
-    assert types["llama.context_length"] == 4 and kv["llama.context_length"] > 0
     assert types["llama.rope.freq_base"] == 6 and abs(kv["llama.rope.freq_base"] - cfg["rope_theta"]) <= 1e-3 * cfg["rope_theta"]
     assert types["llama.attention.layer_norm_rms_epsilon"] == 6
     assert abs(kv["llama.attention.layer_norm_rms_epsilon"] - cfg["rms_norm_eps"]) < 1e-9
+    # the byte-level tokenizer: byte b is id b, spelled in GPT-2's byte-to-character
+    # alphabet (its bytes_to_unicode), normal tokens; 256 ends text; no merges
     toks, ttype = kv["tokenizer.ggml.tokens"], kv["tokenizer.ggml.token_type"]
-    assert len(toks) == V and len(ttype) == V and len(kv["tokenizer.ggml.scores"]) == V
-    assert toks[65] == "<0x41>" and ttype[65] == 6 and toks[256] == "</s>" and ttype[256] == 3
+    assert len(toks) == V and len(ttype) == V and types["tokenizer.ggml.merges"] == 9 and kv["tokenizer.ggml.merges"] == []
+    printable = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    spell, extra = {}, 0
+    for b in range(256):
+        spell[b] = chr(b) if b in printable else chr(256 + extra)
+        extra += b not in printable
+    assert all(toks[b] == spell[b] and ttype[b] == 1 for b in range(256)), "byte tokens"
+    assert toks[65] == "A" and toks[32] == "\u0120" and toks[10] == "\u010a"
+    assert toks[256] == "<|endoftext|>" and ttype[256] == 3 and all(t == 5 for t in ttype[257:])
+    assert len(set(toks)) == V, "token texts repeat"
     infos = {}
     for _ in range(nt):
         name = r.string()

@@ -50,6 +50,26 @@ expect 2 "bad format" "$T" export "$A" --format onnx x
 expect 2 "no tokens" "$T" logits "$A"
 expect 1 "token past the vocabulary" "$T" logits "$A" --tokens 1,100000
 grep -q "vocabulary" err.txt || fail "no reason for the bad token"
+# --tokens takes decimal ids and single commas, nothing else
+for bad in "1, 2" " 1" "1,,2" "1,2," ",1" "+1" "1 2" "0x10" "-1"; do
+    expect 2 "--tokens '$bad'" "$T" logits "$A" --tokens "$bad"
+    grep -q "single commas" err.txt || fail "no reason for --tokens '$bad'"
+done
+expect 2 "--tokens and --text" "$T" logits "$A" --tokens 1 --text a
+# --text: its bytes are the tokens
+"$T" logits "$A" --text "Hello, world" >text.txt || fail "logits --text"
+"$T" logits "$A" --tokens 72,101,108,108,111,44,32,119,111,114,108,100 >ids.txt || fail "logits --tokens"
+cmp -s text.txt ids.txt || fail "--text and the same bytes as --tokens give other logits"
+# the context length (training.seq_len 32) bounds the prompt and what is generated
+grep -q '"max_position_embeddings": 32,' hf32/config.json || fail "config.json: max_position_embeddings is not 32"
+expect 0 "32 tokens" "$T" logits "$A" --text "$(printf '%032d' 0)"
+expect 1 "33 tokens" "$T" logits "$A" --text "$(printf '%033d' 0)"
+grep -q "context length is 32" err.txt || fail "no reason for a prompt past the context length"
+expect 1 "30 tokens and 3 generated" "$T" logits "$A" --text "$(printf '%030d' 0)" --generate 3
+grep -q "context length is 32" err.txt || fail "no reason for a generation past the context length"
+expect 0 "30 tokens and 2 generated" "$T" logits "$A" --text "$(printf '%030d' 0)" --generate 2
+grep -qE '^[0-9]+,[0-9]+$' out.txt || fail "--generate 2 does not print two ids: $(cat out.txt)"
+expect 2 "--generate 0" "$T" logits "$A" --text a --generate 0
 run_np 1 "$T" ckpt synth S --bytes 1M >/dev/null
 expect 1 "not a model checkpoint" "$T" export S --format safetensors x
 grep -q "train.model" err.txt || fail "no reason for a non-model checkpoint"

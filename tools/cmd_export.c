@@ -19,21 +19,26 @@
 #include "model.h"
 #include "s3.h"
 #include "safetensors.h"
+#include "tokens.h"
 
 static const char USAGE[] =
     "usage: tessera export CKPT --format safetensors OUT/ [--dtype f32|bf16|f16] [--shard-size SIZE]\n"
     "       tessera export CKPT --format gguf OUT.gguf [--dtype f32|bf16|f16]\n"
     "Writes the model of checkpoint CKPT (any layout, any dtype; only the model's\n"
-    "tensors are read) as a Hugging Face LlamaForCausalLM: config.json and\n"
+    "tensors are read) as a Hugging Face LlamaForCausalLM: config.json, the\n"
+    "byte-level tokenizer (tokenizer.json, tokenizer_config.json,\n"
+    "special_tokens_map.json: one id per byte, no BOS added) and\n"
     "model.safetensors, or model-0000K-of-0000N.safetensors shards of at most SIZE\n"
     "(default 2G) with model.safetensors.index.json. Tensors get Hugging Face's\n"
     "names; q and k are permuted to its rotary convention; --dtype applies to every\n"
     "tensor (default: the dtype of the checkpoint's matrices when they all have the\n"
     "same, f32, bf16 or f16; else f32).\n"
     "GGUF: a v3 file that llama.cpp loads as a llama model: llama.* and general.*\n"
-    "keys, the byte-level tokenizer, tensors token_embd, blk.N.attn_q, ..., output_norm,\n"
-    "output (dims innermost first, 32-byte aligned), norms in f32, matrices in --dtype\n"
-    "(default as above).\n"
+    "keys, the byte-level tokenizer (as a byte-level BPE without merges: one id per\n"
+    "byte, as tessera data prep gives; no BOS added), tensors token_embd,\n"
+    "blk.N.attn_q, ..., output_norm, output (dims innermost first, 32-byte\n"
+    "aligned), norms in f32, matrices in --dtype (default as above). Both formats\n"
+    "give the model's context length (max_seq_len of its train.model blob).\n"
     "Files are written under temporary names (a .tessera-tmp-PID directory next to\n"
     "them) and renamed into place only when all are complete and synced: a failed\n"
     "export leaves nothing, a killed one only that directory.\n";
@@ -53,7 +58,7 @@ static int write_config(const char *dir, const tsr_model_args *a, int dtype, tsr
             "  \"hidden_act\": \"silu\",\n  \"tie_word_embeddings\": false,\n  \"attention_bias\": false,\n"
             "  \"mlp_bias\": false,\n  \"head_dim\": %d,\n  \"torch_dtype\": \"%s\",\n",
             a->dim, a->ffn_dim, a->n_heads, a->n_kv_heads, a->n_layers, a->vocab_size, (double)a->norm_eps,
-            (double)a->rope_theta, a->rope_scaling.factor != 0 ? 131072 : 8192, tsr_model_head_dim(a),
+            (double)a->rope_theta, a->max_seq_len, tsr_model_head_dim(a),
             dtype == TSR_BF16 ? "bfloat16" : dtype == TSR_F16 ? "float16" : "float32");
     if (a->rope_scaling.factor != 0)
         fprintf(f,
@@ -67,13 +72,73 @@ static int write_config(const char *dir, const tsr_model_args *a, int dtype, tsr
     return fclose(f) ? out_error(e, path, "write", errno) : 0;
 }
 
+/* GPT-2's bytes_to_unicode: the character that stands for byte b in a byte-level
+ * BPE vocabulary (printable Latin-1 bytes stand for themselves, the others for
+ * U+0100 onwards), as a code point, or written as UTF-8 into out (at most 2
+ * bytes and a NUL). */
+static int gpt2_byte_codepoint(int b) {
+    int cp = b;
+    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) {
+        cp = 256;
+        for (int x = 0; x < b; x++) cp += !((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174);
+    }
+    return cp;
+}
+static void gpt2_byte_char(int b, char out[3]) {
+    int cp = gpt2_byte_codepoint(b), n = 0;
+    if (cp < 0x80) out[n++] = (char)cp;
+    else out[n++] = (char)(0xC0 | cp >> 6), out[n++] = (char)(0x80 | (cp & 0x3F));
+    out[n] = 0;
+}
+
+/* The same tokenizer for Hugging Face (tokenizers' tokenizer.json, read by
+ * PreTrainedTokenizerFast): byte-level BPE without merges and without regex
+ * splitting, so that each byte of any text is one id as in tessera data prep;
+ * <|endoftext|> (256) is the end of text and is never matched inside text
+ * (split_special_tokens); no BOS and no EOS are added, as in the GGUF file and
+ * config.json. */
+static int write_tokenizer(const char *dir, const tsr_model_args *a, tsr_error *e) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/tokenizer.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return tsr_err(e, TSR_EIO, "%s: %s", path, strerror(errno));
+    static const char level[] = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": false, "
+                                "\"use_regex\": false}";
+    fprintf(f,
+            "{\n  \"version\": \"1.0\",\n  \"truncation\": null,\n  \"padding\": null,\n"
+            "  \"added_tokens\": [{\"id\": %d, \"content\": \"<|endoftext|>\", \"single_word\": false, \"lstrip\": false, "
+            "\"rstrip\": false, \"normalized\": false, \"special\": true}],\n"
+            "  \"normalizer\": null,\n  \"pre_tokenizer\": %s,\n  \"post_processor\": null,\n  \"decoder\": %s,\n"
+            "  \"model\": {\"type\": \"BPE\", \"dropout\": null, \"unk_token\": null, \"continuing_subword_prefix\": null, "
+            "\"end_of_word_suffix\": null, \"fuse_unk\": false, \"byte_fallback\": false, \"ignore_merges\": false,\n"
+            "    \"vocab\": {",
+            TSR_BYTE_EOT, level, level);
+    for (int b = 0; b < 256; b++)
+        fprintf(f, "%s\"\\u%04x\": %d", !b ? "\n      " : b % 8 ? ", " : ",\n      ", gpt2_byte_codepoint(b), b);
+    fprintf(f, ",\n      \"<|endoftext|>\": %d},\n    \"merges\": []}\n}\n", TSR_BYTE_EOT);
+    if (fclose(f)) return out_error(e, path, "write", errno);
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (!(f = fopen(path, "w"))) return tsr_err(e, TSR_EIO, "%s: %s", path, strerror(errno));
+    fprintf(f,
+            "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n  \"add_bos_token\": false,\n"
+            "  \"add_eos_token\": false,\n  \"bos_token\": null,\n  \"eos_token\": \"<|endoftext|>\",\n"
+            "  \"unk_token\": null,\n  \"pad_token\": null,\n  \"model_max_length\": %d,\n"
+            "  \"clean_up_tokenization_spaces\": false,\n  \"split_special_tokens\": true\n}\n",
+            a->max_seq_len);
+    if (fclose(f)) return out_error(e, path, "write", errno);
+    snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
+    if (!(f = fopen(path, "w"))) return tsr_err(e, TSR_EIO, "%s: %s", path, strerror(errno));
+    fprintf(f, "{\n  \"eos_token\": \"<|endoftext|>\"\n}\n");
+    return fclose(f) ? out_error(e, path, "write", errno) : 0;
+}
+
 /* ------------------------------------------------------------------ GGUF */
 
 /* GGUF v3 (llama.cpp's format): "GGUF", version, tensor and key counts, the
  * key/value pairs, the tensor infos (name, dims innermost first, ggml type,
  * offset), padding to general.alignment, the data. q and k stay in Meta's
  * interleaved rotary convention, which llama.cpp's llama architecture uses. */
-enum { GG_U32 = 4, GG_I32 = 5, GG_F32 = 6, GG_STRING = 8, GG_ARRAY = 9 };
+enum { GG_U32 = 4, GG_I32 = 5, GG_F32 = 6, GG_BOOL = 7, GG_STRING = 8, GG_ARRAY = 9 };
 enum { GGML_F32 = 0, GGML_F16 = 1, GGML_BF16 = 30 };
 enum { GGUF_ALIGN = 32 };
 
@@ -102,6 +167,10 @@ static void g_key(gw *g, const char *k, uint32_t type) {
 static void kv_u32(gw *g, const char *k, uint32_t v) { g_key(g, k, GG_U32), g_u32(g, v); }
 static void kv_f32(gw *g, const char *k, float v) { g_key(g, k, GG_F32), g_put(g, &v, 4); }
 static void kv_str(gw *g, const char *k, const char *v) { g_key(g, k, GG_STRING), g_str(g, v); }
+static void kv_bool(gw *g, const char *k, int v) {
+    uint8_t b = v != 0;
+    g_key(g, k, GG_BOOL), g_put(g, &b, 1);
+}
 
 /* The GGUF name of parameter p. */
 static void gguf_name(size_t p, size_t np, char *out, size_t len) {
@@ -113,28 +182,36 @@ static void gguf_name(size_t p, size_t np, char *out, size_t len) {
     else snprintf(out, len, "blk.%d.%s.weight", (int)((p - 1) / TSR_LAYER_PARAMS), layer[(p - 1) % TSR_LAYER_PARAMS]);
 }
 
-/* The byte-level tokenizer as llama.cpp's SentencePiece-style vocabulary: byte
- * tokens <0xNN> (type 6, byte), end of text </s> (type 3, control), and unused
- * <unusedN> (type 5) up to the model's vocabulary. */
+/* tessera's byte-level tokenizer (formats/tokens.h: token = byte value, 256 = end
+ * of text) as llama.cpp's byte-level BPE ("gpt2") without merges: ids 0..255 are
+ * the bytes in GPT-2's byte-to-character alphabet (type 1, normal), so every byte
+ * of any text becomes its own id and decodes back to itself; 256 is
+ * <|endoftext|> (type 3, control), the end of generation; ids past it fill the
+ * model's vocabulary as <unusedN> (type 5). The pre-tokenizer "qwen2" only
+ * splits words (each still spelled byte by byte); unlike "default" it keeps
+ * llama.cpp's detokenizer from removing spaces before punctuation. No BOS is
+ * added: a prompt is its bytes, as in training. (llama.cpp reads text as UTF-8
+ * and replaces invalid sequences by U+FFFD before tokenizing.) */
 static void gguf_tokenizer(gw *g, int V) {
-    kv_str(g, "tokenizer.ggml.model", "llama");
+    kv_str(g, "tokenizer.ggml.model", "gpt2");
+    kv_str(g, "tokenizer.ggml.pre", "qwen2");
     g_key(g, "tokenizer.ggml.tokens", GG_ARRAY), g_u32(g, GG_STRING), g_u64(g, (uint64_t)V);
     for (int i = 0; i < V; i++) {
         char t[32];
-        if (i < 256) snprintf(t, sizeof t, "<0x%02X>", i);
-        else if (i == 256) snprintf(t, sizeof t, "</s>");
+        if (i < 256) gpt2_byte_char(i, t);
+        else if (i == TSR_BYTE_EOT) snprintf(t, sizeof t, "<|endoftext|>");
         else snprintf(t, sizeof t, "<unused%d>", i - 257);
         g_str(g, t);
     }
-    g_key(g, "tokenizer.ggml.scores", GG_ARRAY), g_u32(g, GG_F32), g_u64(g, (uint64_t)V);
-    for (int i = 0; i < V; i++) {
-        float sc = 0;
-        g_put(g, &sc, 4);
-    }
     g_key(g, "tokenizer.ggml.token_type", GG_ARRAY), g_u32(g, GG_I32), g_u64(g, (uint64_t)V);
-    for (int i = 0; i < V; i++) g_u32(g, i < 256 ? 6u : i == 256 ? 3u : 5u);
-    kv_u32(g, "tokenizer.ggml.eos_token_id", 256);
-    kv_u32(g, "tokenizer.ggml.bos_token_id", 256);
+    for (int i = 0; i < V; i++) g_u32(g, i < 256 ? 1u : i == TSR_BYTE_EOT ? 3u : 5u);
+    g_key(g, "tokenizer.ggml.merges", GG_ARRAY), g_u32(g, GG_STRING), g_u64(g, 0);
+    if (V > TSR_BYTE_EOT) { /* GPT-2's convention: <|endoftext|> for both, and BOS never added */
+        kv_u32(g, "tokenizer.ggml.eos_token_id", TSR_BYTE_EOT);
+        kv_u32(g, "tokenizer.ggml.bos_token_id", TSR_BYTE_EOT);
+    }
+    kv_bool(g, "tokenizer.ggml.add_bos_token", 0);
+    kv_bool(g, "tokenizer.ggml.add_eos_token", 0);
 }
 
 /* Llama 3.1's rope scaling as llama.cpp takes it: a rope_freqs tensor of hd/2
@@ -269,7 +346,7 @@ static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_de
     kv_str(&g, "general.name", "tessera");
     kv_u32(&g, "general.alignment", GGUF_ALIGN);
     kv_u32(&g, "general.file_type", dtype == TSR_F32 ? 0u : dtype == TSR_F16 ? 1u : 32u);
-    kv_u32(&g, "llama.context_length", rope ? 131072u : 8192u);
+    kv_u32(&g, "llama.context_length", (uint32_t)a->max_seq_len);
     kv_u32(&g, "llama.embedding_length", (uint32_t)a->dim);
     kv_u32(&g, "llama.block_count", (uint32_t)a->n_layers);
     kv_u32(&g, "llama.feed_forward_length", (uint32_t)a->ffn_dim);
@@ -475,6 +552,7 @@ int tsr_cmd_export(int argc, char **argv) {
     if (!rc) rc = stage_make(dir, stage, sizeof stage, &e);
     int staged = !rc;
     if (!rc) rc = write_config(stage, &a, dtype, &e);
+    if (!rc) rc = write_tokenizer(stage, &a, &e);
     uint64_t total = 0;
     for (size_t s = 0; !rc && s < nsh; s++) {
         char file[4200], fname[64];

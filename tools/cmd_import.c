@@ -23,7 +23,8 @@ static const char USAGE[] =
     "model.safetensors or shards listed in model.safetensors.index.json), converts\n"
     "q and k from its rotary convention back to Meta's, and writes the model as a\n"
     "committed tessera checkpoint OUT in layout L, in f32, with the model's shapes in\n"
-    "the train.model blob. Continue training from it with\n"
+    "the train.model blob (its context length from max_position_embeddings,\n"
+    "2048 when config.json has none). Continue training from it with\n"
     "  tessera train --config ... --checkpoint.initial_load_path=OUT\n";
 
 static char *read_text(const char *path, size_t max, tsr_error *e) {
@@ -80,6 +81,11 @@ static int read_config(const char *dir, tsr_model_args *a, int *tied, tsr_error 
         a->n_kv_heads = cJSON_IsNumber(kv) ? (int)kv->valuedouble : a->n_heads;
         const cJSON *th = cJSON_GetObjectItemCaseSensitive(c, "rope_theta");
         a->rope_theta = cJSON_IsNumber(th) ? (float)th->valuedouble : 10000.0f;
+        const cJSON *mp = cJSON_GetObjectItemCaseSensitive(c, "max_position_embeddings");
+        a->max_seq_len = TSR_MODEL_DEFAULT_MAX_SEQ_LEN;
+        if (mp && !(cJSON_IsNumber(mp) && mp->valuedouble >= 1 && mp->valuedouble <= 0x7fffffff))
+            rc = tsr_err(e, TSR_EINVAL, "%s: bad max_position_embeddings", path);
+        else if (mp) a->max_seq_len = (int)mp->valuedouble;
         const cJSON *hd = cJSON_GetObjectItemCaseSensitive(c, "head_dim");
         if (cJSON_IsNumber(hd) && (int)hd->valuedouble * a->n_heads != a->dim)
             rc = tsr_err(e, TSR_EINVAL, "%s: head_dim %d is not hidden_size / num_attention_heads", path, (int)hd->valuedouble);

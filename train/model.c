@@ -11,17 +11,18 @@
 
 static const tsr_model_args FLAVORS[] = {
     /* flavor  dim  layers heads kv  ffn   vocab   eps    theta */
-    {"debug", 128, 4, 4, 2, 384, 320, 1e-5f, 500000.0f, {0, 0, 0, 0}},
-    {"small", 384, 6, 6, 2, 1024, 320, 1e-5f, 500000.0f, {0, 0, 0, 0}},
-    {"124m", 768, 12, 12, 12, 2048, 50304, 1e-5f, 500000.0f, {0, 0, 0, 0}},
-    {"1b", 2048, 16, 32, 8, 8192, 128256, 1e-5f, 500000.0f, {32.0f, 1.0f, 4.0f, 8192}},
-    {"8b", 4096, 32, 32, 8, 14336, 128256, 1e-5f, 500000.0f, {8.0f, 1.0f, 4.0f, 8192}},
+    {"debug", 128, 4, 4, 2, 384, 320, 1e-5f, 500000.0f, {0, 0, 0, 0}, TSR_MODEL_DEFAULT_MAX_SEQ_LEN},
+    {"small", 384, 6, 6, 2, 1024, 320, 1e-5f, 500000.0f, {0, 0, 0, 0}, TSR_MODEL_DEFAULT_MAX_SEQ_LEN},
+    {"124m", 768, 12, 12, 12, 2048, 50304, 1e-5f, 500000.0f, {0, 0, 0, 0}, TSR_MODEL_DEFAULT_MAX_SEQ_LEN},
+    {"1b", 2048, 16, 32, 8, 8192, 128256, 1e-5f, 500000.0f, {32.0f, 1.0f, 4.0f, 8192}, TSR_MODEL_DEFAULT_MAX_SEQ_LEN},
+    {"8b", 4096, 32, 32, 8, 14336, 128256, 1e-5f, 500000.0f, {8.0f, 1.0f, 4.0f, 8192}, TSR_MODEL_DEFAULT_MAX_SEQ_LEN},
 };
 
 const char *tsr_model_flavor_of(const tsr_model_args *a) {
     for (size_t i = 0; i < sizeof FLAVORS / sizeof *FLAVORS; i++) {
         tsr_model_args f = FLAVORS[i];
         memcpy(f.flavor, a->flavor, sizeof f.flavor);
+        f.max_seq_len = a->max_seq_len;
         if (memcmp(&f, a, sizeof f) == 0) return FLAVORS[i].flavor;
     }
     return NULL;
@@ -169,11 +170,22 @@ void tsr_model_init_box(const tsr_model_args *a, const tsr_model_decls *d, size_
 void tsr_model_args_to_text(const tsr_model_args *a, char *buf, size_t len) {
     snprintf(buf, len,
              "flavor=%s dim=%d n_layers=%d n_heads=%d n_kv_heads=%d ffn_dim=%d vocab_size=%d "
-             "norm_eps=%.9g rope_theta=%.9g rope_factor=%.9g rope_low=%.9g rope_high=%.9g rope_orig=%d",
+             "norm_eps=%.9g rope_theta=%.9g rope_factor=%.9g rope_low=%.9g rope_high=%.9g rope_orig=%d max_seq_len=%d",
              a->flavor, a->dim, a->n_layers, a->n_heads, a->n_kv_heads, a->ffn_dim, a->vocab_size,
              (double)a->norm_eps, (double)a->rope_theta, (double)a->rope_scaling.factor,
              (double)a->rope_scaling.low_freq_factor, (double)a->rope_scaling.high_freq_factor,
-             a->rope_scaling.original_max_pos);
+             a->rope_scaling.original_max_pos, a->max_seq_len);
+}
+
+/* The next space-separated word of *p that is not max_seq_len=..., with its
+ * length in *n; *p moves past it. */
+static const char *next_shape_word(const char **p, size_t *n) {
+    for (;;) {
+        const char *w = *p;
+        *n = strcspn(w, " ");
+        *p = w + *n + (w[*n] == ' ');
+        if (!(*n > 12 && strncmp(w, "max_seq_len=", 12) == 0)) return w;
+    }
 }
 
 /* @return 0 if `text` describes the same shapes as a, else 1 with the first
@@ -182,18 +194,17 @@ int tsr_model_args_compare(const tsr_model_args *a, const char *text, char *why,
     char mine[512];
     tsr_model_args_to_text(a, mine, sizeof mine);
     const char *p = mine, *q = text;
-    while (*p || *q) {
-        size_t lp = strcspn(p, " "), lq = strcspn(q, " ");
-        if (lp != lq || memcmp(p, q, lp) != 0) {
-            size_t kl = strcspn(p, "=");
-            snprintf(why, why_len, "%.*s: checkpoint has '%.*s', the job '%.*s'", (int)kl, p, (int)lq, q,
-                     (int)lp, p);
+    for (;;) {
+        size_t lp, lq;
+        const char *wp = next_shape_word(&p, &lp), *wq = next_shape_word(&q, &lq);
+        if (lp == 0 && lq == 0) return 0;
+        if (lp != lq || memcmp(wp, wq, lp) != 0) {
+            size_t kl = strcspn(wp, "=");
+            snprintf(why, why_len, "%.*s: checkpoint has '%.*s', the job '%.*s'", (int)kl, wp, (int)lq, wq,
+                     (int)lp, wp);
             return 1;
         }
-        p += lp + (p[lp] == ' ');
-        q += lq + (q[lq] == ' ');
     }
-    return 0;
 }
 
 int tsr_model_args_parse(const char *text, tsr_model_args *a, tsr_error *err) {
@@ -219,6 +230,15 @@ int tsr_model_args_parse(const char *text, tsr_model_args *a, tsr_error *err) {
     a->ffn_dim = (int)v[4], a->vocab_size = (int)v[5];
     a->norm_eps = (float)v[6], a->rope_theta = (float)v[7];
     a->rope_scaling = (tsr_rope_scaling){(float)v[8], (float)v[9], (float)v[10], (int)v[11]};
+    a->max_seq_len = TSR_MODEL_DEFAULT_MAX_SEQ_LEN;
+    const char *m = strstr(text, " max_seq_len=");
+    if (m) {
+        char *end;
+        long x = strtol(m + 13, &end, 10);
+        if (end == m + 13 || (*end && *end != ' ') || x < 1 || x > 0x7fffffff)
+            return tsr_err(err, TSR_ECORRUPT, "model shapes: bad max_seq_len");
+        a->max_seq_len = (int)x;
+    }
     tsr_model_decls d;
     int rc = tsr_model_decls_make(a, &d, err); /* checks the shapes agree */
     if (!rc) tsr_model_decls_free(&d);

@@ -39,7 +39,15 @@ typedef struct tsr_model_args {
     float norm_eps;
     float rope_theta;
     tsr_rope_scaling rope_scaling; /* factor 0: none */
+    int max_seq_len;  /* the context length: the most positions the model is meant
+                         for (not a shape: jobs of other lengths may resume it) */
 } tsr_model_args;
+
+/* The context length of a model whose description does not give one (a
+ * checkpoint written before the field existed, a Hugging Face config.json
+ * without max_position_embeddings): 2048, Hugging Face LlamaConfig's default and
+ * the trainer's default training.seq_len. */
+#define TSR_MODEL_DEFAULT_MAX_SEQ_LEN 2048
 
 /* Parameters of one layer, in this order; n_layers * TSR_LAYER_PARAMS of them
  * follow the embedding, then norm.weight and output.weight. */
@@ -50,7 +58,8 @@ enum {
 
 /* tsr_model_args_get(): the named shapes "debug" (about 1M parameters), "small"
  * (about 10M), "124m" (GPT-2 124M's shapes: 12 layers, 768 wide, 12 heads,
- * vocabulary 50304), "1b" (Llama 3.2 1B) and "8b" (Llama 3.1 8B). */
+ * vocabulary 50304), "1b" (Llama 3.2 1B) and "8b" (Llama 3.1 8B), with
+ * max_seq_len TSR_MODEL_DEFAULT_MAX_SEQ_LEN (the trainer sets its training.seq_len). */
 int tsr_model_args_get(const char *flavor, tsr_model_args *a, tsr_error *err);
 /* tsr_model_flavor_of(): the name of the named shapes equal to a (whatever
  * a->flavor says), or NULL. */
@@ -86,12 +95,16 @@ void tsr_model_init_box(const tsr_model_args *a, const tsr_model_decls *d, size_
                         const tsr_box *box, float *dst, uint64_t seed);
 
 /* tsr_model_args_to_text() / tsr_model_args_from_text(): the shapes as one
- * line "flavor=debug dim=128 ..." (stored in checkpoints, so that a checkpoint
- * of another shape is refused with a message that says which key differs). */
+ * line "flavor=debug dim=128 ... rope_orig=0 max_seq_len=64" (the train.model
+ * blob of a checkpoint, so that a checkpoint of another shape is refused with a
+ * message that says which key differs). tsr_model_args_compare() ignores
+ * max_seq_len, which is not a shape. */
 void tsr_model_args_to_text(const tsr_model_args *a, char *buf, size_t len);
 int tsr_model_args_compare(const tsr_model_args *a, const char *text, char *why, size_t why_len);
 /* tsr_model_args_parse(): the shapes from that text (the train.model blob of a
- * checkpoint); every key must be present and sane, else an error naming it. */
+ * checkpoint); every key must be present and sane, else an error naming it,
+ * except max_seq_len: a text without it (written before it existed) reads as
+ * TSR_MODEL_DEFAULT_MAX_SEQ_LEN. */
 int tsr_model_args_parse(const char *text, tsr_model_args *a, tsr_error *err);
 
 /* tsr_model_args_from_ckpt(): the shapes of the model in a checkpoint (its

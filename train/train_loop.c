@@ -143,6 +143,12 @@ static int check_model(job *j, const char *dir, tsr_error *err) {
     char why[600];
     if (!rc && tsr_model_args_compare(&j->t->args, text, why, sizeof why))
         rc = tsr_err(err, TSR_EINVAL, "a checkpoint of another model: %s", why);
+    tsr_model_args saved;
+    if (!rc && tsr_model_args_parse(text, &saved, err) == 0 && saved.max_seq_len > j->t->args.max_seq_len) {
+        /* a job at a shorter length keeps the context length the model had */
+        j->t->args.max_seq_len = saved.max_seq_len;
+        tsr_model_args_to_text(&j->t->args, j->model_text, sizeof j->model_text);
+    }
     free(text);
     tsr_ckpt_close(ck);
     return rc;
@@ -311,6 +317,7 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
         rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     size_t cl = 0;
     if (!rc && tsr_config_to_toml(c, &j.config_text, &cl)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (t->args.max_seq_len < c->training.seq_len) t->args.max_seq_len = c->training.seq_len;
     tsr_model_args_to_text(&t->args, j.model_text, sizeof j.model_text);
     tsr_data_pos pos = {0, 0, (uint64_t)c->training.seed};
     int start = 0;

@@ -499,6 +499,7 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
 int tsr_trainer_new(const tsr_train_config *cfg, tsr_comm *world, tsr_trainer **out, tsr_error *err) {
     tsr_model_args a;
     int rc = tsr_model_args_get(tsr_flavor_name(cfg->model.flavor), &a, err);
+    a.max_seq_len = cfg->training.seq_len; /* as TorchTitan's model args take it */
     return rc ? rc : tsr_trainer_new_args(cfg, &a, world, out, err);
 }
 
