@@ -677,9 +677,12 @@ int tsr_parse_step_dir(const char *name, uint64_t *step);
  * piece_bytes, several writers at once; memory stays near writers x (2 pieces +
  * the encoder's frame buffers) whatever the checkpoint's size. Blobs are copied.
  * The MANIFEST is written last: a failed or interrupted reshard leaves nothing
- * committed (a failure removes what it wrote). */
+ * committed (a failure removes what it wrote). A target layout in which more than
+ * half of the ranks (of two or more) would hold no element is refused
+ * (TSR_EINVAL, saying how many), unless `force` is set. */
 typedef struct tsr_reshard_opts {
     tsr_layout layout;     /* target; n_layers 0 keeps the source's */
+    int force;             /* write even when most target ranks would hold no data */
     int model_only;        /* keep the "model" group only */
     int dtype;             /* 0, or the dtype of every floating tensor of the target */
     tsr_write_opts write;  /* codec, level, frame size of the target */
