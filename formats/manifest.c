@@ -601,8 +601,6 @@ int tsr_manifest_parse(const uint8_t *buf, size_t len, const char *path, unsigne
     m->layout.tp = tsr_ld32(buf + 76);
     m->layout.n_layers = tsr_ld32(buf + 80);
     m->layout.flags = tsr_ld32(buf + 84);
-    if (!m->layout.pp || !m->layout.dp_replicate || !m->layout.dp_shard || !m->layout.tp)
-        return BAD("%s: layout has a mesh degree of 0", path);
 
     const uint8_t *sec[7] = {0};
     uint64_t secsize[7] = {0}, seccount[7] = {0}, secrec[7] = {0};
@@ -858,11 +856,37 @@ static const char *frame_owner(const tsr_manifest *m, size_t fi) {
     return "?";
 }
 
+const char *tsr_layout_problem(const tsr_layout *l, char *buf, size_t len) {
+    static const char *const names[4] = {"pp", "dp_replicate", "dp_shard", "tp"};
+    const uint32_t deg[4] = {l->pp, l->dp_replicate, l->dp_shard, l->tp};
+    uint64_t ranks = 1;
+    for (int i = 0; i < 4; i++) {
+        if (deg[i] == 0) {
+            snprintf(buf, len, "mesh degree %s is 0", names[i]);
+            return buf;
+        }
+        ranks *= deg[i]; /* < 2^31 * 2^32 before the check below: no overflow */
+        if (ranks > TSR_MAX_RANKS) {
+            snprintf(buf, len, "mesh degrees pp=%u dp_replicate=%u dp_shard=%u tp=%u make over %u ranks "
+                     "(the limit: a rank is an i32)", l->pp, l->dp_replicate, l->dp_shard, l->tp,
+                     TSR_MAX_RANKS);
+            return buf;
+        }
+    }
+    if (l->n_layers > TSR_MAX_LAYERS) {
+        snprintf(buf, len, "n_layers %u over the limit of %u (a layer is an i32)", l->n_layers, TSR_MAX_LAYERS);
+        return buf;
+    }
+    return NULL;
+}
+
 int tsr_manifest_validate(tsr_manifest *m, const char *path, unsigned flags,
                           tsr_error *err) {
     int rc;
     if (m->version_major != TSR_FORMAT_MAJOR)
         return tsr_err(err, TSR_EVERSION, "%s: format version %u", path, m->version_major);
+    char why[200];
+    if (tsr_layout_problem(&m->layout, why, sizeof why)) return BAD("%s: layout: %s", path, why);
     if (m->n_tensors > UINT32_MAX || m->n_chunks > UINT32_MAX || m->n_frames > UINT32_MAX ||
         m->n_blobs > UINT32_MAX || m->n_files > UINT32_MAX)
         return BAD("%s: too many records", path);
@@ -894,6 +918,10 @@ int tsr_manifest_validate(tsr_manifest *m, const char *path, unsigned flags,
         if (pl->tp_dim < -1 || pl->tp_dim >= (int)t->ndim || pl->fsdp > 1 || pl->pp_role > 3 ||
             (pl->pp_role == TSR_PP_LAYER ? pl->layer < 0 : pl->layer != -1))
             return BAD("%s: tensor %s: placement out of range", path, t->name);
+        /* A writer's table does not know the layout yet; the MANIFEST does. */
+        if (!(flags & TSR_MF_PARTIAL) && pl->pp_role == TSR_PP_LAYER && (uint32_t)pl->layer >= m->layout.n_layers)
+            return BAD("%s: tensor %s: placement layer %d out of range: the layout has n_layers %u", path, t->name,
+                       (int)pl->layer, m->layout.n_layers);
         if (t->chunk_first != next_chunk)
             return BAD("%s: tensor %s: chunk range does not follow the previous tensor's", path, t->name);
         next_chunk += t->chunk_count;

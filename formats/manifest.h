@@ -110,6 +110,12 @@ int tsr_manifest_parse(const uint8_t *buf, size_t len, const char *path, unsigne
 int tsr_manifest_validate(tsr_manifest *m, const char *path, unsigned flags,
                           tsr_error *err);
 
+/* tsr_layout_problem(): NULL if the layout is within FORMAT.md's limits (section
+ * 7: every mesh degree at least 1, their product at most TSR_MAX_RANKS, n_layers at
+ * most TSR_MAX_LAYERS); else what breaks them, written into buf. The MANIFEST's
+ * validator and the layout parser share it. */
+const char *tsr_layout_problem(const tsr_layout *l, char *buf, size_t len);
+
 /* tsr_name_valid(): 1 if `name` (len bytes) is a valid name (FORMAT.md 4.2). */
 int tsr_name_valid(const char *name, size_t len);
 

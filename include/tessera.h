@@ -41,6 +41,8 @@ extern "C" {
 #define TSR_MAX_NAME 255        /* bytes in a tensor, group or blob name */
 #define TSR_ALIGN 4096          /* frames start at multiples of this file offset */
 #define TSR_MAX_FRAME_RAW (256u << 20) /* raw bytes in one frame */
+#define TSR_MAX_RANKS (1u << 31)  /* ranks of a layout (the product of its degrees): a rank is an i32 */
+#define TSR_MAX_LAYERS (1u << 31) /* n_layers of a layout: a placement's layer is an i32 */
 
 /* ------------------------------------------------------------------ errors */
 
@@ -164,12 +166,15 @@ typedef struct tsr_layout {
 /* tsr_layout_parse(): "pp=2,dp_replicate=1,dp_shard=4,tp=2" (any order, omitted
  * degrees are 1, empty text is all ones; "flat" or "flat=1" sets
  * TSR_LAYOUT_FLAT, "flat=0" clears it; "layers=N" sets n_layers, else it keeps
- * the value *out had). Bad text is TSR_EINVAL with a message naming the part. */
+ * the value *out had). Bad text is TSR_EINVAL with a message naming the part, and
+ * so is a layout past the format's limits (over TSR_MAX_RANKS ranks, n_layers over
+ * TSR_MAX_LAYERS). */
 int tsr_layout_parse(const char *text, tsr_layout *out, tsr_error *err);
 /* tsr_layout_format(): the canonical text of a layout into buf (all four degrees;
  * layers=N when n_layers > 0; flat when set). */
 void tsr_layout_format(const tsr_layout *l, char *buf, size_t len);
-/* tsr_layout_size(): the number of ranks, pp * dp_replicate * dp_shard * tp. */
+/* tsr_layout_size(): the number of ranks, pp * dp_replicate * dp_shard * tp; 0 for
+ * a layout with a degree 0 or over TSR_MAX_RANKS ranks. */
 uint32_t tsr_layout_size(const tsr_layout *l);
 
 /* A rank's coordinates on the mesh [pp][dp_replicate][dp_shard][tp] (tp fastest). */
@@ -709,9 +714,12 @@ int tsr_parse_step_dir(const char *name, uint64_t *step);
  * piece_bytes, several writers at once; memory stays near writers x (2 pieces +
  * the encoder's frame buffers) whatever the checkpoint's size. Blobs are copied.
  * The MANIFEST is written last: a failed or interrupted reshard leaves nothing
- * committed (a failure removes what it wrote). */
+ * committed (a failure removes what it wrote). A target layout in which more than
+ * half of the ranks (of two or more) would hold no element is refused
+ * (TSR_EINVAL, saying how many), unless `force` is set. */
 typedef struct tsr_reshard_opts {
     tsr_layout layout;     /* target; n_layers 0 keeps the source's */
+    int force;             /* write even when most target ranks would hold no data */
     int model_only;        /* keep the "model" group only */
     int dtype;             /* 0, or the dtype of every floating tensor of the target */
     tsr_write_opts write;  /* codec, level, frame size of the target */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "manifest.h"
 #include "tessera.h"
 
 /* ------------------------------------------------------------ parse/format */
@@ -38,15 +39,12 @@ static uint64_t world64(const tsr_layout *l) {
     return w * l->tp;
 }
 
+/* The limits are the format's (FORMAT.md section 7), so that every layout a
+ * tool accepts can be recorded in a MANIFEST that readers accept. */
 static int check_layout(const tsr_layout *l, tsr_error *err) {
-    char text[160];
+    char text[160], why[200];
     tsr_layout_format(l, text, sizeof text);
-    const uint32_t deg[4] = {l->pp, l->dp_replicate, l->dp_shard, l->tp};
-    for (int i = 0; i < 4; i++)
-        if (deg[i] == 0) return tsr_err(err, TSR_EINVAL, "layout %s: degree %s is 0", text, key_names[i]);
-    if (world64(l) > UINT32_MAX)
-        return tsr_err(err, TSR_EINVAL, "layout %s: %llu ranks do not fit in 32 bits", text,
-                       (unsigned long long)world64(l));
+    if (tsr_layout_problem(l, why, sizeof why)) return tsr_err(err, TSR_EINVAL, "layout %s: %s", text, why);
     return 0;
 }
 
@@ -93,9 +91,9 @@ int tsr_layout_parse(const char *text, tsr_layout *out, tsr_error *err) {
         p = end + 1;
         if (!*p) return tsr_err(err, TSR_EINVAL, "layout \"%.200s\": empty part at the end", text);
     }
-    if (world64(&l) > UINT32_MAX)
-        return tsr_err(err, TSR_EINVAL, "layout \"%.200s\": %llu ranks do not fit in 32 bits", text,
-                       (unsigned long long)world64(&l));
+    char why[200];
+    if (tsr_layout_problem(&l, why, sizeof why))
+        return tsr_err(err, TSR_EINVAL, "layout \"%.200s\": %s", text, why);
     *out = l;
     return 0;
 }
@@ -111,7 +109,7 @@ void tsr_layout_format(const tsr_layout *l, char *buf, size_t len) {
 
 uint32_t tsr_layout_size(const tsr_layout *l) {
     uint64_t w = world64(l);
-    return w > UINT32_MAX ? 0 : (uint32_t)w; /* 0: not a valid layout */
+    return w > TSR_MAX_RANKS ? 0 : (uint32_t)w; /* 0: not a valid layout */
 }
 
 tsr_coord tsr_layout_coord(const tsr_layout *l, uint32_t rank) {

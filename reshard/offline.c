@@ -171,7 +171,21 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
     }
     for (size_t t = 0; t < nt; t++) esz[t] = tsr_dtype_size(j.decls[t].dtype);
     for (uint32_t r = 0; r < nr && !rc; r++) rc = tsr_layout_boxes(&l, j.decls, nt, r, &held[r], &n_held[r], err);
-    if (!rc) rc = tsr_save_plan_build((const tsr_rank_box *const *)held, n_held, nr, esz, &plan, err);
+    if (rc) goto out;
+    /* Every target rank gets a data file: a layout far wider than the checkpoint
+     * would write mostly empty ones. */
+    uint32_t empty = 0;
+    for (uint32_t r = 0; r < nr; r++) empty += n_held[r] == 0;
+    if (!o->force && nr > 1 && empty > nr / 2) {
+        char lt[160];
+        tsr_layout_format(&l, lt, sizeof lt);
+        rc = tsr_err(err, TSR_EINVAL,
+                     "%s: layout %s: %u of its %u ranks would hold no data (more than half), yet each would get "
+                     "a data file; choose fewer ranks, or force it (--force)",
+                     src_dir, lt, empty, nr);
+        goto out;
+    }
+    rc = tsr_save_plan_build((const tsr_rank_box *const *)held, n_held, nr, esz, &plan, err);
     if (rc) goto out;
     for (size_t i = 0; i < plan.n; i++) j.total += tsr_box_volume(&plan.boxes[i].box) * esz[plan.boxes[i].tensor];
     j.plan = &plan;

@@ -5,13 +5,16 @@
  * that the fuzzer gets past the checksum and explores the section table and the
  * validator. The input's last byte (overwritten by the recomputed trailer) chooses
  * TSR_MF_PARTIAL for that copy. Whatever parses must encode, and the encoding must
- * parse again and re-encode to identical bytes. Everything is freed (leaks are
- * reported).
+ * parse again and re-encode to identical bytes; a whole MANIFEST that parses must
+ * also load: its layout within FORMAT.md's limits, and every tensor's boxes
+ * computable under that layout and under pp=2 with its n_layers (what "tessera
+ * ckpt check --layout pp=2" does). Everything is freed (leaks are reported).
  *
  * Seeds: with TSR_FUZZ_SEEDS=DIR in the environment, LLVMFuzzerInitialize first
  * writes into DIR a few MANIFESTs built in memory with richer structure than
  * "tessera ckpt synth" gives (tensors in several chunks over two files, 0-d, empty
- * and 8-d tensors, placements, ranked blobs); tests/fuzz.sh uses it. */
+ * and 8-d tensors, placements, ranked blobs), and a few that must be refused (a
+ * layer past n_layers, mesh degrees and n_layers of 2^32-1); tests/fuzz.sh uses it. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,11 +46,56 @@ static void round_trip(const tsr_manifest *m, unsigned flags) {
     free(b);
 }
 
+/* The boxes of every tensor of m for `rank` under layout l must be computable. */
+static void boxes_or_trap(const tsr_manifest *m, const tsr_layout *l, uint32_t rank) {
+    tsr_tensor_decl *d = calloc(m->n_tensors + 1, sizeof *d);
+    if (!d) return;
+    for (size_t i = 0; i < m->n_tensors; i++) {
+        const tsr_mf_tensor *t = &m->tensors[i];
+        d[i] = (tsr_tensor_decl){t->name, t->group, t->dtype, t->ndim, {0}, t->placement};
+        memcpy(d[i].shape, t->shape, sizeof d[i].shape);
+    }
+    tsr_rank_box *b = NULL;
+    size_t nb = 0;
+    tsr_error e = {0};
+    int rc = tsr_layout_boxes(l, d, m->n_tensors, rank, &b, &nb, &e);
+    free(b);
+    free(d);
+    if (rc && rc != TSR_ENOMEM) {
+        fprintf(stderr, "fuzz_manifest: accepted, but loading refuses it: %s\n", e.msg);
+        __builtin_trap();
+    }
+}
+
+/* An accepted MANIFEST loads: the validator refuses whatever loading would. */
+static void loadable(const tsr_manifest *m) {
+    const tsr_layout *l = &m->layout;
+    const uint32_t deg[4] = {l->pp, l->dp_replicate, l->dp_shard, l->tp};
+    uint64_t ranks = 1;
+    for (int i = 0; i < 4; i++) {
+        ranks *= deg[i];
+        if (ranks == 0 || ranks > (1ull << 31)) { /* FORMAT.md section 7 */
+            fprintf(stderr, "fuzz_manifest: accepted a layout of %u x %u x %u x %u ranks\n", l->pp,
+                    l->dp_replicate, l->dp_shard, l->tp);
+            __builtin_trap();
+        }
+    }
+    if (l->n_layers > (1u << 31)) {
+        fprintf(stderr, "fuzz_manifest: accepted n_layers %u\n", l->n_layers);
+        __builtin_trap();
+    }
+    boxes_or_trap(m, l, 0);
+    tsr_layout pp2 = {2, 1, 1, 1, l->n_layers, 0};
+    boxes_or_trap(m, &pp2, 0);
+    boxes_or_trap(m, &pp2, 1);
+}
+
 static void parse_one(const uint8_t *buf, size_t len, unsigned flags) {
     tsr_manifest m;
     tsr_error e = {0};
     int rc = tsr_manifest_parse(buf, len, "fuzz/MANIFEST", flags, &m, &e);
     if (rc == 0) {
+        if (!(flags & TSR_MF_PARTIAL)) loadable(&m);
         round_trip(&m, flags);
         tsr_manifest_free(&m);
     } else {
@@ -118,7 +166,8 @@ static void gen_blob(gen *g, const char *name, int32_t rank, uint32_t file, uint
 
 #define BOX2(o0, o1, e0, e1) {.ndim = 2, .offset = {o0, o1}, .extent = {e0, e1}}
 
-static void gen_write(gen *g, const char *dir, const char *name) {
+/* Writes the seed; a hostile one (which readers must refuse) is not validated. */
+static void gen_write(gen *g, const char *dir, const char *name, int hostile) {
     for (uint32_t f = 0; f < 2; f++) {
         tsr_mf_file file = {f, g->pos[f]};
         if (tsr_manifest_add_file(&g->m, &file)) g->ok = 0;
@@ -126,7 +175,7 @@ static void gen_write(gen *g, const char *dir, const char *name) {
     tsr_error e = {0};
     uint8_t *buf = NULL;
     size_t len = 0;
-    if (!g->ok || tsr_manifest_validate(&g->m, name, 0, &e) ||
+    if (!g->ok || (!hostile && tsr_manifest_validate(&g->m, name, 0, &e)) ||
         tsr_manifest_encode(&g->m, &buf, &len, &e)) {
         fprintf(stderr, "fuzz_manifest: seed %s not written: %s\n", name, g->ok ? e.msg : "out of memory");
     } else {
@@ -150,15 +199,21 @@ static void gen_init(gen *g, uint64_t step) {
 
 static void write_seeds(const char *dir) {
     gen g;
-    for (int variant = 0; variant < 3; variant++) {
+    /* variants 3-5: variant 2 made hostile */
+    static const char *const hostile[6] = {NULL, NULL, NULL, "hostile-layer-2^31-1", "hostile-degrees-2^32-1",
+                                           "hostile-n_layers-2^32-1"};
+    for (int variant = 0; variant < 6; variant++) {
+        int v2 = variant >= 2;
         gen_init(&g, 100 + (uint64_t)variant);
         int bg = variant == 1 ? TSR_CODEC_RAW : TSR_CODEC_BYTEGROUP;
-        if (variant == 2) g.m.layout = (tsr_layout){2, 2, 4, 2, 12, TSR_LAYOUT_FLAT};
+        if (v2) g.m.layout = (tsr_layout){2, 2, 4, 2, 12, TSR_LAYOUT_FLAT};
+        if (variant == 4) g.m.layout = (tsr_layout){UINT32_MAX, UINT32_MAX, UINT32_MAX, UINT32_MAX, 12, 0};
+        if (variant == 5) g.m.layout.n_layers = UINT32_MAX;
         uint64_t s2[2] = {64, 48};
         tsr_box grid[4] = {BOX2(0, 0, 32, 24), BOX2(0, 24, 32, 24), BOX2(32, 0, 32, 24), BOX2(32, 24, 32, 24)};
         uint32_t gf[4] = {0, 1, 0, 1};
-        tsr_placement tp = {variant == 2 ? 1 : -1, variant == 2, variant == 2 ? TSR_PP_LAYER : TSR_PP_ALL,
-                            variant == 2 ? 3 : -1};
+        tsr_placement tp = {v2 ? 1 : -1, v2, v2 ? TSR_PP_LAYER : TSR_PP_ALL,
+                            variant == 3 ? INT32_MAX : v2 ? 3 : -1};
         gen_tensor(&g, "a.grid", "model", TSR_F32, 2, s2, &tp, grid, gf, 4, 1024, bg);
         uint64_t s1[1] = {3000};
         tsr_box b1 = {.ndim = 1, .extent = {3000}};
@@ -176,7 +231,7 @@ static void write_seeds(const char *dir) {
         tsr_box b8[2] = {{.ndim = 8, .offset = {0}, .extent = {1, 1, 2, 1, 2, 1, 2, 3}},
                          {.ndim = 8, .offset = {1}, .extent = {1, 1, 2, 1, 2, 1, 2, 3}}};
         gen_tensor(&g, "f.8d", "model", TSR_U8, 8, s8, NULL, b8, gf, 2, 8, TSR_CODEC_RAW);
-        if (variant == 2) { /* many small tensors */
+        if (v2) { /* many small tensors */
             for (int i = 0; i < 40; i++) {
                 char name[32];
                 snprintf(name, sizeof name, "g.layers.%02d.w", i);
@@ -193,7 +248,7 @@ static void write_seeds(const char *dir) {
         gen_blob(&g, "rng", 1, 1, 0, 4096, TSR_CODEC_RAW);
         char name[32];
         snprintf(name, sizeof name, "generated-%d", variant);
-        gen_write(&g, dir, name);
+        gen_write(&g, dir, hostile[variant] ? hostile[variant] : name, hostile[variant] != NULL);
     }
 }
 

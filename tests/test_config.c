@@ -602,6 +602,21 @@ static void test_validate(void) {
     CHECK_OK(tsr_config_validate(&c, 1, &e));
     CHECK(c.n_warnings == 1 && strstr(c.warnings, "lr_scheduler.warmup_steps (200) > training.steps (50)"), "%s",
           c.warnings);
+    /* checkpoint.folder given while checkpoint.enable is false: a warning (once) */
+    tsr_config_defaults(&c);
+    CHECK_OK(tsr_config_override(&c, "--checkpoint.folder=mine", &e));
+    CHECK_OK(tsr_config_validate(&c, 1, &e));
+    CHECK_OK(tsr_config_validate(&c, 1, &e));
+    CHECK(c.n_warnings == 1 && strstr(c.warnings, "checkpoint.folder (\"mine\") is set but checkpoint.enable is false"),
+          "%d: %s", c.n_warnings, c.warnings);
+    /* enabled, or the default folder: no warning */
+    CHECK_OK(tsr_config_override(&c, "--checkpoint.enable", &e));
+    c.warnings[0] = 0, c.n_warnings = 0;
+    CHECK_OK(tsr_config_validate(&c, 1, &e));
+    CHECK(c.n_warnings == 0, "enabled: %s", c.warnings);
+    tsr_config_defaults(&c);
+    CHECK_OK(tsr_config_validate(&c, 1, &e));
+    CHECK(c.n_warnings == 0, "defaults: %s", c.warnings);
     /* a dataset path makes any dataset name fine */
     tsr_config_defaults(&c);
     strcpy(c.training.dataset, "mine");

@@ -531,7 +531,27 @@ X(x_fsdp2, T(x, "a.w")[19] = 2)
 X(x_pp_role4, T(x, "a.w")[20] = 4)
 X(x_layer_no_role, ST32(T(x, "a.w") + 24, 5))
 X(x_role_no_layer, T(x, "a.w")[20] = 3)
-X(x_role_layer, T(x, "a.w")[20] = 3; ST32(T(x, "a.w") + 24, 5)) /* valid */
+X(x_role_layer, T(x, "a.w")[20] = 3; ST32(T(x, "a.w") + 24, 5); ST32(x->hdr + 80, 6)) /* valid */
+X(x_role_layer_n5, T(x, "a.w")[20] = 3; ST32(T(x, "a.w") + 24, 5); ST32(x->hdr + 80, 5))
+X(x_role_layer_n0, T(x, "a.w")[20] = 3; ST32(T(x, "a.w") + 24, 5)) /* n_layers stays 0 */
+X(x_layer_max_pp2, T(x, "a.w")[20] = 3; ST32(T(x, "a.w") + 24, INT32_MAX); ST32(x->hdr + 64, 2);
+  ST32(x->hdr + 80, 2))
+X(x_layer_max_nmax, T(x, "a.w")[20] = 3; ST32(T(x, "a.w") + 24, INT32_MAX); ST32(x->hdr + 80, 1u << 31)) /* valid */
+
+/* the layout in the header: degrees at offsets 64 (pp), 68, 72, 76 (tp), n_layers at 80 */
+X(x_pp0, ST32(x->hdr + 64, 0))
+X(x_tp0, ST32(x->hdr + 76, 0))
+X(x_pp_max, ST32(x->hdr + 64, 0xFFFFFFFFu))
+X(x_dpr_max, ST32(x->hdr + 68, 0xFFFFFFFFu))
+X(x_dps_max, ST32(x->hdr + 72, 0xFFFFFFFFu))
+X(x_tp_max, ST32(x->hdr + 76, 0xFFFFFFFFu))
+X(x_degrees_max, for (int i = 0; i < 4; i++) ST32(x->hdr + 64 + 4 * i, 0xFFFFFFFFu))
+X(x_ranks_2_31, ST32(x->hdr + 72, 1u << 31)) /* valid: the most ranks */
+X(x_ranks_2_31_1, ST32(x->hdr + 72, (1u << 31) + 1))
+X(x_ranks_2_32, ST32(x->hdr + 64, 65536); ST32(x->hdr + 76, 65536))
+X(x_nlayers_max, ST32(x->hdr + 80, 0xFFFFFFFFu))
+X(x_nlayers_2_31_1, ST32(x->hdr + 80, (1u << 31) + 1))
+X(x_nlayers_pp, ST32(x->hdr + 64, 4); ST32(x->hdr + 80, 2)) /* valid: more stages than layers */
 X(x_chunk_first, ADD32(T(x, "b.ids") + 28, 1))
 X(x_chunk_count_less, ADD32(T(x, "a.w") + 32, -1))
 X(x_chunk_count_more, ADD32(T(x, "e.h") + 32, 1))
@@ -746,7 +766,25 @@ static const hcase cases[] = {
     {"pp_role 4", x_pp_role4, NULL, BAD, "a.w", 0},
     {"layer 5 without pp_role 3", x_layer_no_role, NULL, BAD, "a.w", 0},
     {"pp_role 3 with layer -1", x_role_no_layer, NULL, BAD, "a.w", 0},
-    {"pp_role 3 with layer 5 (valid)", x_role_layer, NULL, OK, NULL, 0},
+    {"pp_role 3 with layer 5, n_layers 6 (valid)", x_role_layer, NULL, OK, NULL, 0},
+    {"pp_role 3 with layer 5, n_layers 5", x_role_layer_n5, NULL, BAD, "a.w", 0},
+    {"pp_role 3 with layer 5, n_layers 0", x_role_layer_n0, NULL, BAD, "a.w", 0},
+    {"layer 2^31-1 with pp 2, n_layers 2", x_layer_max_pp2, NULL, BAD, "a.w", 0},
+    {"layer 2^31-1 with n_layers 2^31 (valid)", x_layer_max_nmax, NULL, OK, NULL, 0},
+    /* layout */
+    {"layout pp 0", x_pp0, NULL, BAD, "layout", 0},
+    {"layout tp 0", x_tp0, NULL, BAD, "layout", 0},
+    {"layout pp 2^32-1", x_pp_max, NULL, BAD, "layout", 0},
+    {"layout dp_replicate 2^32-1", x_dpr_max, NULL, BAD, "layout", 0},
+    {"layout dp_shard 2^32-1", x_dps_max, NULL, BAD, "layout", 0},
+    {"layout tp 2^32-1", x_tp_max, NULL, BAD, "layout", 0},
+    {"layout: every degree 2^32-1", x_degrees_max, NULL, BAD, "layout", 0},
+    {"layout dp_shard 2^31 (valid: the most ranks)", x_ranks_2_31, NULL, OK, NULL, 0},
+    {"layout dp_shard 2^31+1", x_ranks_2_31_1, NULL, BAD, "layout", 0},
+    {"layout pp 65536 x tp 65536 (2^32 ranks)", x_ranks_2_32, NULL, BAD, "layout", 0},
+    {"layout n_layers 2^32-1", x_nlayers_max, NULL, BAD, "n_layers", 0},
+    {"layout n_layers 2^31+1", x_nlayers_2_31_1, NULL, BAD, "n_layers", 0},
+    {"layout pp 4, n_layers 2 (valid)", x_nlayers_pp, NULL, OK, NULL, 0},
     {"chunk_first + 1", x_chunk_first, NULL, BAD, "b.ids", 0},
     {"chunk_count - 1 (next tensor's range does not follow)", x_chunk_count_less, NULL, BAD, "chunk", 0},
     {"chunk_count + 1 on the last tensor with chunks", x_chunk_count_more, NULL, BAD, "e.h", 0},

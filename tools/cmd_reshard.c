@@ -11,7 +11,7 @@
 static const char USAGE[] =
     "usage: tessera reshard SRC DST --layout L [--only model] [--dtype bf16|f16|f32]\n"
     "                       [--codec auto|raw|zstd|bytegroup] [--level N] [--threads N]\n"
-    "                       [--piece SIZE] [--json]\n"
+    "                       [--piece SIZE] [--force] [--json]\n"
     "Rewrites the committed checkpoint SRC (or the newest one under a root) into DST\n"
     "for layout L (\"pp=2,dp_shard=4,tp=2\", \"dp_shard=1\" for one consolidated set):\n"
     "one data file per rank of L holding exactly what that rank loads, so that a job\n"
@@ -22,6 +22,9 @@ static const char USAGE[] =
     "  --threads N    cores to use (default: the online cores); up to 2N data files\n"
     "                 are written at once, fewer share the cores' encoding\n"
     "  --piece SIZE   the most raw bytes read and written at a time (default 16M)\n"
+    "  --force        write L even when more than half of its ranks would hold no\n"
+    "                 data (refused otherwise: each rank gets a data file, so a\n"
+    "                 layout far wider than the checkpoint writes mostly empty files)\n"
     "Memory: about W x (2 x SIZE + 40 MiB of frame buffers) for W files written at\n"
     "once (W <= 2N), whatever the checkpoint's size (16 MiB pieces, 2 cores: under\n"
     "300 MiB). The MANIFEST is written last:\n"
@@ -65,6 +68,8 @@ int tsr_cmd_reshard(int argc, char **argv) {
             if (r < 0 || tsr_parse_size(v, &n) || n < 4096 || n > (1ull << 32))
                 return tsr_usage_error("reshard", "--piece takes a size from 4k to 4G");
             o.piece_bytes = (size_t)n;
+        } else if (tsr_opt(argc, argv, &i, "force", 0, &v)) {
+            o.force = 1;
         } else if (tsr_opt(argc, argv, &i, "json", 0, &v)) {
             json = 1;
         } else if (argv[i][0] == '-') {

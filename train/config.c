@@ -653,7 +653,7 @@ void tsr_config_defaults(tsr_train_config *c) {
     c->parallelism.pipeline_parallel_microbatch_size = 1;
     c->parallelism.pipeline_parallel_schedule = TSR_SCHED_1F1B;
     c->checkpoint.enable = false;
-    strcpy(c->checkpoint.folder, "checkpoint");
+    strcpy(c->checkpoint.folder, TSR_CONFIG_DEFAULT_CKPT_FOLDER);
     c->checkpoint.interval = 500;
     c->checkpoint.keep_latest_k = 10;
     c->checkpoint.async_mode = TSR_ASYNC_DISABLED;
@@ -1149,6 +1149,13 @@ int tsr_config_validate(tsr_train_config *c, int world_size, tsr_error *err) {
         add_warning(c, "config: lr_scheduler.warmup_steps (%d) > training.steps (%d): the lr never reaches "
                        "optimizer.lr",
                     c->lr_scheduler.warmup_steps, c->training.steps);
+    /* A folder of one's own says checkpoints are wanted; with enable false none is
+     * saved there, and the job does not resume from it. */
+    if (!c->checkpoint.enable && strcmp(c->checkpoint.folder, TSR_CONFIG_DEFAULT_CKPT_FOLDER) != 0 &&
+        !strstr(c->warnings, "checkpoint.folder (\""))
+        add_warning(c, "config: checkpoint.folder (\"%.200s\") is set but checkpoint.enable is false: no checkpoint "
+                       "is saved there and the job does not resume from it (set checkpoint.enable = true)",
+                    c->checkpoint.folder);
     return 0;
 }
 

@@ -149,6 +149,8 @@ typedef struct tsr_train_config {
 
 /* The seed used when training.seed is unset (-1). */
 #define TSR_CONFIG_DEFAULT_SEED 42
+/* checkpoint.folder by default. */
+#define TSR_CONFIG_DEFAULT_CKPT_FOLDER "checkpoint"
 
 /* tsr_config_defaults(): every field to its default (above); no warnings. */
 void tsr_config_defaults(tsr_train_config *c);
@@ -179,7 +181,9 @@ int tsr_config_override(tsr_train_config *c, const char *arg, tsr_error *err);
  *    pipeline_parallel_microbatch_size;
  *  - training.seed -1 becomes TSR_CONFIG_DEFAULT_SEED;
  *  - a dataset other than "synthetic" needs training.dataset_path;
- *  - warmup_steps > steps is allowed but adds a warning.
+ *  - warmup_steps > steps is allowed but adds a warning;
+ *  - a checkpoint.folder other than the default while checkpoint.enable is false
+ *    adds a warning (nothing is saved there, nor resumed from it).
  * Idempotent. @return 0 or TSR_EINVAL with a message naming the keys. */
 int tsr_config_validate(tsr_train_config *c, int world_size, tsr_error *err);
 
