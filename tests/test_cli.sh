@@ -98,5 +98,4 @@ expect 1 "info of a missing dir" $T ckpt info nowhere
 rm root/step-00000020/data-00000.tsd
 expect 1 "verify with a missing data file" $T ckpt verify root/step-00000020 --json
 json_ok out.txt "verify --json"
-[ $fails = 0 ] && echo "all command checks passed"
-exit $fails
+finish "all command checks passed"
