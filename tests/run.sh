@@ -3,6 +3,9 @@
 # tests of the command (tests/test_*.sh) and the libFuzzer targets (tests/fuzz_*.c)
 # for FUZZ_SECONDS each. Each test exits 0 (pass), 77 (skip, with the reason on
 # stderr) or anything else (fail). Ends with the line "N passed, N failed, N skipped".
+# Each test runs under a time limit (then it fails, named): TSR_TEST_TIMEOUT seconds
+# (default 600); a test whose source has a line with "tsr-timeout: N" gets N
+# instead, unless TSR_TEST_TIMEOUT is set; the fuzz targets get FUZZ_SECONDS more.
 BUILD=${1:-build/asan}
 FUZZ=${2:-build/fuzz}
 FUZZ_SECONDS=${3:-30}
@@ -16,13 +19,27 @@ TMPBASE=$(mktemp -d /tmp/tessera-test.XXXXXX)
 trap 'rm -rf "$TMPBASE"' EXIT INT TERM
 pass=0 fail=0 skip=0 failed=""
 
-run_one() { # name, command...
-    name=$1; shift
+limit_of() { # source file: its time limit in seconds
+    if [ -n "${TSR_TEST_TIMEOUT:-}" ]; then echo "$TSR_TEST_TIMEOUT"; return; fi
+    n=$(sed -n 's/.*tsr-timeout: *\([0-9][0-9]*\).*/\1/p' "$1" 2>/dev/null | head -n 1)
+    echo "${n:-600}"
+}
+
+run_one() { # name, limit (seconds), command...
+    name=$1 limit=$2; shift 2
     dir="$TMPBASE/$name"; mkdir -p "$dir"
     start=$(date +%s)
-    (cd "$dir" && TSR_TMP="$dir" "$@") >"$dir.log" 2>&1
+    # timeout signals the test's whole process group (servers and mpirun included),
+    # then SIGKILL 10 s later
+    (cd "$dir" && TSR_TMP="$dir" timeout -k 10 "$limit" "$@") >"$dir.log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
+    if { [ $rc = 124 ] || [ $rc = 137 ]; } && [ $secs -ge "$limit" ]; then
+        fail=$((fail + 1)); failed="$failed $name"
+        echo "FAIL $name: timed out after ${limit}s (TSR_TEST_TIMEOUT or tsr-timeout: N in the test)"
+        tail -n 40 "$dir.log" | sed 's/^/    /'
+        return
+    fi
     case $rc in
     0) pass=$((pass + 1)); echo "PASS $name (${secs}s)";;
     77) skip=$((skip + 1)); echo "SKIP $name: $(grep SKIP "$dir.log" | tail -1)";;
@@ -33,16 +50,17 @@ run_one() { # name, command...
 
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
-    run_one "$(basename "$t")" "$t"
+    run_one "$(basename "$t")" "$(limit_of "$ROOT/tests/$(basename "$t").c")" "$t"
 done
 for t in "$ROOT"/tests/test_*.sh; do
     [ -f "$t" ] || continue
-    run_one "$(basename "$t" .sh)" sh "$t"
+    run_one "$(basename "$t" .sh)" "$(limit_of "$t")" sh "$t"
 done
 if [ -d "$FUZZ" ]; then
     for f in "$FUZZ"/fuzz_*; do
         [ -x "$f" ] || continue
-        run_one "$(basename "$f")" sh "$ROOT/tests/fuzz.sh" "$f" "$FUZZ_SECONDS"
+        run_one "$(basename "$f")" $(( $(limit_of "$ROOT/tests/$(basename "$f").c") + FUZZ_SECONDS )) \
+            sh "$ROOT/tests/fuzz.sh" "$f" "$FUZZ_SECONDS"
     done
 fi
 [ -n "$failed" ] && echo "failed:$failed"

@@ -176,7 +176,7 @@ proxy_start() { # s3proxy.py flags, as words or as one string: --fail-rate 0.1 -
     PROXY_PID=$!
     _s3_n=0 PROXY_PORT=
     while [ -z "$PROXY_PORT" ]; do
-        PROXY_PORT=$(sed -n 's/^PORT \([0-9][0-9]*\)$/\1/p' "$TSR_TMP/proxy-$_s3_nproxy.out")
+        PROXY_PORT=$(sed -n 's/^PORT \([0-9][0-9]*\)$/\1/p' "$TSR_TMP/proxy-$_s3_nproxy.out" 2>/dev/null)
         [ -n "$PROXY_PORT" ] && break
         if ! kill -0 "$PROXY_PID" 2>/dev/null || [ $_s3_n -ge 200 ]; then
             echo "FAIL: s3proxy.py $* did not start:" >&2

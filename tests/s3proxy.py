@@ -30,13 +30,27 @@ eligible; with one connection at a time a run is exactly reproducible):
   --only-path RE   faults only for request targets (path?query) matching RE
 The rates are shares of the eligible requests and add up to at most 1.
 
+One chosen fault, for the first --inject-count eligible requests (default 1;
+0: every eligible request), before any of the above:
+  --inject STATUS:CODE  answered by the proxy, not forwarded, with that HTTP
+                   status and an S3 <Error> body of that code: 429:SlowDown,
+                   403:AccessDenied, 400:InvalidRequest, and 200:InternalError
+                   (a 200 answer that carries an error, as S3 may send for
+                   CompleteMultipartUpload); a body is drained as for 500/503
+  --inject flip-response  forwarded; one byte of the response body (the middle
+                   one) is inverted on its way to the client
+  --inject flip-request   one byte of the request body (the middle one) is
+                   inverted on its way to the upstream
+A flip needs a body with a Content-Length; a request without one is forwarded
+unchanged and logged with the remark flip-skipped (it still uses up a count).
+
 --log FILE gets one line per request, written when it is done (so slightly out
 of order under concurrency): sequence number, method, target (path?query),
 fault, status relayed to the client (- when none), in= the request body's size,
 out= the bytes sent to the client, conn= the client connection's number (from
 1, in the order accepted) and a remark if any. On SIGTERM or SIGINT a
 "# summary requests=... forwarded=... fail500=... fail503=... reset=... stall=...
-upstream_errors=..." line goes there and to stderr.
+upstream_errors=... injected=..." line goes there and to stderr.
 
 Python 3 standard library only. The proxy listens on 127.0.0.1 and forwards only
 to a loopback upstream.
@@ -73,13 +87,22 @@ class Sink:
 
     budget: send exactly this many more bytes, then raise Cut.
     tolerant: a send error (the upstream hung up) switches the sink to
-    discarding instead of raising, and sets broken."""
+    discarding instead of raising, and sets broken.
 
-    def __init__(self, sock, budget=None, tolerant=False):
+    flip_at: the byte at this index of everything written (heads included)
+    is inverted on its way out; flipped tells whether that happened."""
+
+    def __init__(self, sock, budget=None, tolerant=False, flip_at=None):
         self.sock, self.budget, self.tolerant = sock, budget, tolerant
         self.broken, self.sent = False, 0
+        self.flip_at, self.seen, self.flipped = flip_at, 0, False
 
     def write(self, data):
+        if self.flip_at is not None and self.seen <= self.flip_at < self.seen + len(data):
+            b = bytearray(data)
+            b[self.flip_at - self.seen] ^= 0xFF
+            data, self.flipped = bytes(b), True
+        self.seen += len(data)
         if self.sock is None or self.broken or not data:
             return
         if self.budget is not None and len(data) >= self.budget:
@@ -230,7 +253,8 @@ def error_response(status, code, message, seq, method, close):
     body = ("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>%s</Code>"
             "<Message>%s</Message><RequestId>s3proxy-%08d</RequestId>"
             "<HostId>s3proxy</HostId></Error>" % (code, message, seq)).encode()
-    reason = {500: "Internal Server Error", 502: "Bad Gateway",
+    reason = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+              429: "Too Many Requests", 500: "Internal Server Error", 502: "Bad Gateway",
               503: "Slow Down"}.get(status, "Error")
     head = ("HTTP/1.1 %d %s\r\nDate: %s\r\nServer: s3proxy\r\n"
             "x-amz-request-id: s3proxy-%08d\r\nx-s3proxy-fault: %s\r\n"
@@ -238,6 +262,33 @@ def error_response(status, code, message, seq, method, close):
             % (status, reason, formatdate(usegmt=True), seq, code, len(body),
                "Connection: close\r\n" if close else "")).encode()
     return head if method == "HEAD" else head + body
+
+
+INJECT_MESSAGES = {
+    "SlowDown": "Please reduce your request rate.",
+    "AccessDenied": "Access Denied",
+    "InvalidRequest": "s3proxy: an injected invalid request",
+    "InternalError": "We encountered an internal error. Please try again.",
+}
+
+
+def parse_inject(kind):
+    """--inject's value: "flip-response", "flip-request" or (status, code)."""
+    if kind in ("flip-response", "flip-request"):
+        return kind
+    status, colon, code = kind.partition(":")
+    if not colon or not status.isdigit() or not 200 <= int(status) <= 599 or \
+            not re.fullmatch(r"[A-Za-z0-9]+", code):
+        raise ValueError(kind)
+    return int(status), code
+
+
+def injected_answer(fault):
+    """(status, code, message) for an --inject STATUS:CODE fault, else None."""
+    if not fault or not fault.startswith("inject:") or fault.startswith("inject:flip-"):
+        return None
+    status, code = parse_inject(fault[len("inject:"):])
+    return status, code, INJECT_MESSAGES.get(code, "s3proxy: injected " + code)
 
 
 class Faults:
@@ -252,12 +303,14 @@ class Faults:
         self.path_re = re.compile(args.only_path) if args.only_path else None
         self.seq = self.eligible = self.connections = 0
         self.counts = dict.fromkeys(("requests", "forwarded", "fail500", "fail503",
-                                     "reset", "stall", "upstream_errors"), 0)
+                                     "reset", "stall", "upstream_errors", "injected"), 0)
+        self.injected = 0                           # eligible requests given --inject
         self.log = open(args.log, "a", buffering=1) if args.log else None
 
     def decide(self, method, target):
         """(sequence number, fault, fraction): fault is None, "fail500",
-        "fail503", "stall" or "reset:POINT"; fraction in [0, 1) places a cut."""
+        "fail503", "stall", "reset:POINT" or "inject:KIND"; fraction in [0, 1)
+        places a cut."""
         a = self.args
         with self.lock:
             self.seq += 1
@@ -267,6 +320,9 @@ class Faults:
                (self.path_re and not self.path_re.search(target)):
                 return self.seq, None, w
             self.eligible += 1
+            if a.inject and (a.inject_count == 0 or self.injected < a.inject_count):
+                self.injected += 1
+                return self.seq, "inject:" + a.inject, w
             if self.eligible <= a.fail_first:
                 fault = "fail503"
             elif u < a.fail_rate:
@@ -392,10 +448,14 @@ class Handler(socketserver.BaseRequestHandler):
             if peer_gone(self.client):
                 st["note"] = "client-gone"
                 return False
-        if fault in ("fail500", "fail503"):
+        answer = injected_answer(fault)
+        if fault in ("fail500", "fail503") or answer:
             status, code, msg = (500, "InternalError", "We encountered an internal "
                                  "error. Please try again.") if fault == "fail500" else \
-                (503, "SlowDown", "Please reduce your request rate.")
+                (503, "SlowDown", "Please reduce your request rate.") if fault == "fail503" \
+                else answer
+            if answer:
+                faults.count("injected")
             st["status"] = status
             if expect:
                 # answer before the body, as S3 does, and close: the client
@@ -425,10 +485,18 @@ class Handler(socketserver.BaseRequestHandler):
             return False
         faults.count("forwarded")
         to_up = Sink(up, tolerant=True)
+        if fault == "inject:flip-request":
+            if body[0] == "length":
+                to_up.flip_at = len(req.raw) + body[1] // 2
+            else:
+                st["note"] = "flip-skipped"
         to_up.write(req.raw)
         if expect:
             self.client.sendall(b"HTTP/1.1 100 Continue\r\n\r\n")
         st["in"] = copy_body(self.rfile, body, to_up)
+        if to_up.flipped:
+            faults.count("injected")
+            st["note"] = "flipped-request-byte-%d" % (body[1] // 2)
         if to_up.broken:
             st["note"] = "upstream-hung-up-during-the-body"
 
@@ -461,6 +529,11 @@ class Handler(socketserver.BaseRequestHandler):
             self.reset_client()
             return False
         sink = Sink(self.client)
+        if fault == "inject:flip-response":
+            if rbody[0] == "length":
+                sink.flip_at = len(head) + rbody[1] // 2
+            else:
+                st["note"] = "flip-skipped"
         if fault in ("reset:mid-head", "reset:mid-body"):
             if fault == "reset:mid-body" and rbody[0] != "none":
                 total = rbody[1] if rbody[0] == "length" else 4096
@@ -478,6 +551,9 @@ class Handler(socketserver.BaseRequestHandler):
             return False
         finally:
             st["out"] = sink.sent
+        if sink.flipped:
+            faults.count("injected")
+            st["note"] = "flipped-response-byte-%d" % (rbody[1] // 2)
         if fault and fault.startswith("reset:"):
             st["note"] = "body-too-short-to-cut"
             self.drop_upstream()
@@ -505,6 +581,11 @@ def main():
     p.add_argument("--stall-rate", type=float, default=0.0)
     p.add_argument("--stall-seconds", type=float, default=5.0)
     p.add_argument("--fail-first", type=int, default=0)
+    p.add_argument("--inject", default="",
+                   help="STATUS:CODE (e.g. 429:SlowDown, 200:InternalError), flip-response "
+                   "or flip-request")
+    p.add_argument("--inject-count", type=int, default=1,
+                   help="eligible requests given --inject (0: all)")
     p.add_argument("--only-method", default="", help="e.g. PUT or PUT,POST")
     p.add_argument("--only-path", default="", help="regular expression on path?query")
     p.add_argument("--log", default="", help="one line per request goes here")
@@ -514,6 +595,13 @@ def main():
     rates = (args.fail_rate, args.reset_rate, args.stall_rate)
     if min(rates) < 0 or sum(rates) > 1:
         p.error("the rates must be >= 0 and add up to at most 1")
+    if args.inject:
+        try:
+            parse_inject(args.inject)
+        except ValueError:
+            p.error("--inject %s: want STATUS:CODE, flip-response or flip-request" % args.inject)
+    if args.inject_count < 0:
+        p.error("--inject-count must be >= 0")
     up = urlsplit(args.upstream)
     if up.scheme != "http" or up.hostname not in ("127.0.0.1", "localhost", "::1") \
             or not up.port:

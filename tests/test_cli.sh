@@ -111,5 +111,20 @@ expect 1 "info of a missing dir" $T ckpt info nowhere
 rm root/step-00000020/data-00000.tsd
 expect 1 "verify with a missing data file" $T ckpt verify root/step-00000020 --json
 json_ok out.txt "verify --json"
-[ $fails = 0 ] && echo "all command checks passed"
-exit $fails
+# bench gemm: the debug model's matmul parameters and FLOP per token, from its
+# shapes (dim 128, 4 layers, 4 heads of 32, 2 KV heads, SwiGLU 384, vocabulary
+# 320; batch 8 x 64), and a throughput measured
+expect 0 "bench gemm" $T bench gemm --config "$TSR_ROOT/train/configs/debug.toml" --seconds 0 --json
+json_ok out.txt "bench gemm --json"
+C=128 L=4 Dq=128 Dkv=64 F=384 V=320 B=8 S=64
+P=$(( L * (C * Dq + 2 * C * Dkv + Dq * C + 3 * C * F) + C * V ))
+num() { sed -n "s/.*\"$1\":\([0-9.]*\).*/\1/p" out.txt; }
+[ "$(num matmul_params)" = $P ] || fail "bench gemm: matmul_params $(num matmul_params), expected $P"
+[ "$(num flop_per_token)" = $(( 6 * P + 6 * L * S * Dq )) ] ||
+    fail "bench gemm: flop_per_token $(num flop_per_token), expected $(( 6 * P + 6 * L * S * Dq ))"
+[ "$(num step_gemm_flop)" = $(( 6 * B * S * P )) ] || fail "bench gemm: step_gemm_flop $(num step_gemm_flop)"
+awk -v p="$(num peak_Fps)" -v b="$(num blas_Fps)" -v s="$(num split_Fps)" \
+    'BEGIN { exit !(p > 0 && (p == b || p == s) && p >= b && p >= s) }' || fail "bench gemm: peak: $(cat out.txt)"
+expect 2 "bench gemm without a config" $T bench gemm
+expect 2 "bench gemm, a flavor from a checkpoint" $T bench gemm --config "$TSR_ROOT/train/configs/debug.toml" --model.flavor=checkpoint
+finish "all command checks passed"

@@ -252,6 +252,7 @@ int main(void) {
         size_t len;
         uint8_t *d = slurp(path, &len);
         long v_missed = 0, r_missed = 0;
+        int failures_before = check_failures;
         for (size_t pos = 0; pos < len; pos++) {
             poke(path, pos, (uint8_t)(d[pos] ^ (1 + pos % 255)));
             if (verify_ok(dir) && v_missed++ < 5) CHECK(0, "%s byte %zu: verify passed", path, pos);
@@ -267,11 +268,11 @@ int main(void) {
         CHECK(!verify_ok(dir), "%s extended by one byte: not detected", path);
         CHECK(truncate(path, (off_t)len) == 0, "restore");
         poke(path, len - 1, d[len - 1]);
-        printf("%s: %zu positions, all detected\n", path, len);
+        if (check_failures == failures_before) printf("%s: %zu positions, all detected\n", path, len);
         free(d);
     }
     CHECK(verify_ok(dir) && read_ok(dir), "restored checkpoint is sound again: %s", e.msg);
-    printf("MANIFEST: %zu positions x 255 values, all detected\n", mlen);
+    if (!check_failures) printf("MANIFEST: %zu positions x 255 values, all detected\n", mlen);
     one_checksum(t ? t : "/tmp", 0);
     one_checksum(t ? t : "/tmp", 1);
     return check_done();

@@ -56,4 +56,4 @@ done
 echo "$RUNS kills: $interrupted interrupted a save, $committed came after the commit"
 [ $interrupted -ge $((RUNS * 2 / 3)) ] || fail "only $interrupted of $RUNS kills landed during a save"
 run_np 2 $T ckpt check root/step-00000001 --layout dp_shard=2 >/dev/null 2>&1 || fail "the previous checkpoint loads on 2 ranks"
-exit $fails
+finish

@@ -53,5 +53,4 @@ for d in ck/*; do $T ckpt verify "$d" >/dev/null 2>&1 || fail "verify $d"; done
 # a layout that does not match the job is bad usage
 run_np 2 $T ckpt check ck/one --layout dp_shard=3 >/dev/null 2>&1
 [ $? = 2 ] || fail "a layout of 3 ranks on a job of 2 is bad usage"
-[ $fails = 0 ] && echo "all layout round trips exact"
-exit $fails
+finish "all layout round trips exact"

@@ -3,8 +3,11 @@
 # signature checked) on loopback: push / pull / ls / rm round trips, byte-identical,
 # with multipart and single-PUT objects; AWS CLI interop both ways; a wrong secret;
 # direct loads and saves from and to the bucket in other layouts; faults from a
-# proxy (500/503, resets, stalls); a push killed midway and resumed without
-# re-sending finished parts; archiving from the trainer.
+# proxy (500/503, resets, stalls; 429 retried; 403 and 400 not retried, each
+# request counted; a 200 answer carrying an error; a failed multipart upload
+# aborted; bytes altered in transit and on the server refused by pull); a push
+# killed midway and resumed without re-sending finished parts; archiving from the
+# trainer.
 . "$TSR_ROOT/tests/mpi.sh"
 cd "$TSR_TMP" || exit 1
 . "$TSR_ROOT/tests/s3.sh"
@@ -110,9 +113,113 @@ for f in ck/step-00000010/*; do cmp -s "$f" "pulled-faulty/${f##*/}" || fail "fa
 AWS_ENDPOINT_URL=$PROXY_URL TSR_S3_STALL_SECONDS=1 run_np 3 "$T" ckpt check $B/faulty/step-00000010 \
     --layout dp_shard=3 >/dev/null 2>err.txt || { fail "check through faults"; cat err.txt >&2; }
 proxy_stop
-for k in fail reset stall; do
-    grep -q "^# summary.*$k" "$PROXY_LOG" || grep -q " $k" "$PROXY_LOG" || fail "the proxy injected no $k"
+# the counts in the summary line: each kind of fault happened at least once
+counted() { # key: its count in the last proxy's "# summary" line (empty if none)
+    sed -n "s/^# summary.* $1=\([0-9][0-9]*\).*/\1/p" "$PROXY_LOG"
+}
+[ -n "$(counted requests)" ] || fail "the proxy wrote no summary line: $(tail -n 2 "$PROXY_LOG")"
+f500=$(counted fail500) f503=$(counted fail503)
+[ $(( ${f500:-0} + ${f503:-0} )) -ge 1 ] || fail "the proxy answered no 500 or 503 (fail500=$f500 fail503=$f503)"
+for k in reset stall; do
+    [ "$(counted $k)" -ge 1 ] 2>/dev/null || fail "the proxy injected no $k ($k=$(counted $k))"
 done
+
+# --- single faults, each request counted in the proxy's log (lines "SEQ METHOD
+# TARGET fault=... status=..."): which answers are retried and which are not
+seen() { # method, target pattern: requests the last proxy logged
+    grep -c "^[0-9]* $1 [^ ]*$2[^ ]* fault=" "$PROXY_LOG"
+}
+# 429 Too Many Requests is retried: two of them, then the object comes
+proxy_start --inject 429:SlowDown --inject-count 2 --only-method GET --only-path 'run1/step-00000020/data-00000.tsd$'
+expect 0 "pull through two 429 answers" "$T" pull $B/run1/step-00000020 p429 --endpoint "$PROXY_URL"
+proxy_stop
+for f in ck/step-00000020/*; do cmp -s "$f" "p429/${f##*/}" || fail "pull through 429: $f differs"; done
+[ "$(counted injected)" = 2 ] || fail "429: the proxy answered $(counted injected) times, expected 2"
+[ "$(seen GET 'step-00000020/data-00000.tsd')" = 3 ] ||
+    fail "429: $(seen GET 'step-00000020/data-00000.tsd') GETs of the object, expected 3 (2 refused, 1 retry that got it)"
+# 403 AccessDenied and 400 InvalidRequest fail at once: exactly one request each
+proxy_start --inject 403:AccessDenied --inject-count 0 --only-method GET --only-path 'run1/step-00000020/data-00000.tsd$'
+expect 1 "pull through 403 answers" "$T" pull $B/run1/step-00000020 p403 --endpoint "$PROXY_URL"
+proxy_stop
+grep -q "data-00000.tsd: GET: HTTP 403 AccessDenied" err.txt || { fail "403: unclear error"; cat err.txt >&2; }
+[ "$(seen GET 'step-00000020/data-00000.tsd')" = 1 ] ||
+    fail "403 was retried: $(seen GET 'step-00000020/data-00000.tsd') GETs of the object, expected 1"
+[ -e p403/MANIFEST ] && fail "a pull refused with 403 left a MANIFEST"
+proxy_start --inject 400:InvalidRequest --inject-count 0 --only-method PUT --only-path 'step-00000020/data-00000.tsd$'
+expect 1 "push through 400 answers" "$T" push ck/step-00000020 $B/p400/ --endpoint "$PROXY_URL"
+proxy_stop
+grep -q "data-00000.tsd: PUT: HTTP 400 InvalidRequest" err.txt || { fail "400: unclear error"; cat err.txt >&2; }
+[ "$(seen PUT 'step-00000020/data-00000.tsd')" = 1 ] ||
+    fail "400 was retried: $(seen PUT 'step-00000020/data-00000.tsd') PUTs of the object, expected 1"
+[ -z "$(aws s3 ls --recursive $B/p400/)" ] || fail "a push refused with 400 left objects"
+
+# a 200 answer that carries an <Error> (as S3 may answer CompleteMultipartUpload)
+# is a failure: InternalError once is retried, and the push completes ...
+proxy_start --inject 200:InternalError --only-method POST --only-path 'uploadId='
+expect 0 "push through a CompleteMultipartUpload answered 200 with an error" \
+    "$T" push ck/step-00000010 $B/c200/ --endpoint "$PROXY_URL"
+proxy_stop
+[ "$(counted injected)" = 1 ] || fail "200 with an error: injected $(counted injected) times, expected 1"
+completes=$(seen POST 'uploadId=')
+keys=$(grep "^[0-9]* POST [^ ]*uploadId=" "$PROXY_LOG" | awk '{ sub(/\?.*/, "", $3); print $3 }' | sort -u | wc -l)
+[ "$completes" = $((keys + 1)) ] && [ "$keys" -ge 1 ] ||
+    fail "200 with an error: $completes CompleteMultipartUpload requests for $keys objects, expected one retry"
+expect 0 "pull after the retried completion" "$T" pull $B/c200/step-00000010 c200
+for f in ck/step-00000010/*; do cmp -s "$f" "c200/${f##*/}" || fail "retried completion: $f differs"; done
+# ... and when every attempt gets it, the push fails and aborts the upload: the
+# AbortMultipartUpload is sent and no upload is left listed
+proxy_start --inject 200:InternalError --inject-count 0 --only-method POST --only-path 'uploadId='
+TSR_S3_MAX_ATTEMPTS=3 expect 1 "push whose CompleteMultipartUpload always answers 200 with an error" \
+    "$T" push ck/step-00000010 $B/abort/ --endpoint "$PROXY_URL"
+proxy_stop
+grep -q "gave up after 3 attempts.*CompleteMultipartUpload.*InternalError" err.txt ||
+    { fail "a failing completion: unclear error"; cat err.txt >&2; }
+[ "$(seen POST 'uploadId=')" = 3 ] || fail "a failing completion: $(seen POST 'uploadId=') attempts, expected 3"
+grep -q "^[0-9]* DELETE [^ ]*abort/step-00000010/data-[0-9]*.tsd?uploadId=[^ ]* fault=- status=204" "$PROXY_LOG" ||
+    fail "the failed multipart upload was not aborted (no DELETE ?uploadId= answered 204)"
+left=$(aws s3api list-multipart-uploads --bucket bkt --prefix abort/ --query 'length(Uploads || `[]`)' --output text) ||
+    fail "aws s3api list-multipart-uploads"
+[ "$left" = 0 ] || fail "the failed push left $left multipart upload(s) listed"
+[ -z "$(aws s3 ls --recursive $B/abort/)" ] || fail "the failed push left objects"
+
+# bytes altered in transit: a flipped byte in a GET answer; pull refuses the
+# object (its content hash) and leaves no checkpoint
+proxy_start --inject flip-response --only-method GET --only-path 'run1/step-00000020/data-00001.tsd$'
+expect 1 "pull of a body altered in transit" "$T" pull $B/run1/step-00000020 flipdown --endpoint "$PROXY_URL"
+proxy_stop
+[ "$(counted injected)" = 1 ] || fail "flip-response: injected $(counted injected) times, expected 1"
+grep -q "s3://bkt/run1/step-00000020/data-00001.tsd: downloaded bytes hash to [0-9a-f]*, the object says" err.txt ||
+    { fail "a body altered in transit: no content-hash error"; cat err.txt >&2; }
+[ -e flipdown/data-00001.tsd ] && fail "a body altered in transit was kept as data-00001.tsd"
+[ -e flipdown/MANIFEST ] && fail "a pull of a body altered in transit left a MANIFEST"
+# a flipped byte in an upload: moto does not check x-amz-checksum-sha256 (S3
+# refuses such a body with BadDigest), so the push lands; pull then refuses it
+proxy_start --inject flip-request --only-method PUT --only-path 'step-00000020/data-00000.tsd$'
+"$T" push ck/step-00000020 $B/flipup/ --endpoint "$PROXY_URL" >out.txt 2>err.txt
+pushed=$?
+proxy_stop
+[ "$(counted injected)" = 1 ] || fail "flip-request: injected $(counted injected) times, expected 1"
+if [ $pushed = 0 ]; then
+    expect 1 "pull of an object altered on its way up" "$T" pull $B/flipup/step-00000020 flipup
+    grep -q "data-00000.tsd: downloaded bytes hash to" err.txt || { fail "an upload altered in transit: pull did not refuse it"; cat err.txt >&2; }
+    [ -e flipup/MANIFEST ] && fail "a pull of an upload altered in transit left a MANIFEST"
+else
+    grep -q "data-00000.tsd" err.txt || { fail "an upload altered in transit: unclear error"; cat err.txt >&2; }
+fi
+# an object altered on the server (its bytes no longer those its content hash
+# names): pull refuses it
+expect 0 "push for the server-side change" "$T" push ck/step-00000020 $B/altered/
+h=$(aws s3api head-object --bucket bkt --key altered/step-00000020/data-00001.tsd --query 'Metadata."tessera-xxh3"' --output text)
+[ -n "$h" ] && [ "$h" != None ] || fail "the pushed object has no tessera-xxh3 metadata: '$h'"
+cp ck/step-00000020/data-00001.tsd changed.tsd
+printf '\377' | dd of=changed.tsd bs=1 seek=1000 conv=notrunc 2>/dev/null
+cmp -s changed.tsd ck/step-00000020/data-00001.tsd && fail "the local change did not take"
+aws s3 cp --quiet changed.tsd $B/altered/step-00000020/data-00001.tsd --metadata "tessera-xxh3=$h" ||
+    fail "aws s3 cp of the changed object"
+expect 1 "pull of an object changed on the server" "$T" pull $B/altered/step-00000020 altered
+grep -q "s3://bkt/altered/step-00000020/data-00001.tsd: downloaded bytes hash to [0-9a-f]*, the object says $h" err.txt ||
+    { fail "an object changed on the server: no content-hash error"; cat err.txt >&2; }
+[ -e altered/MANIFEST ] && fail "a pull of an object changed on the server left a MANIFEST"
 
 # --- a push killed midway, then started again: nothing finished is sent twice,
 # and meanwhile the step is not listed as committed
@@ -176,4 +283,4 @@ expect 0 "rm a local uncommitted step" "$T" rm rml/step-00000011
 expect 2 "rm of a directory that is not a step" "$T" rm rml
 [ -d rml ] || fail "rm removed a directory that is not a step"
 
-[ $fails = 0 ]
+finish "s3: round trips, interop, faults, resumed push and archiving ok"

@@ -1,10 +1,12 @@
 /* cli.c: helpers shared by the subcommands. */
 #include "cli.h"
 
+#include <cblas.h>
 #include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <limits.h>
+#include <omp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <sys/stat.h>
@@ -205,4 +207,14 @@ int tsr_upload_dir(const char *local, const char *url, const char *cmd) {
     tsr_s3_free(s3);
     if (rc) fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
     return rc ? -1 : 0;
+}
+
+void tsr_cli_set_threads(void) {
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    long local = ls ? atol(ls) : 1;
+    long n = cores / (local > 0 ? local : 1);
+    if (n < 1) n = 1;
+    if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads((int)n);
+    if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads((int)n);
 }

@@ -61,4 +61,10 @@ int tsr_upload_dir(const char *local, const char *url, const char *cmd);
  * group of one (no MPI). NULL on failure, with the reason on stderr. */
 struct tsr_comm *tsr_cli_comm(const char *cmd);
 
+/* tsr_cli_set_threads(): OpenMP's and OpenBLAS's thread counts (unless
+ * OMP_NUM_THREADS / OPENBLAS_NUM_THREADS say otherwise): the node's cores shared
+ * among the ranks mpirun placed on it, so that oversubscribed ranks do not
+ * fight over cores. The trainer's setting, and bench gemm's. */
+void tsr_cli_set_threads(void);
+
 #endif

@@ -1,6 +1,4 @@
 /* cmd_train.c: tessera train: the training job (train/). */
-#include <cblas.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,18 +21,6 @@ static const char USAGE[] =
     "                 the config's layout, without allocating it, and exit\n"
     "Logs every metrics.log_freq steps: loss, grad norm, learning rate, tokens/s and\n"
     "the time blocked on checkpoints; the same as JSON lines in metrics.file.\n";
-
-/* OpenBLAS and OpenMP threads: the node's cores shared among the ranks mpirun
- * placed on it, so that oversubscribed ranks do not fight over cores. */
-static void set_threads(void) {
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    const char *ls = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-    long local = ls ? atol(ls) : 1;
-    long n = cores / (local > 0 ? local : 1);
-    if (n < 1) n = 1;
-    if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads((int)n);
-    if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads((int)n);
-}
 
 /* The library's messages: errors and warnings from every rank, information
  * (checkpoints archived, removed by retention) from rank 0. */
@@ -101,7 +87,7 @@ int tsr_cmd_train(int argc, char **argv) {
         return EXIT_USAGE;
     }
     if (rank == 0 && cfg.n_warnings) fputs(cfg.warnings, stderr);
-    set_threads();
+    tsr_cli_set_threads();
     tsr_trainer *t = NULL;
     tsr_model_args shapes;
     int made = cfg.model.flavor == TSR_FLAVOR_CHECKPOINT

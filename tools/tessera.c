@@ -36,6 +36,7 @@ static const command commands[] = {
     {"bench", "save", tsr_cmd_bench_save, "save stall and write throughput against memcpy and the disk"},
     {"bench", "load", tsr_cmd_bench_load, "resharded load time against the saved layout's"},
     {"bench", "disk", tsr_cmd_bench_disk, "the disk's O_DIRECT write and read bandwidth (the baseline of the others)"},
+    {"bench", "gemm", tsr_cmd_bench_gemm, "sgemm throughput on the model's matrix products (the trainer's baseline)"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
