@@ -52,5 +52,4 @@ after-data-upload fsync:1:killafter:step-00000002/data- uncommitted
 before-manifest-put rename:1:kill:step-00000002/MANIFEST uncommitted
 after-manifest-put rename:1:killafter:step-00000002/MANIFEST committed
 EOF2
-[ $fails = 0 ] || exit 1
-echo "crash points of a save into S3: all recovered"
+finish "crash points of a save into S3: all recovered"

@@ -64,5 +64,4 @@ grep -q "resumed from .*step-00000007" "$TSR_TMP/leftover.log" || fail "leftover
 grep -q "step-00000050: removed (uncommitted" "$TSR_TMP/leftover.log" || fail "leftover: its removal is not reported"
 [ -d "$CK/step-00000050" ] && fail "leftover: step-00000050 is still there"
 committed step-00000009 || fail "leftover: step 9 not committed"
-[ $fails = 0 ] && echo "disk full: exit 1 on a failed last checkpoint; room made by retention and by removing leftovers"
-[ $fails = 0 ]
+finish "disk full: exit 1 on a failed last checkpoint; room made by retention and by removing leftovers"

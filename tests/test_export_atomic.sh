@@ -95,5 +95,4 @@ expect 0 "reference safetensors export" "$T" export big --format safetensors ref
 killed gguf m.gguf m.gguf
 killed safetensors hf hf/config.json hf/model.safetensors
 "$T" import k/hf imported --layout dp_shard=1 >/dev/null 2>err.txt || fail "import of the export after a kill: $(cat err.txt)"
-[ $fails = 0 ] || exit 1
-echo "export atomic: failed exports leave nothing, killed ones no file under a final name"
+finish "export atomic: failed exports leave nothing, killed ones no file under a final name"

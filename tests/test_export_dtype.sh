@@ -51,5 +51,4 @@ expect 0 "export B16 --dtype f32" "$T" export B16 --format safetensors hf-up --d
 check_st hf-up "F32 float32"
 expect 0 "export B16 gguf --dtype f32" "$T" export B16 --format gguf up.gguf --dtype f32
 $PY "$TSR_ROOT/tests/gguf_check.py" up.gguf hf-up f32 >/dev/null || fail "up.gguf does not check as f32"
-[ $fails = 0 ] || exit 1
-echo "export dtype: bf16, f16 and f32 checkpoints keep their dtype; --dtype overrides"
+finish "export dtype: bf16, f16 and f32 checkpoints keep their dtype; --dtype overrides"

@@ -58,5 +58,4 @@ run_np 1 "$T" train --config "$CFG" $ARGS --training.steps=2 --checkpoint.interv
 [ -f "$CK/step-00000002/MANIFEST" ] || fail "the job after the SIGKILL did not save"
 expect 0 "ckpt synth into a free folder" "$T" ckpt synth "$CK/step-00000099" --bytes 64K
 expect 0 "reshard into a free folder" "$T" reshard "$TSR_TMP/src/step-00000001" "$CK/step-00000098" --layout dp_shard=2
-[ $fails = 0 ] && echo "folder lock: second job, synth, reshard and pull refused while held; free after a SIGKILL"
-[ $fails = 0 ]
+finish "folder lock: second job, synth, reshard and pull refused while held; free after a SIGKILL"

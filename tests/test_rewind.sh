@@ -79,5 +79,4 @@ n=$(ls -d "$ROOT"/step-*.abandoned-* | wc -l)
 [ "$n" = 3 ] || fail "retention: $n abandoned steps left, expected 3"
 n=$(ls -d "$ROOT"/step-???????? | wc -l)
 [ "$n" = 1 ] || fail "retention: $n step directories, expected 1 (keep_latest_k=1)"
-[ $fails = 0 ] && echo "rewind: abandoned steps moved aside, listed, ignored by resume and retention"
-[ $fails = 0 ]
+finish "rewind: abandoned steps moved aside, listed, ignored by resume and retention"

@@ -29,5 +29,4 @@ expect 0 "push to a free prefix" "$T" push ck $B/run/
 aws s3 ls $B/run/ --recursive >ls.txt
 grep -q "run/LOCK" ls.txt && fail "synth left its lease behind"
 grep -q "step-00000001/MANIFEST" ls.txt && grep -q "step-00000002/MANIFEST" ls.txt || fail "missing steps: $(cat ls.txt)"
-[ $fails = 0 ] && echo "s3 lease: synth and push refused while a lease exists, work once it is gone"
-[ $fails = 0 ]
+finish "s3 lease: synth and push refused while a lease exists, work once it is gone"

@@ -58,5 +58,4 @@ shard=$(ls data | grep -v '^\.' | head -1)
 rm -rf data2 && cp -r data data2 && rm "data2/$shard" && mkfifo "data2/$shard"
 refused "train (fifo as $shard)" "data2/$shard" "$T" train --config "$CFG" --job.dump_folder=run2 --training.steps=1 \
     --training.seq_len=32 --training.dataset=tokens --training.dataset_path=data2
-[ $fails = 0 ] || exit 1
-echo "special files: a FIFO or a directory in place of a checkpoint file is refused at once, naming it"
+finish "special files: a FIFO or a directory in place of a checkpoint file is refused at once, naming it"

@@ -127,5 +127,4 @@ done <<EOF
 $cases
 EOF
 [ $refused = 9 ] || fail "$refused of 9 hostile variants refused by every reader alike"
-[ $fails = 0 ] && echo "validator and readers agree on $(echo "$cases" | wc -l) MANIFEST variants"
-[ $fails = 0 ]
+finish "validator and readers agree on $(echo "$cases" | wc -l) MANIFEST variants"
