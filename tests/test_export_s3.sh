@@ -32,7 +32,7 @@ proxy_start
 AWS_ENDPOINT_URL=$PROXY_URL expect 0 "export to s3" "$T" export "$A" --format safetensors s3://bkt/ok/ --shard-size 1M
 proxy_stop
 got=$(keys ok/)
-want="ok/config.json ok/model-00001-of-00004.safetensors ok/model-00002-of-00004.safetensors ok/model-00003-of-00004.safetensors ok/model-00004-of-00004.safetensors ok/model.safetensors.index.json"
+want="ok/config.json ok/model-00001-of-00004.safetensors ok/model-00002-of-00004.safetensors ok/model-00003-of-00004.safetensors ok/model-00004-of-00004.safetensors ok/model.safetensors.index.json ok/special_tokens_map.json ok/tokenizer.json ok/tokenizer_config.json"
 [ "$got" = "$want" ] || fail "export to s3: keys '$got', want '$want'"
 last=$(grep ' PUT ' "$PROXY_LOG" | grep -v '^#' | sort -n | tail -1)
 case "$last" in *"/ok/config.json "*) ;; *) fail "config.json was not the last upload: $last";; esac

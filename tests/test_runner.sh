@@ -4,6 +4,7 @@
 # named; a test with 77 failed checks fails (exit 1, not a skip) and prints no
 # success line; a multi-rank test without mpirun fails instead of skipping; a
 # skip, a pass and a per-test limit are counted as such.
+# tsr-timeout: 180 (the runner takes the first such line: this one, not the stand-in's below)
 . "$TSR_ROOT/tests/common.sh"
 cd "$TSR_TMP" || exit 1
 R=$TSR_TMP/root
