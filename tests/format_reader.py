@@ -2,7 +2,7 @@
 """format_reader.py: a reader of tessera checkpoints written from formats/FORMAT.md
 alone (no tessera code), as the proof that the spec is complete.
 
-    format_reader.py STEP_DIR [EXPECTED] [--trainer]
+    format_reader.py STEP_DIR [EXPECTED] [--trainer] [--layout]
 
 Reads STEP_DIR's MANIFEST and data files, checks the rules of FORMAT.md sections
 4 and 5 it can (hashes, sizes, orders, coverage, packing, zero padding), decodes
@@ -11,7 +11,10 @@ tensor and blob, and with EXPECTED (formats/testdata/expected.txt, section 12)
 compares each file's size and XXH3, the step, the layout, every tensor's
 metadata and elements and every blob's bytes. With --trainer, checks the
 checkpoint against section 11 (the six train.* blobs, the model's tensors and
-their placements, as the table gives them from train.model). Prints one line per problem and
+their placements, as the table gives them from train.model). With --layout,
+computes the boxes of every rank of the checkpoint's layout by section 10 and
+checks that they tile every tensor and are its chunks, each in the data file
+of a rank that holds it (as `tessera reshard` writes). Prints one line per problem and
 exits 1 if there was any; exits 77 (SKIP) when numpy, libxxhash or libzstd is
 missing. Needs: numpy; libxxhash.so.0 and libzstd.so.1 via ctypes.
 """
@@ -430,6 +433,122 @@ def compare(ck, expected):
     return problems
 
 
+# ------------------------------------------------------------------- section 10
+
+def cut(n, k, i):
+    c = -(-n // k)
+    return (i * c, min((i + 1) * c, n)) if i * c < n else (n, n)
+
+
+def range_boxes(off, ext, b, e):
+    """The row-major range [b, e) of the box (off, ext) as boxes, by section 10's steps."""
+    n = len(ext)
+    if n == 0:
+        return [((), ())] if b < e else []
+    st = [volume(ext[d + 1:]) for d in range(n)]
+    out = []
+
+    def rec(d, fixed, b, e):
+        s = st[d]
+
+        def emit(lo, hi):
+            out.append((tuple(off[k] + fixed[k] for k in range(d)) + (off[d] + lo,) + tuple(off[d + 1:]),
+                        (1,) * d + (hi - lo,) + tuple(ext[d + 1:])))
+        if b % s == 0 and e % s == 0:
+            emit(b // s, e // s)
+        elif b // s == (e - 1) // s:
+            i = b // s
+            rec(d + 1, fixed + [i], b - i * s, e - i * s)
+        else:
+            if b % s:
+                rec(d + 1, fixed + [b // s], b % s, s)
+            if -(-b // s) < e // s:
+                emit(-(-b // s), e // s)
+            if e % s:
+                rec(d + 1, fixed + [e // s], 0, e % s)
+    if b < e:
+        rec(0, [], b, e)
+    return out
+
+
+def rank_boxes(lay, tensors, r):
+    """Section 10: the boxes (tensor index, offset, extent) rank r holds."""
+    P, R, S, T, N = lay["pp"], lay["dp_replicate"], lay["dp_shard"], lay["tp"], lay["n_layers"]
+    t_, ds, p = r % T, (r // T) % S, r // (T * S * R)
+
+    def holds(t):
+        role = t["pp_role"]
+        return role == 0 or (role == 1 and p == 0) or (role == 2 and p == P - 1) or \
+            (role == 3 and (P == 1 or t["layer"] // -(-N // P) == p))
+
+    def tp_local(t):
+        off, ext = [0] * len(t["shape"]), list(t["shape"])
+        k = t["tp_dim"]
+        if k >= 0:
+            lo, hi = cut(ext[k], T, t_)
+            off[k], ext[k] = lo, hi - lo
+        return off, ext
+    out = []
+    if lay["flat"]:
+        buffers = {}
+        for i, t in enumerate(tensors):
+            if holds(t):
+                cls = (1 if t["pp_role"] == 0 else 0) + (2 if t["tp_dim"] == -1 else 0)
+                buffers.setdefault((t["group"], cls), []).append(i)
+        for members in buffers.values():
+            members.sort(key=lambda i: tensors[i]["name"].encode())
+            F = sum(volume(tp_local(tensors[i])[1]) for i in members)
+            lo, hi = cut(F, S, ds)
+            Fj = 0
+            for i in members:
+                off, ext = tp_local(tensors[i])
+                v = volume(ext)
+                for box in range_boxes(off, ext, max(lo, Fj) - Fj, min(hi, Fj + v) - Fj):
+                    out.append((i,) + box)
+                Fj += v
+        return out
+    for i, t in enumerate(tensors):
+        if not holds(t):
+            continue
+        off, ext = tp_local(t)
+        if t["fsdp"] and not ext:
+            if ds != 0:
+                continue
+        elif t["fsdp"]:
+            lo, hi = cut(ext[0], S, ds)
+            off[0], ext[0] = off[0] + lo, hi - lo
+        if volume(ext) > 0:
+            out.append((i, tuple(off), tuple(ext)))
+    return out
+
+
+def check_layout(ck):
+    """A checkpoint that tessera reshard wrote for its layout holds exactly the
+    distinct boxes of the layout, each in the data file of a rank that holds it."""
+    lay, problems = ck.layout, []
+    holders = {}
+    for r in range(lay["pp"] * lay["dp_replicate"] * lay["dp_shard"] * lay["tp"]):
+        for i, off, ext in rank_boxes(lay, ck.tensors, r):
+            holders.setdefault((i, off, ext), set()).add(r)
+    for ti, t in enumerate(ck.tensors):
+        boxes = [k for k in holders if k[0] == ti]
+        cover = np.zeros(t["shape"], dtype=np.int32)
+        for _, off, ext in boxes:
+            cover[tuple(slice(o, o + e) for o, e in zip(off, ext))] += 1
+        if not np.all(cover == 1):
+            problems.append("tensor %s: the layout's distinct boxes do not tile it" % t["name"])
+        chunks = sorted((tuple(c["offset"]), tuple(c["extent"]), c["file"]) for c in ck.chunks if c["tensor"] == ti)
+        if sorted(k[1:] for k in boxes) != [c[:2] for c in chunks]:
+            problems.append("tensor %s: chunks %s, the layout's boxes %s" % (t["name"], [c[:2] for c in chunks],
+                                                                          sorted(k[1:] for k in boxes)))
+            continue
+        for off, ext, f in chunks:
+            if f not in holders[(ti, off, ext)]:
+                problems.append("tensor %s: chunk %s %s in file %d, held by ranks %s" %
+                                (t["name"], off, ext, f, sorted(holders[(ti, off, ext)])))
+    return problems
+
+
 # ------------------------------------------------------------------- section 11
 
 MODEL_KEYS = ["flavor", "dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "vocab_size", "norm_eps",
@@ -495,7 +614,7 @@ def check_trainer(ck):
 
 
 def main():
-    args = [a for a in sys.argv[1:] if a != "--trainer"]
+    args = [a for a in sys.argv[1:] if a not in ("--trainer", "--layout")]
     if len(args) not in (1, 2):
         sys.exit(__doc__)
     try:
@@ -507,6 +626,8 @@ def main():
         problems = compare(ck, args[1]) if len(args) == 2 else []
         if "--trainer" in sys.argv:
             problems += check_trainer(ck)
+        if "--layout" in sys.argv:
+            problems += check_layout(ck)
     except Refused as e:
         problems = ["%s: refused: %s" % (args[0], e)]
     for p in problems:
