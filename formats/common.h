@@ -55,6 +55,13 @@ static inline void tsr_sort(void *base, size_t n, size_t size, int (*cmp)(const 
     if (n > 1) qsort(base, n, size, cmp);
 }
 
+/* tsr_sort_ctx(): the same sort for a comparator that needs more than the two
+ * elements (a table they index, say): cmp gets ctx as its third argument. */
+static inline void tsr_sort_ctx(void *base, size_t n, size_t size,
+                                int (*cmp)(const void *, const void *, void *), void *ctx) {
+    if (n > 1) qsort_r(base, n, size, cmp, ctx);
+}
+
 /* tsr_grow(): makes room for one more element in a growable array: when n has
  * reached *cap, doubles the capacity (from 16) with realloc. *arr and *cap are
  * left unchanged on failure. @return 0, or TSR_ENOMEM. */

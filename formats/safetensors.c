@@ -218,12 +218,12 @@ int tsr_st_parse(const uint8_t *buf, size_t len, const char *what, tsr_st_file *
         goto out;
     }
     memcpy(tmp, f->e, f->n * sizeof *tmp);
-    qsort(tmp, f->n, sizeof *tmp, cmp_name);
+    tsr_sort(tmp, f->n, sizeof *tmp, cmp_name);
     for (size_t i = 1; i < f->n && !rc; i++)
         if (strcmp(tmp[i].name, tmp[i - 1].name) == 0) rc = tsr_err(err, TSR_ECORRUPT, "%s: %s: named twice", what, tmp[i].name);
     free(tmp);
     if (rc) goto out;
-    qsort(f->e, f->n, sizeof *f->e, cmp_begin);
+    tsr_sort(f->e, f->n, sizeof *f->e, cmp_begin);
     uint64_t at = 0;
     for (size_t i = 0; i < f->n && !rc; i++) {
         if (f->e[i].begin < at)
@@ -241,7 +241,7 @@ out:
         tsr_st_close(f);
         return rc;
     }
-    qsort(f->e, f->n, sizeof *f->e, cmp_name);
+    tsr_sort(f->e, f->n, sizeof *f->e, cmp_name);
     *out = f;
     return 0;
 }
