@@ -69,7 +69,7 @@ int tsr_st_header(tsr_st_entry *e, size_t n, uint8_t **out, size_t *len, tsr_err
         free(b.p);
         return tsr_err(err, TSR_ENOMEM, "out of memory");
     }
-    for (int i = 0; i < 8; i++) o[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    tsr_st64(o, hl);
     memcpy(o + 8, b.p, b.n);
     memset(o + 8 + b.n, ' ', hl - b.n);
     free(b.p);
@@ -128,8 +128,7 @@ void tsr_st_close(tsr_st_file *f) {
 int tsr_st_parse(const uint8_t *buf, size_t len, const char *what, tsr_st_file **out, tsr_error *err) {
     *out = NULL;
     if (len < 8) return tsr_err(err, TSR_ECORRUPT, "%s: %zu bytes: too short for a safetensors file", what, len);
-    uint64_t hl = 0;
-    for (int i = 0; i < 8; i++) hl |= (uint64_t)buf[i] << (8 * i);
+    uint64_t hl = tsr_ld64(buf);
     if (hl > ST_MAX_HEADER)
         return tsr_err(err, TSR_ECORRUPT, "%s: header length %llu: over the format's limit of %u bytes", what,
                        (unsigned long long)hl, ST_MAX_HEADER);
