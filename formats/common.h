@@ -79,7 +79,8 @@ static inline void tsr_sort_ctx(void *base, size_t n, size_t size,
 
 /* tsr_grow(): makes room for one more element in a growable array: when n has
  * reached *cap, doubles the capacity (from 16) with realloc. *arr and *cap are
- * left unchanged on failure. @return 0, or TSR_ENOMEM. */
+ * left unchanged on failure. @return 0, or TSR_ENOMEM (also when the new size in
+ * bytes would not fit in a size_t). */
 int tsr_grow(void **arr, size_t *cap, size_t n, size_t elem);
 
 /* A growable string: tsr_sb_printf and tsr_sb_put (k bytes, any) append, and p
