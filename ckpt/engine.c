@@ -978,9 +978,10 @@ static int add_item(load_ctx *l, const read_item *it) {
     return 0;
 }
 
-static _Thread_local const tsr_state *cmp_state; /* for sorting state box indices by tensor */
-static int cmp_by_tensor(const void *a, const void *b) {
-    uint32_t x = cmp_state->boxes[*(const size_t *)a].tensor, y = cmp_state->boxes[*(const size_t *)b].tensor;
+/* Orders indices into the boxes of the tsr_state ctx by tensor. */
+static int cmp_by_tensor(const void *a, const void *b, void *ctx) {
+    const tsr_state *st = ctx;
+    uint32_t x = st->boxes[*(const size_t *)a].tensor, y = st->boxes[*(const size_t *)b].tensor;
     return (x > y) - (x < y);
 }
 
@@ -1018,8 +1019,7 @@ static int plan_reads(load_ctx *l, const long *ck_tensor, size_t *mine, size_t n
         first[info[c].tensor] = c;
         have[c] = info[c].box;
     }
-    cmp_state = st;
-    tsr_sort(mine, n, sizeof *mine, cmp_by_tensor);
+    tsr_sort_ctx(mine, n, sizeof *mine, cmp_by_tensor, (void *)st);
     for (size_t g = 0; !rc && g < n;) {
         uint32_t t = st->boxes[mine[g]].tensor;
         size_t h = g;

@@ -458,14 +458,6 @@ static void verify_frame(void *ctx, size_t i, int worker) {
 /* Every byte of a data file is header (checked by open_file), frame bytes (stored
  * hash) or padding after a frame (checked zero by read_frame): the manifest's
  * packing rule and exact file size leave no other bytes. */
-static _Thread_local const tsr_manifest *order_m;
-static int cmp_order_m_frames(const void *pa, const void *pb) {
-    const tsr_mf_frame *a = &order_m->frames[*(const uint32_t *)pa];
-    const tsr_mf_frame *b = &order_m->frames[*(const uint32_t *)pb];
-    if (a->file_id != b->file_id) return a->file_id < b->file_id ? -1 : 1;
-    return (a->offset > b->offset) - (a->offset < b->offset);
-}
-
 long tsr_ckpt_verify(tsr_ckpt *ck, tsr_problem_fn problem, void *user, int threads, tsr_error *err) {
     const tsr_manifest *m = &ck->m;
     verify_ctx v = {.ck = ck, .problem = problem, .user = user};
@@ -520,8 +512,7 @@ long tsr_ckpt_verify(tsr_ckpt *ck, tsr_problem_fn problem, void *user, int threa
         }
     }
     for (size_t i = 0; i < m->n_frames; i++) v.order[i] = (uint32_t)i;
-    order_m = m;
-    tsr_sort(v.order, m->n_frames, sizeof *v.order, cmp_order_m_frames);
+    tsr_sort_ctx(v.order, m->n_frames, sizeof *v.order, tsr_mf_cmp_frame_pos, (void *)m);
     tsr_pool_for(pool, m->n_frames, verify_frame, &v);
     rc = v.problems;
 out:

@@ -102,12 +102,11 @@ static double env_double(const char *name, double dflt) {
 
 static void sha256_b64(const unsigned char md[32], char out[48]) { EVP_EncodeBlock((unsigned char *)out, md, 32); }
 
-/* A per-thread xorshift for the backoff's jitter. */
+/* A per-thread splitmix64 for the backoff's jitter. */
 static double jitter01(void) {
     static __thread uint64_t x;
     if (!x) x = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&x;
-    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    return (double)(x >> 11) / 9007199254740992.0;
+    return (double)(tsr_splitmix_next(&x) >> 11) / 9007199254740992.0;
 }
 
 /* ------------------------------------------------------------- settings */

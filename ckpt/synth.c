@@ -6,13 +6,6 @@
 #include "casts.h"
 #include "common.h"
 
-static inline uint64_t mix64(uint64_t x) { /* splitmix64's finalizer */
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* Irwin-Hall sum of four 16-bit uniforms: mean 0, unit variance, Gaussian-like. */
 static inline float gaussish(uint64_t h) {
     float s = (float)(h & 0xffff) + (float)((h >> 16) & 0xffff) + (float)((h >> 32) & 0xffff) +
@@ -22,12 +15,12 @@ static inline float gaussish(uint64_t h) {
 }
 
 static void synth_elem(int dtype, uint64_t seed, uint64_t idx, uint8_t *out) {
-    uint64_t h = mix64(seed ^ mix64(idx));
+    uint64_t h = tsr_splitmix64(seed ^ tsr_splitmix64(idx));
     float g = 0.02f * gaussish(h);
     switch (dtype) {
     case TSR_F32: memcpy(out, &g, 4); break;
     case TSR_F64: {
-        double d = 0.02 * (double)gaussish(h) + (double)(mix64(h) >> 40) * 1e-19;
+        double d = 0.02 * (double)gaussish(h) + (double)(tsr_splitmix64(h) >> 40) * 1e-19;
         memcpy(out, &d, 8);
         break;
     }

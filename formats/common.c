@@ -83,8 +83,9 @@ uint64_t tsr_hash(const void *data, size_t len) { return XXH3_64bits(data, len);
 
 int tsr_grow(void **arr, size_t *cap, size_t n, size_t elem) {
     if (n < *cap) return 0;
-    size_t nc = *cap ? *cap * 2 : 16;
-    void *p = realloc(*arr, nc * elem);
+    size_t nc = *cap ? *cap * 2 : 16, bytes;
+    if (nc < *cap || __builtin_mul_overflow(nc, elem, &bytes)) return TSR_ENOMEM;
+    void *p = realloc(*arr, bytes);
     if (!p) return TSR_ENOMEM;
     *arr = p;
     *cap = nc;

@@ -50,14 +50,37 @@ static inline void tsr_st64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* tsr_mix64(): splitmix64's output function, a bijection of 64-bit words in
+ * which every output bit depends on every input bit. */
+static inline uint64_t tsr_mix64(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+/* splitmix64's step between states: 2^64 over the golden ratio, odd. */
+#define TSR_GOLDEN64 0x9e3779b97f4a7c15ull
+/* tsr_splitmix64(): what a splitmix64 generator whose state is x gives next: a
+ * hash of x that is cheap and good enough for synthetic data and initial weights. */
+static inline uint64_t tsr_splitmix64(uint64_t x) { return tsr_mix64(x + TSR_GOLDEN64); }
+/* tsr_splitmix_next(): the next number of the splitmix64 generator *state. */
+static inline uint64_t tsr_splitmix_next(uint64_t *state) { return tsr_mix64(*state += TSR_GOLDEN64); }
+
 /* tsr_sort(): qsort that accepts an empty (possibly NULL) array. */
 static inline void tsr_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *)) {
     if (n > 1) qsort(base, n, size, cmp);
 }
 
+/* tsr_sort_ctx(): the same sort for a comparator that needs more than the two
+ * elements (a table they index, say): cmp gets ctx as its third argument. */
+static inline void tsr_sort_ctx(void *base, size_t n, size_t size,
+                                int (*cmp)(const void *, const void *, void *), void *ctx) {
+    if (n > 1) qsort_r(base, n, size, cmp, ctx);
+}
+
 /* tsr_grow(): makes room for one more element in a growable array: when n has
  * reached *cap, doubles the capacity (from 16) with realloc. *arr and *cap are
- * left unchanged on failure. @return 0, or TSR_ENOMEM. */
+ * left unchanged on failure. @return 0, or TSR_ENOMEM (also when the new size in
+ * bytes would not fit in a size_t). */
 int tsr_grow(void **arr, size_t *cap, size_t n, size_t elem);
 
 /* A growable string: tsr_sb_printf and tsr_sb_put (k bytes, any) append, and p

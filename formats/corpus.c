@@ -20,12 +20,7 @@ typedef struct rng {
 } rng;
 
 /* splitmix64: a full-period 64-bit generator with a strong output mix. */
-static uint64_t rng_next(rng *r) {
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t rng_next(rng *r) { return tsr_splitmix_next(&r->s); }
 
 /* below(n): uniform in [0, n) up to a bias of n / 2^64. */
 static uint32_t below(rng *r, uint32_t n) { return (uint32_t)(rng_next(r) % n); }

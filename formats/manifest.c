@@ -259,18 +259,16 @@ int tsr_data_header_check(const uint8_t *hdr, uint32_t file_id, const uint8_t sa
 
 /* ------------------------------------------------------------------ sort */
 
-/* qsort has no user pointer in C11: the manifest being sorted, per thread */
-static _Thread_local const tsr_manifest *sort_m;
-
 static int cmp_box_offset(const tsr_box *a, const tsr_box *b) {
     for (uint32_t d = 0; d < a->ndim && d < b->ndim; d++) {
         if (a->offset[d] != b->offset[d]) return a->offset[d] < b->offset[d] ? -1 : 1;
     }
     return 0;
 }
-static int cmp_tensor_idx(const void *pa, const void *pb) {
+static int cmp_tensor_idx(const void *pa, const void *pb, void *ctx) {
+    const tsr_manifest *m = ctx;
     uint32_t a = *(const uint32_t *)pa, b = *(const uint32_t *)pb;
-    return strcmp(sort_m->tensors[a].name, sort_m->tensors[b].name);
+    return strcmp(m->tensors[a].name, m->tensors[b].name);
 }
 static int cmp_chunk(const void *pa, const void *pb) {
     const tsr_mf_chunk *a = pa, *b = pb;
@@ -283,9 +281,10 @@ static int cmp_blob(const void *pa, const void *pb) {
     if (c) return c;
     return (a->rank > b->rank) - (a->rank < b->rank);
 }
-static int cmp_frame_pos(const void *pa, const void *pb) {
-    const tsr_mf_frame *a = &sort_m->frames[*(const uint32_t *)pa];
-    const tsr_mf_frame *b = &sort_m->frames[*(const uint32_t *)pb];
+int tsr_mf_cmp_frame_pos(const void *pa, const void *pb, void *ctx) {
+    const tsr_manifest *m = ctx;
+    const tsr_mf_frame *a = &m->frames[*(const uint32_t *)pa];
+    const tsr_mf_frame *b = &m->frames[*(const uint32_t *)pb];
     if (a->file_id != b->file_id) return a->file_id < b->file_id ? -1 : 1;
     return (a->offset > b->offset) - (a->offset < b->offset);
 }
@@ -305,8 +304,7 @@ int tsr_manifest_sort(tsr_manifest *m, tsr_error *err) {
         return tsr_err(err, TSR_ENOMEM, "out of memory sorting the manifest");
     }
     for (size_t i = 0; i < nt; i++) order[i] = (uint32_t)i;
-    sort_m = m;
-    tsr_sort(order, nt, sizeof *order, cmp_tensor_idx);
+    tsr_sort_ctx(order, nt, sizeof *order, cmp_tensor_idx, m);
     for (size_t i = 0; i < nt; i++) {
         rank_of[order[i]] = (uint32_t)i;
         tensors[i] = m->tensors[order[i]];
@@ -1035,8 +1033,7 @@ int tsr_manifest_validate(tsr_manifest *m, const char *path, unsigned flags,
                        (unsigned long long)f->stored_size);
         }
     }
-    sort_m = m;
-    tsr_sort(ord, m->n_frames, sizeof *ord, cmp_frame_pos);
+    tsr_sort_ctx(ord, m->n_frames, sizeof *ord, tsr_mf_cmp_frame_pos, m);
     /* ends[i]: where file i's packed frames end (a file with none: its header) */
     uint64_t *ends = malloc((m->n_files + 1) * sizeof *ends);
     if (!ends) {

@@ -97,6 +97,10 @@ int tsr_manifest_add_file(tsr_manifest *m, const tsr_mf_file *f);
  * fields must index the appended tensors. */
 int tsr_manifest_sort(tsr_manifest *m, tsr_error *err);
 
+/* tsr_mf_cmp_frame_pos(): a tsr_sort_ctx comparator of frame indices (uint32_t)
+ * of the manifest ctx by where the frames lie: file id, then offset. */
+int tsr_mf_cmp_frame_pos(const void *a, const void *b, void *ctx);
+
 /* tsr_manifest_encode(): the bytes of the MANIFEST (malloc'ed into *out). */
 int tsr_manifest_encode(const tsr_manifest *m, uint8_t **out, size_t *out_len, tsr_error *err);
 

@@ -69,7 +69,7 @@ int tsr_st_header(tsr_st_entry *e, size_t n, uint8_t **out, size_t *len, tsr_err
         free(b.p);
         return tsr_err(err, TSR_ENOMEM, "out of memory");
     }
-    for (int i = 0; i < 8; i++) o[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    tsr_st64(o, hl);
     memcpy(o + 8, b.p, b.n);
     memset(o + 8 + b.n, ' ', hl - b.n);
     free(b.p);
@@ -128,8 +128,7 @@ void tsr_st_close(tsr_st_file *f) {
 int tsr_st_parse(const uint8_t *buf, size_t len, const char *what, tsr_st_file **out, tsr_error *err) {
     *out = NULL;
     if (len < 8) return tsr_err(err, TSR_ECORRUPT, "%s: %zu bytes: too short for a safetensors file", what, len);
-    uint64_t hl = 0;
-    for (int i = 0; i < 8; i++) hl |= (uint64_t)buf[i] << (8 * i);
+    uint64_t hl = tsr_ld64(buf);
     if (hl > ST_MAX_HEADER)
         return tsr_err(err, TSR_ECORRUPT, "%s: header length %llu: over the format's limit of %u bytes", what,
                        (unsigned long long)hl, ST_MAX_HEADER);
@@ -218,12 +217,12 @@ int tsr_st_parse(const uint8_t *buf, size_t len, const char *what, tsr_st_file *
         goto out;
     }
     memcpy(tmp, f->e, f->n * sizeof *tmp);
-    qsort(tmp, f->n, sizeof *tmp, cmp_name);
+    tsr_sort(tmp, f->n, sizeof *tmp, cmp_name);
     for (size_t i = 1; i < f->n && !rc; i++)
         if (strcmp(tmp[i].name, tmp[i - 1].name) == 0) rc = tsr_err(err, TSR_ECORRUPT, "%s: %s: named twice", what, tmp[i].name);
     free(tmp);
     if (rc) goto out;
-    qsort(f->e, f->n, sizeof *f->e, cmp_begin);
+    tsr_sort(f->e, f->n, sizeof *f->e, cmp_begin);
     uint64_t at = 0;
     for (size_t i = 0; i < f->n && !rc; i++) {
         if (f->e[i].begin < at)
@@ -241,7 +240,7 @@ out:
         tsr_st_close(f);
         return rc;
     }
-    qsort(f->e, f->n, sizeof *f->e, cmp_name);
+    tsr_sort(f->e, f->n, sizeof *f->e, cmp_name);
     *out = f;
     return 0;
 }

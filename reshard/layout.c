@@ -209,13 +209,8 @@ typedef struct box_list {
 } box_list;
 
 static int push(box_list *bl, uint32_t tensor, const tsr_box *b, tsr_error *err) {
-    if (bl->n == bl->cap) {
-        size_t cap = bl->cap ? 2 * bl->cap : 16;
-        tsr_rank_box *v = realloc(bl->v, cap * sizeof *v);
-        if (!v) return tsr_err(err, TSR_ENOMEM, "layout boxes: out of memory for %zu boxes", cap);
-        bl->v = v;
-        bl->cap = cap;
-    }
+    if (tsr_grow((void **)&bl->v, &bl->cap, bl->n, sizeof *bl->v))
+        return tsr_err(err, TSR_ENOMEM, "layout boxes: out of memory for %zu boxes", bl->n + 1);
     bl->v[bl->n].tensor = tensor;
     bl->v[bl->n].box = *b;
     bl->n++;

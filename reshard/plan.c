@@ -93,13 +93,8 @@ typedef struct pair_list {
 } pair_list;
 
 static int push_pair(pair_list *p, uint64_t need, uint64_t have) {
-    if (p->n == p->cap) {
-        size_t cap = p->cap ? 2 * p->cap : 1024;
-        uint64_t *v = realloc(p->v, cap * sizeof *v);
-        if (!v) return -1;
-        p->v = v;
-        p->cap = cap;
-    }
+    /* the call only when full: this is the planner's inner loop */
+    if (p->n == p->cap && tsr_grow((void **)&p->v, &p->cap, p->n, sizeof *p->v)) return -1;
     p->v[p->n++] = need << 32 | have;
     return 0;
 }

@@ -18,12 +18,7 @@
 #include "tessera.h"
 
 static uint64_t rng_state = 0x5EED;
-static uint64_t rnd(void) { /* splitmix64 */
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t rnd(void) { return tsr_splitmix_next(&rng_state); }
 
 static double gauss(void) { /* N(0, 0.02), Box-Muller */
     double u1 = ((double)(rnd() >> 11) + 1.0) * 0x1p-53, u2 = (double)(rnd() >> 11) * 0x1p-53;

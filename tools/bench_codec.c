@@ -49,13 +49,6 @@ static void usage(FILE *f) {
 
 /* ----------------------------------------------------------------- data */
 
-static uint64_t rng_next(uint64_t *s) { /* splitmix64 */
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 static uint16_t f32_to_bf16(float f) { /* round to nearest even; no NaNs here */
     uint32_t u;
     memcpy(&u, &f, 4);
@@ -69,8 +62,8 @@ static void gen_gaussian(int dtype, void *buf, size_t n, uint64_t seed) {
     uint64_t s = seed;
     const double two_pi = 6.283185307179586476925286766559;
     for (size_t i = 0; i < n; i += 2) {
-        double u1 = ((double)(rng_next(&s) >> 11) + 1.0) * 0x1p-53; /* (0, 1] */
-        double u2 = (double)(rng_next(&s) >> 11) * 0x1p-53;         /* [0, 1) */
+        double u1 = ((double)(tsr_splitmix_next(&s) >> 11) + 1.0) * 0x1p-53; /* (0, 1] */
+        double u2 = (double)(tsr_splitmix_next(&s) >> 11) * 0x1p-53;       /* [0, 1) */
         double r = 0.02 * sqrt(-2.0 * log(u1));
         float v[2] = {(float)(r * cos(two_pi * u2)), (float)(r * sin(two_pi * u2))};
         for (size_t k = 0; k < 2 && i + k < n; k++) {

@@ -121,12 +121,7 @@ static int sink_flush(sink *s) {
     if (s->failed || s->n == 0) return s->failed;
     size_t len = strlen(s->dir) + 32;
     char *path = malloc(len);
-    if (path && s->n_shards == s->shards_cap) {
-        size_t cap = s->shards_cap ? 2 * s->shards_cap : 16;
-        shard_rec *p = realloc(s->shards, cap * sizeof *p);
-        if (p) s->shards = p, s->shards_cap = cap;
-    }
-    if (!path || s->n_shards == s->shards_cap) {
+    if (!path || tsr_grow((void **)&s->shards, &s->shards_cap, s->n_shards, sizeof *s->shards)) {
         free(path);
         s->failed = 1;
         snprintf(s->e.msg, sizeof s->e.msg, "out of memory");

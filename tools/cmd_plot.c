@@ -242,15 +242,10 @@ static int read_points(const char *path, point **out, size_t *n_out) {
                 fprintf(stderr, "tessera plot: warning: %s:%zu: skipped: %s\n", path, lineno, why);
             continue;
         }
-        if (n == cap) {
-            size_t nc = cap ? cap * 2 : 1024;
-            point *np = realloc(pts, nc * sizeof *np);
-            if (!np) {
-                fprintf(stderr, "tessera plot: out of memory\n");
-                rc = -1;
-                break;
-            }
-            pts = np, cap = nc;
+        if (tsr_grow((void **)&pts, &cap, n, sizeof *pts)) {
+            fprintf(stderr, "tessera plot: out of memory\n");
+            rc = -1;
+            break;
         }
         pts[n] = (point){step, loss, n};
         n++;
@@ -267,7 +262,7 @@ static int read_points(const char *path, point **out, size_t *n_out) {
         free(pts);
         return -1;
     }
-    if (n > 1) qsort(pts, n, sizeof *pts, by_step_then_order);
+    tsr_sort(pts, n, sizeof *pts, by_step_then_order);
     /* keep the last of each run of equal steps */
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {

@@ -190,12 +190,6 @@ void tsr_loader_close(tsr_loader *l) {
 
 /* ------------------------------------------------------------- order */
 
-static uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
 #define FEISTEL_ROUNDS 6
 
 /* A balanced Feistel network on 2h-bit numbers is a bijection for any round
@@ -207,13 +201,13 @@ uint64_t tsr_loader_sample_at(const tsr_loader *l, uint64_t seed, uint64_t epoch
     int h = 1;
     while (h < 32 && (1ull << (2 * h)) < S) h++;
     uint64_t mask = (1ull << h) - 1, key[FEISTEL_ROUNDS];
-    uint64_t base = mix64(seed ^ 0x5eed5eed5eed5eedull) ^ mix64(epoch + 0x9e3779b97f4a7c15ull);
-    for (int i = 0; i < FEISTEL_ROUNDS; i++) key[i] = mix64(base + (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ull);
+    uint64_t base = tsr_mix64(seed ^ 0x5eed5eed5eed5eedull) ^ tsr_splitmix64(epoch);
+    for (int i = 0; i < FEISTEL_ROUNDS; i++) key[i] = tsr_mix64(base + (uint64_t)(i + 1) * TSR_GOLDEN64);
     uint64_t x = k;
     do {
         uint64_t L = x >> h, R = x & mask;
         for (int i = 0; i < FEISTEL_ROUNDS; i++) {
-            uint64_t f = mix64(R ^ key[i]) & mask;
+            uint64_t f = tsr_mix64(R ^ key[i]) & mask;
             uint64_t nl = R;
             R = L ^ f;
             L = nl;

@@ -123,19 +123,12 @@ uint64_t tsr_model_param_count(const tsr_model_args *a) {
 
 /* ------------------------------------------------------------ initialization */
 
-static uint64_t splitmix64(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ull;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 /* A standard normal for element i of the stream `key`: Box-Muller on the pair
  * (i & ~1, i | 1), so that the value depends on the index alone. */
 static float normal_at(uint64_t key, uint64_t i) {
-    uint64_t r = splitmix64(key ^ splitmix64(i >> 1));
+    uint64_t r = tsr_splitmix64(key ^ tsr_splitmix64(i >> 1));
     double u1 = ((r >> 11) + 1.0) * 0x1.0p-53; /* (0, 1] */
-    double u2 = (splitmix64(r) >> 11) * 0x1.0p-53;
+    double u2 = (tsr_splitmix64(r) >> 11) * 0x1.0p-53;
     double rad = sqrt(-2.0 * log(u1)), ang = 2.0 * M_PI * u2;
     return (float)(rad * ((i & 1) ? sin(ang) : cos(ang)));
 }
@@ -156,7 +149,7 @@ void tsr_model_init_box(const tsr_model_args *a, const tsr_model_decls *d, size_
         int k = (int)((p - 1) % TSR_LAYER_PARAMS), layer = (int)((p - 1) / TSR_LAYER_PARAMS);
         if (k == TSR_P_WO || k == TSR_P_W2 || k == TSR_P_W3) std = 0.02 / sqrt(2.0 * (layer + 1));
     }
-    uint64_t key = splitmix64(seed) ^ tsr_hash(t->name, strlen(t->name));
+    uint64_t key = tsr_splitmix64(seed) ^ tsr_hash(t->name, strlen(t->name));
     uint64_t cols = box->extent[1], gcols = t->shape[1];
     for (uint64_t r = 0; r < box->extent[0]; r++) {
         uint64_t base = (box->offset[0] + r) * gcols + box->offset[1];

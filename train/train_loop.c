@@ -71,15 +71,6 @@ typedef struct job {
     char model_text[512], sched_text[128];
 } job;
 
-static void put_le64(uint8_t *b, uint64_t v) {
-    for (int i = 0; i < 8; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
-static uint64_t get_le64(const uint8_t *b) {
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++) v |= (uint64_t)b[i] << (8 * i);
-    return v;
-}
-
 /* The state of this rank: model (and unless model_only, optimizer) boxes. */
 static int state_boxes(job *j, int model_only, tsr_error *err) {
     tsr_trainer *t = j->t;
@@ -105,9 +96,9 @@ static tsr_state make_state(job *j, int model_only) {
 }
 
 static void fill_blobs(job *j, int step, const tsr_data_pos *pos) {
-    put_le64(j->step_le, (uint64_t)step);
+    tsr_st64(j->step_le, (uint64_t)step);
     tsr_data_pos_encode(pos, j->pos_bytes);
-    put_le64(j->rng_le, (uint64_t)j->t->cfg.training.seed);
+    tsr_st64(j->rng_le, (uint64_t)j->t->cfg.training.seed);
     snprintf(j->sched_text, sizeof j->sched_text, "last_step=%d last_lr=%.9g", step, (double)j->t->last_lr);
     const void *data[N_BLOBS] = {j->step_le, j->pos_bytes, j->config_text, j->model_text, j->rng_le, j->sched_text};
     size_t size[N_BLOBS] = {8, TSR_DATA_POS_BYTES, strlen(j->config_text), strlen(j->model_text), 8,
@@ -230,7 +221,7 @@ static int resume(job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *e
         char *b = NULL;
         size_t size = 0;
         if (!(rc = read_blob(ck, B_STEP, &b, &size, err))) {
-            *start = size == 8 ? (int)get_le64((uint8_t *)b) : -1;
+            *start = size == 8 ? (int)tsr_ld64((uint8_t *)b) : -1;
             free(b);
         }
         if (!rc && !(rc = read_blob(ck, B_POS, &b, &size, err))) {
