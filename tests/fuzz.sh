@@ -6,6 +6,7 @@
 #   fuzz_manifest*  MANIFESTs of small synthetic checkpoints ("$TESSERA ckpt synth")
 #                   and those the target writes itself (TSR_FUZZ_SEEDS=DIR)
 #   fuzz_frame*     small inputs in the layout fuzz_frame.c reads
+#   fuzz_config*    the job configs in train/configs, one with overrides
 # then runs the fuzzer on corpus/ (new inputs) and seeds/ for SECONDS seconds.
 # Exit 0 when the fuzzer found nothing; 1 otherwise, printing the input that
 # failed and the tail of the log; 77 (with "SKIP: ...") when BINARY is missing.
@@ -113,7 +114,15 @@ seeds_safetensors() {
     st seeds/empty '{}' ''
 }
 
+# job configs: the shipped ones, and one with overrides after the NUL byte
+seeds_config() {
+    for f in "$ROOT"/train/configs/*.toml; do cp "$f" "seeds/config-$(basename "$f" .toml)"; done
+    { cat "$ROOT/train/configs/debug.toml"; printf '\000--training.steps=7\000checkpoint.enable\000--job.description=a "b"\000--lr_scheduler.decay_type=sqrt'; } > seeds/overrides
+    printf '[training]\nseed = 3 # c\ndataset = '"'"'x\\y'"'"'\n[compile]\nenable = false\ncomponents = ["model"]\n' > seeds/small
+}
+
 case $NAME in
+fuzz_config*) seeds_config;;
 fuzz_safetensors*) seeds_safetensors;;
 fuzz_manifest*) seeds_manifest;;
 fuzz_frame*) seeds_frame;;
