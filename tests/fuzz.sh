@@ -7,6 +7,7 @@
 #                   and those the target writes itself (TSR_FUZZ_SEEDS=DIR)
 #   fuzz_frame*     small inputs in the layout fuzz_frame.c reads
 #   fuzz_config*    the job configs in train/configs, one with overrides
+#   fuzz_tokens*    small token shards of both widths
 # then runs the fuzzer on corpus/ (new inputs) and seeds/ for SECONDS seconds.
 # Exit 0 when the fuzzer found nothing; 1 otherwise, printing the input that
 # failed and the tail of the log; 77 (with "SKIP: ...") when BINARY is missing.
@@ -121,7 +122,20 @@ seeds_config() {
     printf '[training]\nseed = 3 # c\ndataset = '"'"'x\\y'"'"'\n[compile]\nenable = false\ncomponents = ["model"]\n' > seeds/small
 }
 
+# token shards: uint16 and uint32 tokens, an empty one, a wrong version
+seeds_tokens() {
+    le32() { printf "\\$(printf %03o $(($1 & 255)))\\$(printf %03o $((($1 >> 8) & 255)))\\$(printf %03o $((($1 >> 16) & 255)))\\$(printf %03o $((($1 >> 24) & 255)))"; }
+    shard() { # file magic version count token-bytes
+        { le32 "$2"; le32 "$3"; le32 "$4"; head -c 1012 /dev/zero; printf "$5"; } > "$1"
+    }
+    shard seeds/u16 20240520 1 4 'a\000b\000\000\001\377\377'
+    shard seeds/u32 20240801 7 2 'abcd\000\001\000\000'
+    shard seeds/empty 20240520 1 0 ''
+    shard seeds/version 20240801 1 1 'wxyz'
+}
+
 case $NAME in
+fuzz_tokens*) seeds_tokens;;
 fuzz_config*) seeds_config;;
 fuzz_safetensors*) seeds_safetensors;;
 fuzz_manifest*) seeds_manifest;;
