@@ -8,6 +8,7 @@
 #   fuzz_frame*     small inputs in the layout fuzz_frame.c reads
 #   fuzz_config*    the job configs in train/configs, one with overrides
 #   fuzz_tokens*    small token shards of both widths
+#   fuzz_s3_xml*    S3's XML answers: errors, listings, multipart uploads
 # then runs the fuzzer on corpus/ (new inputs) and seeds/ for SECONDS seconds.
 # Exit 0 when the fuzzer found nothing; 1 otherwise, printing the input that
 # failed and the tail of the log; 77 (with "SKIP: ...") when BINARY is missing.
@@ -134,7 +135,21 @@ seeds_tokens() {
     shard seeds/version 20240801 1 1 'wxyz'
 }
 
+# S3 answers as AWS writes them
+seeds_s3_xml() {
+    x='<?xml version="1.0" encoding="UTF-8"?>'
+    ns='xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+    printf '%s<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message><Key>a/b</Key><RequestId>4442587FB7D0A2F9</RequestId></Error>' "$x" > seeds/error
+    printf '%s<ListBucketResult %s><Name>bkt</Name><Prefix>a/</Prefix><KeyCount>2</KeyCount><MaxKeys>2</MaxKeys><IsTruncated>true</IsTruncated><NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken><Contents><Key>a/b</Key><LastModified>2024-01-01T00:00:00.000Z</LastModified><ETag>&quot;9b2cf535f27731c974343645a3985328&quot;</ETag><Size>434234</Size><StorageClass>STANDARD</StorageClass></Contents><Contents><Key>a/c &amp; d</Key><Size>0</Size></Contents><CommonPrefixes><Prefix>a/step-1/</Prefix></CommonPrefixes></ListBucketResult>' "$x" "$ns" > seeds/list-objects
+    printf '%s<InitiateMultipartUploadResult %s><Bucket>bkt</Bucket><Key>a/b</Key><UploadId>VXBsb2FkIElEIGZvciA2aWWpbmcncyBteS1tb3ZpZS5tMnRzIHVwbG9hZA</UploadId></InitiateMultipartUploadResult>' "$x" "$ns" > seeds/create
+    printf '%s<CompleteMultipartUploadResult %s><Location>http://bkt.s3.amazonaws.com/a/b</Location><Bucket>bkt</Bucket><Key>a/b</Key><ETag>"3858f62230ac3c915f300c664312c11f-9"</ETag></CompleteMultipartUploadResult>' "$x" "$ns" > seeds/complete
+    printf '%s<ListMultipartUploadsResult %s><Bucket>bkt</Bucket><Upload><Key>a/b</Key><UploadId>XMgbGlrZSBlbHZpbmcncyBub3QgaGF2aW5nIG11Y2ggbHVjaw</UploadId><Initiated>2024-01-01T00:00:00.000Z</Initiated></Upload><Upload><Key>a/b</Key><UploadId>VXBsb2FkIElEIGZvciBlbHZpbmcncyBteS1tb3ZpZS5tMnRzIHVwbG9hZA</UploadId><Initiated>2024-02-01T00:00:00.000Z</Initiated></Upload><Upload><Key>a/bc</Key><UploadId>x</UploadId></Upload></ListMultipartUploadsResult>' "$x" "$ns" > seeds/uploads
+    printf '%s<ListPartsResult %s><Bucket>bkt</Bucket><Key>a/b</Key><UploadId>x</UploadId><PartNumberMarker>1</PartNumberMarker><NextPartNumberMarker>3</NextPartNumberMarker><MaxParts>2</MaxParts><IsTruncated>true</IsTruncated><Part><PartNumber>2</PartNumber><LastModified>2024-01-01T00:00:00.000Z</LastModified><ETag>"7778aef83f66abc1fa1e8477f296d394"</ETag><ChecksumSHA256>n4bQgYhMfWWaL+qgxVrQFaO/TxsrC4Is0V1sFbDwCgg=</ChecksumSHA256><Size>10485760</Size></Part><Part><PartNumber>3</PartNumber><ETag>"aaaa"</ETag><Size>5</Size></Part></ListPartsResult>' "$x" "$ns" > seeds/parts
+    printf 'not xml at all' > seeds/text
+}
+
 case $NAME in
+fuzz_s3_xml*) seeds_s3_xml;;
 fuzz_tokens*) seeds_tokens;;
 fuzz_config*) seeds_config;;
 fuzz_safetensors*) seeds_safetensors;;
