@@ -9,6 +9,7 @@
 #   fuzz_config*    the job configs in train/configs, one with overrides
 #   fuzz_tokens*    small token shards of both widths
 #   fuzz_s3_xml*    S3's XML answers: errors, listings, multipart uploads
+#   fuzz_gguf*      GGUF keys, values and tensor names as fuzz_gguf.c reads them
 # then runs the fuzzer on corpus/ (new inputs) and seeds/ for SECONDS seconds.
 # Exit 0 when the fuzzer found nothing; 1 otherwise, printing the input that
 # failed and the tail of the log; 77 (with "SKIP: ...") when BINARY is missing.
@@ -148,7 +149,16 @@ seeds_s3_xml() {
     printf 'not xml at all' > seeds/text
 }
 
+# GGUF records: op, key (length byte, bytes), then the op's fields (fuzz_gguf.c)
+seeds_gguf() {
+    printf '\000\024general.architecture\001\000\000\000\002\014general.name\007tessera\003\004bool\001' > seeds/kv
+    printf '\004\021token_embd.weight\002\100\000\000\000\000\000\000\000\001\001\000\000\000\000\000\000\036\000\000\000\040\000\000\000\000\000\000\000' > seeds/tensor
+    printf '\004\014blk.0.attn q\001\010\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\001\000\001\000\000\000' > seeds/bad-name
+    { printf '\004\100'; head -c 64 /dev/zero | tr '\000' x; printf '\001\001\000\000\000\000\000\000\000'; } > seeds/long-name
+}
+
 case $NAME in
+fuzz_gguf*) seeds_gguf;;
 fuzz_s3_xml*) seeds_s3_xml;;
 fuzz_tokens*) seeds_tokens;;
 fuzz_config*) seeds_config;;
