@@ -21,7 +21,14 @@
 #include "tessera.h"
 
 /* value types of the key/value pairs */
-enum { TSR_GGUF_U32 = 4, TSR_GGUF_I32 = 5, TSR_GGUF_F32 = 6, TSR_GGUF_BOOL = 7, TSR_GGUF_STRING = 8, TSR_GGUF_ARRAY = 9 };
+enum {
+    TSR_GGUF_U32 = 4,
+    TSR_GGUF_I32 = 5,
+    TSR_GGUF_F32 = 6,
+    TSR_GGUF_BOOL = 7,
+    TSR_GGUF_STRING = 8,
+    TSR_GGUF_ARRAY = 9,
+};
 /* ggml tensor types */
 enum { TSR_GGML_F32 = 0, TSR_GGML_F16 = 1, TSR_GGML_BF16 = 30 };
 #define TSR_GGUF_VERSION 3

@@ -102,8 +102,9 @@ int tsr_tokens_header(const char *name, const uint8_t *data, uint64_t size, int 
     if (n < 0) return tsr_err(err, TSR_ECORRUPT, "%s: bad token count %d in the header", name, n);
     uint64_t want = TSR_TOKENS_HEADER_BYTES + (uint64_t)n * (uint64_t)w;
     if (size < want)
-        return tsr_err(err, TSR_ECORRUPT, "%s: truncated: the header says %d tokens (%llu bytes), the file has %llu bytes",
-                       name, n, (unsigned long long)want, (unsigned long long)size);
+        return tsr_err(err, TSR_ECORRUPT,
+                       "%s: truncated: the header says %d tokens (%llu bytes), the file has %llu bytes", name, n,
+                       (unsigned long long)want, (unsigned long long)size);
     if (size > want)
         return tsr_err(err, TSR_ECORRUPT,
                        "%s: token count %d does not match the file size: %llu bytes, %llu more than %d tokens take",

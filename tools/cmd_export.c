@@ -160,7 +160,8 @@ static void gguf_name(size_t p, size_t np, char *out, size_t len) {
 static void gguf_tokenizer(tsr_gguf_writer *g, int V) {
     tsr_gguf_kv_str(g, "tokenizer.ggml.model", "gpt2");
     tsr_gguf_kv_str(g, "tokenizer.ggml.pre", "qwen2");
-    tsr_gguf_key(g, "tokenizer.ggml.tokens", TSR_GGUF_ARRAY), tsr_gguf_u32(g, TSR_GGUF_STRING), tsr_gguf_u64(g, (uint64_t)V);
+    tsr_gguf_key(g, "tokenizer.ggml.tokens", TSR_GGUF_ARRAY);
+    tsr_gguf_u32(g, TSR_GGUF_STRING), tsr_gguf_u64(g, (uint64_t)V);
     for (int i = 0; i < V; i++) {
         char t[32];
         if (i < 256) gpt2_byte_char(i, t);
@@ -168,9 +169,11 @@ static void gguf_tokenizer(tsr_gguf_writer *g, int V) {
         else snprintf(t, sizeof t, "<unused%d>", i - 257);
         tsr_gguf_str(g, t);
     }
-    tsr_gguf_key(g, "tokenizer.ggml.token_type", TSR_GGUF_ARRAY), tsr_gguf_u32(g, TSR_GGUF_I32), tsr_gguf_u64(g, (uint64_t)V);
+    tsr_gguf_key(g, "tokenizer.ggml.token_type", TSR_GGUF_ARRAY);
+    tsr_gguf_u32(g, TSR_GGUF_I32), tsr_gguf_u64(g, (uint64_t)V);
     for (int i = 0; i < V; i++) tsr_gguf_u32(g, i < 256 ? 1u : i == TSR_BYTE_EOT ? 3u : 5u);
-    tsr_gguf_key(g, "tokenizer.ggml.merges", TSR_GGUF_ARRAY), tsr_gguf_u32(g, TSR_GGUF_STRING), tsr_gguf_u64(g, 0);
+    tsr_gguf_key(g, "tokenizer.ggml.merges", TSR_GGUF_ARRAY);
+    tsr_gguf_u32(g, TSR_GGUF_STRING), tsr_gguf_u64(g, 0);
     if (V > TSR_BYTE_EOT) { /* GPT-2's convention: <|endoftext|> for both, and BOS never added */
         tsr_gguf_kv_u32(g, "tokenizer.ggml.eos_token_id", TSR_BYTE_EOT);
         tsr_gguf_kv_u32(g, "tokenizer.ggml.bos_token_id", TSR_BYTE_EOT);
