@@ -70,13 +70,16 @@ test: deps
 	$(MAKE) --no-print-directory fuzz
 	sh tests/run.sh build/asan build/fuzz $(FUZZ_SECONDS)
 
-# libFuzzer targets, built with clang.
+# libFuzzer targets, built with clang against the library; FUZZ_EXTRA_<target>
+# names the sources above the library that a target also needs.
 FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)
+FUZZ_EXTRA_fuzz_config := train/config.c
+build/fuzz/fuzz_config: $(FUZZ_EXTRA_fuzz_config)
 fuzz: $(FUZZ_BIN)
 build/fuzz/%: tests/%.c $(LIB_SRC) $(HEADERS)
 	@mkdir -p $(dir $@)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -pthread -fopenmp=libgomp $(INCLUDES) -Itests $< $(LIB_SRC) -o $@ $(SYS_LIBS) $(MPI_LIBS) -lm -fopenmp=libgomp
+	  -pthread -fopenmp=libgomp $(INCLUDES) -Itests $< $(LIB_SRC) $(FUZZ_EXTRA_$*) -o $@ $(SYS_LIBS) $(MPI_LIBS) -lm -fopenmp=libgomp
 
 test-long: deps
 	$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" SAN="$(ASAN_FLAGS)" WERROR=-Werror tests

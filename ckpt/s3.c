@@ -400,16 +400,14 @@ static void xml_text(xmlNode *node, const char *name, char *out, size_t len) {
         }
 }
 
-static xmlDoc *xml_parse(const req *r) {
-    if (!r->resp.n) return NULL;
-    return xmlReadMemory(r->resp.p, (int)r->resp.n, "s3.xml", NULL,
-                         XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+static xmlDoc *xml_read(const char *body, size_t n) {
+    if (!n || n > INT_MAX) return NULL;
+    return xmlReadMemory(body, (int)n, "s3.xml", NULL, XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
 }
 
-/* The Code and Message of an S3 error body, if the body is one. */
-static int error_body(const req *r, char *code, size_t cl, char *msg, size_t ml) {
+int tsr_s3_xml_error(const char *body, size_t n, char *code, size_t cl, char *msg, size_t ml) {
     code[0] = msg[0] = 0;
-    xmlDoc *d = xml_parse(r);
+    xmlDoc *d = xml_read(body, n);
     if (!d) return 0;
     xmlNode *root = xmlDocGetRootElement(d);
     int is_err = root && !strcmp((const char *)root->name, "Error");
@@ -546,7 +544,7 @@ static int judge(req *r, CURLcode cc) {
     }
     curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &r->status);
     long st = r->status;
-    int is_err = error_body(r, code, sizeof code, msg, sizeof msg);
+    int is_err = tsr_s3_xml_error(r->resp.p, r->resp.n, code, sizeof code, msg, sizeof msg);
     if (st >= 200 && st < 300 && !is_err) {
         if (r->out && r->got != r->out_cap) {
             tsr_err(&r->err, TSR_EIO, "%s: GET: %zu bytes received of %zu", where, r->got, r->out_cap);
@@ -762,34 +760,44 @@ int tsr_s3_list(tsr_s3 *s, const char *bucket, const char *prefix, const char *d
         if (prefix && *prefix) query_add(&q, "prefix", prefix);
         if ((rc = set_query(&r, &q, err))) break;
         rc = run1(s, &r, err);
-        xmlDoc *d = rc ? NULL : xml_parse(&r);
-        if (!rc && !d)
-            rc = tsr_err(err, TSR_EIO, "s3://%s/%s: ListObjectsV2: the answer is not XML", bucket, prefix ? prefix : "");
-        free(r.resp.p);
-        if (rc) break;
-        xmlNode *root = xmlDocGetRootElement(d);
-        char trunc[16];
-        xml_text(root, "IsTruncated", trunc, sizeof trunc);
-        xml_text(root, "NextContinuationToken", token, sizeof token);
-        if (strcmp(trunc, "true") != 0) token[0] = 0;
-        for (xmlNode *n = root ? root->children : NULL; n && !rc; n = n->next) {
-            if (n->type != XML_ELEMENT_NODE) continue;
-            tsr_s3_object o;
-            memset(&o, 0, sizeof o);
-            char size[32];
-            if (!strcmp((const char *)n->name, "Contents")) {
-                xml_text(n, "Key", o.key, sizeof o.key);
-                xml_text(n, "Size", size, sizeof size);
-                xml_text(n, "ETag", o.etag, sizeof o.etag);
-                o.size = strtoull(size, NULL, 10);
-                rc = fn(user, &o, 0);
-            } else if (!strcmp((const char *)n->name, "CommonPrefixes")) {
-                xml_text(n, "Prefix", o.key, sizeof o.key);
-                rc = fn(user, &o, 1);
-            }
+        if (!rc) {
+            char where[TSR_S3_MAX_BUCKET + TSR_S3_MAX_KEY + 8];
+            snprintf(where, sizeof where, "s3://%s/%s", bucket, prefix ? prefix : "");
+            rc = tsr_s3_xml_list_objects(r.resp.p, r.resp.n, where, token, sizeof token, fn, user, err);
         }
-        xmlFreeDoc(d);
+        free(r.resp.p);
     } while (!rc && token[0]);
+    return rc;
+}
+
+int tsr_s3_xml_list_objects(const char *body, size_t len, const char *where, char *token, size_t tlen,
+                            tsr_s3_list_fn fn, void *user, tsr_error *err) {
+    token[0] = 0;
+    xmlDoc *d = xml_read(body, len);
+    if (!d) return tsr_err(err, TSR_EIO, "%s: ListObjectsV2: the answer is not XML", where);
+    int rc = 0;
+    xmlNode *root = xmlDocGetRootElement(d);
+    char trunc[16];
+    xml_text(root, "IsTruncated", trunc, sizeof trunc);
+    xml_text(root, "NextContinuationToken", token, tlen);
+    if (strcmp(trunc, "true") != 0) token[0] = 0;
+    for (xmlNode *n = root ? root->children : NULL; n && !rc; n = n->next) {
+        if (n->type != XML_ELEMENT_NODE) continue;
+        tsr_s3_object o;
+        memset(&o, 0, sizeof o);
+        char size[32];
+        if (!strcmp((const char *)n->name, "Contents")) {
+            xml_text(n, "Key", o.key, sizeof o.key);
+            xml_text(n, "Size", size, sizeof size);
+            xml_text(n, "ETag", o.etag, sizeof o.etag);
+            o.size = strtoull(size, NULL, 10);
+            rc = fn(user, &o, 0);
+        } else if (!strcmp((const char *)n->name, "CommonPrefixes")) {
+            xml_text(n, "Prefix", o.key, sizeof o.key);
+            rc = fn(user, &o, 1);
+        }
+    }
+    xmlFreeDoc(d);
     return rc;
 }
 
@@ -813,14 +821,19 @@ static int create_upload(tsr_s3 *s, const char *bucket, const char *key, const c
     r.what = "(CreateMultipartUpload)";
     r.resp_max = MAX_XML;
     int rc = run1(s, &r, err);
-    xmlDoc *d = rc ? NULL : xml_parse(&r);
     upload_id[0] = 0;
-    if (d) xml_text(xmlDocGetRootElement(d), "UploadId", upload_id, idlen);
-    xmlFreeDoc(d);
+    if (!rc) tsr_s3_xml_upload_id(r.resp.p, r.resp.n, upload_id, idlen);
     free(r.resp.p);
     if (!rc && !upload_id[0])
         rc = tsr_err(err, TSR_EIO, "s3://%s/%s: CreateMultipartUpload: no UploadId in the answer", bucket, key);
     return rc;
+}
+
+void tsr_s3_xml_upload_id(const char *body, size_t n, char *upload_id, size_t idlen) {
+    upload_id[0] = 0;
+    xmlDoc *d = xml_read(body, n);
+    if (d) xml_text(xmlDocGetRootElement(d), "UploadId", upload_id, idlen);
+    xmlFreeDoc(d);
 }
 
 static void abort_upload(tsr_s3 *s, const char *bucket, const char *key, const char *upload_id) {
@@ -907,17 +920,20 @@ static int complete_upload(tsr_s3 *s, const char *bucket, const char *key, const
     r.what = "(CompleteMultipartUpload)";
     r.resp_max = MAX_XML;
     if (!rc) rc = run1(s, &r, err); /* an <Error> in a 200 answer is a failure too (judge) */
-    if (!rc) {
-        xmlDoc *d = xml_parse(&r);
-        xmlNode *root = d ? xmlDocGetRootElement(d) : NULL;
-        /* AWS answers CompleteMultipartUploadResult; some servers ...Response */
-        if (!root || strncmp((const char *)root->name, "CompleteMultipartUpload", 23) != 0)
-            rc = tsr_err(err, TSR_EIO, "s3://%s/%s: CompleteMultipartUpload: unexpected answer", bucket, key);
-        xmlFreeDoc(d);
-    }
+    if (!rc && !tsr_s3_xml_complete_ok(r.resp.p, r.resp.n))
+        rc = tsr_err(err, TSR_EIO, "s3://%s/%s: CompleteMultipartUpload: unexpected answer", bucket, key);
     free(r.resp.p);
     free(b.p);
     return rc;
+}
+
+int tsr_s3_xml_complete_ok(const char *body, size_t n) {
+    xmlDoc *d = xml_read(body, n);
+    xmlNode *root = d ? xmlDocGetRootElement(d) : NULL;
+    /* AWS answers CompleteMultipartUploadResult; some servers ...Response */
+    int ok = root && strncmp((const char *)root->name, "CompleteMultipartUpload", 23) == 0;
+    xmlFreeDoc(d);
+    return ok;
 }
 
 /* 1 when the part [off, off + len) of fd has the MD5 `etag` (quoted hex, as S3
@@ -944,6 +960,27 @@ static int part_md5_matches(int fd, uint64_t off, uint64_t len, const char *etag
     return ok;
 }
 
+/* What find_resumable compares the listed parts against. */
+typedef struct resume_ctx {
+    part *parts;
+    size_t n;
+    int fd;
+    tsr_s3_transfer *t;
+} resume_ctx;
+
+static void resume_part(void *user, unsigned long k, uint64_t size, const char *etag, const char *ck) {
+    resume_ctx *rs = user;
+    if (k < 1 || k > rs->n) return;
+    part *pt = &rs->parts[k - 1];
+    int same = size == pt->len && etag[0] &&
+               (ck[0] ? !strcmp(ck, pt->checksum) : part_md5_matches(rs->fd, pt->off, pt->len, etag));
+    if (same) {
+        pt->have = 1;
+        snprintf(pt->etag, sizeof pt->etag, "%s", etag);
+        if (rs->t) rs->t->parts_resumed++;
+    }
+}
+
 /* The newest unfinished upload of exactly `key`, and its parts: have[i] set for
  * part i+1 when it is listed with the expected size and checksum (its SHA-256,
  * or, where the server does not list that, its ETag as the part's MD5). */
@@ -958,9 +995,35 @@ static int find_resumable(tsr_s3 *s, const char *bucket, const char *key, int fd
     query_add(&q, "uploads", NULL);
     int rc = set_query(&r, &q, err);
     if (!rc) rc = run1(s, &r, err);
-    xmlDoc *d = rc ? NULL : xml_parse(&r);
+    if (!rc) tsr_s3_xml_newest_upload(r.resp.p, r.resp.n, key, upload_id, idlen);
     free(r.resp.p);
     if (rc) return rc;
+    if (!upload_id[0]) return 0;
+    resume_ctx rs = {parts, n, fd, t};
+    char marker[32] = "";
+    for (;;) {
+        req_init(&r, "GET", bucket, key);
+        r.resp_max = MAX_XML;
+        r.what = "(ListParts)";
+        if (marker[0]) query_add(&q, "part-number-marker", marker);
+        query_add(&q, "uploadId", upload_id);
+        if ((rc = set_query(&r, &q, err))) break;
+        rc = run1(s, &r, err);
+        if (rc == TSR_ENOTFOUND) { /* finished or aborted meanwhile */
+            free(r.resp.p);
+            upload_id[0] = 0;
+            return 0;
+        }
+        int more = rc ? 0 : tsr_s3_xml_list_parts(r.resp.p, r.resp.n, resume_part, &rs, marker, sizeof marker);
+        free(r.resp.p);
+        if (rc || !more) break;
+    }
+    return rc;
+}
+
+void tsr_s3_xml_newest_upload(const char *body, size_t n, const char *key, char *upload_id, size_t idlen) {
+    upload_id[0] = 0;
+    xmlDoc *d = xml_read(body, n);
     char best_time[64] = "";
     xmlNode *lroot = d ? xmlDocGetRootElement(d) : NULL;
     for (xmlNode *u = lroot ? lroot->children : NULL; u; u = u->next) {
@@ -976,49 +1039,25 @@ static int find_resumable(tsr_s3 *s, const char *bucket, const char *key, int fd
         }
     }
     xmlFreeDoc(d);
-    if (!upload_id[0]) return 0;
-    char marker[32] = "";
-    for (;;) {
-        req_init(&r, "GET", bucket, key);
-        r.resp_max = MAX_XML;
-        r.what = "(ListParts)";
-        if (marker[0]) query_add(&q, "part-number-marker", marker);
-        query_add(&q, "uploadId", upload_id);
-        if ((rc = set_query(&r, &q, err))) break;
-        rc = run1(s, &r, err);
-        d = rc ? NULL : xml_parse(&r);
-        free(r.resp.p);
-        if (rc == TSR_ENOTFOUND) { /* finished or aborted meanwhile */
-            upload_id[0] = 0;
-            return 0;
-        }
-        if (rc) break;
-        xmlNode *root = d ? xmlDocGetRootElement(d) : NULL;
-        for (xmlNode *p = root ? root->children : NULL; p; p = p->next) {
-            if (p->type != XML_ELEMENT_NODE || strcmp((const char *)p->name, "Part") != 0) continue;
-            char num[16], size[32], etag[80], ck[64];
-            xml_text(p, "PartNumber", num, sizeof num);
-            xml_text(p, "Size", size, sizeof size);
-            xml_text(p, "ETag", etag, sizeof etag);
-            xml_text(p, "ChecksumSHA256", ck, sizeof ck);
-            unsigned long k = strtoul(num, NULL, 10);
-            if (k < 1 || k > n) continue;
-            part *pt = &parts[k - 1];
-            int same = strtoull(size, NULL, 10) == pt->len && etag[0] &&
-                       (ck[0] ? !strcmp(ck, pt->checksum) : part_md5_matches(fd, pt->off, pt->len, etag));
-            if (same) {
-                pt->have = 1;
-                snprintf(pt->etag, sizeof pt->etag, "%s", etag);
-                if (t) t->parts_resumed++;
-            }
-        }
-        char trunc[16];
-        xml_text(root, "IsTruncated", trunc, sizeof trunc);
-        xml_text(root, "NextPartNumberMarker", marker, sizeof marker);
-        xmlFreeDoc(d);
-        if (strcmp(trunc, "true") != 0 || !marker[0]) break;
+}
+
+int tsr_s3_xml_list_parts(const char *body, size_t n, tsr_s3_part_fn fn, void *user, char *marker, size_t mlen) {
+    xmlDoc *d = xml_read(body, n);
+    xmlNode *root = d ? xmlDocGetRootElement(d) : NULL;
+    for (xmlNode *p = root ? root->children : NULL; p; p = p->next) {
+        if (p->type != XML_ELEMENT_NODE || strcmp((const char *)p->name, "Part") != 0) continue;
+        char num[16], size[32], etag[80], ck[64];
+        xml_text(p, "PartNumber", num, sizeof num);
+        xml_text(p, "Size", size, sizeof size);
+        xml_text(p, "ETag", etag, sizeof etag);
+        xml_text(p, "ChecksumSHA256", ck, sizeof ck);
+        fn(user, strtoul(num, NULL, 10), strtoull(size, NULL, 10), etag, ck);
     }
-    return rc;
+    char trunc[16];
+    xml_text(root, "IsTruncated", trunc, sizeof trunc);
+    xml_text(root, "NextPartNumberMarker", marker, mlen);
+    xmlFreeDoc(d);
+    return strcmp(trunc, "true") == 0 && marker[0];
 }
 
 /* Hashes a file in one pass: XXH3 of the whole (the content hash) and the

@@ -104,4 +104,33 @@ uint64_t tsr_s3_writer_size(const tsr_s3_writer *w);
 int tsr_s3_writer_finish(tsr_s3_writer *w, tsr_error *err); /* frees w */
 void tsr_s3_writer_abort(tsr_s3_writer *w);                   /* frees w */
 
+/* The XML answers of S3, parsed from a body of n bytes (the requests above use
+ * these; tests and fuzzers call them directly). Text longer than a buffer is cut
+ * to fit; a missing element reads as "". */
+
+/* tsr_s3_xml_error(): 1 when the body is an <Error>, with its Code and Message
+ * in code and msg; else 0 (both ""). */
+int tsr_s3_xml_error(const char *body, size_t n, char *code, size_t cl, char *msg, size_t ml);
+/* tsr_s3_xml_list_objects(): one page of ListObjectsV2: fn gets each Contents
+ * (key, size, etag) and each CommonPrefixes (is_prefix 1); token gets
+ * NextContinuationToken when IsTruncated is true, else "". @return 0, fn's
+ * non-zero return, or TSR_EIO ("WHERE: ListObjectsV2: the answer is not XML"). */
+int tsr_s3_xml_list_objects(const char *body, size_t n, const char *where, char *token, size_t tlen,
+                            tsr_s3_list_fn fn, void *user, tsr_error *err);
+/* tsr_s3_xml_upload_id(): the UploadId of a CreateMultipartUpload answer ("" if none). */
+void tsr_s3_xml_upload_id(const char *body, size_t n, char *upload_id, size_t idlen);
+/* tsr_s3_xml_complete_ok(): 1 when the body is a CompleteMultipartUpload
+ * answer (its root is CompleteMultipartUploadResult or ...Response). */
+int tsr_s3_xml_complete_ok(const char *body, size_t n);
+/* tsr_s3_xml_newest_upload(): of a ListMultipartUploads answer, the UploadId of
+ * the Upload of exactly `key` with the latest Initiated ("" if none). */
+void tsr_s3_xml_newest_upload(const char *body, size_t n, const char *key, char *upload_id, size_t idlen);
+/* tsr_s3_xml_list_parts(): one page of ListParts: fn gets each Part (number,
+ * size, etag, checksum; a number or size that does not parse reads as 0);
+ * marker gets NextPartNumberMarker. @return 1 when the answer is truncated and
+ * has a marker (another page follows), else 0. */
+typedef void (*tsr_s3_part_fn)(void *user, unsigned long number, uint64_t size, const char *etag,
+                               const char *checksum);
+int tsr_s3_xml_list_parts(const char *body, size_t n, tsr_s3_part_fn fn, void *user, char *marker, size_t mlen);
+
 #endif

@@ -279,14 +279,3 @@ long tsr_st_find(const tsr_st_file *f, const char *name) {
     }
     return -1;
 }
-
-int tsr_gguf_name_check(const char *name, tsr_error *err) {
-    size_t n = strlen(name);
-    if (n == 0 || n > TSR_GGUF_MAX_NAME)
-        return tsr_err(err, TSR_EINVAL, "GGUF tensor name \"%.80s%s\": %zu bytes (1 to %d)", name, n > 80 ? "..." : "",
-                       n, TSR_GGUF_MAX_NAME);
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)name[i] < 0x21 || (unsigned char)name[i] > 0x7e)
-            return tsr_err(err, TSR_EINVAL, "GGUF tensor name \"%s\": byte %zu is not printable ASCII", name, i);
-    return 0;
-}

@@ -42,10 +42,4 @@ long tsr_st_find(const tsr_st_file *f, const char *name);
 const uint8_t *tsr_st_bytes(const tsr_st_file *f, size_t i);
 void tsr_st_close(tsr_st_file *f);
 
-/* tsr_gguf_name_check(): a tensor name as GGUF (llama.cpp's GGML_MAX_NAME)
- * allows it: 1 to 63 bytes of printable ASCII. Export checks every name with it.
- * @return 0, or TSR_EINVAL naming the name and the reason. */
-#define TSR_GGUF_MAX_NAME 63
-int tsr_gguf_name_check(const char *name, tsr_error *err);
-
 #endif

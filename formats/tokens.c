@@ -80,6 +80,39 @@ int tsr_tokens_write(const char *path, const uint32_t *tokens, size_t n, int tok
     return 0;
 }
 
+int tsr_tokens_header(const char *name, const uint8_t *data, uint64_t size, int *width, size_t *count,
+                      tsr_error *err) {
+    *width = 0, *count = 0;
+    if (size < TSR_TOKENS_HEADER_BYTES)
+        return tsr_err(err, TSR_ECORRUPT, "%s: truncated: %llu bytes, shorter than the %d-byte header", name,
+                       (unsigned long long)size, TSR_TOKENS_HEADER_BYTES);
+    const uint8_t *h = data;
+    uint32_t magic = tsr_ld32(h), version = tsr_ld32(h + 4);
+    int32_t n = (int32_t)tsr_ld32(h + 8);
+    int w = 0;
+    if (magic == TSR_TOKENS_MAGIC_U16) w = 2;
+    else if (magic == TSR_TOKENS_MAGIC_U32) w = 4;
+    if (!w)
+        return tsr_err(err, TSR_ECORRUPT,
+                       "%s: bad magic %u: not a token shard (expected %d for uint16 or %d for uint32 tokens)", name,
+                       magic, TSR_TOKENS_MAGIC_U16, TSR_TOKENS_MAGIC_U32);
+    if (version != (w == 2 ? TSR_TOKENS_VERSION_U16 : TSR_TOKENS_VERSION_U32))
+        return tsr_err(err, TSR_EVERSION, "%s: bad version %u for magic %u (expected %d)", name, version, magic,
+                       w == 2 ? TSR_TOKENS_VERSION_U16 : TSR_TOKENS_VERSION_U32);
+    if (n < 0) return tsr_err(err, TSR_ECORRUPT, "%s: bad token count %d in the header", name, n);
+    uint64_t want = TSR_TOKENS_HEADER_BYTES + (uint64_t)n * (uint64_t)w;
+    if (size < want)
+        return tsr_err(err, TSR_ECORRUPT,
+                       "%s: truncated: the header says %d tokens (%llu bytes), the file has %llu bytes", name, n,
+                       (unsigned long long)want, (unsigned long long)size);
+    if (size > want)
+        return tsr_err(err, TSR_ECORRUPT,
+                       "%s: token count %d does not match the file size: %llu bytes, %llu more than %d tokens take",
+                       name, n, (unsigned long long)size, (unsigned long long)(size - want), n);
+    *width = w, *count = (size_t)n;
+    return 0;
+}
+
 int tsr_tokens_open(const char *path, tsr_token_shard **out, tsr_error *err) {
     *out = NULL;
     uint64_t size;
@@ -95,29 +128,9 @@ int tsr_tokens_open(const char *path, tsr_token_shard **out, tsr_error *err) {
     close(fd);
     if (map == MAP_FAILED) return tsr_err(err, TSR_EIO, "%s: cannot map: %s", path, strerror(e));
     const uint8_t *h = map;
-    uint32_t magic = tsr_ld32(h), version = tsr_ld32(h + 4);
-    int32_t count = (int32_t)tsr_ld32(h + 8);
-    int width = 0, rc = 0;
-    if (magic == TSR_TOKENS_MAGIC_U16) width = 2;
-    else if (magic == TSR_TOKENS_MAGIC_U32) width = 4;
-    if (!width) {
-        rc = tsr_err(err, TSR_ECORRUPT, "%s: bad magic %u: not a token shard (expected %d for uint16 or %d for uint32 tokens)",
-                     path, magic, TSR_TOKENS_MAGIC_U16, TSR_TOKENS_MAGIC_U32);
-    } else if (version != (width == 2 ? TSR_TOKENS_VERSION_U16 : TSR_TOKENS_VERSION_U32)) {
-        rc = tsr_err(err, TSR_EVERSION, "%s: bad version %u for magic %u (expected %d)", path, version, magic,
-                     width == 2 ? TSR_TOKENS_VERSION_U16 : TSR_TOKENS_VERSION_U32);
-    } else if (count < 0) {
-        rc = tsr_err(err, TSR_ECORRUPT, "%s: bad token count %d in the header", path, count);
-    } else {
-        uint64_t want = TSR_TOKENS_HEADER_BYTES + (uint64_t)count * (uint64_t)width;
-        if (size < want)
-            rc = tsr_err(err, TSR_ECORRUPT, "%s: truncated: the header says %d tokens (%llu bytes), the file has %llu bytes",
-                         path, count, (unsigned long long)want, (unsigned long long)size);
-        else if (size > want)
-            rc = tsr_err(err, TSR_ECORRUPT,
-                         "%s: token count %d does not match the file size: %llu bytes, %llu more than %d tokens take",
-                         path, count, (unsigned long long)size, (unsigned long long)(size - want), count);
-    }
+    int width;
+    size_t count;
+    int rc = tsr_tokens_header(path, h, size, &width, &count, err);
     tsr_token_shard *s = rc ? NULL : calloc(1, sizeof *s);
     char *p = s ? strdup(path) : NULL;
     if (!rc && !p) rc = tsr_err(err, TSR_ENOMEM, "%s: out of memory", path);
@@ -126,7 +139,7 @@ int tsr_tokens_open(const char *path, tsr_token_shard **out, tsr_error *err) {
         munmap(map, (size_t)size);
         return rc;
     }
-    *s = (tsr_token_shard){p, map, (size_t)size, h + TSR_TOKENS_HEADER_BYTES, (size_t)count, width};
+    *s = (tsr_token_shard){p, map, (size_t)size, h + TSR_TOKENS_HEADER_BYTES, count, width};
     *out = s;
     return 0;
 }

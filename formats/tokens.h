@@ -55,6 +55,13 @@ typedef struct tsr_token_shard tsr_token_shard;
  * version. */
 int tsr_tokens_open(const char *path, tsr_token_shard **out, tsr_error *err);
 
+/* tsr_tokens_header(): the checks of tsr_tokens_open on a shard's bytes: `data`
+ * holds at least the header (or all `size` bytes when size is shorter), `size` is
+ * the whole shard's length, `name` goes into the messages.
+ * @return 0 with *width (2 or 4) and *count; the errors of tsr_tokens_open. */
+int tsr_tokens_header(const char *name, const uint8_t *data, uint64_t size, int *width, size_t *count,
+                      tsr_error *err);
+
 size_t tsr_tokens_count(const tsr_token_shard *s);
 /* tsr_tokens_get(): token i, for i < tsr_tokens_count(s). */
 uint32_t tsr_tokens_get(const tsr_token_shard *s, size_t i);

@@ -6,6 +6,10 @@
 #   fuzz_manifest*  MANIFESTs of small synthetic checkpoints ("$TESSERA ckpt synth")
 #                   and those the target writes itself (TSR_FUZZ_SEEDS=DIR)
 #   fuzz_frame*     small inputs in the layout fuzz_frame.c reads
+#   fuzz_config*    the job configs in train/configs, one with overrides
+#   fuzz_tokens*    small token shards of both widths
+#   fuzz_s3_xml*    S3's XML answers: errors, listings, multipart uploads
+#   fuzz_gguf*      GGUF keys, values and tensor names as fuzz_gguf.c reads them
 # then runs the fuzzer on corpus/ (new inputs) and seeds/ for SECONDS seconds.
 # Exit 0 when the fuzzer found nothing; 1 otherwise, printing the input that
 # failed and the tail of the log; 77 (with "SKIP: ...") when BINARY is missing.
@@ -113,7 +117,51 @@ seeds_safetensors() {
     st seeds/empty '{}' ''
 }
 
+# job configs: the shipped ones, and one with overrides after the NUL byte
+seeds_config() {
+    for f in "$ROOT"/train/configs/*.toml; do cp "$f" "seeds/config-$(basename "$f" .toml)"; done
+    { cat "$ROOT/train/configs/debug.toml"; printf '\000--training.steps=7\000checkpoint.enable\000--job.description=a "b"\000--lr_scheduler.decay_type=sqrt'; } > seeds/overrides
+    printf '[training]\nseed = 3 # c\ndataset = '"'"'x\\y'"'"'\n[compile]\nenable = false\ncomponents = ["model"]\n' > seeds/small
+}
+
+# token shards: uint16 and uint32 tokens, an empty one, a wrong version
+seeds_tokens() {
+    le32() { printf "\\$(printf %03o $(($1 & 255)))\\$(printf %03o $((($1 >> 8) & 255)))\\$(printf %03o $((($1 >> 16) & 255)))\\$(printf %03o $((($1 >> 24) & 255)))"; }
+    shard() { # file magic version count token-bytes
+        { le32 "$2"; le32 "$3"; le32 "$4"; head -c 1012 /dev/zero; printf "$5"; } > "$1"
+    }
+    shard seeds/u16 20240520 1 4 'a\000b\000\000\001\377\377'
+    shard seeds/u32 20240801 7 2 'abcd\000\001\000\000'
+    shard seeds/empty 20240520 1 0 ''
+    shard seeds/version 20240801 1 1 'wxyz'
+}
+
+# S3 answers as AWS writes them
+seeds_s3_xml() {
+    x='<?xml version="1.0" encoding="UTF-8"?>'
+    ns='xmlns="http://s3.amazonaws.com/doc/2006-03-01/"'
+    printf '%s<Error><Code>NoSuchKey</Code><Message>The specified key does not exist.</Message><Key>a/b</Key><RequestId>4442587FB7D0A2F9</RequestId></Error>' "$x" > seeds/error
+    printf '%s<ListBucketResult %s><Name>bkt</Name><Prefix>a/</Prefix><KeyCount>2</KeyCount><MaxKeys>2</MaxKeys><IsTruncated>true</IsTruncated><NextContinuationToken>1ueGcxLPRx1Tr/XYExHnhbYLgveDs2J/wm36Hy4vbOwM=</NextContinuationToken><Contents><Key>a/b</Key><LastModified>2024-01-01T00:00:00.000Z</LastModified><ETag>&quot;9b2cf535f27731c974343645a3985328&quot;</ETag><Size>434234</Size><StorageClass>STANDARD</StorageClass></Contents><Contents><Key>a/c &amp; d</Key><Size>0</Size></Contents><CommonPrefixes><Prefix>a/step-1/</Prefix></CommonPrefixes></ListBucketResult>' "$x" "$ns" > seeds/list-objects
+    printf '%s<InitiateMultipartUploadResult %s><Bucket>bkt</Bucket><Key>a/b</Key><UploadId>VXBsb2FkIElEIGZvciA2aWWpbmcncyBteS1tb3ZpZS5tMnRzIHVwbG9hZA</UploadId></InitiateMultipartUploadResult>' "$x" "$ns" > seeds/create
+    printf '%s<CompleteMultipartUploadResult %s><Location>http://bkt.s3.amazonaws.com/a/b</Location><Bucket>bkt</Bucket><Key>a/b</Key><ETag>"3858f62230ac3c915f300c664312c11f-9"</ETag></CompleteMultipartUploadResult>' "$x" "$ns" > seeds/complete
+    printf '%s<ListMultipartUploadsResult %s><Bucket>bkt</Bucket><Upload><Key>a/b</Key><UploadId>XMgbGlrZSBlbHZpbmcncyBub3QgaGF2aW5nIG11Y2ggbHVjaw</UploadId><Initiated>2024-01-01T00:00:00.000Z</Initiated></Upload><Upload><Key>a/b</Key><UploadId>VXBsb2FkIElEIGZvciBlbHZpbmcncyBteS1tb3ZpZS5tMnRzIHVwbG9hZA</UploadId><Initiated>2024-02-01T00:00:00.000Z</Initiated></Upload><Upload><Key>a/bc</Key><UploadId>x</UploadId></Upload></ListMultipartUploadsResult>' "$x" "$ns" > seeds/uploads
+    printf '%s<ListPartsResult %s><Bucket>bkt</Bucket><Key>a/b</Key><UploadId>x</UploadId><PartNumberMarker>1</PartNumberMarker><NextPartNumberMarker>3</NextPartNumberMarker><MaxParts>2</MaxParts><IsTruncated>true</IsTruncated><Part><PartNumber>2</PartNumber><LastModified>2024-01-01T00:00:00.000Z</LastModified><ETag>"7778aef83f66abc1fa1e8477f296d394"</ETag><ChecksumSHA256>n4bQgYhMfWWaL+qgxVrQFaO/TxsrC4Is0V1sFbDwCgg=</ChecksumSHA256><Size>10485760</Size></Part><Part><PartNumber>3</PartNumber><ETag>"aaaa"</ETag><Size>5</Size></Part></ListPartsResult>' "$x" "$ns" > seeds/parts
+    printf 'not xml at all' > seeds/text
+}
+
+# GGUF records: op, key (length byte, bytes), then the op's fields (fuzz_gguf.c)
+seeds_gguf() {
+    printf '\000\024general.architecture\001\000\000\000\002\014general.name\007tessera\003\004bool\001' > seeds/kv
+    printf '\004\021token_embd.weight\002\100\000\000\000\000\000\000\000\001\001\000\000\000\000\000\000\036\000\000\000\040\000\000\000\000\000\000\000' > seeds/tensor
+    printf '\004\014blk.0.attn q\001\010\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\000\001\000\001\000\000\000' > seeds/bad-name
+    { printf '\004\100'; head -c 64 /dev/zero | tr '\000' x; printf '\001\001\000\000\000\000\000\000\000'; } > seeds/long-name
+}
+
 case $NAME in
+fuzz_gguf*) seeds_gguf;;
+fuzz_s3_xml*) seeds_s3_xml;;
+fuzz_tokens*) seeds_tokens;;
+fuzz_config*) seeds_config;;
 fuzz_safetensors*) seeds_safetensors;;
 fuzz_manifest*) seeds_manifest;;
 fuzz_frame*) seeds_frame;;

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "gguf.h"
 #include "safetensors.h"
 
 /* A file in memory: header for the entries, then `data` bytes of filler. */

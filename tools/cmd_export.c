@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "common.h"
+#include "gguf.h"
 #include "hf.h"
 #include "model.h"
 #include "s3.h"
@@ -134,44 +135,8 @@ static int write_tokenizer(const char *dir, const tsr_model_args *a, tsr_error *
 
 /* ------------------------------------------------------------------ GGUF */
 
-/* GGUF v3 (llama.cpp's format): "GGUF", version, tensor and key counts, the
- * key/value pairs, the tensor infos (name, dims innermost first, ggml type,
- * offset), padding to general.alignment, the data. q and k stay in Meta's
- * interleaved rotary convention, which llama.cpp's llama architecture uses. */
-enum { GG_U32 = 4, GG_I32 = 5, GG_F32 = 6, GG_BOOL = 7, GG_STRING = 8, GG_ARRAY = 9 };
-enum { GGML_F32 = 0, GGML_F16 = 1, GGML_BF16 = 30 };
-enum { GGUF_ALIGN = 32 };
-
-typedef struct gw {
-    FILE *f;
-    uint64_t pos, n_kv;
-    int bad; /* the errno of the first failed write */
-} gw;
-
-static void g_put(gw *g, const void *p, size_t n) {
-    if (!g->bad && fwrite(p, 1, n, g->f) != n) g->bad = errno ? errno : EIO;
-    g->pos += n;
-}
-static void g_u32(gw *g, uint32_t v) { g_put(g, &v, 4); } /* little-endian host (x86-64, aarch64) */
-static void g_u64(gw *g, uint64_t v) { g_put(g, &v, 8); }
-static void g_str(gw *g, const char *s) {
-    g_u64(g, strlen(s));
-    g_put(g, s, strlen(s));
-}
-/* a key and its value type (counted: the header's count is patched at the end) */
-static void g_key(gw *g, const char *k, uint32_t type) {
-    g_str(g, k);
-    g_u32(g, type);
-    g->n_kv++;
-}
-static void kv_u32(gw *g, const char *k, uint32_t v) { g_key(g, k, GG_U32), g_u32(g, v); }
-static void kv_f32(gw *g, const char *k, float v) { g_key(g, k, GG_F32), g_put(g, &v, 4); }
-static void kv_str(gw *g, const char *k, const char *v) { g_key(g, k, GG_STRING), g_str(g, v); }
-static void kv_bool(gw *g, const char *k, int v) {
-    uint8_t b = v != 0;
-    g_key(g, k, GG_BOOL), g_put(g, &b, 1);
-}
-
+/* GGUF v3 (formats/gguf.h). q and k stay in Meta's interleaved rotary
+ * convention, which llama.cpp's llama architecture uses. */
 /* The GGUF name of parameter p. */
 static void gguf_name(size_t p, size_t np, char *out, size_t len) {
     static const char *const layer[TSR_LAYER_PARAMS] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
@@ -192,26 +157,29 @@ static void gguf_name(size_t p, size_t np, char *out, size_t len) {
  * llama.cpp's detokenizer from removing spaces before punctuation. No BOS is
  * added: a prompt is its bytes, as in training. (llama.cpp reads text as UTF-8
  * and replaces invalid sequences by U+FFFD before tokenizing.) */
-static void gguf_tokenizer(gw *g, int V) {
-    kv_str(g, "tokenizer.ggml.model", "gpt2");
-    kv_str(g, "tokenizer.ggml.pre", "qwen2");
-    g_key(g, "tokenizer.ggml.tokens", GG_ARRAY), g_u32(g, GG_STRING), g_u64(g, (uint64_t)V);
+static void gguf_tokenizer(tsr_gguf_writer *g, int V) {
+    tsr_gguf_kv_str(g, "tokenizer.ggml.model", "gpt2");
+    tsr_gguf_kv_str(g, "tokenizer.ggml.pre", "qwen2");
+    tsr_gguf_key(g, "tokenizer.ggml.tokens", TSR_GGUF_ARRAY);
+    tsr_gguf_u32(g, TSR_GGUF_STRING), tsr_gguf_u64(g, (uint64_t)V);
     for (int i = 0; i < V; i++) {
         char t[32];
         if (i < 256) gpt2_byte_char(i, t);
         else if (i == TSR_BYTE_EOT) snprintf(t, sizeof t, "<|endoftext|>");
         else snprintf(t, sizeof t, "<unused%d>", i - 257);
-        g_str(g, t);
+        tsr_gguf_str(g, t);
     }
-    g_key(g, "tokenizer.ggml.token_type", GG_ARRAY), g_u32(g, GG_I32), g_u64(g, (uint64_t)V);
-    for (int i = 0; i < V; i++) g_u32(g, i < 256 ? 1u : i == TSR_BYTE_EOT ? 3u : 5u);
-    g_key(g, "tokenizer.ggml.merges", GG_ARRAY), g_u32(g, GG_STRING), g_u64(g, 0);
+    tsr_gguf_key(g, "tokenizer.ggml.token_type", TSR_GGUF_ARRAY);
+    tsr_gguf_u32(g, TSR_GGUF_I32), tsr_gguf_u64(g, (uint64_t)V);
+    for (int i = 0; i < V; i++) tsr_gguf_u32(g, i < 256 ? 1u : i == TSR_BYTE_EOT ? 3u : 5u);
+    tsr_gguf_key(g, "tokenizer.ggml.merges", TSR_GGUF_ARRAY);
+    tsr_gguf_u32(g, TSR_GGUF_STRING), tsr_gguf_u64(g, 0);
     if (V > TSR_BYTE_EOT) { /* GPT-2's convention: <|endoftext|> for both, and BOS never added */
-        kv_u32(g, "tokenizer.ggml.eos_token_id", TSR_BYTE_EOT);
-        kv_u32(g, "tokenizer.ggml.bos_token_id", TSR_BYTE_EOT);
+        tsr_gguf_kv_u32(g, "tokenizer.ggml.eos_token_id", TSR_BYTE_EOT);
+        tsr_gguf_kv_u32(g, "tokenizer.ggml.bos_token_id", TSR_BYTE_EOT);
     }
-    kv_bool(g, "tokenizer.ggml.add_bos_token", 0);
-    kv_bool(g, "tokenizer.ggml.add_eos_token", 0);
+    tsr_gguf_kv_bool(g, "tokenizer.ggml.add_bos_token", 0);
+    tsr_gguf_kv_bool(g, "tokenizer.ggml.add_eos_token", 0);
 }
 
 /* Llama 3.1's rope scaling as llama.cpp takes it: a rope_freqs tensor of hd/2
@@ -322,7 +290,7 @@ static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_de
         type[p] = norm || dtype == TSR_F32 ? TSR_F32 : dtype;
         uint64_t n = p < np ? d->decls[p].shape[0] * (d->decls[p].ndim > 1 ? d->decls[p].shape[1] : 1) : (uint64_t)hd / 2;
         off[p] = at;
-        at = tsr_align_up(at + n * tsr_dtype_size(type[p]), GGUF_ALIGN);
+        at = tsr_align_up(at + n * tsr_dtype_size(type[p]), TSR_GGUF_ALIGN);
         if (n > largest) largest = n;
     }
     /* written as STAGE/NAME, then renamed to path (DIR/NAME) */
@@ -337,48 +305,38 @@ static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_de
         free(off), free(type);
         return rc;
     }
-    gw g = {f, 0, 0, 0};
-    g_put(&g, "GGUF", 4);
-    g_u32(&g, 3);
-    g_u64(&g, nt);
-    g_u64(&g, 0); /* the number of key/value pairs: patched below */
-    kv_str(&g, "general.architecture", "llama");
-    kv_str(&g, "general.name", "tessera");
-    kv_u32(&g, "general.alignment", GGUF_ALIGN);
-    kv_u32(&g, "general.file_type", dtype == TSR_F32 ? 0u : dtype == TSR_F16 ? 1u : 32u);
-    kv_u32(&g, "llama.context_length", (uint32_t)a->max_seq_len);
-    kv_u32(&g, "llama.embedding_length", (uint32_t)a->dim);
-    kv_u32(&g, "llama.block_count", (uint32_t)a->n_layers);
-    kv_u32(&g, "llama.feed_forward_length", (uint32_t)a->ffn_dim);
-    kv_u32(&g, "llama.attention.head_count", (uint32_t)a->n_heads);
-    kv_u32(&g, "llama.attention.head_count_kv", (uint32_t)a->n_kv_heads);
-    kv_f32(&g, "llama.rope.freq_base", a->rope_theta);
-    kv_f32(&g, "llama.attention.layer_norm_rms_epsilon", a->norm_eps);
-    kv_u32(&g, "llama.rope.dimension_count", (uint32_t)hd);
-    kv_u32(&g, "llama.vocab_size", (uint32_t)a->vocab_size);
+    tsr_gguf_writer g;
+    tsr_gguf_begin(&g, f, nt);
+    tsr_gguf_kv_str(&g, "general.architecture", "llama");
+    tsr_gguf_kv_str(&g, "general.name", "tessera");
+    tsr_gguf_kv_u32(&g, "general.alignment", TSR_GGUF_ALIGN);
+    tsr_gguf_kv_u32(&g, "general.file_type", dtype == TSR_F32 ? 0u : dtype == TSR_F16 ? 1u : 32u);
+    tsr_gguf_kv_u32(&g, "llama.context_length", (uint32_t)a->max_seq_len);
+    tsr_gguf_kv_u32(&g, "llama.embedding_length", (uint32_t)a->dim);
+    tsr_gguf_kv_u32(&g, "llama.block_count", (uint32_t)a->n_layers);
+    tsr_gguf_kv_u32(&g, "llama.feed_forward_length", (uint32_t)a->ffn_dim);
+    tsr_gguf_kv_u32(&g, "llama.attention.head_count", (uint32_t)a->n_heads);
+    tsr_gguf_kv_u32(&g, "llama.attention.head_count_kv", (uint32_t)a->n_kv_heads);
+    tsr_gguf_kv_f32(&g, "llama.rope.freq_base", a->rope_theta);
+    tsr_gguf_kv_f32(&g, "llama.attention.layer_norm_rms_epsilon", a->norm_eps);
+    tsr_gguf_kv_u32(&g, "llama.rope.dimension_count", (uint32_t)hd);
+    tsr_gguf_kv_u32(&g, "llama.vocab_size", (uint32_t)a->vocab_size);
     gguf_tokenizer(&g, a->vocab_size);
     for (size_t p = 0; p < nt && !rc; p++) {
         char name[96];
         if (p < np) gguf_name(p, np, name, sizeof name);
         else snprintf(name, sizeof name, "rope_freqs.weight");
-        if ((rc = tsr_gguf_name_check(name, e))) {
+        uint64_t dims[2];
+        int ndim = p < np && d->decls[p].ndim == 2 ? 2 : 1;
+        if (ndim == 2) dims[0] = d->decls[p].shape[1], dims[1] = d->decls[p].shape[0]; /* innermost first */
+        else dims[0] = p < np ? d->decls[p].shape[0] : (uint64_t)hd / 2;
+        uint32_t gt = type[p] == TSR_F32 ? TSR_GGML_F32 : type[p] == TSR_F16 ? TSR_GGML_F16 : TSR_GGML_BF16;
+        if ((rc = tsr_gguf_tensor_info(&g, name, ndim, dims, gt, off[p], e))) {
             tsr_err_prefix(e, "%s", path);
             break;
         }
-        g_str(&g, name);
-        if (p < np && d->decls[p].ndim == 2) {
-            g_u32(&g, 2);
-            g_u64(&g, d->decls[p].shape[1]); /* innermost first */
-            g_u64(&g, d->decls[p].shape[0]);
-        } else {
-            g_u32(&g, 1);
-            g_u64(&g, p < np ? d->decls[p].shape[0] : (uint64_t)hd / 2);
-        }
-        g_u32(&g, type[p] == TSR_F32 ? GGML_F32 : type[p] == TSR_F16 ? GGML_F16 : GGML_BF16);
-        g_u64(&g, off[p]);
     }
-    static const uint8_t zero[GGUF_ALIGN];
-    g_put(&g, zero, tsr_align_up(g.pos, GGUF_ALIGN) - g.pos);
+    tsr_gguf_pad_to(&g, tsr_align_up(g.pos, TSR_GGUF_ALIGN));
     uint64_t base = g.pos;
     float *buf = malloc(largest * sizeof *buf + 4);
     uint16_t *half = malloc(largest * sizeof *half + 2);
@@ -394,17 +352,15 @@ static int export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_de
             n = (uint64_t)hd / 2;
             rope_factors(a, buf);
         }
-        g_put(&g, zero, base + off[p] - g.pos);
+        tsr_gguf_pad_to(&g, base + off[p]);
         if (type[p] == TSR_F32) {
-            g_put(&g, buf, n * 4);
+            tsr_gguf_f32s(&g, buf, n);
         } else {
             for (uint64_t x = 0; x < n; x++) half[x] = type[p] == TSR_BF16 ? tsr_f32_to_bf16(buf[x]) : tsr_f32_to_f16(buf[x]);
-            g_put(&g, half, n * 2);
+            tsr_gguf_u16s(&g, half, n);
         }
     }
-    if (!rc && !g.bad && (fseek(f, 16, SEEK_SET) || fwrite(&g.n_kv, 8, 1, f) != 1)) g.bad = errno ? errno : EIO;
-    if (!rc && !g.bad && fflush(f)) g.bad = errno;
-    if (!rc && g.bad) rc = out_error(e, tmp, "write", g.bad);
+    if (!rc && tsr_gguf_finish(&g)) rc = out_error(e, tmp, "write", g.bad);
     if (fclose(f) && !rc) rc = out_error(e, tmp, "write", errno);
     if (!rc) rc = stage_commit(stage, dest, e);
     else tsr_remove_tree(stage);

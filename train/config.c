@@ -1016,10 +1016,15 @@ int tsr_config_load(tsr_train_config *c, const char *path, tsr_error *err) {
         free(text);
         return tsr_err(err, TSR_EINVAL, "%s: larger than %u bytes: not a job config", path, MAX_FILE_BYTES);
     }
-    reader r = {.path = path, .p = text, .end = text + n, .line = 1, .c = c, .err = err};
+    int rc = tsr_config_parse(c, path, text, n, err);
+    free(text);
+    return rc;
+}
+
+int tsr_config_parse(tsr_train_config *c, const char *name, const char *text, size_t len, tsr_error *err) {
+    reader r = {.path = name, .p = text, .end = text + len, .line = 1, .c = c, .err = err};
     int rc = parse_text(&r);
     free(r.seen);
-    free(text);
     return rc;
 }
 

@@ -164,6 +164,11 @@ void tsr_config_defaults(tsr_train_config *c);
  * the keys before the bad one. */
 int tsr_config_load(tsr_train_config *c, const char *path, tsr_error *err);
 
+/* tsr_config_parse(): the keys of the TOML text (len bytes, not necessarily
+ * NUL-terminated) on top of *c, as tsr_config_load reads a file; errors read
+ * "NAME:LINE: reason". tsr_config_load is this after tsr_config_defaults. */
+int tsr_config_parse(tsr_train_config *c, const char *name, const char *text, size_t len, tsr_error *err);
+
 /* tsr_config_override(): sets one key from "--section.key=value" or
  * "section.key=value". The value is read as the key's type; strings are taken
  * as they are (no quotes). A boolean key alone ("--checkpoint.enable") means
