@@ -88,8 +88,6 @@ struct tsr_engine {
     int last_status;
     tsr_error last_err;
     int broken; /* a commit exchange timed out: e->bg may hold a late message */
-    long delay_rank; /* test hook TSR_TEST_COMMIT_DELAY: this rank reports delay_s late */
-    double delay_s;
     double last_wait, last_stall;
     tsr_archiver *arch; /* rank 0, when archiving */
     char archive_url[PATH_MAX];
@@ -348,10 +346,6 @@ static void run_job(tsr_engine *e) {
     if (!rc && table_len > INT_MAX - 4)
         rc = tsr_err(&err, TSR_EINVAL, "%s: a chunk table of %zu bytes, over 2 GiB", j->dir, table_len);
 
-    if (e->delay_s > 0 && e->delay_rank == (long)e->rank) { /* test hook: a rank that reports late */
-        struct timespec ts = {(time_t)e->delay_s, (long)((e->delay_s - (double)(time_t)e->delay_s) * 1e9)};
-        nanosleep(&ts, NULL);
-    }
     /* Every rank reports [i32 status][table, or its error message] to rank 0,
      * which waits commit_timeout_s for the reports; the others wait twice as long
      * for its verdict, so that they hear of a timeout from it rather than race it. */
@@ -490,10 +484,6 @@ tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_op
         if (*end || !(v >= 0 && v <= 1e9)) tsr_log(1, "TSR_COMMIT_TIMEOUT=%s: not a number of seconds, ignored", ct);
         else e->opts.commit_timeout_s = v;
     }
-    /* Test hook: TSR_TEST_COMMIT_DELAY=RANK:SECONDS makes that rank's background
-     * thread sleep before each commit report, as a rank with stuck I/O would. */
-    const char *cd = getenv("TSR_TEST_COMMIT_DELAY");
-    if (cd && (sscanf(cd, "%ld:%lf", &e->delay_rank, &e->delay_s) != 2 || !(e->delay_s <= 1e6))) e->delay_s = 0;
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     if (e->rank == 0 && getrandom(e->engine_id, 16, 0) != 16) memset(e->engine_id, 0x5a, 16);

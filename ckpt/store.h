@@ -17,7 +17,9 @@
  * "fsync:1:killafter:step-00000004/MANIFEST.tmp" crashes once the MANIFEST of
  * step 4 is written and synced, before its rename. TSR_FAULT="delay:USEC:OP"
  * makes every OP take USEC longer (crash tests use it to widen the window in
- * which a save is in progress). On S3, an upload's completion counts as the
+ * which a save is in progress); "delay:USEC:OP:TEXT" only the calls on paths
+ * that contain TEXT ("delay:4000000:fsync:data-00002" makes rank 2 report its
+ * part of a save 4 s late: the commit deadline's tests). On S3, an upload's completion counts as the
  * fsync of its object and the MANIFEST's PUT as the rename. */
 #ifndef TSR_STORE_H
 #define TSR_STORE_H

@@ -82,8 +82,11 @@ static int fault_check(int op, const char *path) {
     long n;
     int end = 0;
     if (sscanf(spec, "%15[a-z]:%ld:%15[A-Za-z]%n", opname, &n, kind, &end) != 3 || !end) return 0;
-    if (strcmp(opname, "delay") == 0) { /* "delay:USEC:OP": every OP takes USEC longer */
-        if (strcmp(kind, names[op]) == 0 && n > 0) usleep((useconds_t)n);
+    if (strcmp(opname, "delay") == 0) { /* "delay:USEC:OP[:TEXT]": every OP (on TEXT) takes USEC longer */
+        if (strcmp(kind, names[op]) == 0 && n > 0 && (spec[end] != ':' || strstr(path, spec + end + 1))) {
+            struct timespec ts = {(time_t)(n / 1000000), (long)(n % 1000000) * 1000};
+            nanosleep(&ts, NULL);
+        }
         return 0;
     }
     if (strcmp(opname, names[op]) != 0) return 0;

@@ -150,7 +150,7 @@ grep -q "8030261248 parameters" "$TSR_TMP/info.out" || { fail "8b parameter coun
 # a rank that misses a commit (its report 3 s late against a 1 s deadline): the
 # save fails on every rank, the next save finds the engine unable to save, and
 # the job stops instead of training on without checkpoints
-TSR_COMMIT_TIMEOUT=1 TSR_TEST_COMMIT_DELAY=1:3 run_np 2 "$T" train --config "$CFG" $COMMON --training.steps=10 \
+TSR_COMMIT_TIMEOUT=1 TSR_FAULT=delay:3000000:fsync:data-00001 run_np 2 "$T" train --config "$CFG" $COMMON --training.steps=10 \
     --job.dump_folder="$TSR_TMP/hung" --checkpoint.enable --checkpoint.interval=2 --checkpoint.async_mode=async \
     --training.dataset=tokens --training.dataset_path="$TSR_TMP/data" >"$TSR_TMP/hung.out" 2>&1 &&
     fail "hung commit: the job went on"
