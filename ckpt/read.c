@@ -528,36 +528,3 @@ out:
     pthread_mutex_destroy(&v.mu);
     return rc;
 }
-
-/* ------------------------------------------------------- step directories */
-
-int tsr_ckpt_is_committed(const char *step_dir) {
-    if (tsr_store_is_remote(step_dir)) {
-        tsr_store *st = tsr_store_open(step_dir, 0, NULL);
-        int yes = st && tsr_store_exists(st, "MANIFEST");
-        tsr_store_close(st);
-        return yes;
-    }
-    char path[PATH_MAX + 16];
-    snprintf(path, sizeof path, "%s/MANIFEST", step_dir);
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
-void tsr_step_dir_name(uint64_t step, char *buf, size_t len) {
-    snprintf(buf, len, "step-%08llu", (unsigned long long)step);
-}
-
-int tsr_parse_step_dir(const char *name, uint64_t *step) {
-    if (strncmp(name, "step-", 5) != 0) return 0;
-    const char *p = name + 5;
-    size_t n = strlen(p);
-    if (n < 8 || n > 20) return 0;
-    uint64_t v = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (p[i] < '0' || p[i] > '9') return 0;
-        if (tsr_mul_ovf(v, 10, &v) || tsr_add_ovf(v, (uint64_t)(p[i] - '0'), &v)) return 0;
-    }
-    *step = v;
-    return 1;
-}

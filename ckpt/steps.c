@@ -1,0 +1,149 @@
+/* steps.c: step directories under a checkpoint root, local or s3://: their
+ * names, whether each is committed (its MANIFEST exists), listing (committed,
+ * uncommitted and abandoned), the newest committed one, and removal (MANIFEST
+ * first). The engine's retention and the archiver build on these. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "store.h"
+
+int tsr_ckpt_is_committed(const char *step_dir) {
+    if (tsr_store_is_remote(step_dir)) {
+        tsr_store *st = tsr_store_open(step_dir, 0, NULL);
+        int yes = st && tsr_store_exists(st, "MANIFEST");
+        tsr_store_close(st);
+        return yes;
+    }
+    char path[PATH_MAX + 16];
+    snprintf(path, sizeof path, "%s/MANIFEST", step_dir);
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+void tsr_step_dir_name(uint64_t step, char *buf, size_t len) {
+    snprintf(buf, len, "step-%08llu", (unsigned long long)step);
+}
+
+int tsr_parse_step_dir(const char *name, uint64_t *step) {
+    if (strncmp(name, "step-", 5) != 0) return 0;
+    const char *p = name + 5;
+    size_t n = strlen(p);
+    if (n < 8 || n > 20) return 0;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        if (tsr_mul_ovf(v, 10, &v) || tsr_add_ovf(v, (uint64_t)(p[i] - '0'), &v)) return 0;
+    }
+    *step = v;
+    return 1;
+}
+
+typedef struct name_list {
+    char (*v)[300];
+    size_t n, cap;
+} name_list;
+
+static int collect_name(void *user, const char *name, uint64_t size) {
+    (void)size;
+    name_list *l = user;
+    if (tsr_grow((void **)&l->v, &l->cap, l->n, sizeof *l->v)) return TSR_ENOMEM;
+    snprintf(l->v[l->n++], sizeof *l->v, "%s", name);
+    return 0;
+}
+
+/* Removes a step directory (local or s3://): the MANIFEST first, so that an
+ * interrupted removal leaves an uncommitted step, never a damaged committed one. */
+int tsr_remove_step_dir(const char *dir, tsr_error *err) {
+    tsr_store *st = tsr_store_open(dir, 0, err);
+    if (!st) return err ? err->code : TSR_ENOTFOUND;
+    name_list l = {0};
+    int rc = tsr_store_list(st, collect_name, &l, err);
+    if (!rc && tsr_store_exists(st, "MANIFEST")) rc = tsr_store_remove(st, "MANIFEST", err);
+    for (size_t i = 0; i < l.n && !rc; i++)
+        if (strcmp(l.v[i], "MANIFEST") != 0 && l.v[i][strlen(l.v[i]) - 1] != '/') rc = tsr_store_remove(st, l.v[i], err);
+    free(l.v);
+    tsr_store_close(st);
+    if (!rc && !tsr_store_is_remote(dir) && rmdir(dir) != 0)
+        rc = tsr_err(err, TSR_EIO, "%s: cannot remove the directory: %s", dir, strerror(errno));
+    return rc;
+}
+
+static int cmp_steps(const void *a, const void *b) {
+    const tsr_step_info *x = a, *y = b;
+    return (x->step > y->step) - (x->step < y->step);
+}
+
+/* "step-N.abandoned-TIME": a step directory that a rewind moved aside. */
+static int parse_abandoned_dir(const char *name, uint64_t *step) {
+    const char *dot = strstr(name, ".abandoned-");
+    if (!dot || !dot[11] || dot - name > 25) return 0;
+    char head[32];
+    snprintf(head, sizeof head, "%.*s", (int)(dot - name), name);
+    return tsr_parse_step_dir(head, step);
+}
+
+static int list_steps(const char *root, int abandoned, tsr_step_info **out, size_t *count) {
+    *out = NULL;
+    *count = 0;
+    tsr_store *st = tsr_store_open(root, 0, NULL);
+    if (!st) return TSR_ENOTFOUND;
+    name_list l = {0};
+    int rc = tsr_store_list(st, collect_name, &l, NULL);
+    tsr_store_close(st);
+    tsr_step_info *v = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < l.n && !rc; i++) {
+        uint64_t step;
+        size_t len = strlen(l.v[i]);
+        if (len && l.v[i][len - 1] == '/') l.v[i][len - 1] = 0; /* a directory */
+        else continue;
+        if (!(abandoned ? parse_abandoned_dir(l.v[i], &step) : tsr_parse_step_dir(l.v[i], &step))) continue;
+        if (strlen(l.v[i]) >= sizeof v->name) continue;
+        if ((rc = tsr_grow((void **)&v, &cap, n, sizeof *v))) break;
+        char path[PATH_MAX + 300];
+        snprintf(path, sizeof path, "%s/%s", root, l.v[i]);
+        v[n].step = step;
+        v[n].committed = tsr_ckpt_is_committed(path);
+        snprintf(v[n].name, sizeof v[n].name, "%s", l.v[i]);
+        n++;
+    }
+    free(l.v);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    tsr_sort(v, n, sizeof *v, cmp_steps);
+    *out = v;
+    *count = n;
+    return 0;
+}
+
+int tsr_list_steps(const char *root, tsr_step_info **out, size_t *count) {
+    return list_steps(root, 0, out, count);
+}
+
+int tsr_list_abandoned_steps(const char *root, tsr_step_info **out, size_t *count) {
+    return list_steps(root, 1, out, count);
+}
+
+int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len) {
+    tsr_step_info *v = NULL;
+    size_t n = 0;
+    tsr_list_steps(root, &v, &n);
+    int rc = TSR_ENOTFOUND;
+    for (size_t i = n; i-- > 0;)
+        if (v[i].committed) {
+            *step = v[i].step;
+            if (dir) snprintf(dir, len, "%s/%s", root, v[i].name);
+            rc = 0;
+            break;
+        }
+    free(v);
+    return rc;
+}
