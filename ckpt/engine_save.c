@@ -1,0 +1,402 @@
+/* engine_save.c: a save: room made first (retention, rewinding), the state
+ * staged into the arena, then in the background this rank's data file written
+ * and the commit exchange with its deadline. */
+#include "engine_impl.h"
+
+/* ------------------------------------------------------------ retention */
+
+/* Keeps the newest K committed steps; removes older ones, and uncommitted step
+ * directories (failed or interrupted saves) older than the newest committed one,
+ * or all of them before a save (make_room), when no save of this job is in
+ * flight and the folder lock keeps other writers out. */
+static void retention(tsr_engine *e, int before_save) {
+    tsr_step_info *v = NULL;
+    size_t count = 0;
+    if (tsr_list_steps(e->root, &v, &count) || count == 0) {
+        free(v);
+        return;
+    }
+    long n = (long)count;
+    long committed = 0, newest = -1;
+    for (long i = 0; i < n; i++)
+        if (v[i].committed) committed++, newest = i;
+    long drop = e->opts.keep_latest && committed > (long)e->opts.keep_latest ? committed - (long)e->opts.keep_latest : 0;
+    for (long i = 0; i < n; i++) {
+        int remove = 0;
+        if (v[i].committed && drop > 0) remove = 1, drop--;
+        else if (!v[i].committed && (i < newest || before_save)) remove = 1;
+        if (!remove) continue;
+        char path[PATH_MAX + 80];
+        snprintf(path, sizeof path, "%s/%s", e->root, v[i].name);
+        if (e->arch && tsr_archiver_holds(e->arch, path)) continue; /* not archived yet */
+        tsr_error rerr;
+        if (tsr_remove_step_dir(path, &rerr) == 0)
+            tsr_log(before_save ? 1 : 2, "%s: removed (%s)", path,
+                    v[i].committed ? "retention" : "uncommitted: left by a failed or interrupted save");
+        else tsr_log(1, "retention: %s", rerr.msg);
+    }
+    free(v);
+}
+
+/* Rewinding: the committed steps after e->continue_from are renamed
+ * step-N.abandoned-<UTC time> (another suffix if that name is taken), so that
+ * nothing of the abandoned future is lost and nothing of it is seen as the latest
+ * step or counted by retention. Uncommitted ones are left to retention. */
+static void move_aside(tsr_engine *e) {
+    tsr_step_info *v = NULL;
+    size_t n = 0;
+    if (tsr_list_steps(e->root, &v, &n)) return;
+    char when[32] = "unknown";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y%m%dT%H%M%SZ", &tm);
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].step <= e->continue_from || !v[i].committed) continue;
+        char from[PATH_MAX + 80], to[PATH_MAX + 160];
+        snprintf(from, sizeof from, "%s/%s", e->root, v[i].name);
+        if (tsr_store_is_remote(e->root)) {
+            tsr_log(0, "%s: after step %llu, which this job continues from, but it cannot be moved aside on object "
+                       "storage", from, (unsigned long long)e->continue_from);
+            continue;
+        }
+        int rc = -1;
+        for (int k = 1; k < 100 && rc != 0; k++) {
+            if (k == 1) snprintf(to, sizeof to, "%s.abandoned-%s", from, when);
+            else snprintf(to, sizeof to, "%s.abandoned-%s-%d", from, when, k);
+            struct stat sb;
+            if (lstat(to, &sb) == 0) continue; /* rename would replace an empty directory */
+            rc = rename(from, to);
+            if (rc != 0 && errno != EEXIST && errno != ENOTEMPTY) break;
+        }
+        if (rc == 0)
+            tsr_log(0, "%s: moved aside to %s: it follows step %llu, which this job continues from (a rewind)", from,
+                    to, (unsigned long long)e->continue_from);
+        else
+            tsr_log(0, "%s: cannot move it aside after the rewind to step %llu: %s", from,
+                    (unsigned long long)e->continue_from, strerror(errno));
+    }
+    free(v);
+}
+
+/* Rank 0, before a save: no save of this job is in flight. */
+static void make_room(tsr_engine *e) {
+    if (e->rewind_pending) {
+        move_aside(e);
+        e->rewind_pending = 0;
+    }
+    retention(e, 1);
+}
+
+
+/* ------------------------------------------------------------ background */
+
+void engine_run_job(tsr_engine *e) {
+    job *j = &e->job;
+
+    tsr_error err = {0};
+    int rc = 0;
+    tsr_save *s = NULL;
+    if (tsr_ckpt_is_committed(j->dir))
+        rc = tsr_err(&err, TSR_EINVAL, "%s: already holds a committed checkpoint", j->dir);
+    if (!rc) {
+        tsr_write_opts wo = e->opts.write;
+        wo.expected_bytes = j->staged_bytes;
+        if (!e->enc) e->enc = tsr_encoder_new(wo.threads, &err);
+        s = e->enc ? tsr_save_begin_with(j->dir, e->rank, j->save_id, &wo, e->enc, &err) : NULL;
+        if (!s) rc = err.code ? err.code : TSR_EIO;
+    }
+    for (size_t i = 0; !rc && i < j->n_tensors; i++) {
+        const tsr_tensor_decl *t = &j->tensors[i];
+        rc = tsr_save_tensor(s, t->name, t->group, t->dtype, t->ndim, t->shape, &t->placement, &err);
+    }
+    for (size_t i = 0; !rc && i < j->n_boxes; i++)
+        rc = tsr_save_box_stable(s, j->tensors[j->boxes[i].tensor].name, &j->boxes[i].box, e->arena + j->boxes[i].off,
+                                 &err);
+    for (size_t i = 0; !rc && i < j->n_blobs; i++)
+        rc = tsr_save_blob(s, j->blobs[i].name, j->blobs[i].rank, e->arena + j->blobs[i].off, j->blobs[i].size, &err);
+    const uint8_t *table = NULL;
+    size_t table_len = 0;
+    if (!rc) rc = tsr_save_finish(s, &table, &table_len, &err);
+    if (!rc && table_len > INT_MAX - 4)
+        rc = tsr_err(&err, TSR_EINVAL, "%s: a chunk table of %zu bytes, over 2 GiB", j->dir, table_len);
+
+    /* Every rank reports [i32 status][table, or its error message] to rank 0,
+     * which waits commit_timeout_s for the reports; the others wait twice as long
+     * for its verdict, so that they hear of a timeout from it rather than race it. */
+    double timeout = e->opts.commit_timeout_s > 0 ? e->opts.commit_timeout_s : 0;
+    size_t mlen = 4 + (rc ? strlen(err.msg) + 1 : table_len);
+    uint8_t *msg = malloc(mlen);
+    int comm_rc = 0;
+    uint8_t *all = NULL;
+    size_t *counts = NULL;
+    if (msg) {
+        tsr_st32(msg, (uint32_t)rc);
+        if (rc) memcpy(msg + 4, err.msg, strlen(err.msg) + 1);
+        else if (table_len) memcpy(msg + 4, table, table_len);
+    }
+    tsr_error cerr = {0};
+    /* a verdict already here: rank 0 gave up on this rank, and a report now would
+     * only wait for a receive that never comes */
+    if (e->rank == 0 || !tsr_comm_iprobe(e->bg, 0, TAG_VERDICT))
+        comm_rc = tsr_comm_gatherv_deadline(e->bg, 0, TAG_REPORT, msg, msg ? mlen : 0, e->rank ? 2 * timeout : timeout,
+                                            &all, &counts, &cerr);
+    free(msg);
+    /* Rank 0 decides: commit when every rank succeeded. Verdict: [i32 status]
+     * [u32 flags][message]. */
+    uint8_t outcome[8 + MSG_LEN] = {0};
+    if (e->rank == 0) {
+        int orc = comm_rc;
+        tsr_error oerr = cerr;
+        if (!orc) {
+            const uint8_t **tables = calloc(e->size, sizeof *tables);
+            size_t *lens = calloc(e->size, sizeof *lens);
+            size_t off = 0;
+            for (uint32_t r = 0; r < e->size && !orc && tables && lens; r++) {
+                if (counts[r] < 4) {
+                    orc = tsr_err(&oerr, TSR_EIO, "rank %u: no report", r);
+                    break;
+                }
+                int st = (int32_t)tsr_ld32(all + off);
+                if (st) {
+                    orc = st;
+                    tsr_err(&oerr, st, "rank %u: %.*s", r, (int)(counts[r] - 4 > 900 ? 900 : counts[r] - 5),
+                            (const char *)all + off + 4);
+                }
+                tables[r] = all + off + 4;
+                lens[r] = counts[r] - 4;
+                off += counts[r];
+            }
+            if (!tables || !lens) orc = tsr_err(&oerr, TSR_ENOMEM, "out of memory");
+            if (!orc) orc = tsr_save_commit(s, tables, lens, e->size, j->step, &j->layout, &oerr);
+            free(tables);
+            free(lens);
+        }
+        tsr_st32(outcome, (uint32_t)orc);
+        tsr_st32(outcome + 4, comm_rc ? VERDICT_BROKEN : 0); /* a failed gather may leave messages behind */
+        if (orc) snprintf((char *)outcome + 8, MSG_LEN, "%s", oerr.msg);
+    }
+    free(all);
+    free(counts);
+    int unknown = 0, broken = 0; /* unknown: no verdict came, the step may yet be committed */
+    if (e->rank == 0) {
+        /* a commit is not undone when the verdict cannot be sent */
+        if (tsr_comm_bcast_deadline(e->bg, 0, TAG_VERDICT, outcome, sizeof outcome, timeout, &cerr)) {
+            tsr_log(0, "save of step %llu: %s", (unsigned long long)j->step, cerr.msg);
+            broken = 1;
+        }
+    } else {
+        /* after a report that could not be sent, only a verdict already here counts */
+        tsr_error verr = {0};
+        if (tsr_comm_bcast_deadline(e->bg, 0, TAG_VERDICT, outcome, sizeof outcome, comm_rc ? 1e-3 : 2 * timeout,
+                                    &verr)) {
+            unknown = 1;
+            tsr_st32(outcome, (uint32_t)TSR_EIO);
+            snprintf((char *)outcome + 8, MSG_LEN, "%s", comm_rc ? cerr.msg : verr.msg);
+        }
+    }
+    int final = (int32_t)tsr_ld32(outcome);
+    broken |= unknown || (tsr_ld32(outcome + 4) & VERDICT_BROKEN);
+    if (final) {
+        /* without a verdict this rank's file stays: rank 0 may have committed the
+         * step (an uncommitted one is removed by retention later) */
+        if (s && !unknown) tsr_save_abort(s);
+        tsr_err(&err, final, "save of step %llu to %s failed: %s%s", (unsigned long long)j->step, j->dir,
+                (const char *)outcome + 8, unknown ? " (this rank's data file is left in place)" : "");
+        tsr_log(0, "%s", err.msg);
+    } else if (e->rank == 0) {
+        char regular[PATH_MAX + 40], name[32];
+        tsr_step_dir_name(j->step, name, sizeof name);
+        snprintf(regular, sizeof regular, "%s/%s", e->root, name);
+        uint64_t every = e->opts.archive_every ? e->opts.archive_every : 1;
+        if (e->arch && j->step % every == 0 && !strcmp(regular, j->dir) && tsr_archiver_add(e->arch, j->dir))
+            tsr_log(0, "%s: cannot queue it for archiving: out of memory", j->dir);
+        retention(e, 0);
+    }
+    tsr_save_free(s);
+    pthread_mutex_lock(&e->mu);
+    e->last_status = final;
+    e->last_err = final ? err : (tsr_error){0};
+    e->broken |= broken;
+    pthread_mutex_unlock(&e->mu);
+}
+
+
+/* ---------------------------------------------------------------- save */
+
+static int arena_reserve(tsr_engine *e, size_t need, tsr_error *err) {
+    if (need <= e->arena_cap) return 0;
+    if (e->arena) munmap(e->arena, e->arena_cap);
+    size_t cap = tsr_align_up(need + need / 8, 1 << 21);
+    /* populated up front: staging must run at memcpy speed, without page faults */
+    void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+        e->arena = NULL;
+        e->arena_cap = 0;
+        return tsr_err(err, TSR_ENOMEM, "cannot allocate a staging arena of %zu bytes", cap);
+    }
+    madvise(p, cap, MADV_HUGEPAGE); /* fewer TLB misses in the staging copy */
+    memset(p, 0, cap);              /* touch every page now, not during a save */
+    /* pinned, as staging memory should be: the kernel must not reclaim it between
+     * saves (a save would then fault it back in). Best effort: without the
+     * privilege to lock memory it stays unpinned. */
+    if (mlock(p, cap) != 0) tsr_log(2, "staging arena of %zu bytes not locked in memory", cap);
+    e->arena = p;
+    e->arena_cap = cap;
+    return 0;
+}
+
+int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err) {
+    tsr_engine_wait(e, NULL); /* the arena is not in use */
+    return arena_reserve(e, bytes, err);
+}
+
+static int copy_decls(job *j, const tsr_state *st, tsr_error *err) {
+    size_t names = 0;
+    for (size_t i = 0; i < st->n_tensors; i++)
+        names += strlen(st->tensors[i].name) + strlen(st->tensors[i].group ? st->tensors[i].group : "model") + 2;
+    j->tensors = malloc((st->n_tensors + 1) * sizeof *j->tensors);
+    j->names = malloc(names + 1);
+    if (!j->tensors || !j->names) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    char *p = j->names;
+    for (size_t i = 0; i < st->n_tensors; i++) {
+        j->tensors[i] = st->tensors[i];
+        const char *g = st->tensors[i].group ? st->tensors[i].group : "model";
+        size_t a = strlen(st->tensors[i].name) + 1, b = strlen(g) + 1;
+        memcpy(p, st->tensors[i].name, a);
+        j->tensors[i].name = p;
+        p += a;
+        memcpy(p, g, b);
+        j->tensors[i].group = p;
+        p += b;
+    }
+    j->n_tensors = st->n_tensors;
+    return 0;
+}
+
+int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error *err) {
+    char name[32], dir[PATH_MAX + 40];
+    tsr_step_dir_name(step, name, sizeof name);
+    snprintf(dir, sizeof dir, "%s/%s", e->root, name);
+    return tsr_engine_save_dir(e, dir, step, st, err);
+}
+
+/* The staging copy, cut into pieces spread over the encoder's threads (idle
+ * between saves): one core's memcpy does not reach the memory bandwidth. Only a
+ * copy: checksums are computed in the background, where a pass that reads the
+ * data costs the writes less than a longer stall would cost training. */
+#define STAGE_PIECE (8u << 20)
+typedef struct stage_piece {
+    uint8_t *dst;
+    const uint8_t *src;
+    size_t len;
+} stage_piece;
+typedef struct stage_copy {
+    stage_piece *pieces;
+    size_t n, cap;
+} stage_copy;
+
+static void stage_one(void *ctx, size_t i, int worker) {
+    (void)worker;
+    const stage_piece *p = &((stage_copy *)ctx)->pieces[i];
+    memcpy(p->dst, p->src, p->len);
+}
+
+int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
+    double t0 = tsr_now();
+    tsr_error prev;
+    if (tsr_engine_wait(e, &prev)) tsr_log(1, "previous save failed: %s", prev.msg);
+    double t1 = tsr_now();
+    e->last_wait = t1 - t0;
+    int rc = engine_check_state(st, err);
+    pthread_mutex_lock(&e->mu);
+    int broken = e->broken;
+    pthread_mutex_unlock(&e->mu);
+    int64_t ok = rc ? 0 : broken ? 1 : 2;
+    /* every rank learns whether all states are usable, and whether every engine
+     * can save, before any collective on them */
+    if (tsr_comm_allreduce_min(e->comm, &ok, rc ? NULL : err) && !rc) return err ? err->code : TSR_EIO;
+    if (!ok) return rc ? rc : tsr_err(err, TSR_EINVAL, "another rank's state is invalid");
+    if (ok == 1) { /* the background comm may deliver a late message of that save */
+        pthread_mutex_lock(&e->mu);
+        e->broken = 1; /* learnt from another rank */
+        pthread_mutex_unlock(&e->mu);
+        return tsr_err(err, TSR_EIO, "save of step %llu: an earlier commit timed out%s; the engine cannot save until restarted",
+                       (unsigned long long)step, broken ? "" : " on another rank");
+    }
+    /* before any rank writes: the others leave engine_plan_save's collectives only
+     * after rank 0 has entered them */
+    if (e->rank == 0) make_room(e);
+    if ((rc = engine_plan_save(e, st, err))) return rc;
+
+    engine_job_clear(&e->job);
+    job *j = &e->job;
+    snprintf(j->dir, sizeof j->dir, "%s", dir);
+    j->step = step;
+    j->layout = st->layout;
+    if (!j->layout.pp) j->layout = (tsr_layout){1, 1, 1, 1, 0, 0};
+    e->n_saves++;
+    uint64_t ids[3] = {tsr_hash(e->engine_id, 16), step, e->n_saves};
+    uint64_t h1 = tsr_hash(ids, sizeof ids), h2 = tsr_hash(&h1, sizeof h1);
+    memcpy(j->save_id, &h1, 8);
+    memcpy(j->save_id + 8, &h2, 8);
+    if ((rc = copy_decls(j, st, err))) return rc;
+    /* sizes: my boxes, then blobs */
+    size_t need = 0, nb = 0;
+    for (size_t i = 0; i < e->n_mine; i++) {
+        const tsr_state_box *b = &st->boxes[e->mine[i]];
+        need += tsr_align_up(tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype), TSR_ALIGN);
+    }
+    for (size_t i = 0; i < st->n_blobs; i++) {
+        if (st->blobs[i].rank == -1 && e->rank != 0) continue;
+        if (strlen(st->blobs[i].name) > TSR_MAX_NAME)
+            return tsr_err(err, TSR_EINVAL, "blob name too long: %.64s", st->blobs[i].name);
+        need += tsr_align_up(st->blobs[i].size, 64);
+        nb++;
+    }
+    j->boxes = malloc((e->n_mine + 1) * sizeof *j->boxes);
+    j->blobs = malloc((nb + 1) * sizeof *j->blobs);
+    if (!j->boxes || !j->blobs) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    if ((rc = arena_reserve(e, need, err))) return rc;
+    /* the staging copy, cut into pieces spread over the encoder's threads (idle
+     * between saves): one core's memcpy does not reach the memory bandwidth */
+    if (!e->enc && !(e->enc = tsr_encoder_new(e->opts.write.threads, err))) return err ? err->code : TSR_ENOMEM;
+    stage_copy sc = {0};
+    size_t off = 0;
+    for (size_t i = 0; i < e->n_mine; i++) {
+        const tsr_state_box *b = &st->boxes[e->mine[i]];
+        size_t bytes = tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype);
+        for (size_t o = 0; o < bytes; o += STAGE_PIECE) {
+            if (tsr_grow((void **)&sc.pieces, &sc.cap, sc.n, sizeof *sc.pieces)) {
+                free(sc.pieces);
+                return tsr_err(err, TSR_ENOMEM, "out of memory");
+            }
+            size_t len = bytes - o < STAGE_PIECE ? bytes - o : STAGE_PIECE;
+            sc.pieces[sc.n++] = (stage_piece){e->arena + off + o, (const uint8_t *)b->data + o, len};
+        }
+        j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, off};
+        off += tsr_align_up(bytes, TSR_ALIGN);
+    }
+    tsr_pool_for(tsr_encoder_pool(e->enc), sc.n, stage_one, &sc);
+    free(sc.pieces);
+    for (size_t i = 0; i < st->n_blobs; i++) {
+        const tsr_state_blob *b = &st->blobs[i];
+        if (b->rank == -1 && e->rank != 0) continue;
+        staged_blob *sb = &j->blobs[j->n_blobs++];
+        snprintf(sb->name, sizeof sb->name, "%s", b->name);
+        sb->rank = b->rank;
+        sb->off = off;
+        sb->size = b->size;
+        if (b->size) memcpy(e->arena + off, b->data, b->size);
+        off += tsr_align_up(b->size, 64);
+    }
+    j->staged_bytes = off;
+    pthread_mutex_lock(&e->mu);
+    e->busy = 1;
+    e->pending = 1;
+    e->last_status = 0;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    e->last_stall = tsr_now() - t0;
+    if (e->opts.sync) return tsr_engine_wait(e, err);
+    return 0;
+}
