@@ -50,7 +50,7 @@ static int write_config(const char *dir, const tsr_model_args *a, int dtype, tsr
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
     FILE *f = fopen(path, "w");
-    if (!f) return tsr_err(e, TSR_EIO, "%s: %s", path, strerror(errno));
+    if (!f) return out_error(e, path, "create", errno);
     fprintf(f,
             "{\n  \"architectures\": [\"LlamaForCausalLM\"],\n  \"model_type\": \"llama\",\n"
             "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_attention_heads\": %d,\n"
@@ -102,7 +102,7 @@ static int write_tokenizer(const char *dir, const tsr_model_args *a, tsr_error *
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
     FILE *f = fopen(path, "w");
-    if (!f) return tsr_err(e, TSR_EIO, "%s: %s", path, strerror(errno));
+    if (!f) return out_error(e, path, "create", errno);
     static const char level[] = "{\"type\": \"ByteLevel\", \"add_prefix_space\": false, \"trim_offsets\": false, "
                                 "\"use_regex\": false}";
     fprintf(f,
@@ -119,7 +119,7 @@ static int write_tokenizer(const char *dir, const tsr_model_args *a, tsr_error *
     fprintf(f, ",\n      \"<|endoftext|>\": %d},\n    \"merges\": []}\n}\n", TSR_BYTE_EOT);
     if (fclose(f)) return out_error(e, path, "write", errno);
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (!(f = fopen(path, "w"))) return tsr_err(e, TSR_EIO, "%s: %s", path, strerror(errno));
+    if (!(f = fopen(path, "w"))) return out_error(e, path, "create", errno);
     fprintf(f,
             "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n  \"add_bos_token\": false,\n"
             "  \"add_eos_token\": false,\n  \"bos_token\": null,\n  \"eos_token\": \"<|endoftext|>\",\n"
@@ -128,7 +128,7 @@ static int write_tokenizer(const char *dir, const tsr_model_args *a, tsr_error *
             a->max_seq_len);
     if (fclose(f)) return out_error(e, path, "write", errno);
     snprintf(path, sizeof path, "%s/special_tokens_map.json", dir);
-    if (!(f = fopen(path, "w"))) return tsr_err(e, TSR_EIO, "%s: %s", path, strerror(errno));
+    if (!(f = fopen(path, "w"))) return out_error(e, path, "create", errno);
     fprintf(f, "{\n  \"eos_token\": \"<|endoftext|>\"\n}\n");
     return fclose(f) ? out_error(e, path, "write", errno) : 0;
 }
