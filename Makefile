@@ -17,14 +17,19 @@ FUZZ_SECONDS ?= 30
 
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
-INCLUDES := -Iinclude -Iformats -Ickpt -Ireshard -Ikernels -Itrain -I/usr/include/libxml2 $(MPI_CFLAGS)
+INCLUDES := -Iinclude -Ibase -Ikernels -Iformats -Ireshard -Icomm -Ickpt -Itrain -Iconvert -I/usr/include/libxml2 $(MPI_CFLAGS)
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
 SYS_LIBS := -lzstd -lxxhash -luring -lcjson -lcurl -lxml2 -linih -lcrypto -lopenblas
 LDLIBS_ALL := $(SYS_LIBS) $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 
-LIB_SRC := $(sort $(wildcard formats/*.c ckpt/*.c reshard/*.c kernels/*.c))
-TRAIN_SRC := $(sort $(wildcard train/*.c))
+# The layers, bottom first (README, "Layout"): a folder includes only from
+# folders before it (kernels/ from base/ only); tools/check_layers.sh checks it.
+LAYERS := base kernels formats reshard comm ckpt train convert
+# The layers below the trainer: what the fuzz targets link.
+CORE := base kernels formats reshard comm ckpt
+LIB_SRC := $(sort $(foreach d,$(CORE),$(wildcard $(d)/*.c)))
+TRAIN_SRC := $(sort $(wildcard train/*.c convert/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 FUZZ_SRC := $(sort $(wildcard tests/fuzz_*.c))
@@ -33,9 +38,11 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TRAIN_OBJ := $(TRAIN_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-HEADERS := $(wildcard include/*.h formats/*.h ckpt/*.h reshard/*.h kernels/*.h train/*.h tools/*.h tests/*.h)
+# The installed interface: tessera.h and the layer headers it gathers.
+PUBLIC_HEADERS := include/tessera.h $(foreach d,$(LAYERS),$(wildcard $(d)/tsr_*.h))
+HEADERS := $(wildcard include/*.h $(foreach d,$(LAYERS) tools tests,$(d)/*.h))
 
-.PHONY: all deps test test-long bench run install clean fuzz
+.PHONY: all deps test test-long bench run install clean fuzz layers
 all: $(BUILD)/tessera $(BUILD)/libtessera.a
 
 $(BUILD)/%.o: %.c $(HEADERS)
@@ -46,7 +53,8 @@ $(BUILD)/libtessera.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-# The trainer (train/) links the library; the command and the tests link both.
+# The trainer and the converters (train/, convert/) link the library; the
+# command and the tests link both.
 $(BUILD)/libtessera-train.a: $(TRAIN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
@@ -58,7 +66,11 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libtessera-train.a $(BUILD)/libtessera.a $(
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -Itests $< $(BUILD)/libtessera-train.a $(BUILD)/libtessera.a -o $@ $(LDLIBS_ALL)
 
-tests: $(TESTS) $(BUILD)/tessera
+# The layer rule, file and function sizes (README, "Layout").
+layers:
+	@sh tools/check_layers.sh
+
+tests: layers $(TESTS) $(BUILD)/tessera
 
 deps:
 	@sh tools/deps.sh
@@ -98,8 +110,8 @@ run: deps
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
 	install -m 755 $(BUILD)/tessera $(DESTDIR)$(PREFIX)/bin/tessera
-	install -m 644 $(BUILD)/libtessera.a $(DESTDIR)$(PREFIX)/lib/libtessera.a
-	install -m 644 include/tessera.h $(DESTDIR)$(PREFIX)/include/tessera.h
+	install -m 644 $(BUILD)/libtessera.a $(BUILD)/libtessera-train.a $(DESTDIR)$(PREFIX)/lib/
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/
 
 clean:
 	rm -rf build

@@ -4,7 +4,7 @@
 #define TSR_ARCHIVE_H
 
 #include "s3.h"
-#include "tessera.h"
+#include "tsr_ckpt.h"
 
 /* tsr_archive_push_step(): uploads the committed checkpoint in the local
  * step_dir to dst (s3://bucket/prefix/step-N): its data files (objects already

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "common.h"
+#include "tsr_comm.h"
 
 struct tsr_comm {
     int is_mpi;

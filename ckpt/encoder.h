@@ -3,7 +3,7 @@
 #ifndef TSR_ENCODER_H
 #define TSR_ENCODER_H
 
-#include "tessera.h"
+#include "tsr_ckpt.h"
 
 typedef struct tsr_encoder tsr_encoder;
 

@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tessera.h"
+#include "tsr_ckpt.h"
 
 typedef struct tsr_store tsr_store;
 typedef struct tsr_rfile tsr_rfile;

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tessera.h"
+#include "tsr_ckpt.h"
 
 typedef struct s3_store s3_store;
 typedef struct s3_rfile s3_rfile;

@@ -5,6 +5,7 @@
 
 #include "casts.h"
 #include "common.h"
+#include "tsr_ckpt.h"
 
 /* Irwin-Hall sum of four 16-bit uniforms: mean 0, unit variance, Gaussian-like. */
 static inline float gaussish(uint64_t h) {

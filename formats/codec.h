@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tessera.h"
+#include "tsr_formats.h"
 
 /* Per-thread codec state (zstd contexts, scratch planes). Reused across frames. */
 typedef struct tsr_codec tsr_codec;

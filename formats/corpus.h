@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tessera.h"
+#include "tsr_formats.h"
 
 #define TSR_CORPUS_DOC_SEP 0x1e /* ASCII record separator: ends each document */
 #define TSR_CORPUS_DEFAULT_BYTES (8u << 20)

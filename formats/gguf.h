@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "tessera.h"
+#include "tsr_formats.h"
 
 /* value types of the key/value pairs */
 enum {

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tessera.h"
+#include "tsr_formats.h"
 
 #define TSR_MF_MAGIC "TSRMNFST"
 #define TSR_DATA_MAGIC "TSRDATA1"

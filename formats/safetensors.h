@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tessera.h"
+#include "tsr_formats.h"
 
 typedef struct tsr_st_entry {
     const char *name;

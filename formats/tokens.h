@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tessera.h"
+#include "tsr_formats.h"
 
 #define TSR_TOKENS_HEADER_INTS 256
 #define TSR_TOKENS_HEADER_BYTES (4 * TSR_TOKENS_HEADER_INTS)

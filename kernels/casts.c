@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "tessera.h"
+#include "tsr_base.h"
 
 static uint32_t f32_bits(float x) {
     uint32_t u;

@@ -19,7 +19,7 @@
 
 #include <string.h>
 
-#include "tessera.h"
+#include "tsr_base.h"
 
 #define BLK 64
 

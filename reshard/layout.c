@@ -9,7 +9,7 @@
 
 #include "common.h"
 #include "manifest.h"
-#include "tessera.h"
+#include "tsr_reshard.h"
 
 /* ------------------------------------------------------------ parse/format */
 

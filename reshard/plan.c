@@ -11,7 +11,7 @@
 #include <sys/mman.h>
 
 #include "common.h"
-#include "tessera.h"
+#include "tsr_reshard.h"
 
 /* ------------------------------------------------------------ radix sorts */
 

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "common.h" /* tsr_now, tsr_parse_size, tsr_parse_u64 */
+#include "tessera.h"
 
 /* Exit statuses of every command. */
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2 };

@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tessera.h"
+#include "tsr_ckpt.h"
 
 #define TSR_CONFIG_STR 512       /* bytes in a string value, with its NUL */
 #define TSR_CONFIG_WARNINGS 4096 /* bytes of warning text */

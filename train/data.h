@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "tessera.h"
+#include "tsr_ckpt.h"
 
 /* The position in the data: a plain value, copied into and out of checkpoints
  * (tsr_data_pos_encode/decode give its 24-byte little-endian form). */

@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #include "rope.h"
-#include "tessera.h"
+#include "tsr_ckpt.h"
 
 typedef struct tsr_model_args {
     char flavor[16];

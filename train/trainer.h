@@ -17,7 +17,7 @@
 
 #include "config.h"
 #include "model.h"
-#include "tessera.h"
+#include "tsr_ckpt.h"
 
 typedef struct tsr_trainer tsr_trainer;
 

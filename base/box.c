@@ -4,7 +4,7 @@
 #include <assert.h>
 #include <string.h>
 
-#include "tessera.h"
+#include "tsr_base.h"
 
 uint64_t tsr_box_volume(const tsr_box *b) {
     uint64_t v = 1;

@@ -1,7 +1,7 @@
 /* dtype.c: element types (FORMAT.md section 2). */
 #include <string.h>
 
-#include "tessera.h"
+#include "tsr_base.h"
 
 static const struct {
     const char *name;

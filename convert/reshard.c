@@ -14,7 +14,7 @@
 #include "common.h"
 #include "encoder.h"
 #include "pool.h"
-#include "tessera.h"
+#include "tsr_convert.h"
 
 tsr_reshard_opts tsr_reshard_opts_default(void) {
     tsr_reshard_opts o = {0};

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tessera.h"
+#include "tsr_base.h"
 
 /* tsr_err(): sets err (if non-NULL) to `code` and a printf-style message.
  * @return code, so that callers can write `return tsr_err(err, TSR_EIO, ...)`. */

@@ -1,0 +1,379 @@
+/* tsr_ckpt.h: the public part of ckpt/: saving, the distributed engine, folder
+ * locks, reading, synthetic content. Conventions: tessera.h. */
+#ifndef TSR_CKPT_H
+#define TSR_CKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tsr_comm.h"
+#include "tsr_reshard.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ saving */
+
+typedef struct tsr_write_opts {
+    int codec;          /* TSR_CODEC_*; default TSR_CODEC_AUTO */
+    int level;          /* zstd level; default 1 */
+    size_t frame_bytes; /* target raw bytes per frame; default 4 MiB */
+    int threads;        /* encoder threads; default: the online cores */
+    uint64_t expected_bytes; /* raw bytes this writer will store, if known (0: unknown):
+                                the data file is preallocated, so that writes do not
+                                extend it one by one */
+} tsr_write_opts;
+
+/* tsr_write_opts_default(): the defaults above. */
+tsr_write_opts tsr_write_opts_default(void);
+
+/* A save: one writer's part of one checkpoint. In a distributed save every
+ * writing rank opens a tsr_save on the same step directory with its own
+ * `file_id` (its data file data-<file_id>.tsd) and the same `save_id`; each
+ * rank calls tsr_save_finish() to get its table; rank 0 gathers the tables and
+ * calls tsr_save_commit(). A single process does all of it with file_id 0. */
+typedef struct tsr_save tsr_save;
+
+/* tsr_save_begin(): creates `step_dir` (and its parent) if needed and the data
+ * file data-<file_id>.tsd inside it. `save_id` (16 bytes) identifies this save
+ * in every file it writes; NULL draws a random one (single-process use).
+ * `opts` may be NULL for the defaults. */
+tsr_save *tsr_save_begin(const char *step_dir, uint32_t file_id, const uint8_t *save_id,
+                         const tsr_write_opts *opts, tsr_error *err);
+
+/* tsr_save_tensor(): declares a global tensor. Every box written of it later
+ * names it. `group` is a short name such as "model" or "optim" (NULL: "model");
+ * `placement` may be NULL (replicated everywhere). Names: 1..255 bytes of
+ * [A-Za-z0-9_.:+-], no empty dot-separated component, unique in the checkpoint. */
+int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
+                    uint32_t ndim, const uint64_t *shape, const tsr_placement *placement,
+                    tsr_error *err);
+
+/* tsr_save_box(): writes one box of a declared tensor: encodes it into frames on
+ * the thread pool and appends them to the data file. `data` is the box's
+ * memory. Returns once `data` is no longer needed. */
+int tsr_save_box(tsr_save *s, const char *name, const tsr_box *box, const void *data,
+                 tsr_error *err);
+
+/* tsr_save_blob(): writes a named blob of bytes. `rank` is -1 for a global blob
+ * or the rank that owns it (RNG state, ...). (name, rank) is unique. */
+int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data,
+                  size_t size, tsr_error *err);
+
+/* tsr_save_finish(): writes the last frames, fsyncs and closes the data file,
+ * and returns this writer's table (declared tensors, chunks, frames, blobs) as
+ * bytes in *table / *table_len (owned by `s`, valid until tsr_save_free). */
+int tsr_save_finish(tsr_save *s, const uint8_t **table, size_t *table_len, tsr_error *err);
+
+/* tsr_save_commit(): merges the tables of all writers (tables[i] from writer i;
+ * n == 0 uses this save's own table), checks that the chunks of every tensor
+ * cover it exactly once, and writes the MANIFEST atomically: temporary name,
+ * fsync, rename, fsync of the directory. Before it returns 0 nothing is
+ * committed. `layout` may be NULL (1,1,1,1). */
+int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *table_lens,
+                    size_t n, uint64_t step, const tsr_layout *layout, tsr_error *err);
+
+/* tsr_save_abort(): removes this writer's data file (and a temporary MANIFEST
+ * it may have left). Safe after any failure; the save cannot be used after. */
+void tsr_save_abort(tsr_save *s);
+
+/* tsr_save_free(): releases the save (does not remove files). NULL is a no-op. */
+void tsr_save_free(tsr_save *s);
+
+/* ------------------------------------------------------------------ engine */
+
+/* The distributed, asynchronous checkpoint engine (DESIGN.md, "Async save
+ * pipeline" and "Load and online resharding"). Every rank of a tsr_comm opens one
+ * on the same ROOT; saves and loads are collective. */
+typedef struct tsr_engine tsr_engine;
+typedef struct tsr_ckpt tsr_ckpt; /* an open checkpoint (section "reading") */
+
+typedef struct tsr_engine_opts {
+    tsr_write_opts write; /* codec, level, frame size, threads (0: the node's cores
+                             divided among the ranks mpirun placed on it) */
+    uint32_t keep_latest; /* retention: keep the newest K committed checkpoints; 0 keeps all */
+    int sync;             /* 1: tsr_engine_save returns after the commit */
+    /* Archiving (rank 0, in the background): each committed checkpoint of a step
+     * that is a multiple of archive_every is pushed to archive_url
+     * (s3://bucket/prefix; NULL or "" for none), where the newest archive_keep are
+     * kept (0 keeps all). Local retention leaves a checkpoint alone until it is
+     * archived. A failed push is retried, then logged; it never fails a save. */
+    const char *archive_url;
+    uint64_t archive_every; /* 0 or 1: every checkpoint */
+    uint32_t archive_keep;
+    /* Seconds rank 0 waits for the other ranks' reports at the end of a save (1800
+     * by default; 0 waits forever); the others wait twice as long for its
+     * verdict. A rank that misses it fails the save on every rank ("rank 2 did not
+     * report within 1800.0 s") instead of hanging it, and the engine then refuses
+     * further saves until it is restarted (tsr_engine_broken). The environment
+     * variable TSR_COMMIT_TIMEOUT (seconds) overrides it. */
+    double commit_timeout_s;
+    /* 1: rank 0 holds the lock of ROOT (tsr_folder_lock_take) for the engine's
+     * life, and tsr_engine_new fails on every rank, naming the holder, when
+     * another writer holds it. */
+    int lock_root;
+} tsr_engine_opts;
+tsr_engine_opts tsr_engine_opts_default(void);
+
+/* A rank's state: the global tensors (the same list, in the same order, on every
+ * rank), the boxes this rank holds with their memory, and blobs. A blob with rank
+ * -1 is global and taken from rank 0; any other rank value is this rank's own. */
+typedef struct tsr_state_box {
+    uint32_t tensor; /* index into tensors */
+    tsr_box box;
+    void *data;      /* the box's memory, row-major */
+} tsr_state_box;
+typedef struct tsr_state_blob {
+    const char *name;
+    int32_t rank;
+    const void *data;
+    size_t size;
+} tsr_state_blob;
+typedef struct tsr_state {
+    const tsr_tensor_decl *tensors;
+    size_t n_tensors;
+    const tsr_state_box *boxes;
+    size_t n_boxes;
+    const tsr_state_blob *blobs;
+    size_t n_blobs;
+    tsr_layout layout; /* recorded in the MANIFEST */
+} tsr_state;
+
+/* tsr_engine_new(): collective. `comm` must outlive the engine; the engine works
+ * on a duplicate of it from its own thread. */
+tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_opts *opts,
+                           tsr_error *err);
+/* tsr_engine_free(): waits for a save in flight and for the archiving of the
+ * committed checkpoints, then releases everything. */
+void tsr_engine_free(tsr_engine *e);
+
+/* tsr_engine_save(): collective. Waits for the previous save if one is in flight
+ * (tsr_engine_last_wait tells how long), plans which rank writes which box
+ * (replicas once, balanced by bytes; cached while the state's layout is
+ * unchanged), copies this rank's share into a staging arena allocated once, and
+ * returns: encoding, writing (io_uring), the commit of the MANIFEST by rank 0 and
+ * retention go on in the background. The state's memory may change as soon as it
+ * returns. A failure of the background work never touches earlier checkpoints
+ * and is reported by tsr_engine_poll / tsr_engine_wait. Before it saves, rank 0
+ * makes room in ROOT: retention (keep_latest) is applied to the committed steps
+ * (the newest is always kept), and uncommitted step directories, left by
+ * earlier failed or interrupted saves, are removed, so that a job whose saves
+ * filled the disk saves again once it keeps fewer checkpoints. */
+int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error *err);
+/* tsr_engine_save_dir(): the same, into the directory `dir` instead of
+ * ROOT/step-<step> (retention still applies to ROOT). */
+int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st,
+                        tsr_error *err);
+/* tsr_engine_reserve(): allocates (and populates) the staging arena for saves
+ * of up to `bytes` of this rank's state now, so that the first save costs a
+ * save's memcpy and no allocation. Not collective. */
+int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err);
+/* tsr_engine_poll(): *done = 1 when no save is in flight; then returns the status
+ * of the last save (0 if it committed). Not collective. */
+int tsr_engine_poll(tsr_engine *e, int *done, tsr_error *err);
+/* tsr_engine_wait(): blocks until no save is in flight; the last save's status. */
+int tsr_engine_wait(tsr_engine *e, tsr_error *err);
+/* Seconds the last tsr_engine_save waited for the previous save, and the seconds
+ * it blocked the caller in all (wait, plan, staging). */
+double tsr_engine_last_wait(const tsr_engine *e);
+double tsr_engine_last_stall(const tsr_engine *e);
+/* tsr_engine_broken(): 1 once a commit exchange timed out on this rank or, as
+ * the next save learns, on another: every later save fails, and the job should
+ * stop and restart from its last committed checkpoint. */
+int tsr_engine_broken(tsr_engine *e);
+
+/* tsr_engine_continue_from(): the state was loaded from `step`, and the job goes
+ * on from there: the steps after it are an abandoned future. The first save
+ * after this call moves every committed step directory of ROOT after `step`
+ * aside (renamed step-N.abandoned-<UTC time>, never deleted; logged), so that
+ * the latest step and retention see only the new future. Not collective. */
+void tsr_engine_continue_from(tsr_engine *e, uint64_t step);
+
+/* tsr_engine_load(): collective. Loads the checkpoint in step_dir (NULL: the
+ * newest committed one under ROOT) into the boxes of `st`, in whatever layout
+ * they are: each distinct box is read by one of the ranks that need it (only the
+ * frames that overlap it, checksums checked) and sent to the others. Tensors are
+ * matched by name; a tensor missing from the checkpoint or of another dtype or
+ * shape is an error naming it, found before any data is read. On success, and if
+ * ck_out is not NULL, *ck_out is the open checkpoint (for its blobs and step);
+ * close it with tsr_ckpt_close. TSR_ENOTFOUND when ROOT holds no checkpoint. */
+int tsr_engine_load(tsr_engine *e, const char *step_dir, const tsr_state *st, tsr_ckpt **ck_out,
+                    tsr_error *err);
+
+/* Every function below that takes a directory (root or step directory) also
+ * takes an object-store location, s3://bucket/prefix. */
+
+/* tsr_list_steps(): the step directories under root, sorted by step, into *out
+ * (malloc'ed; free() it) and *n. @return 0, or TSR_ENOTFOUND if root cannot be
+ * read. */
+typedef struct tsr_step_info {
+    uint64_t step;
+    int committed; /* holds a MANIFEST (not validated) */
+    char name[64]; /* the directory's name */
+} tsr_step_info;
+int tsr_list_steps(const char *root, tsr_step_info **out, size_t *n);
+
+/* tsr_latest_step(): the newest committed step under root (into *step and, if
+ * dir is not NULL, its path). @return 0, or TSR_ENOTFOUND. */
+int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len);
+
+/* tsr_remove_step_dir(): removes a step directory, its MANIFEST first. */
+int tsr_remove_step_dir(const char *dir, tsr_error *err);
+
+/* tsr_list_abandoned_steps(): the step directories under root that a rewind
+ * moved aside (named step-N.abandoned-<time>, see tsr_engine_continue_from),
+ * sorted by step, like tsr_list_steps. tsr_list_steps, tsr_latest_step and
+ * retention never see them. */
+int tsr_list_abandoned_steps(const char *root, tsr_step_info **out, size_t *n);
+
+/* One writer per checkpoint folder. tsr_folder_lock_take(): with `create`, takes
+ * an exclusive lock on the folder `dir` (made if missing) until
+ * tsr_folder_lock_release: flock(2) on dir/LOCK, a file that names the holder
+ * ("host H, pid P, started T"); the lock dies with its process. On object
+ * storage (s3://) it puts the lease object dir/LOCK instead, removed on release
+ * (a holder that died leaves it: remove it by hand). Without `create`, only
+ * checks that nobody holds it (*out stays NULL). @return 0, or TSR_EBUSY with a
+ * message that names the holder. */
+typedef struct tsr_folder_lock tsr_folder_lock;
+int tsr_folder_lock_take(const char *dir, int create, tsr_folder_lock **out, tsr_error *err);
+/* tsr_folder_lock_for_ckpt(): the lock for writing the checkpoint directory
+ * ckpt_dir: its parent folder's lock, taken when ckpt_dir is named step-N,
+ * else only checked. */
+int tsr_folder_lock_for_ckpt(const char *ckpt_dir, tsr_folder_lock **out, tsr_error *err);
+void tsr_folder_lock_release(tsr_folder_lock *l);
+
+/* ----------------------------------------------------------------- reading */
+
+typedef struct tsr_tensor_info {
+    const char *name;   /* owned by the tsr_ckpt */
+    const char *group;
+    int dtype;
+    uint32_t ndim;
+    uint64_t shape[TSR_MAX_DIMS];
+    tsr_placement placement;
+    uint32_t n_chunks;
+    uint64_t raw_bytes;    /* volume * element size */
+    uint64_t stored_bytes; /* sum of the stored sizes of its frames */
+} tsr_tensor_info;
+
+typedef struct tsr_chunk_info {
+    uint32_t tensor;   /* tensor index */
+    uint32_t file_id;  /* data-<file_id>.tsd */
+    tsr_box box;       /* in global indices */
+    uint32_t n_frames;
+    uint32_t split_dim;   /* frames cut along this dim ... */
+    uint64_t frame_rows;  /* ... this many indices each (FORMAT.md, "Frames") */
+    uint32_t first_frame; /* index of its first frame */
+} tsr_chunk_info;
+
+typedef struct tsr_frame_info {
+    uint32_t file_id;
+    uint64_t offset, stored_size, raw_size;
+    uint64_t raw_hash, stored_hash; /* XXH3-64 */
+    int codec;                      /* TSR_CODEC_RAW/ZSTD/BYTEGROUP */
+} tsr_frame_info;
+
+typedef struct tsr_blob_info {
+    const char *name;
+    int32_t rank; /* -1: global */
+    uint64_t size;
+    uint32_t file_id;
+    uint32_t n_frames, first_frame;
+} tsr_blob_info;
+
+typedef struct tsr_file_info {
+    uint32_t file_id;
+    uint64_t size;
+} tsr_file_info;
+
+/* tsr_ckpt_open(): reads and validates the MANIFEST of a committed checkpoint
+ * directory. Data files are opened on first use. */
+tsr_ckpt *tsr_ckpt_open(const char *step_dir, tsr_error *err);
+void tsr_ckpt_close(tsr_ckpt *ck); /* NULL is a no-op */
+/* tsr_ckpt_read_manifest(): the MANIFEST bytes of step_dir (malloc'ed), unparsed;
+ * tsr_ckpt_open_manifest(): opens step_dir with MANIFEST bytes read elsewhere (by
+ * one rank, broadcast to the others). */
+int tsr_ckpt_read_manifest(const char *step_dir, uint8_t **buf, size_t *len, tsr_error *err);
+tsr_ckpt *tsr_ckpt_open_manifest(const char *step_dir, const uint8_t *buf, size_t len, tsr_error *err);
+
+uint64_t tsr_ckpt_step(const tsr_ckpt *ck);
+/* tsr_ckpt_version(): the MANIFEST's format version (major << 16 | minor). */
+uint32_t tsr_ckpt_version(const tsr_ckpt *ck);
+const uint8_t *tsr_ckpt_save_id(const tsr_ckpt *ck); /* 16 bytes */
+tsr_layout tsr_ckpt_layout(const tsr_ckpt *ck);
+const char *tsr_ckpt_dir(const tsr_ckpt *ck);
+
+size_t tsr_ckpt_n_tensors(const tsr_ckpt *ck);
+size_t tsr_ckpt_n_chunks(const tsr_ckpt *ck);
+size_t tsr_ckpt_n_frames(const tsr_ckpt *ck);
+size_t tsr_ckpt_n_blobs(const tsr_ckpt *ck);
+size_t tsr_ckpt_n_files(const tsr_ckpt *ck);
+
+/* Table accessors: index < count, else TSR_EINVAL. */
+int tsr_ckpt_tensor(const tsr_ckpt *ck, size_t i, tsr_tensor_info *out);
+int tsr_ckpt_chunk(const tsr_ckpt *ck, size_t i, tsr_chunk_info *out);
+int tsr_ckpt_frame(const tsr_ckpt *ck, size_t i, tsr_frame_info *out);
+int tsr_ckpt_blob(const tsr_ckpt *ck, size_t i, tsr_blob_info *out);
+int tsr_ckpt_file(const tsr_ckpt *ck, size_t i, tsr_file_info *out);
+
+/* tsr_ckpt_find(): the index of the tensor named `name`, or -1. O(log n). */
+long tsr_ckpt_find(const tsr_ckpt *ck, const char *name);
+/* tsr_ckpt_find_blob(): the index of blob (name, rank), or -1. */
+long tsr_ckpt_find_blob(const tsr_ckpt *ck, const char *name, int32_t rank);
+
+/* tsr_ckpt_read(): fills `dst` (the memory of `box`, row-major) with the
+ * elements of tensor `tensor` inside `box`, which must lie inside the tensor's
+ * shape. Reads and decodes only the frames that overlap the box, checking the
+ * checksums of each. Thread-safe on one tsr_ckpt. */
+int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst,
+                  tsr_error *err);
+
+/* tsr_ckpt_read_chunk(): reads `region` of stored chunk `chunk` into dst, the
+ * memory of dst_box; region must lie inside both. Decodes only the frames of the
+ * chunk that overlap the region. With tsr_plan_overlaps, the way to read many
+ * boxes at once. Thread-safe. */
+int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst,
+                        const tsr_box *dst_box, tsr_error *err);
+
+/* tsr_ckpt_read_blob(): copies blob `i` (size bytes) into dst. Thread-safe. */
+int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err);
+
+/* tsr_ckpt_verify(): checks every rule of FORMAT.md that the MANIFEST alone
+ * cannot show: every data file's size and header, every frame's checksums and
+ * decoding, every padding byte. Calls `problem` once per problem found with a
+ * message naming file, tensor and frame (it may be NULL).
+ * @return the number of problems (0: the checkpoint is sound), or a negative
+ * tsr_status if the check itself could not run. */
+typedef void (*tsr_problem_fn)(void *user, const char *msg);
+long tsr_ckpt_verify(tsr_ckpt *ck, tsr_problem_fn problem, void *user, int threads,
+                     tsr_error *err);
+
+/* tsr_ckpt_is_committed(): 1 if `step_dir` holds a MANIFEST file, else 0
+ * (it does not validate it; tsr_ckpt_open does). */
+int tsr_ckpt_is_committed(const char *step_dir);
+
+/* tsr_step_dir_name(): writes "step-%08llu" into buf. */
+void tsr_step_dir_name(uint64_t step, char *buf, size_t len);
+/* tsr_parse_step_dir(): 1 and *step if `name` is a step directory name. */
+int tsr_parse_step_dir(const char *name, uint64_t *step);
+
+/* --------------------------------------------------------------- synthetic */
+
+/* The synthetic content used by tests and benchmarks: each element is a
+ * deterministic function of the tensor name and its global row-major element
+ * index. Float dtypes get Gaussian-like values with standard deviation 0.02;
+ * integer dtypes get a hash of the index; bool gets 0/1. */
+
+/* tsr_synth_fill(): fills the memory of `box` of tensor (name, dtype, shape). */
+void tsr_synth_fill(const char *name, int dtype, uint32_t ndim, const uint64_t *shape,
+                    const tsr_box *box, void *dst);
+/* tsr_synth_check(): compares the memory of `box` with the synthetic content,
+ * bit for bit. @return 0 if every element matches; otherwise 1, with the global
+ * index (per dim) of the first wrong element in bad_index (may be NULL). */
+int tsr_synth_check(const char *name, int dtype, uint32_t ndim, const uint64_t *shape,
+                    const tsr_box *box, const void *data, uint64_t *bad_index);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

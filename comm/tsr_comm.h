@@ -1,0 +1,104 @@
+/* tsr_comm.h: the public part of comm/: a group of ranks and its collectives.
+ * Conventions: tessera.h. */
+#ifndef TSR_COMM_H
+#define TSR_COMM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tsr_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------ communication */
+
+/* A group of ranks and the collectives tessera needs, behind one interface: MPI
+ * over host memory now, NCCL over device memory later. Blocking; every rank of
+ * the group calls a collective in the same order. A tsr_comm may be used from one
+ * thread at a time; the engine duplicates the caller's for its own thread. */
+typedef struct tsr_comm tsr_comm;
+
+/* tsr_comm_self(): a group of one rank (no MPI needed). */
+tsr_comm *tsr_comm_self(void);
+/* tsr_comm_mpi_world(): MPI_COMM_WORLD, initializing MPI (with
+ * MPI_THREAD_MULTIPLE) if it is not yet; tsr_comm_free finalizes what it
+ * initialized. */
+tsr_comm *tsr_comm_mpi_world(tsr_error *err);
+/* tsr_comm_dup(): a new communicator over the same ranks (collective). */
+tsr_comm *tsr_comm_dup(tsr_comm *c, tsr_error *err);
+void tsr_comm_free(tsr_comm *c);
+uint32_t tsr_comm_rank(const tsr_comm *c);
+uint32_t tsr_comm_size(const tsr_comm *c);
+
+/* tsr_comm_split(): collective; the ranks passing the same color >= 0 form a new
+ * communicator (ordered by key, then rank); color -1 gets NULL and no error. */
+tsr_comm *tsr_comm_split(tsr_comm *c, int color, int key, tsr_error *err);
+
+int tsr_comm_barrier(tsr_comm *c, tsr_error *err);
+/* tsr_comm_barrier_idle(): a barrier that sleeps (1 ms polls) instead of
+ * spinning, for ranks that wait a long time and should leave the cores to
+ * those that work. */
+int tsr_comm_barrier_idle(tsr_comm *c, tsr_error *err);
+/* tsr_comm_bcast(): root's n bytes at buf to every rank. */
+int tsr_comm_bcast(tsr_comm *c, uint32_t root, void *buf, size_t n, tsr_error *err);
+/* tsr_comm_allreduce_min(): the minimum of every rank's *v, into *v everywhere. */
+int tsr_comm_allreduce_min(tsr_comm *c, int64_t *v, tsr_error *err);
+/* tsr_comm_allgatherv(): every rank's n bytes, concatenated in rank order into
+ * *all (malloc'ed) on every rank; counts[r] (malloc'ed, size ranks) is rank r's
+ * byte count. */
+int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, size_t **counts,
+                        tsr_error *err);
+/* tsr_comm_gatherv(): like allgatherv, but only `root` receives (*all and
+ * *counts are NULL elsewhere). */
+int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint8_t **all,
+                     size_t **counts, tsr_error *err);
+/* Exchanges with a deadline, for work that must not hang on a rank that never
+ * arrives (the engine's commit): point to point under `tag`, polled with short
+ * sleeps instead of blocking. Only receivers wait: a sender returns at once and
+ * the comm keeps its copy of the message until it is taken. timeout_s <= 0 waits
+ * forever. Each rank's n must be below 2 GiB. A message that comes after its
+ * receiver gave up is never received: a group that timed out should not run
+ * such an exchange again (the engine stops saving). A timeout is TSR_EIO with a
+ * message naming the ranks, e.g. "ranks 3, 5 did not report within 2.0 s".
+ * tsr_comm_gatherv_deadline(): as tsr_comm_gatherv; the root waits until
+ * timeout_s for the others' messages. */
+int tsr_comm_gatherv_deadline(tsr_comm *c, uint32_t root, int tag, const void *buf, size_t n,
+                              double timeout_s, uint8_t **all, size_t **counts, tsr_error *err);
+/* tsr_comm_bcast_deadline(): root's n bytes at buf to every rank; the others
+ * wait until timeout_s for them ("rank 0 did not answer within 2.0 s"). */
+int tsr_comm_bcast_deadline(tsr_comm *c, uint32_t root, int tag, void *buf, size_t n, double timeout_s,
+                            tsr_error *err);
+/* tsr_comm_iprobe(): 1 if a message from peer with tag is waiting, else 0. Not
+ * collective, never blocks. */
+int tsr_comm_iprobe(tsr_comm *c, uint32_t peer, int tag);
+/* Sums of f32/f64 data (training). allreduce: in place. allgatherv: rank i's
+ * counts[i] elements (send; may be recv + its displacement) concatenated in rank
+ * order into recv. reduce_scatterv: the elementwise sum over ranks of send (the
+ * sum of counts elements) scattered: rank i gets counts[i] elements into recv.
+ * Every rank computes the same result, bit for bit, run after run. */
+int tsr_comm_allreduce_sum_f32(tsr_comm *c, float *buf, size_t n, tsr_error *err);
+int tsr_comm_allreduce_sum_f64(tsr_comm *c, double *buf, size_t n, tsr_error *err);
+int tsr_comm_allgatherv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
+                            tsr_error *err);
+int tsr_comm_reduce_scatterv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
+                                 tsr_error *err);
+/* Point to point: a message of n bytes with a tag (0..32767). Messages between
+ * two ranks with one tag arrive in the order they were sent. */
+int tsr_comm_send(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n, tsr_error *err);
+int tsr_comm_recv(tsr_comm *c, uint32_t peer, int tag, void *buf, size_t n, tsr_error *err);
+/* Nonblocking point to point: requests collect in a tsr_comm_reqs, and
+ * tsr_comm_waitall completes all of them (and empties the set). */
+typedef struct tsr_comm_reqs tsr_comm_reqs;
+tsr_comm_reqs *tsr_comm_reqs_new(void);
+void tsr_comm_reqs_free(tsr_comm_reqs *r);
+int tsr_comm_isend(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n, tsr_comm_reqs *r,
+                   tsr_error *err);
+int tsr_comm_irecv(tsr_comm *c, uint32_t peer, int tag, void *buf, size_t n, tsr_comm_reqs *r,
+                   tsr_error *err);
+int tsr_comm_waitall(tsr_comm *c, tsr_comm_reqs *r, tsr_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

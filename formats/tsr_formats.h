@@ -1,0 +1,49 @@
+/* tsr_formats.h: the public part of formats/: how a tensor is placed on the rank
+ * mesh and the layout a checkpoint records (FORMAT.md). Conventions: tessera.h. */
+#ifndef TSR_FORMATS_H
+#define TSR_FORMATS_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tsr_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --------------------------------------------------------------- placement */
+
+/* How a tensor is laid out over the rank mesh [pp][dp_replicate][dp_shard][tp]
+ * (DESIGN.md). Recorded with every tensor so that tools can compute any target
+ * layout from mesh degrees alone. */
+enum { TSR_PP_ALL = 0, TSR_PP_FIRST = 1, TSR_PP_LAST = 2, TSR_PP_LAYER = 3 };
+typedef struct tsr_placement {
+    int8_t tp_dim;   /* the dim split over tp ranks, or -1: replicated over tp */
+    uint8_t fsdp;    /* 1: dim 0 of the TP-local piece split over dp_shard */
+    uint8_t pp_role; /* TSR_PP_*: which pipeline stages hold the tensor */
+    int32_t layer;   /* with TSR_PP_LAYER: the layer index; else -1 */
+} tsr_placement;
+
+/* The layout a checkpoint was saved with. */
+#define TSR_LAYOUT_FLAT 1u /* flat (ZeRO-style) sharding of each group */
+typedef struct tsr_layout {
+    uint32_t pp, dp_replicate, dp_shard, tp; /* mesh degrees, each >= 1 */
+    uint32_t n_layers;                       /* layers split over pp stages */
+    uint32_t flags;                          /* TSR_LAYOUT_* */
+} tsr_layout;
+
+/* ------------------------------------------------------------------ codecs */
+
+/* How a frame is encoded (FORMAT.md, "Frames"). */
+enum {
+    TSR_CODEC_AUTO = -1,     /* bytegroup for f32/f16/bf16, zstd otherwise, raw
+                                where encoding gains nothing (the default) */
+    TSR_CODEC_RAW = 0,
+    TSR_CODEC_ZSTD = 1,
+    TSR_CODEC_BYTEGROUP = 2,
+};
+
+#ifdef __cplusplus
+}
+#endif
+#endif
