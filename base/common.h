@@ -103,6 +103,8 @@ int tsr_parse_u64(const char *s, uint64_t *out);
 /* tsr_now(): seconds on the monotonic clock. */
 double tsr_now(void);
 
+/* tsr_remove_tree(): rm -r of a directory that tessera made itself (best effort). */
+void tsr_remove_tree(const char *dir);
 /* tsr_mkdir_p(): creates a directory and its missing parents (mode 0755).
  * @return 0, or the errno of the first mkdir that failed. */
 int tsr_mkdir_p(const char *path);

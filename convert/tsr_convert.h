@@ -39,6 +39,64 @@ typedef struct tsr_reshard_opts {
 tsr_reshard_opts tsr_reshard_opts_default(void);
 int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts *o, tsr_error *err);
 
+
+/* ------------------------------------------------------------------ export */
+
+/* tsr_export(): the model of the committed checkpoint step_dir (any layout, any
+ * dtype; only the model's tensors are read) for inference:
+ *  - safetensors (gguf 0): out is a folder that receives a Hugging Face
+ *    LlamaForCausalLM: config.json, the byte-level tokenizer (tokenizer.json,
+ *    tokenizer_config.json, special_tokens_map.json: one id per byte, no BOS
+ *    added) and model.safetensors, or model-0000K-of-0000N.safetensors files of
+ *    at most shard_size bytes with model.safetensors.index.json. Tensors get
+ *    Hugging Face's names; q and k are permuted to its rotary convention.
+ *  - GGUF (gguf 1): out is a v3 file that llama.cpp loads as a llama model:
+ *    llama.* and general.* keys, the byte-level tokenizer (a byte-level BPE
+ *    without merges), tensors token_embd, blk.N.attn_q, ..., output_norm, output
+ *    (dims innermost first, 32-byte aligned), norms in f32.
+ * Matrices (every tensor, for safetensors) are written in dtype. Both give the
+ * model's context length (max_seq_len of its train.model blob). Files are
+ * written under temporary names (a .tessera-tmp-PID directory next to them) and
+ * renamed into place, config.json last, only when all are complete and synced:
+ * a failed export leaves nothing, a killed one only that directory. A full disk
+ * is TSR_ENOSPC naming the file. *info (may be NULL) receives what was written. */
+typedef struct tsr_export_opts {
+    int gguf;            /* 1: GGUF; 0: safetensors */
+    int dtype;           /* TSR_F32, TSR_BF16 or TSR_F16; 0: the dtype of the
+                            checkpoint's matrices when they all have the same of
+                            those, else f32 */
+    uint64_t shard_size; /* safetensors: bytes per file; default 2 GiB */
+} tsr_export_opts;
+typedef struct tsr_export_info {
+    size_t n_tensors;
+    uint64_t bytes;  /* GGUF: the file's size; safetensors: tensor data */
+    size_t n_files;  /* safetensors files (1 for GGUF) */
+    int dtype;       /* the dtype of the matrices */
+} tsr_export_info;
+tsr_export_opts tsr_export_opts_default(void);
+int tsr_export(const char *step_dir, const char *out, const tsr_export_opts *o, tsr_export_info *info,
+               tsr_error *err);
+
+
+/* ------------------------------------------------------------------ import */
+
+/* tsr_import(): the Hugging Face LlamaForCausalLM in folder hf (config.json, and
+ * model.safetensors or the files that model.safetensors.index.json lists; f32,
+ * bf16, f16 or f64 tensors) as a committed tessera checkpoint in out, in f32, in
+ * `layout` (NULL: one rank): q and k go back from Hugging Face's rotary
+ * convention to Meta's, and the model's shapes go into the train.model blob (its
+ * context length from max_position_embeddings, 2048 when config.json has none).
+ * An out that already holds a committed checkpoint is TSR_EINVAL; a missing or
+ * bad key of config.json, or a tensor missing or of another shape, is an error
+ * naming it. *info (may be NULL) receives the shapes' flavor, the parameter count
+ * and the layout written. */
+typedef struct tsr_import_info {
+    char flavor[16];
+    uint64_t n_params;
+    tsr_layout layout;
+} tsr_import_info;
+int tsr_import(const char *hf, const char *out, const tsr_layout *layout, tsr_import_info *info, tsr_error *err);
+
 #ifdef __cplusplus
 }
 #endif

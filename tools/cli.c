@@ -4,7 +4,6 @@
 #include <cblas.h>
 #include <dirent.h>
 #include <errno.h>
-#include <ftw.h>
 #include <limits.h>
 #include <omp.h>
 #include <stdarg.h>
@@ -133,14 +132,6 @@ tsr_comm *tsr_cli_comm(const char *cmd) {
     if (!c) fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
     return c;
 }
-
-static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    remove(path);
-    return 0;
-}
-
-void tsr_remove_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 static void upload_progress(void *user, uint64_t n) { tsr_progress_add(user, n); }
 

@@ -48,8 +48,6 @@ void tsr_progress_end(tsr_progress *p);
  * `dir` (opening it then reports the problem). */
 void tsr_resolve_ckpt_dir(const char *cmd, const char *dir, char *out, size_t len);
 
-/* tsr_remove_tree(): rm -r of a directory the command made itself (best effort). */
-void tsr_remove_tree(const char *dir);
 
 /* tsr_upload_dir(): uploads the regular file `local` to the object url, or each
  * regular file in the directory `local` to url/NAME (in name order, config.json
