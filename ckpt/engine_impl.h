@@ -4,7 +4,9 @@
  *   engine_plan.c  which rank writes which box (cached per layout), shared with load
  *   engine_save.c  a save's phases: plan (agreement, room, the cached plan), stage,
  *                  and in the background the write and the commit exchange
- *   engine_load.c  load: read what is needed once, send it to the ranks that need it */
+ *   engine_load.c  a load's phases: plan, read (what is needed, once), send, agree
+ * The engine reads checkpoints through the reader's calls (tsr_ckpt_*): it knows
+ * boxes and chunks, not the format's frames. */
 #ifndef TSR_ENGINE_IMPL_H
 #define TSR_ENGINE_IMPL_H
 
@@ -23,11 +25,9 @@
 #include "archive.h"
 #include "common.h"
 #include "encoder.h"
-#include "manifest.h"
 #include "pool.h"
 #include "store.h"
 
-#define TAG_MOD 32000
 /* Room for an error message that travels between ranks. */
 #define MSG_LEN 1024
 
