@@ -1,14 +1,17 @@
-/* engine.c: the distributed, asynchronous checkpoint engine.
+/* engine.c: the distributed, asynchronous checkpoint engine: its life cycle.
  *
- * Save: plan (cached) -> stage into one arena (the only part the caller waits
- * for) -> in a background thread: encode and write this rank's data file through
- * tsr_save (thread pool, io_uring), gather every rank's table and status on rank
- * 0, commit the MANIFEST there, broadcast the outcome, and on failure remove this
- * save's files everywhere. That exchange has a deadline (commit_timeout_s): a
- * rank that misses it fails the save, and the engine then refuses to save again,
- * since its background comm may still deliver the late rank's message.
- * Load: rank 0 reads the MANIFEST and broadcasts it; each distinct needed box is
- * read by one rank that needs it and sent to the others. */
+ * Save (engine_save.c): plan (cached) -> stage into one arena (the only part the
+ * caller waits for) -> in a background thread: encode and write this rank's data
+ * file through tsr_save (thread pool, io_uring), gather every rank's table and
+ * status on rank 0, commit the MANIFEST there, broadcast the outcome, and on
+ * failure remove this save's files everywhere. That exchange has a deadline
+ * (commit_timeout_s): a rank that misses it fails the save, and the engine then
+ * refuses to save again, since its background comm may still deliver the late
+ * rank's message.
+ * Load (engine_load.c): rank 0 reads the MANIFEST and broadcasts it; each distinct
+ * needed box is read by one rank that needs it and sent to the others.
+ * This file holds the background thread and runs a save's phases in order; the
+ * phase files never call back into it. */
 #include "engine_impl.h"
 
 /* Threads per rank when the caller leaves it open: the node's cores shared among
@@ -28,14 +31,6 @@ tsr_engine_opts tsr_engine_opts_default(void) {
     return (tsr_engine_opts){.write = tsr_write_opts_default(), .commit_timeout_s = 1800};
 }
 
-void engine_job_clear(job *j) {
-    free(j->tensors);
-    free(j->names);
-    free(j->boxes);
-    free(j->blobs);
-    memset(j, 0, sizeof *j);
-}
-
 void tsr_engine_continue_from(tsr_engine *e, uint64_t step) {
     e->continue_from = step;
     e->rewind_pending = 1;
@@ -50,8 +45,12 @@ static void *bg_main(void *arg) {
         if (e->stop && !e->pending) break;
         e->pending = 0;
         pthread_mutex_unlock(&e->mu);
-        engine_run_job(e);
+        tsr_error err;
+        int broken = 0, rc = engine_run_job(e, &err, &broken);
         pthread_mutex_lock(&e->mu);
+        e->last_status = rc;
+        e->last_err = rc ? err : (tsr_error){0};
+        e->broken |= broken;
         e->busy = 0;
         pthread_cond_broadcast(&e->cv);
     }
@@ -173,3 +172,44 @@ int tsr_engine_broken(tsr_engine *e) {
     return b;
 }
 
+
+/* ------------------------------------------------------------------ save */
+
+int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err) {
+    tsr_engine_wait(e, NULL); /* the arena is not in use */
+    return engine_arena_reserve(e, bytes, err);
+}
+
+int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error *err) {
+    char name[32], dir[PATH_MAX + 40];
+    tsr_step_dir_name(step, name, sizeof name);
+    snprintf(dir, sizeof dir, "%s/%s", e->root, name);
+    return tsr_engine_save_dir(e, dir, step, st, err);
+}
+
+/* The previous save done, then plan and stage here; the write and the commit
+ * exchange are handed to the background thread. */
+int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
+    double t0 = tsr_now();
+    tsr_error prev;
+    if (tsr_engine_wait(e, &prev)) tsr_log(1, "previous save failed: %s", prev.msg);
+    e->last_wait = tsr_now() - t0;
+    int broken = tsr_engine_broken(e);
+    int rc = engine_save_plan(e, step, st, &broken, err);
+    if (broken) {
+        pthread_mutex_lock(&e->mu);
+        e->broken = 1;
+        pthread_mutex_unlock(&e->mu);
+    }
+    if (!rc) rc = engine_stage(e, dir, step, st, err);
+    if (rc) return rc;
+    pthread_mutex_lock(&e->mu);
+    e->busy = 1;
+    e->pending = 1;
+    e->last_status = 0;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    e->last_stall = tsr_now() - t0;
+    if (e->opts.sync) return tsr_engine_wait(e, err);
+    return 0;
+}

@@ -1,9 +1,12 @@
 /* engine_impl.h: the checkpoint engine's state, shared by its parts. Internal.
- *   engine.c       the life cycle: options, the background thread, new, free, wait
+ *   engine.c       the life cycle: options, the background thread, new, free, wait,
+ *                  and a save's steps in order; it calls down into the others
  *   engine_plan.c  which rank writes which box (cached per layout), shared with load
- *   engine_save.c  retention and rewinding, staging, and the background write and
- *                  commit of a save (run_job)
- *   engine_load.c  load: read what is needed once, send it to the ranks that need it */
+ *   engine_save.c  a save's phases: plan (agreement, room, the cached plan), stage,
+ *                  and in the background the write and the commit exchange
+ *   engine_load.c  a load's phases: plan, read (what is needed, once), send, agree
+ * The engine reads checkpoints through the reader's calls (tsr_ckpt_*): it knows
+ * boxes and chunks, not the format's frames. */
 #ifndef TSR_ENGINE_IMPL_H
 #define TSR_ENGINE_IMPL_H
 
@@ -22,16 +25,11 @@
 #include "archive.h"
 #include "common.h"
 #include "encoder.h"
-#include "manifest.h"
 #include "pool.h"
 #include "store.h"
 
-#define TAG_MOD 32000
+/* Room for an error message that travels between ranks. */
 #define MSG_LEN 1024
-/* The commit exchange on the background comm: reports to rank 0, its verdict back. */
-#define TAG_REPORT 1
-#define TAG_VERDICT 2
-#define VERDICT_BROKEN 1u /* flag: a rank missed the exchange; its message may come later */
 
 typedef struct staged {
     uint32_t tensor;
@@ -102,10 +100,25 @@ typedef struct all_boxes {
     size_t *n_held;
 } all_boxes;
 
-/* engine.c */
+/* engine_save.c: the phases of a save, called by engine.c in this order. */
+/* engine_save_plan(): every rank learns whether all states are valid and every
+ * engine can save (*broken: this engine cannot, since an earlier commit exchange
+ * timed out; set when another rank reports it); then rank 0 makes room
+ * (retention, rewinding) and the plan is refreshed if the layout changed.
+ * Collective on e->comm. */
+int engine_save_plan(tsr_engine *e, uint64_t step, const tsr_state *st, int *broken, tsr_error *err);
+/* engine_stage(): copies this rank's boxes and blobs into the arena and fills
+ * e->job for a save of `step` into `dir`. The background thread must be idle. */
+int engine_stage(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err);
+/* engine_run_job(): in the background thread: writes this rank's data file, then
+ * the commit exchange with its deadline. @return the save's status (err says
+ * why); *broken when the exchange may have left a late message on e->bg. */
+int engine_run_job(tsr_engine *e, tsr_error *err, int *broken);
+/* engine_arena_reserve(): the staging arena holds at least `need` bytes
+ * (mapped, touched and, where allowed, locked). */
+int engine_arena_reserve(tsr_engine *e, size_t need, tsr_error *err);
 void engine_job_clear(job *j);
-/* engine_save.c: the background save: write this rank's file, the commit exchange */
-void engine_run_job(tsr_engine *e);
+
 /* engine_plan.c */
 void engine_all_boxes_free(all_boxes *a);
 int engine_gather_boxes(tsr_comm *c, const tsr_state *st, all_boxes *out, tsr_error *err);

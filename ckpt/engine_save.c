@@ -1,7 +1,30 @@
-/* engine_save.c: a save: room made first (retention, rewinding), the state
- * staged into the arena, then in the background this rank's data file written
- * and the commit exchange with its deadline. */
+/* engine_save.c: the phases of a save; engine.c runs them in this order.
+ *   plan    every rank agrees that it can save; rank 0 makes room (rewinding,
+ *           retention); the cached plan of which rank writes which box
+ *   stage   this rank's boxes and blobs copied into the arena: the only part the
+ *           caller waits for
+ *   write   in the background: this rank's data file, through tsr_save
+ *   commit  in the background: the commit exchange. Every rank reports to rank 0,
+ *           which commits the MANIFEST when all succeeded and sends its verdict
+ *           back; a failed save's files are removed, a committed step is queued
+ *           for archiving and retention runs. The exchange has a deadline
+ *           (commit_timeout_s): a rank that misses it fails the save, and the
+ *           engine then refuses to save again, since its background comm may
+ *           still deliver the late rank's message. */
 #include "engine_impl.h"
+
+/* The commit exchange on the background comm: reports to rank 0, its verdict back. */
+#define TAG_REPORT 1
+#define TAG_VERDICT 2
+#define VERDICT_BROKEN 1u /* flag: a rank missed the exchange; its message may come later */
+
+void engine_job_clear(job *j) {
+    free(j->tensors);
+    free(j->names);
+    free(j->boxes);
+    free(j->blobs);
+    memset(j, 0, sizeof *j);
+}
 
 /* ------------------------------------------------------------ retention */
 
@@ -88,121 +111,149 @@ static void make_room(tsr_engine *e) {
 }
 
 
-/* ------------------------------------------------------------ background */
+/* ----------------------------------------------------------------- plan */
 
-void engine_run_job(tsr_engine *e) {
-    job *j = &e->job;
-
-    tsr_error err = {0};
-    int rc = 0;
-    tsr_save *s = NULL;
-    if (tsr_ckpt_is_committed(j->dir))
-        rc = tsr_err(&err, TSR_EINVAL, "%s: already holds a committed checkpoint", j->dir);
-    if (!rc) {
-        tsr_write_opts wo = e->opts.write;
-        wo.expected_bytes = j->staged_bytes;
-        if (!e->enc) e->enc = tsr_encoder_new(wo.threads, &err);
-        s = e->enc ? tsr_save_begin_with(j->dir, e->rank, j->save_id, &wo, e->enc, &err) : NULL;
-        if (!s) rc = err.code ? err.code : TSR_EIO;
+int engine_save_plan(tsr_engine *e, uint64_t step, const tsr_state *st, int *broken, tsr_error *err) {
+    int rc = engine_check_state(st, err);
+    int64_t ok = rc ? 0 : *broken ? 1 : 2;
+    /* every rank learns whether all states are usable, and whether every engine
+     * can save, before any collective on them */
+    if (tsr_comm_allreduce_min(e->comm, &ok, rc ? NULL : err) && !rc) return err ? err->code : TSR_EIO;
+    if (!ok) return rc ? rc : tsr_err(err, TSR_EINVAL, "another rank's state is invalid");
+    if (ok == 1) { /* the background comm may deliver a late message of that save */
+        int here = *broken;
+        *broken = 1; /* learnt from another rank */
+        return tsr_err(err, TSR_EIO, "save of step %llu: an earlier commit timed out%s; the engine cannot save until restarted",
+                       (unsigned long long)step, here ? "" : " on another rank");
     }
+    /* before any rank writes: the others leave engine_plan_save's collectives only
+     * after rank 0 has entered them */
+    if (e->rank == 0) make_room(e);
+    return engine_plan_save(e, st, err);
+}
+
+/* ---------------------------------------------------------------- write */
+
+/* Writes this rank's data file of the staged job: declarations, boxes, blobs;
+ * its chunk table (owned by *sp) in *table. *sp is set whenever the save began. */
+static int write_file(tsr_engine *e, tsr_save **sp, const uint8_t **table, size_t *table_len, tsr_error *err) {
+    job *j = &e->job;
+    if (tsr_ckpt_is_committed(j->dir))
+        return tsr_err(err, TSR_EINVAL, "%s: already holds a committed checkpoint", j->dir);
+    tsr_write_opts wo = e->opts.write;
+    wo.expected_bytes = j->staged_bytes;
+    if (!e->enc) e->enc = tsr_encoder_new(wo.threads, err);
+    tsr_save *s = *sp = e->enc ? tsr_save_begin_with(j->dir, e->rank, j->save_id, &wo, e->enc, err) : NULL;
+    if (!s) return err->code ? err->code : TSR_EIO;
+    int rc = 0;
     for (size_t i = 0; !rc && i < j->n_tensors; i++) {
         const tsr_tensor_decl *t = &j->tensors[i];
-        rc = tsr_save_tensor(s, t->name, t->group, t->dtype, t->ndim, t->shape, &t->placement, &err);
+        rc = tsr_save_tensor(s, t->name, t->group, t->dtype, t->ndim, t->shape, &t->placement, err);
     }
     for (size_t i = 0; !rc && i < j->n_boxes; i++)
         rc = tsr_save_box_stable(s, j->tensors[j->boxes[i].tensor].name, &j->boxes[i].box, e->arena + j->boxes[i].off,
-                                 &err);
+                                 err);
     for (size_t i = 0; !rc && i < j->n_blobs; i++)
-        rc = tsr_save_blob(s, j->blobs[i].name, j->blobs[i].rank, e->arena + j->blobs[i].off, j->blobs[i].size, &err);
-    const uint8_t *table = NULL;
-    size_t table_len = 0;
-    if (!rc) rc = tsr_save_finish(s, &table, &table_len, &err);
-    if (!rc && table_len > INT_MAX - 4)
-        rc = tsr_err(&err, TSR_EINVAL, "%s: a chunk table of %zu bytes, over 2 GiB", j->dir, table_len);
+        rc = tsr_save_blob(s, j->blobs[i].name, j->blobs[i].rank, e->arena + j->blobs[i].off, j->blobs[i].size, err);
+    if (!rc) rc = tsr_save_finish(s, table, table_len, err);
+    if (!rc && *table_len > INT_MAX - 4)
+        rc = tsr_err(err, TSR_EINVAL, "%s: a chunk table of %zu bytes, over 2 GiB", j->dir, *table_len);
+    return rc;
+}
 
-    /* Every rank reports [i32 status][table, or its error message] to rank 0,
-     * which waits commit_timeout_s for the reports; the others wait twice as long
-     * for its verdict, so that they hear of a timeout from it rather than race it. */
-    double timeout = e->opts.commit_timeout_s > 0 ? e->opts.commit_timeout_s : 0;
-    size_t mlen = 4 + (rc ? strlen(err.msg) + 1 : table_len);
+/* --------------------------------------------------------------- commit */
+
+/* Every rank reports [i32 status][its table, or its error message] to rank 0,
+ * which waits `timeout` for the reports; the others wait twice as long for its
+ * verdict, so that they hear of a timeout from it rather than race it. On rank 0
+ * *all and *counts receive the reports. @return the exchange's status (cerr). */
+static int report(tsr_engine *e, double timeout, int rc, const tsr_error *err, const uint8_t *table,
+                  size_t table_len, uint8_t **all, size_t **counts, tsr_error *cerr) {
+    size_t mlen = 4 + (rc ? strlen(err->msg) + 1 : table_len);
     uint8_t *msg = malloc(mlen);
-    int comm_rc = 0;
-    uint8_t *all = NULL;
-    size_t *counts = NULL;
     if (msg) {
         tsr_st32(msg, (uint32_t)rc);
-        if (rc) memcpy(msg + 4, err.msg, strlen(err.msg) + 1);
+        if (rc) memcpy(msg + 4, err->msg, strlen(err->msg) + 1);
         else if (table_len) memcpy(msg + 4, table, table_len);
     }
-    tsr_error cerr = {0};
+    int comm_rc = 0;
     /* a verdict already here: rank 0 gave up on this rank, and a report now would
      * only wait for a receive that never comes */
     if (e->rank == 0 || !tsr_comm_iprobe(e->bg, 0, TAG_VERDICT))
         comm_rc = tsr_comm_gatherv_deadline(e->bg, 0, TAG_REPORT, msg, msg ? mlen : 0, e->rank ? 2 * timeout : timeout,
-                                            &all, &counts, &cerr);
+                                            all, counts, cerr);
     free(msg);
-    /* Rank 0 decides: commit when every rank succeeded. Verdict: [i32 status]
-     * [u32 flags][message]. */
-    uint8_t outcome[8 + MSG_LEN] = {0};
-    if (e->rank == 0) {
-        int orc = comm_rc;
-        tsr_error oerr = cerr;
-        if (!orc) {
-            const uint8_t **tables = calloc(e->size, sizeof *tables);
-            size_t *lens = calloc(e->size, sizeof *lens);
-            size_t off = 0;
-            for (uint32_t r = 0; r < e->size && !orc && tables && lens; r++) {
-                if (counts[r] < 4) {
-                    orc = tsr_err(&oerr, TSR_EIO, "rank %u: no report", r);
-                    break;
-                }
-                int st = (int32_t)tsr_ld32(all + off);
-                if (st) {
-                    orc = st;
-                    tsr_err(&oerr, st, "rank %u: %.*s", r, (int)(counts[r] - 4 > 900 ? 900 : counts[r] - 5),
-                            (const char *)all + off + 4);
-                }
-                tables[r] = all + off + 4;
-                lens[r] = counts[r] - 4;
-                off += counts[r];
+    return comm_rc;
+}
+
+/* Rank 0 decides: commit when every rank reported success. The verdict, into
+ * outcome: [i32 status][u32 flags][message]. */
+static void decide(tsr_engine *e, tsr_save *s, int comm_rc, const tsr_error *cerr, const uint8_t *all,
+                   const size_t *counts, uint8_t *outcome) {
+    int orc = comm_rc;
+    tsr_error oerr = *cerr;
+    if (!orc) {
+        const uint8_t **tables = calloc(e->size, sizeof *tables);
+        size_t *lens = calloc(e->size, sizeof *lens);
+        size_t off = 0;
+        for (uint32_t r = 0; r < e->size && !orc && tables && lens; r++) {
+            if (counts[r] < 4) {
+                orc = tsr_err(&oerr, TSR_EIO, "rank %u: no report", r);
+                break;
             }
-            if (!tables || !lens) orc = tsr_err(&oerr, TSR_ENOMEM, "out of memory");
-            if (!orc) orc = tsr_save_commit(s, tables, lens, e->size, j->step, &j->layout, &oerr);
-            free(tables);
-            free(lens);
+            int st = (int32_t)tsr_ld32(all + off);
+            if (st) {
+                orc = st;
+                tsr_err(&oerr, st, "rank %u: %.*s", r, (int)(counts[r] - 4 > 900 ? 900 : counts[r] - 5),
+                        (const char *)all + off + 4);
+            }
+            tables[r] = all + off + 4;
+            lens[r] = counts[r] - 4;
+            off += counts[r];
         }
-        tsr_st32(outcome, (uint32_t)orc);
-        tsr_st32(outcome + 4, comm_rc ? VERDICT_BROKEN : 0); /* a failed gather may leave messages behind */
-        if (orc) snprintf((char *)outcome + 8, MSG_LEN, "%s", oerr.msg);
+        if (!tables || !lens) orc = tsr_err(&oerr, TSR_ENOMEM, "out of memory");
+        if (!orc) orc = tsr_save_commit(s, tables, lens, e->size, e->job.step, &e->job.layout, &oerr);
+        free(tables);
+        free(lens);
     }
-    free(all);
-    free(counts);
-    int unknown = 0, broken = 0; /* unknown: no verdict came, the step may yet be committed */
+    tsr_st32(outcome, (uint32_t)orc);
+    tsr_st32(outcome + 4, comm_rc ? VERDICT_BROKEN : 0); /* a failed gather may leave messages behind */
+    if (orc) snprintf((char *)outcome + 8, MSG_LEN, "%s", oerr.msg);
+}
+
+/* Rank 0 sends its verdict (outcome), the others receive it into outcome.
+ * @return 1 when no verdict came (the step may yet be committed: outcome then
+ * holds this rank's failure); *broken when rank 0 could not send it. */
+static int exchange_verdict(tsr_engine *e, double timeout, int comm_rc, const tsr_error *cerr, uint8_t *outcome,
+                            size_t outcome_len, int *broken) {
+    tsr_error verr = {0};
     if (e->rank == 0) {
         /* a commit is not undone when the verdict cannot be sent */
-        if (tsr_comm_bcast_deadline(e->bg, 0, TAG_VERDICT, outcome, sizeof outcome, timeout, &cerr)) {
-            tsr_log(0, "save of step %llu: %s", (unsigned long long)j->step, cerr.msg);
-            broken = 1;
+        if (tsr_comm_bcast_deadline(e->bg, 0, TAG_VERDICT, outcome, outcome_len, timeout, &verr)) {
+            tsr_log(0, "save of step %llu: %s", (unsigned long long)e->job.step, verr.msg);
+            *broken = 1;
         }
-    } else {
-        /* after a report that could not be sent, only a verdict already here counts */
-        tsr_error verr = {0};
-        if (tsr_comm_bcast_deadline(e->bg, 0, TAG_VERDICT, outcome, sizeof outcome, comm_rc ? 1e-3 : 2 * timeout,
-                                    &verr)) {
-            unknown = 1;
-            tsr_st32(outcome, (uint32_t)TSR_EIO);
-            snprintf((char *)outcome + 8, MSG_LEN, "%s", comm_rc ? cerr.msg : verr.msg);
-        }
+        return 0;
     }
-    int final = (int32_t)tsr_ld32(outcome);
-    broken |= unknown || (tsr_ld32(outcome + 4) & VERDICT_BROKEN);
+    /* after a report that could not be sent, only a verdict already here counts */
+    if (!tsr_comm_bcast_deadline(e->bg, 0, TAG_VERDICT, outcome, outcome_len, comm_rc ? 1e-3 : 2 * timeout, &verr))
+        return 0;
+    tsr_st32(outcome, (uint32_t)TSR_EIO);
+    snprintf((char *)outcome + 8, MSG_LEN, "%s", comm_rc ? cerr->msg : verr.msg);
+    return 1;
+}
+
+/* After the verdict: a failed save's file removed (not without a verdict: rank
+ * 0 may have committed the step; an uncommitted one is removed by retention
+ * later) and err set; on rank 0 a committed step queued for archiving and
+ * retention run. */
+static void finish(tsr_engine *e, tsr_save *s, int final, int unknown, const uint8_t *outcome, tsr_error *err) {
+    job *j = &e->job;
     if (final) {
-        /* without a verdict this rank's file stays: rank 0 may have committed the
-         * step (an uncommitted one is removed by retention later) */
         if (s && !unknown) tsr_save_abort(s);
-        tsr_err(&err, final, "save of step %llu to %s failed: %s%s", (unsigned long long)j->step, j->dir,
+        tsr_err(err, final, "save of step %llu to %s failed: %s%s", (unsigned long long)j->step, j->dir,
                 (const char *)outcome + 8, unknown ? " (this rank's data file is left in place)" : "");
-        tsr_log(0, "%s", err.msg);
+        tsr_log(0, "%s", err->msg);
     } else if (e->rank == 0) {
         char regular[PATH_MAX + 40], name[32];
         tsr_step_dir_name(j->step, name, sizeof name);
@@ -212,18 +263,36 @@ void engine_run_job(tsr_engine *e) {
             tsr_log(0, "%s: cannot queue it for archiving: out of memory", j->dir);
         retention(e, 0);
     }
-    tsr_save_free(s);
-    pthread_mutex_lock(&e->mu);
-    e->last_status = final;
-    e->last_err = final ? err : (tsr_error){0};
-    e->broken |= broken;
-    pthread_mutex_unlock(&e->mu);
 }
 
+int engine_run_job(tsr_engine *e, tsr_error *err, int *broken) {
+    tsr_save *s = NULL;
+    const uint8_t *table = NULL;
+    size_t table_len = 0;
+    *err = (tsr_error){0};
+    *broken = 0;
+    int rc = write_file(e, &s, &table, &table_len, err);
 
-/* ---------------------------------------------------------------- save */
+    double timeout = e->opts.commit_timeout_s > 0 ? e->opts.commit_timeout_s : 0;
+    uint8_t *all = NULL;
+    size_t *counts = NULL;
+    tsr_error cerr = {0};
+    int comm_rc = report(e, timeout, rc, err, table, table_len, &all, &counts, &cerr);
+    uint8_t outcome[8 + MSG_LEN] = {0};
+    if (e->rank == 0) decide(e, s, comm_rc, &cerr, all, counts, outcome);
+    free(all);
+    free(counts);
+    int unknown = exchange_verdict(e, timeout, comm_rc, &cerr, outcome, sizeof outcome, broken);
+    int final = (int32_t)tsr_ld32(outcome);
+    *broken |= unknown || (tsr_ld32(outcome + 4) & VERDICT_BROKEN);
+    finish(e, s, final, unknown, outcome, err);
+    tsr_save_free(s);
+    return final;
+}
 
-static int arena_reserve(tsr_engine *e, size_t need, tsr_error *err) {
+/* ---------------------------------------------------------------- stage */
+
+int engine_arena_reserve(tsr_engine *e, size_t need, tsr_error *err) {
     if (need <= e->arena_cap) return 0;
     if (e->arena) munmap(e->arena, e->arena_cap);
     size_t cap = tsr_align_up(need + need / 8, 1 << 21);
@@ -243,11 +312,6 @@ static int arena_reserve(tsr_engine *e, size_t need, tsr_error *err) {
     e->arena = p;
     e->arena_cap = cap;
     return 0;
-}
-
-int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err) {
-    tsr_engine_wait(e, NULL); /* the arena is not in use */
-    return arena_reserve(e, bytes, err);
 }
 
 static int copy_decls(job *j, const tsr_state *st, tsr_error *err) {
@@ -273,13 +337,6 @@ static int copy_decls(job *j, const tsr_state *st, tsr_error *err) {
     return 0;
 }
 
-int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error *err) {
-    char name[32], dir[PATH_MAX + 40];
-    tsr_step_dir_name(step, name, sizeof name);
-    snprintf(dir, sizeof dir, "%s/%s", e->root, name);
-    return tsr_engine_save_dir(e, dir, step, st, err);
-}
-
 /* The staging copy, cut into pieces spread over the encoder's threads (idle
  * between saves): one core's memcpy does not reach the memory bandwidth. Only a
  * copy: checksums are computed in the background, where a pass that reads the
@@ -301,33 +358,9 @@ static void stage_one(void *ctx, size_t i, int worker) {
     memcpy(p->dst, p->src, p->len);
 }
 
-int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
-    double t0 = tsr_now();
-    tsr_error prev;
-    if (tsr_engine_wait(e, &prev)) tsr_log(1, "previous save failed: %s", prev.msg);
-    double t1 = tsr_now();
-    e->last_wait = t1 - t0;
-    int rc = engine_check_state(st, err);
-    pthread_mutex_lock(&e->mu);
-    int broken = e->broken;
-    pthread_mutex_unlock(&e->mu);
-    int64_t ok = rc ? 0 : broken ? 1 : 2;
-    /* every rank learns whether all states are usable, and whether every engine
-     * can save, before any collective on them */
-    if (tsr_comm_allreduce_min(e->comm, &ok, rc ? NULL : err) && !rc) return err ? err->code : TSR_EIO;
-    if (!ok) return rc ? rc : tsr_err(err, TSR_EINVAL, "another rank's state is invalid");
-    if (ok == 1) { /* the background comm may deliver a late message of that save */
-        pthread_mutex_lock(&e->mu);
-        e->broken = 1; /* learnt from another rank */
-        pthread_mutex_unlock(&e->mu);
-        return tsr_err(err, TSR_EIO, "save of step %llu: an earlier commit timed out%s; the engine cannot save until restarted",
-                       (unsigned long long)step, broken ? "" : " on another rank");
-    }
-    /* before any rank writes: the others leave engine_plan_save's collectives only
-     * after rank 0 has entered them */
-    if (e->rank == 0) make_room(e);
-    if ((rc = engine_plan_save(e, st, err))) return rc;
-
+/* The job's identity: where, which step, the layout, a save id unique to this
+ * engine's save, and its own copy of the declarations. */
+static int job_begin(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
     engine_job_clear(&e->job);
     job *j = &e->job;
     snprintf(j->dir, sizeof j->dir, "%s", dir);
@@ -339,29 +372,41 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
     uint64_t h1 = tsr_hash(ids, sizeof ids), h2 = tsr_hash(&h1, sizeof h1);
     memcpy(j->save_id, &h1, 8);
     memcpy(j->save_id + 8, &h2, 8);
-    if ((rc = copy_decls(j, st, err))) return rc;
-    /* sizes: my boxes, then blobs */
-    size_t need = 0, nb = 0;
+    return copy_decls(j, st, err);
+}
+
+/* Rank -1 blobs are rank 0's to write. */
+static int blob_is_mine(const tsr_engine *e, const tsr_state_blob *b) { return b->rank != -1 || e->rank == 0; }
+
+/* The arena bytes of this rank's boxes then blobs (each aligned); room in the
+ * job for their records. */
+static int stage_size(tsr_engine *e, const tsr_state *st, size_t *need, tsr_error *err) {
+    job *j = &e->job;
+    size_t nb = 0;
+    *need = 0;
     for (size_t i = 0; i < e->n_mine; i++) {
         const tsr_state_box *b = &st->boxes[e->mine[i]];
-        need += tsr_align_up(tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype), TSR_ALIGN);
+        *need += tsr_align_up(tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype), TSR_ALIGN);
     }
     for (size_t i = 0; i < st->n_blobs; i++) {
-        if (st->blobs[i].rank == -1 && e->rank != 0) continue;
+        if (!blob_is_mine(e, &st->blobs[i])) continue;
         if (strlen(st->blobs[i].name) > TSR_MAX_NAME)
             return tsr_err(err, TSR_EINVAL, "blob name too long: %.64s", st->blobs[i].name);
-        need += tsr_align_up(st->blobs[i].size, 64);
+        *need += tsr_align_up(st->blobs[i].size, 64);
         nb++;
     }
     j->boxes = malloc((e->n_mine + 1) * sizeof *j->boxes);
     j->blobs = malloc((nb + 1) * sizeof *j->blobs);
     if (!j->boxes || !j->blobs) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    if ((rc = arena_reserve(e, need, err))) return rc;
-    /* the staging copy, cut into pieces spread over the encoder's threads (idle
-     * between saves): one core's memcpy does not reach the memory bandwidth */
+    return 0;
+}
+
+/* Copies this rank's boxes to the start of the arena; *off: where they end. */
+static int stage_boxes(tsr_engine *e, const tsr_state *st, size_t *off, tsr_error *err) {
+    job *j = &e->job;
     if (!e->enc && !(e->enc = tsr_encoder_new(e->opts.write.threads, err))) return err ? err->code : TSR_ENOMEM;
     stage_copy sc = {0};
-    size_t off = 0;
+    *off = 0;
     for (size_t i = 0; i < e->n_mine; i++) {
         const tsr_state_box *b = &st->boxes[e->mine[i]];
         size_t bytes = tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype);
@@ -371,16 +416,22 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
                 return tsr_err(err, TSR_ENOMEM, "out of memory");
             }
             size_t len = bytes - o < STAGE_PIECE ? bytes - o : STAGE_PIECE;
-            sc.pieces[sc.n++] = (stage_piece){e->arena + off + o, (const uint8_t *)b->data + o, len};
+            sc.pieces[sc.n++] = (stage_piece){e->arena + *off + o, (const uint8_t *)b->data + o, len};
         }
-        j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, off};
-        off += tsr_align_up(bytes, TSR_ALIGN);
+        j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, *off};
+        *off += tsr_align_up(bytes, TSR_ALIGN);
     }
     tsr_pool_for(tsr_encoder_pool(e->enc), sc.n, stage_one, &sc);
     free(sc.pieces);
+    return 0;
+}
+
+/* Copies this rank's blobs after the boxes, from off. @return where they end. */
+static size_t stage_blobs(tsr_engine *e, const tsr_state *st, size_t off) {
+    job *j = &e->job;
     for (size_t i = 0; i < st->n_blobs; i++) {
         const tsr_state_blob *b = &st->blobs[i];
-        if (b->rank == -1 && e->rank != 0) continue;
+        if (!blob_is_mine(e, b)) continue;
         staged_blob *sb = &j->blobs[j->n_blobs++];
         snprintf(sb->name, sizeof sb->name, "%s", b->name);
         sb->rank = b->rank;
@@ -389,14 +440,15 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
         if (b->size) memcpy(e->arena + off, b->data, b->size);
         off += tsr_align_up(b->size, 64);
     }
-    j->staged_bytes = off;
-    pthread_mutex_lock(&e->mu);
-    e->busy = 1;
-    e->pending = 1;
-    e->last_status = 0;
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
-    e->last_stall = tsr_now() - t0;
-    if (e->opts.sync) return tsr_engine_wait(e, err);
-    return 0;
+    return off;
+}
+
+int engine_stage(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
+    size_t need = 0, off = 0;
+    int rc = job_begin(e, dir, step, st, err);
+    if (!rc) rc = stage_size(e, st, &need, err);
+    if (!rc) rc = engine_arena_reserve(e, need, err);
+    if (!rc) rc = stage_boxes(e, st, &off, err);
+    if (!rc) e->job.staged_bytes = stage_blobs(e, st, off);
+    return rc;
 }

@@ -376,20 +376,82 @@ int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void 
     return rc;
 }
 
-int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, tsr_error *err) {
-    if (tensor >= ck->m.n_tensors) return tsr_err(err, TSR_EINVAL, "%s: no tensor %zu", ck->dir, tensor);
-    const tsr_mf_tensor *t = &ck->m.tensors[tensor];
+/* Checks that box lies inside tensor t's shape. */
+static int check_box(const tsr_mf_tensor *t, const tsr_box *box, tsr_error *err) {
     if (box->ndim != t->ndim)
         return tsr_err(err, TSR_EINVAL, "%s: box has %u dims, tensor has %u", t->name, box->ndim, t->ndim);
     for (uint32_t d = 0; d < t->ndim; d++)
         if (box->offset[d] > t->shape[d] || box->extent[d] > t->shape[d] - box->offset[d])
             return tsr_err(err, TSR_EINVAL, "%s: box outside the tensor's shape in dim %u", t->name, d);
-    if (tsr_box_volume(box) == 0) return 0;
+    return 0;
+}
+
+/* --------------------------------------------------------- read plans */
+
+typedef struct plan_ctx {
+    const tsr_mf_chunk *c;
+    const tsr_box *region;
+    tsr_read_piece piece; /* need and chunk set; frame and region per frame */
+    tsr_read_piece **out;
+    size_t n, cap;
+} plan_ctx;
+
+static int add_piece(void *user, uint64_t k) {
+    plan_ctx *p = user;
+    tsr_box fb;
+    tsr_frame_box(p->c, k, &fb);
+    if (!tsr_box_intersect(&fb, p->region, &p->piece.region)) return 0;
+    if (tsr_grow((void **)p->out, &p->cap, p->n, sizeof **p->out)) return TSR_ENOMEM;
+    p->piece.frame = p->c->frame_first + (uint32_t)k;
+    (*p->out)[p->n++] = p->piece;
+    return 0;
+}
+
+
+int tsr_ckpt_plan_read(const tsr_ckpt *ck, size_t tensor, const tsr_box *need, size_t n_need, tsr_read_piece **out,
+                       size_t *n_out, tsr_error *err) {
+    *out = NULL;
+    *n_out = 0;
+    if (tensor >= ck->m.n_tensors) return tsr_err(err, TSR_EINVAL, "%s: no tensor %zu", ck->dir, tensor);
+    const tsr_mf_tensor *t = &ck->m.tensors[tensor];
+    for (size_t i = 0; i < n_need; i++) {
+        int rc = check_box(t, &need[i], err);
+        if (rc) return rc;
+    }
+    const tsr_mf_chunk *cs = ck->m.chunks + t->chunk_first;
+    tsr_box *have = malloc(((size_t)t->chunk_count + 1) * sizeof *have);
+    if (!have) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (uint32_t c = 0; c < t->chunk_count; c++) have[c] = cs[c].box;
+    tsr_overlap *ov = NULL;
+    size_t nov = 0;
+    int rc = tsr_plan_overlaps(need, n_need, have, t->chunk_count, &ov, &nov, err);
+    free(have);
+    plan_ctx p = {.out = out};
+    for (size_t k = 0; !rc && k < nov; k++) {
+        p.c = &cs[ov[k].have];
+        p.region = &ov[k].region;
+        p.piece = (tsr_read_piece){.need = ov[k].need, .chunk = t->chunk_first + ov[k].have};
+        if (tsr_frames_in(p.c, p.region, add_piece, &p)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    }
+    free(ov);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+        return rc;
+    }
+    *n_out = p.n;
+    return 0;
+}
+
+int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, tsr_error *err) {
+    if (tensor >= ck->m.n_tensors) return tsr_err(err, TSR_EINVAL, "%s: no tensor %zu", ck->dir, tensor);
+    const tsr_mf_tensor *t = &ck->m.tensors[tensor];
+    int rc = check_box(t, box, err);
+    if (rc || tsr_box_volume(box) == 0) return rc;
     reader *rd = reader_get(ck);
     if (!rd) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    int rc = 0;
-    /* one box against the tensor's chunks: a scan; many boxes go through the
-     * planner (tsr_plan_overlaps) and tsr_ckpt_read_chunk instead */
+    /* one box against the tensor's chunks: a scan; many boxes go through a read
+     * plan (tsr_ckpt_plan_read) and tsr_ckpt_read_chunk instead */
     for (uint32_t ci = t->chunk_first; ci < t->chunk_first + t->chunk_count && !rc; ci++) {
         const tsr_mf_chunk *c = &ck->m.chunks[ci];
         tsr_box region;

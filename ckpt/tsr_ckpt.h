@@ -330,10 +330,32 @@ int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst,
 
 /* tsr_ckpt_read_chunk(): reads `region` of stored chunk `chunk` into dst, the
  * memory of dst_box; region must lie inside both. Decodes only the frames of the
- * chunk that overlap the region. With tsr_plan_overlaps, the way to read many
+ * chunk that overlap the region. With tsr_ckpt_plan_read, the way to read many
  * boxes at once. Thread-safe. */
 int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst,
                         const tsr_box *dst_box, tsr_error *err);
+
+/* One read of a read plan: the part `region` of needed box `need` that lies in
+ * one frame of one stored chunk. tsr_ckpt_read_chunk(ck, chunk, &region, ...)
+ * reads it, decoding that frame only. */
+typedef struct tsr_read_piece {
+    uint32_t need;  /* index into the needed boxes */
+    uint32_t chunk; /* the stored chunk (tsr_ckpt_chunk) */
+    uint32_t frame; /* the frame it decodes (tsr_ckpt_frame: file, offset, sizes) */
+    tsr_box region; /* global indices: inside the needed box, the chunk and the frame */
+} tsr_read_piece;
+
+/* tsr_ckpt_plan_read(): the reads that fill needed boxes need[0..n_need) of
+ * tensor `tensor` (inside its shape; they may overlap each other): each needed
+ * box against the stored chunks through tsr_plan_overlaps, every overlap cut
+ * along the chunk's frames, so that each piece decodes one frame and pieces
+ * spread over threads share the work frame by frame. *out (malloc'ed, free it)
+ * receives *n_out pieces sorted by (need, chunk, frame); a committed checkpoint's
+ * chunks cover each tensor, so the pieces of a needed box cover it.
+ * @return 0, TSR_EINVAL (no such tensor, a box of other dims or outside the
+ * shape) or TSR_ENOMEM. */
+int tsr_ckpt_plan_read(const tsr_ckpt *ck, size_t tensor, const tsr_box *need, size_t n_need,
+                       tsr_read_piece **out, size_t *n_out, tsr_error *err);
 
 /* tsr_ckpt_read_blob(): copies blob `i` (size bytes) into dst. Thread-safe. */
 int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err);

@@ -1,6 +1,6 @@
 /* test_roundtrip.c: what is written is what is read, for every dtype and codec;
  * 0-d, 1-d, 8-d and empty tensors; reads of every box of a small tensor stored as a
- * grid of chunks; tensors of many frames, split along inner dims; thousands of
+ * grid of chunks; read plans; tensors of many frames, split along inner dims; thousands of
  * tensors; blobs; several writers committed by one; and the caller's mistakes. */
 #include <stdint.h>
 #include <stdio.h>
@@ -221,6 +221,95 @@ static void test_every_box(void) {
           "a region outside the chunk: %s", e.msg);
     CHECK(tsr_ckpt_read_chunk(ck, 99, &c0.box, got, &all, &e) == TSR_EINVAL, "a chunk index past the end");
     free(got), free(want);
+    tsr_ckpt_close(ck);
+    free(s.data);
+}
+
+/* The box of frame k (0-based within the chunk) of chunk ci, from its geometry
+ * (FORMAT.md, "Frames"): the reference the read plan is checked against. */
+static tsr_box frame_box(const tsr_chunk_info *ci, uint64_t k) {
+    tsr_box b = ci->box;
+    uint32_t s = ci->split_dim;
+    uint64_t runs = (b.extent[s] + ci->frame_rows - 1) / ci->frame_rows, outer = k / runs, j = k % runs;
+    for (int d = (int)s - 1; d >= 0; d--) {
+        b.offset[d] = ci->box.offset[d] + outer % ci->box.extent[d];
+        b.extent[d] = 1;
+        outer /= ci->box.extent[d];
+    }
+    b.offset[s] = ci->box.offset[s] + j * ci->frame_rows;
+    uint64_t left = ci->box.extent[s] - j * ci->frame_rows;
+    b.extent[s] = left < ci->frame_rows ? left : ci->frame_rows;
+    return b;
+}
+
+static int box_inside(const tsr_box *outer, const tsr_box *in) {
+    for (uint32_t d = 0; d < in->ndim; d++)
+        if (in->offset[d] < outer->offset[d] || in->offset[d] + in->extent[d] > outer->offset[d] + outer->extent[d])
+            return 0;
+    return in->ndim == outer->ndim;
+}
+
+/* tsr_ckpt_plan_read on a 3x2 grid of chunks with 3-element frames: pieces in
+ * (need, chunk, frame) order, each inside its needed box, its chunk and one
+ * frame, together covering every needed box exactly (overlapping needs too), and
+ * read through tsr_ckpt_read_chunk they give the stored data. */
+static void test_read_plan(void) {
+    char dir[600];
+    new_dir(dir, sizeof dir);
+    tsr_save *sv = begin(dir, 12, TSR_CODEC_AUTO);
+    spec s = {"plan", TSR_F32, 2, {11, 7}, NULL};
+    fill_random(&s);
+    CHECK_OK(tsr_save_tensor(sv, s.name, NULL, s.dtype, 2, s.shape, NULL, &e));
+    uint32_t cuts[] = {3, 2};
+    put_grid(sv, &s, cuts);
+    commit(sv, 1);
+    tsr_ckpt *ck = open_ok(dir);
+    tsr_box need[] = {whole_box(&s), {2, {3, 2}, {5, 4}}, {2, {4, 3}, {1, 1}}, {2, {10, 0}, {1, 7}},
+                      {2, {0, 6}, {11, 1}}, {2, {3, 2}, {5, 4}}};
+    size_t nn = sizeof need / sizeof *need;
+    tsr_read_piece *p = NULL;
+    size_t np = 0;
+    CHECK_OK(tsr_ckpt_plan_read(ck, 0, need, nn, &p, &np, &e));
+    uint64_t covered[6] = {0};
+    float *got[6];
+    for (size_t i = 0; i < nn; i++) got[i] = calloc(tsr_box_volume(&need[i]) + 1, sizeof(float));
+    for (size_t k = 0; k < np; k++) {
+        tsr_chunk_info ci;
+        REQUIRE(p[k].need < nn && tsr_ckpt_chunk(ck, p[k].chunk, &ci) == 0, "piece %zu: need %u, chunk %u", k,
+                p[k].need, p[k].chunk);
+        if (k)
+            CHECK(p[k - 1].need < p[k].need ||
+                      (p[k - 1].need == p[k].need && (p[k - 1].chunk < p[k].chunk ||
+                                                      (p[k - 1].chunk == p[k].chunk && p[k - 1].frame < p[k].frame))),
+                  "piece %zu out of (need, chunk, frame) order", k);
+        CHECK(ci.tensor == 0 && p[k].frame >= ci.first_frame && p[k].frame < ci.first_frame + ci.n_frames,
+              "piece %zu: frame %u not of chunk %u", k, p[k].frame, p[k].chunk);
+        tsr_box fb = frame_box(&ci, p[k].frame - ci.first_frame);
+        CHECK(box_inside(&need[p[k].need], &p[k].region) && box_inside(&ci.box, &p[k].region) &&
+                  box_inside(&fb, &p[k].region) && tsr_box_volume(&p[k].region) > 0,
+              "piece %zu: region outside its needed box, chunk or frame", k);
+        covered[p[k].need] += tsr_box_volume(&p[k].region);
+        CHECK_OK(tsr_ckpt_read_chunk(ck, p[k].chunk, &p[k].region, got[p[k].need], &need[p[k].need], &e));
+    }
+    /* pieces in distinct frames of disjoint chunks are disjoint: volume is coverage */
+    tsr_box all = whole_box(&s);
+    for (size_t i = 0; i < nn; i++) {
+        CHECK(covered[i] == tsr_box_volume(&need[i]), "box %zu: pieces hold %llu of %llu elements", i,
+              (unsigned long long)covered[i], (unsigned long long)tsr_box_volume(&need[i]));
+        float *want = calloc(tsr_box_volume(&need[i]) + 1, sizeof(float));
+        tsr_box_copy(want, &need[i], s.data, &all, &need[i], sizeof(float));
+        CHECK(memcmp(got[i], want, tsr_box_volume(&need[i]) * sizeof(float)) == 0, "box %zu read through its plan", i);
+        free(want), free(got[i]);
+    }
+    free(p);
+    CHECK_OK(tsr_ckpt_plan_read(ck, 0, need, 0, &p, &np, &e));
+    CHECK(np == 0, "no needed box, %zu pieces", np);
+    free(p);
+    tsr_box outside = {2, {9, 0}, {3, 1}}, flat = {1, {0}, {7}};
+    CHECK(tsr_ckpt_plan_read(ck, 1, need, 1, &p, &np, &e) == TSR_EINVAL && p == NULL, "a tensor index past the end");
+    CHECK(tsr_ckpt_plan_read(ck, 0, &outside, 1, &p, &np, &e) == TSR_EINVAL && strstr(e.msg, "plan"),
+          "a box outside the shape: %s", e.msg);
+    CHECK(tsr_ckpt_plan_read(ck, 0, &flat, 1, &p, &np, &e) == TSR_EINVAL, "a box of other dims");
     tsr_ckpt_close(ck);
     free(s.data);
 }
@@ -484,6 +573,7 @@ int main(void) {
     }
     test_dtypes();
     test_every_box();
+    test_read_plan();
     test_shapes();
     test_many();
     test_blobs();

@@ -1,0 +1,212 @@
+/* manifest_encode.c: the bytes of a MANIFEST (FORMAT.md section 4.1): the header,
+ * the section table, then the six sections, STRINGS first. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "manifest.h"
+
+#define N_SEC 6 /* STRINGS, FILES, TENSORS, CHUNKS, FRAMES, BLOBS: types 1..6 */
+
+static const uint32_t rec_size[N_SEC] = {1, TSR_REC_FILE, TSR_REC_TENSOR, TSR_REC_CHUNK, TSR_REC_FRAME,
+                                         TSR_REC_BLOB};
+
+typedef struct sbuf {
+    uint8_t *p;
+    size_t len, cap;
+} sbuf;
+
+static int sbuf_reserve(sbuf *b, size_t n) {
+    if (b->len + n <= b->cap) return 0;
+    size_t nc = b->cap ? b->cap : 4096;
+    while (nc < b->len + n) nc *= 2;
+    uint8_t *p = realloc(b->p, nc);
+    if (!p) return TSR_ENOMEM;
+    b->p = p;
+    b->cap = nc;
+    return 0;
+}
+
+static int sbuf_zero(sbuf *b, size_t n) {
+    if (n == 0) return 0;
+    if (sbuf_reserve(b, n)) return TSR_ENOMEM;
+    memset(b->p + b->len, 0, n);
+    b->len += n;
+    return 0;
+}
+
+/* Interns string s into the STRINGS buffer; returns its offset. Consecutive
+ * identical strings (the group of each tensor) are stored once. */
+typedef struct strtab {
+    sbuf b;
+    const char *last;
+    uint32_t last_off;
+} strtab;
+
+static int strtab_add(strtab *st, const char *s, uint32_t *off, uint32_t *len) {
+    size_t n = strlen(s);
+    if (st->last && strcmp(st->last, s) == 0) {
+        *off = st->last_off;
+        *len = (uint32_t)n;
+        return 0;
+    }
+    if (sbuf_reserve(&st->b, n)) return TSR_ENOMEM;
+    *off = (uint32_t)st->b.len;
+    *len = (uint32_t)n;
+    memcpy(st->b.p + st->b.len, s, n);
+    st->b.len += n;
+    st->last = s;
+    st->last_off = *off;
+    return 0;
+}
+
+/* ------------------------------------------------------------- records */
+/* Each writes its section's records into p (zeroed, count x record size). */
+
+static void put_files(const tsr_manifest *m, uint8_t *p) {
+    for (size_t i = 0; i < m->n_files; i++, p += TSR_REC_FILE) {
+        tsr_st32(p, m->files[i].id);
+        tsr_st64(p + 8, m->files[i].size);
+    }
+}
+
+/* @return 0, or TSR_ENOMEM from the string table. */
+static int put_tensors(const tsr_manifest *m, strtab *st, uint8_t *p) {
+    for (size_t i = 0; i < m->n_tensors; i++, p += TSR_REC_TENSOR) {
+        const tsr_mf_tensor *t = &m->tensors[i];
+        uint32_t off, len;
+        if (strtab_add(st, t->name, &off, &len)) return TSR_ENOMEM;
+        tsr_st32(p, off), tsr_st32(p + 4, len);
+        if (strtab_add(st, t->group, &off, &len)) return TSR_ENOMEM;
+        tsr_st32(p + 8, off), tsr_st32(p + 12, len);
+        p[16] = (uint8_t)t->dtype;
+        p[17] = (uint8_t)t->ndim;
+        p[18] = (uint8_t)t->placement.tp_dim;
+        p[19] = t->placement.fsdp;
+        p[20] = t->placement.pp_role;
+        tsr_st32(p + 24, (uint32_t)t->placement.layer);
+        tsr_st32(p + 28, t->chunk_first);
+        tsr_st32(p + 32, t->chunk_count);
+        for (uint32_t d = 0; d < t->ndim && d < TSR_MAX_DIMS; d++) tsr_st64(p + 40 + 8 * d, t->shape[d]);
+    }
+    return 0;
+}
+
+static void put_chunks(const tsr_manifest *m, uint8_t *p) {
+    for (size_t i = 0; i < m->n_chunks; i++, p += TSR_REC_CHUNK) {
+        const tsr_mf_chunk *c = &m->chunks[i];
+        tsr_st32(p, c->tensor);
+        tsr_st32(p + 4, c->file_id);
+        tsr_st32(p + 8, c->frame_first);
+        tsr_st32(p + 12, c->frame_count);
+        p[16] = (uint8_t)c->split_dim;
+        tsr_st64(p + 24, c->frame_rows);
+        for (uint32_t d = 0; d < c->box.ndim && d < TSR_MAX_DIMS; d++) {
+            tsr_st64(p + 32 + 8 * d, c->box.offset[d]);
+            tsr_st64(p + 96 + 8 * d, c->box.extent[d]);
+        }
+    }
+}
+
+static void put_frames(const tsr_manifest *m, uint8_t *p) {
+    for (size_t i = 0; i < m->n_frames; i++, p += TSR_REC_FRAME) {
+        const tsr_mf_frame *f = &m->frames[i];
+        tsr_st64(p, f->offset);
+        tsr_st64(p + 8, f->stored_size);
+        tsr_st64(p + 16, f->raw_size);
+        tsr_st64(p + 24, f->raw_hash);
+        tsr_st64(p + 32, f->stored_hash);
+        p[40] = (uint8_t)f->codec;
+    }
+}
+
+/* @return 0, or TSR_ENOMEM from the string table. */
+static int put_blobs(const tsr_manifest *m, strtab *st, uint8_t *p) {
+    for (size_t i = 0; i < m->n_blobs; i++, p += TSR_REC_BLOB) {
+        const tsr_mf_blob *b = &m->blobs[i];
+        uint32_t off, len;
+        if (strtab_add(st, b->name, &off, &len)) return TSR_ENOMEM;
+        tsr_st32(p, off), tsr_st32(p + 4, len);
+        tsr_st32(p + 8, (uint32_t)b->rank);
+        tsr_st32(p + 12, b->file_id);
+        tsr_st32(p + 16, b->frame_first);
+        tsr_st32(p + 20, b->frame_count);
+        tsr_st64(p + 24, b->size);
+    }
+    return 0;
+}
+
+/* --------------------------------------------------------------- file */
+
+/* The header: magic, version, sizes, step, save id, layout. */
+static void put_header(const tsr_manifest *m, uint8_t *buf, size_t total) {
+    memcpy(buf, TSR_MF_MAGIC, 8);
+    tsr_st16(buf + 8, TSR_FORMAT_MAJOR);
+    tsr_st16(buf + 10, TSR_FORMAT_MINOR);
+    tsr_st32(buf + 12, TSR_MF_HEADER_SIZE);
+    tsr_st64(buf + 16, total);
+    tsr_st64(buf + 24, m->step);
+    memcpy(buf + 32, m->save_id, 16);
+    tsr_st32(buf + 48, N_SEC);
+    tsr_st64(buf + 56, m->created);
+    tsr_st32(buf + 64, m->layout.pp);
+    tsr_st32(buf + 68, m->layout.dp_replicate);
+    tsr_st32(buf + 72, m->layout.dp_shard);
+    tsr_st32(buf + 76, m->layout.tp);
+    tsr_st32(buf + 80, m->layout.n_layers);
+    tsr_st32(buf + 84, m->layout.flags);
+}
+
+/* Lays out the header, the section table and the sections (each 8-aligned), then
+ * the checksum, into one malloc'ed buffer. */
+static int assemble(const tsr_manifest *m, const sbuf recs[N_SEC], const size_t counts[N_SEC], uint8_t **out,
+                    size_t *out_len, tsr_error *err) {
+    size_t off = tsr_align_up(TSR_MF_HEADER_SIZE + N_SEC * 32, 8), offs[N_SEC];
+    for (int s = 0; s < N_SEC; s++) {
+        offs[s] = off;
+        off = tsr_align_up(off + recs[s].len, 8);
+    }
+    size_t total = off + 8;
+    if (total > TSR_MF_MAX_SIZE)
+        return tsr_err(err, TSR_EINVAL, "manifest would be %zu bytes, over the 4 GiB limit", total);
+    uint8_t *buf = calloc(1, total);
+    if (!buf) return tsr_err(err, TSR_ENOMEM, "out of memory encoding the manifest");
+    put_header(m, buf, total);
+    for (int s = 0; s < N_SEC; s++) {
+        uint8_t *e = buf + TSR_MF_HEADER_SIZE + 32 * s;
+        tsr_st32(e, (uint32_t)(s + 1));
+        tsr_st32(e + 4, 1); /* every v1 section is required */
+        tsr_st64(e + 8, offs[s]);
+        tsr_st64(e + 16, recs[s].len);
+        tsr_st32(e + 24, rec_size[s]);
+        tsr_st32(e + 28, (uint32_t)counts[s]);
+        if (recs[s].len) memcpy(buf + offs[s], recs[s].p, recs[s].len);
+    }
+    tsr_st64(buf + total - 8, tsr_hash(buf, total - 8));
+    *out = buf;
+    *out_len = total;
+    return 0;
+}
+
+int tsr_manifest_encode(const tsr_manifest *m, uint8_t **out, size_t *out_len, tsr_error *err) {
+    strtab st = {0};
+    sbuf recs[N_SEC] = {{0}};
+    size_t counts[N_SEC] = {0, m->n_files, m->n_tensors, m->n_chunks, m->n_frames, m->n_blobs};
+    int rc = 0, nomem = 0;
+    for (int s = 1; s < N_SEC && !rc && !nomem; s++) {
+        if (counts[s] > UINT32_MAX) rc = tsr_err(err, TSR_EINVAL, "too many records for one manifest section");
+        else nomem = sbuf_zero(&recs[s], counts[s] * rec_size[s]) != 0;
+    }
+    if (!rc && !nomem) {
+        put_files(m, recs[1].p);
+        nomem = put_tensors(m, &st, recs[2].p) || put_blobs(m, &st, recs[5].p); /* names in this order */
+        put_chunks(m, recs[3].p);
+        put_frames(m, recs[4].p);
+    }
+    if (nomem) rc = tsr_err(err, TSR_ENOMEM, "out of memory encoding the manifest");
+    recs[0] = st.b; /* the STRINGS section: one byte records */
+    counts[0] = st.b.len;
+    if (!rc) rc = assemble(m, recs, counts, out, out_len, err);
+    for (int s = 0; s < N_SEC; s++) free(recs[s].p);
+    return rc;
+}
