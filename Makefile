@@ -17,13 +17,13 @@ FUZZ_SECONDS ?= 30
 
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
-INCLUDES := -Iinclude -Iformats -Ickpt -Ireshard -Ikernels -Itrain -I/usr/include/libxml2 $(MPI_CFLAGS)
+INCLUDES := -Iinclude -Iformats -Icomm -Ickpt -Ireshard -Ikernels -Itrain -I/usr/include/libxml2 $(MPI_CFLAGS)
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
 SYS_LIBS := -lzstd -lxxhash -luring -lcjson -lcurl -lxml2 -linih -lcrypto -lopenblas
 LDLIBS_ALL := $(SYS_LIBS) $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 
-LIB_SRC := $(sort $(wildcard formats/*.c ckpt/*.c reshard/*.c kernels/*.c))
+LIB_SRC := $(sort $(wildcard formats/*.c comm/*.c ckpt/*.c reshard/*.c kernels/*.c))
 TRAIN_SRC := $(sort $(wildcard train/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
@@ -33,7 +33,7 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TRAIN_OBJ := $(TRAIN_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
-HEADERS := $(wildcard include/*.h formats/*.h ckpt/*.h reshard/*.h kernels/*.h train/*.h tools/*.h tests/*.h)
+HEADERS := $(wildcard include/*.h formats/*.h comm/*.h ckpt/*.h reshard/*.h kernels/*.h train/*.h tools/*.h tests/*.h)
 
 .PHONY: all deps test test-long bench run install clean fuzz
 all: $(BUILD)/tessera $(BUILD)/libtessera.a

@@ -10,6 +10,7 @@
 #include "activation.h"
 #include "attention.h"
 #include "common.h"
+#include "data_plane.h"
 #include "embed.h"
 #include "loss.h"
 #include "matmul.h"
@@ -274,7 +275,7 @@ static int acts_alloc(tsr_trainer *t, tsr_error *err) {
 /* ---------------------------------------------------------------- forward */
 
 static int tp_sum(tsr_trainer *t, float *x, size_t n, tsr_error *err) {
-    return t->layout.tp > 1 ? tsr_comm_allreduce_sum_f32(t->tp, x, n, err) : 0;
+    return t->layout.tp > 1 ? tsr_data_allreduce_sum(t->tp, TSR_F32, x, n, NULL, err) : 0;
 }
 
 static float *W(tsr_trainer *t, int layer, int k) { return t->par[tsr_model_param_index(layer, k)].wf; }
@@ -361,7 +362,7 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     int rc = 0;
     if (t->first)
         tsr_embed_fwd(s->xs, tok, t->par[0].wf, (int)N, (int)C, (int)V);
-    else if ((rc = tsr_comm_recv(t->world, t->prev, 2 * j + TAG_FWD, s->xs, N * C * sizeof(float), err)))
+    else if ((rc = tsr_data_recv(t->world, t->prev, 2 * j + TAG_FWD, TSR_F32, s->xs, N * C, NULL, err)))
         return rc;
     int L = t->l1 - t->l0;
     for (int l = 0; l < L && !rc; l++)
@@ -369,7 +370,7 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     if (rc) return rc;
     float *xL = s->xs + (size_t)L * N * C;
     if (!t->last)
-        return tsr_comm_isend(t->world, t->next, 2 * j + TAG_FWD, xL, N * C * sizeof(float), t->reqs, err);
+        return tsr_data_send(t->world, t->next, 2 * j + TAG_FWD, TSR_F32, xL, N * C, t->reqs, NULL, err);
     size_t np = t->decls.n_params;
     tsr_rmsnorm_fwd(s->hf, s->rstdf, xL, t->par[np - 2].wf, (int)N, (int)C, t->args.norm_eps);
     tsr_matmul_fwd(s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
@@ -395,7 +396,7 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
         tsr_matmul_bwd(t->dh, t->par[np - 1].gf, t->dlogits, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
         memset(t->dres, 0, N * C * sizeof(float));
         tsr_rmsnorm_bwd(t->dres, t->par[np - 2].gf, t->dh, xL, t->par[np - 2].wf, s->rstdf, (int)N, (int)C);
-    } else if ((rc = tsr_comm_recv(t->world, t->next, 2 * j + TAG_BWD, t->dres, N * C * sizeof(float), err))) {
+    } else if ((rc = tsr_data_recv(t->world, t->next, 2 * j + TAG_BWD, TSR_F32, t->dres, N * C, NULL, err))) {
         return rc;
     }
     for (int l = L - 1; l >= 0 && !rc; l--)
@@ -407,7 +408,7 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
     }
     float *send = t->dsend + (size_t)j * N * C;
     memcpy(send, t->dres, N * C * sizeof(float));
-    return tsr_comm_isend(t->world, t->prev, 2 * j + TAG_BWD, send, N * C * sizeof(float), t->reqs, err);
+    return tsr_data_send(t->world, t->prev, 2 * j + TAG_BWD, TSR_F32, send, N * C, t->reqs, NULL, err);
 }
 
 /* The micro-batches through the stage: GPipe (all forwards, then all backwards)
@@ -435,7 +436,7 @@ static int run_schedule(tsr_trainer *t, tsr_error *err) {
         if (!rc) rc = mb_bwd(t, b++, err);
     }
     while (b < M && !rc) rc = mb_bwd(t, b++, err);
-    int rc2 = tsr_comm_waitall(t->world, t->reqs, rc ? NULL : err);
+    int rc2 = tsr_data_wait(t->world, t->reqs, NULL, rc ? NULL : err);
     return rc ? rc : rc2;
 }
 
@@ -453,13 +454,13 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     double cnt = 0;
     if (t->co.pp == 0 && t->co.tp == 0)
         for (size_t i = 0; i < bt; i++) cnt += targets[i] >= 0;
-    if ((rc = tsr_comm_allreduce_sum_f64(t->world, &cnt, 1, err))) return rc;
+    if ((rc = tsr_data_allreduce_sum(t->world, TSR_F64, &cnt, 1, NULL, err))) return rc;
     t->inv_count = cnt > 0 ? 1.0 / cnt : 0.0;
     /* FSDP: gather the stage's weights; zero the gradients */
     for (size_t p = 0; p < n && !rc; p++) {
         param *q = &t->par[p];
         if (!q->on_stage) continue;
-        if (S > 1) rc = tsr_comm_allgatherv_f32(t->shard, q->w, q->wf, q->counts, err);
+        if (S > 1) rc = tsr_data_allgatherv(t->shard, TSR_F32, q->w, q->wf, q->counts, NULL, err);
         memset(q->gf, 0, q->full_n * sizeof(float));
     }
     t->loss_sum = 0;
@@ -468,15 +469,15 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     for (size_t p = 0; p < n && !rc; p++) {
         param *q = &t->par[p];
         if (!q->on_stage) continue;
-        if (S > 1) rc = tsr_comm_reduce_scatterv_f32(t->shard, q->gf, q->g, q->counts, err);
-        if (!rc && t->layout.dp_replicate > 1) rc = tsr_comm_allreduce_sum_f32(t->rep, q->g, q->shard_n, err);
+        if (S > 1) rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, q->gf, q->g, q->counts, NULL, err);
+        if (!rc && t->layout.dp_replicate > 1) rc = tsr_data_allreduce_sum(t->rep, TSR_F32, q->g, q->shard_n, NULL, err);
     }
     if (rc) return rc;
     /* the loss and the gradient norm, each counted once */
     double red[2] = {t->last && t->co.tp == 0 ? t->loss_sum : 0, 0};
     for (size_t p = 0; p < n; p++)
         if (t->par[p].on_stage && t->par[p].norm_counts) red[1] += tsr_sumsq(t->par[p].g, t->par[p].shard_n);
-    if ((rc = tsr_comm_allreduce_sum_f64(t->world, red, 2, err))) return rc;
+    if ((rc = tsr_data_allreduce_sum(t->world, TSR_F64, red, 2, NULL, err))) return rc;
     *loss = red[0] * t->inv_count;
     *grad_norm = sqrt(red[1]);
     if (!optimize) return 0;
