@@ -3,6 +3,8 @@
  * and the commit exchange with its deadline. */
 #include "engine_impl.h"
 
+#include "mem.h"
+
 /* ------------------------------------------------------------ retention */
 
 /* Keeps the newest K committed steps; removes older ones, and uncommitted step
@@ -289,6 +291,7 @@ typedef struct stage_piece {
     uint8_t *dst;
     const uint8_t *src;
     size_t len;
+    tsr_mem_kind mem; /* of src */
 } stage_piece;
 typedef struct stage_copy {
     stage_piece *pieces;
@@ -298,7 +301,7 @@ typedef struct stage_copy {
 static void stage_one(void *ctx, size_t i, int worker) {
     (void)worker;
     const stage_piece *p = &((stage_copy *)ctx)->pieces[i];
-    memcpy(p->dst, p->src, p->len);
+    tsr_mem_to_host(p->dst, p->src, p->len, p->mem);
 }
 
 int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
@@ -344,6 +347,7 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
     size_t need = 0, nb = 0;
     for (size_t i = 0; i < e->n_mine; i++) {
         const tsr_state_box *b = &st->boxes[e->mine[i]];
+        if ((rc = tsr_mem_usable(b->mem, err))) return rc;
         need += tsr_align_up(tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype), TSR_ALIGN);
     }
     for (size_t i = 0; i < st->n_blobs; i++) {
@@ -371,7 +375,7 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
                 return tsr_err(err, TSR_ENOMEM, "out of memory");
             }
             size_t len = bytes - o < STAGE_PIECE ? bytes - o : STAGE_PIECE;
-            sc.pieces[sc.n++] = (stage_piece){e->arena + off + o, (const uint8_t *)b->data + o, len};
+            sc.pieces[sc.n++] = (stage_piece){e->arena + off + o, (const uint8_t *)b->data + o, len, b->mem};
         }
         j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, off};
         off += tsr_align_up(bytes, TSR_ALIGN);

@@ -456,10 +456,13 @@ tsr_engine_opts tsr_engine_opts_default(void);
 /* A rank's state: the global tensors (the same list, in the same order, on every
  * rank), the boxes this rank holds with their memory, and blobs. A blob with rank
  * -1 is global and taken from rank 0; any other rank value is this rank's own. */
+/* Where memory lives: host memory, or a device's (staging copies from it). */
+typedef enum tsr_mem_kind { TSR_MEM_HOST = 0, TSR_MEM_CUDA = 1 } tsr_mem_kind;
 typedef struct tsr_state_box {
     uint32_t tensor; /* index into tensors */
     tsr_box box;
     void *data;      /* the box's memory, row-major */
+    tsr_mem_kind mem; /* what data is (0: host); this build holds host memory only */
 } tsr_state_box;
 typedef struct tsr_state_blob {
     const char *name;

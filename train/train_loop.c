@@ -94,7 +94,7 @@ static int state_boxes(job *j, int model_only, tsr_error *err) {
         for (size_t p = 0; p < n; p++) {
             param *q = &t->par[p];
             if (!q->on_stage || !q->shard_n) continue;
-            j->boxes[j->n_boxes++] = (tsr_state_box){(uint32_t)(k * n + p), q->box, k == 0 ? q->w : k == 1 ? q->m : q->v};
+            j->boxes[j->n_boxes++] = (tsr_state_box){(uint32_t)(k * n + p), q->box, k == 0 ? q->w : k == 1 ? q->m : q->v, t->mem};
         }
     return 0;
 }
