@@ -74,6 +74,11 @@ static void check_mem(void) {
     tsr_k_copy(a, NULL, 0); /* nothing to copy */
     tsr_mem_to_host(b, a, N * sizeof *a, TSR_MEM_HOST);
     CHECK(!memcmp(b, out, N * sizeof *b), "tsr_mem_to_host from host memory");
+    /* the loss sum: in double, in index order */
+    double want = 0;
+    for (size_t i = 0; i < N; i++) want += out[i];
+    CHECK(tsr_xent_sum(out, N) == want && tsr_xent_sum(out, 0) == 0, "tsr_xent_sum %.17g, want %.17g",
+          tsr_xent_sum(out, N), want);
     tsr_mem_free(TSR_MEM_HOST, a);
     tsr_mem_free(TSR_MEM_HOST, NULL);
     /* device memory: refused on a host build, by name */

@@ -430,9 +430,7 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     tsr_matmul_fwd(s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
     if (t->keep_logits && j == t->M - 1) tsr_k_copy(t->keep_logits, s->probs, (size_t)t->T * V * sizeof(float));
     tsr_xent_fwd(s->losses, s->probs, s->probs, tgt, (int)N, (int)V);
-    double sum = 0;
-    for (size_t i = 0; i < N; i++) sum += s->losses[i];
-    t->loss_sum += sum;
+    t->loss_sum += tsr_xent_sum(s->losses, (int)N);
     return 0;
 }
 
