@@ -67,56 +67,63 @@ static int mesh_comms(tsr_trainer *t, tsr_error *err) {
 
 /* ------------------------------------------------------------- parameters */
 
-/* The boxes that the ranks of this rank's FSDP group on stage `pp` hold: the
- * ranks with this rank's dp_replicate and tp coordinates, one per dp_shard
- * index s, into boxes[s] and nb[s] (S of each, malloc'ed by the caller). */
-static int shard_group_boxes(const tsr_trainer *t, uint32_t pp, tsr_rank_box **boxes, size_t *nb, tsr_error *err) {
-    int rc = 0;
-    for (uint32_t s = 0; s < t->layout.dp_shard && !rc; s++) {
+static void group_counts_free(tsr_trainer *t) {
+    for (uint32_t i = 0; t->group.by_tp && i < t->layout.tp; i++) free(t->group.by_tp[i]);
+    free(t->group.by_tp);
+    t->group.by_tp = NULL;
+}
+
+/* The elements of each parameter that each dp_shard rank of this rank's FSDP
+ * group on stage `pp` holds (the ranks with this rank's dp_replicate and tp
+ * coordinates): n[p * S + s], from the boxes tsr_layout_boxes gives them.
+ * Cached per tp rank for the last stage asked (dp_replicate ranks hold copies:
+ * the same counts), since the report asks for every rank of the mesh. */
+static const size_t *group_counts(tsr_trainer *t, uint32_t pp, tsr_error *err) {
+    uint32_t S = t->layout.dp_shard;
+    size_t n = t->decls.n_params;
+    if (t->group.by_tp && t->group.pp != pp) group_counts_free(t);
+    if (!t->group.by_tp && !(t->group.by_tp = calloc(t->layout.tp, sizeof *t->group.by_tp))) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    t->group.pp = pp;
+    size_t **c = &t->group.by_tp[t->co.tp];
+    if (*c) return *c;
+    if (!(*c = calloc(n * S, sizeof **c))) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    for (uint32_t s = 0; s < S; s++) {
         tsr_coord k = t->co;
         k.pp = pp, k.dp_shard = s;
-        rc = tsr_layout_boxes(&t->layout, t->decls.decls, t->decls.n_params, tsr_layout_rank(&t->layout, k),
-                              &boxes[s], &nb[s], err);
+        tsr_rank_box *boxes = NULL;
+        size_t nb = 0;
+        if (tsr_layout_boxes(&t->layout, t->decls.decls, n, tsr_layout_rank(&t->layout, k), &boxes, &nb, err)) {
+            free(*c), *c = NULL;
+            return NULL;
+        }
+        for (size_t i = 0; i < nb; i++) (*c)[boxes[i].tensor * S + s] += tsr_box_volume(&boxes[i].box);
+        free(boxes);
     }
-    return rc;
+    return *c;
 }
 
-static void shard_group_free(const tsr_trainer *t, tsr_rank_box **boxes) {
-    for (uint32_t s = 0; boxes && s < t->layout.dp_shard; s++) free(boxes[s]);
-    free(boxes);
-}
-
-/* The box of tensor p among a rank's boxes, or NULL (it holds none). */
-static const tsr_box *box_of(const tsr_rank_box *boxes, size_t n, size_t p) {
-    for (size_t i = 0; i < n; i++)
-        if (boxes[i].tensor == p) return &boxes[i].box;
-    return NULL;
-}
-
-/* The elements of tensor p that dp_shard rank s of the group holds (counts[s],
- * when counts is not NULL), and their sum: the TP-local piece that FSDP cuts. */
-static uint64_t tp_local(const tsr_trainer *t, tsr_rank_box *const *boxes, const size_t *nb, size_t p,
-                         size_t *counts) {
+/* The TP-local piece of parameter p that FSDP cuts: the sum of the group's. */
+static uint64_t tp_local(const tsr_trainer *t, const size_t *counts, size_t p) {
     uint64_t sum = 0;
-    for (uint32_t s = 0; s < t->layout.dp_shard; s++) {
-        const tsr_box *b = box_of(boxes[s], nb[s], p);
-        uint64_t n = b ? tsr_box_volume(b) : 0;
-        if (counts) counts[s] = n;
-        sum += n;
-    }
+    for (uint32_t s = 0; s < t->layout.dp_shard; s++) sum += counts[p * t->layout.dp_shard + s];
     return sum;
 }
 
 /* Which parameters this rank holds, and how: its shard (its box, as the layout
  * algebra gives it) and the TP-local piece of each that FSDP gathers. */
 static int params_init(tsr_trainer *t, tsr_error *err) {
-    size_t n = t->decls.n_params;
+    size_t n = t->decls.n_params, nb = 0;
     uint32_t S = t->layout.dp_shard;
-    tsr_rank_box **group = calloc(S, sizeof *group);
-    size_t *ng = calloc(S, sizeof *ng);
-    t->par = calloc(n, sizeof *t->par);
-    int rc = !group || !ng || !t->par ? tsr_err(err, TSR_ENOMEM, "out of memory") : 0;
-    if (!rc) rc = shard_group_boxes(t, t->co.pp, group, ng, err);
+    tsr_rank_box *boxes = NULL;
+    const size_t *counts = group_counts(t, t->co.pp, err);
+    int rc = counts ? tsr_layout_boxes(&t->layout, t->decls.decls, n, t->rank, &boxes, &nb, err) : TSR_ENOMEM;
+    if (!rc && !(t->par = calloc(n, sizeof *t->par))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     size_t total_shard = 0, total_full = 0;
     for (size_t p = 0; p < n && !rc; p++) {
         param *q = &t->par[p];
@@ -126,21 +133,22 @@ static int params_init(tsr_trainer *t, tsr_error *err) {
                       : pl->pp_role == TSR_PP_LAYER ? (pl->layer >= t->l0 && pl->layer < t->l1)
                                                     : 1;
         if (!q->on_stage) continue;
-        if (!(q->counts = calloc(S, sizeof *q->counts))) {
+        if (!(q->counts = malloc(S * sizeof *q->counts))) {
             rc = tsr_err(err, TSR_ENOMEM, "out of memory");
             break;
         }
-        q->full_n = tp_local(t, group, ng, p, q->counts);
+        memcpy(q->counts, counts + p * S, S * sizeof *q->counts);
+        q->full_n = tp_local(t, counts, p);
         q->shard_n = q->counts[t->co.dp_shard];
-        const tsr_box *b = box_of(group[t->co.dp_shard], ng[t->co.dp_shard], p);
-        q->box = b ? *b : (tsr_box){.ndim = t->decls.decls[p].ndim};
+        q->box = (tsr_box){.ndim = t->decls.decls[p].ndim}; /* absent when empty */
+        for (size_t i = 0; i < nb; i++)
+            if (boxes[i].tensor == p) q->box = boxes[i].box;
         /* norms contribute to the gradient norm once per tp group; tp-split ones from every tp rank */
         q->norm_counts = (pl->tp_dim >= 0 || t->co.tp == 0) && t->co.dp_replicate == 0;
         total_shard += q->shard_n;
         total_full += S > 1 ? q->full_n : 0;
     }
-    shard_group_free(t, group);
-    free(ng);
+    free(boxes);
     t->n_shard_elems = total_shard;
     t->n_full_elems = total_full;
     return rc;
@@ -295,18 +303,15 @@ static int shapes_init(tsr_trainer *t, tsr_error *err) {
     t->NKVt = t->args.n_kv_heads / (int)t->layout.tp;
     t->Dq = (size_t)t->NHt * hd;
     t->Dkv = (size_t)t->NKVt * hd;
-    /* the ffn width on this tp rank: the TP-local rows of w1 (layer 0's, which
-     * stage 0 holds, so that a stage without layers knows it too) */
-    uint32_t S = t->layout.dp_shard;
-    tsr_rank_box **group = calloc(S, sizeof *group);
-    size_t *ng = calloc(S, sizeof *ng);
-    int rc = !group || !ng ? tsr_err(err, TSR_ENOMEM, "out of memory") : shard_group_boxes(t, 0, group, ng, err);
-    if (!rc) t->Ft = tp_local(t, group, ng, (size_t)tsr_model_param_index(0, TSR_P_W1), NULL) / (size_t)t->args.dim;
-    shard_group_free(t, group);
-    free(ng);
+    /* the ffn width on this tp rank: the TP-local rows of w1 (of the stage's
+     * first layer; a stage without layers asks stage 0, which holds layer 0) */
+    size_t w1 = (size_t)tsr_model_param_index(t->l1 > t->l0 ? t->l0 : 0, TSR_P_W1);
+    const size_t *counts = t->l1 > t->l0 ? NULL : group_counts(t, 0, err);
+    if (t->l1 == t->l0 && !counts) return err ? err->code : TSR_ENOMEM;
+    t->Ft = (counts ? tp_local(t, counts, w1) : t->par[w1].full_n) / (size_t)t->args.dim;
     t->n_sets = t->layout.pp > 1 ? t->M : 1;
     t->act_floats = act_carve(t, NULL);
-    return rc;
+    return 0;
 }
 
 /* The activations: one allocation of the trainer's memory kind, carved. */
@@ -592,6 +597,7 @@ void tsr_trainer_free(tsr_trainer *t) {
     if (t->tp) tsr_comm_free(t->tp);
     if (t->shard) tsr_comm_free(t->shard);
     if (t->rep) tsr_comm_free(t->rep);
+    group_counts_free(t);
     tsr_model_decls_free(&t->decls);
     free(t);
 }
@@ -645,6 +651,7 @@ int tsr_model_report(const tsr_train_config *cfg, FILE *out, tsr_error *err) {
         t.par = NULL;
     }
     if (!rc) fprintf(out, "largest: rank %u, %.2f GiB\n", worst_rank, worst / (1 << 30));
+    group_counts_free(&t);
     tsr_model_decls_free(&t.decls);
     return rc;
 }

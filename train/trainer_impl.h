@@ -49,6 +49,10 @@ struct tsr_trainer {
     tsr_mem_kind mem;   /* where parameters, gradients, optimizer state and activations live */
     /* parameters */
     param *par;
+    struct {
+        uint32_t pp;    /* the stage of the cached counts */
+        size_t **by_tp; /* per tp rank: elements of each parameter per dp_shard rank, or NULL */
+    } group;
     float *arena;
     size_t n_shard_elems, n_full_elems; /* floats of the shards, and of the gathered pieces (FSDP) */
     /* shapes of a step */
