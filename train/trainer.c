@@ -122,7 +122,8 @@ static int params_init(tsr_trainer *t, tsr_error *err) {
     uint32_t S = t->layout.dp_shard;
     tsr_rank_box *boxes = NULL;
     const size_t *counts = group_counts(t, t->co.pp, err);
-    int rc = counts ? tsr_layout_boxes(&t->layout, t->decls.decls, n, t->rank, &boxes, &nb, err) : TSR_ENOMEM;
+    int rc = !counts ? (err ? err->code : TSR_ENOMEM)
+                     : tsr_layout_boxes(&t->layout, t->decls.decls, n, t->rank, &boxes, &nb, err);
     if (!rc && !(t->par = calloc(n, sizeof *t->par))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     size_t total_shard = 0, total_full = 0;
     for (size_t p = 0; p < n && !rc; p++) {
