@@ -85,7 +85,7 @@ test: deps
 # libFuzzer targets, built with clang against the library; FUZZ_EXTRA_<target>
 # names the sources above the library that a target also needs.
 FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)
-FUZZ_EXTRA_fuzz_config := train/config.c
+FUZZ_EXTRA_fuzz_config := $(wildcard train/config*.c)
 build/fuzz/fuzz_config: $(FUZZ_EXTRA_fuzz_config)
 fuzz: $(FUZZ_BIN)
 build/fuzz/%: tests/%.c $(LIB_SRC) $(HEADERS)

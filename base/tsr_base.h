@@ -81,6 +81,13 @@ int tsr_dtype_parse(const char *name);
 /* tsr_dtype_is_float(): 1 for the floating-point dtypes, else 0. */
 int tsr_dtype_is_float(int dtype);
 
+/* ----------------------------------------------------------- memory kinds */
+
+/* Where memory lives: host memory, or a device's. Parameters, gradients,
+ * optimizer state, activations and the engine's state boxes carry it; staging
+ * copies from any kind this build holds (host only for now). */
+typedef enum tsr_mem_kind { TSR_MEM_HOST = 0, TSR_MEM_CUDA = 1 } tsr_mem_kind;
+
 /* ------------------------------------------------------------------- boxes */
 
 /* A box of a global tensor: offset[d] and extent[d] in global element indices,

@@ -25,6 +25,7 @@ void engine_job_clear(job *j) {
     free(j->blobs);
     memset(j, 0, sizeof *j);
 }
+#include "mem.h"
 
 /* ------------------------------------------------------------ retention */
 
@@ -346,6 +347,7 @@ typedef struct stage_piece {
     uint8_t *dst;
     const uint8_t *src;
     size_t len;
+    tsr_mem_kind mem; /* of src */
 } stage_piece;
 typedef struct stage_copy {
     stage_piece *pieces;
@@ -355,7 +357,7 @@ typedef struct stage_copy {
 static void stage_one(void *ctx, size_t i, int worker) {
     (void)worker;
     const stage_piece *p = &((stage_copy *)ctx)->pieces[i];
-    memcpy(p->dst, p->src, p->len);
+    tsr_mem_to_host(p->dst, p->src, p->len, p->mem);
 }
 
 /* The job's identity: where, which step, the layout, a save id unique to this
@@ -386,6 +388,8 @@ static int stage_size(tsr_engine *e, const tsr_state *st, size_t *need, tsr_erro
     *need = 0;
     for (size_t i = 0; i < e->n_mine; i++) {
         const tsr_state_box *b = &st->boxes[e->mine[i]];
+        int rc = tsr_mem_usable(b->mem, err);
+        if (rc) return rc;
         *need += tsr_align_up(tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype), TSR_ALIGN);
     }
     for (size_t i = 0; i < st->n_blobs; i++) {
@@ -416,7 +420,7 @@ static int stage_boxes(tsr_engine *e, const tsr_state *st, size_t *off, tsr_erro
                 return tsr_err(err, TSR_ENOMEM, "out of memory");
             }
             size_t len = bytes - o < STAGE_PIECE ? bytes - o : STAGE_PIECE;
-            sc.pieces[sc.n++] = (stage_piece){e->arena + *off + o, (const uint8_t *)b->data + o, len};
+            sc.pieces[sc.n++] = (stage_piece){e->arena + *off + o, (const uint8_t *)b->data + o, len, b->mem};
         }
         j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, *off};
         *off += tsr_align_up(bytes, TSR_ALIGN);

@@ -122,6 +122,7 @@ typedef struct tsr_state_box {
     uint32_t tensor; /* index into tensors */
     tsr_box box;
     void *data;      /* the box's memory, row-major */
+    tsr_mem_kind mem; /* what data is (0: host); this build holds host memory only */
 } tsr_state_box;
 typedef struct tsr_state_blob {
     const char *name;

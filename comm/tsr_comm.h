@@ -13,10 +13,12 @@ extern "C" {
 
 /* ------------------------------------------------------------ communication */
 
-/* A group of ranks and the collectives tessera needs, behind one interface: MPI
- * over host memory now, NCCL over device memory later. Blocking; every rank of
- * the group calls a collective in the same order. A tsr_comm may be used from one
- * thread at a time; the engine duplicates the caller's for its own thread. */
+/* A group of ranks and its control plane: bytes for the engine and the command
+ * (the group, broadcast, gathers with a deadline, barriers, point to point),
+ * over MPI (comm/control_mpi.c). Blocking; every rank of the group calls a
+ * collective in the same order. A tsr_comm may be used from one thread at a
+ * time; the engine duplicates the caller's for its own thread. The trainer's
+ * typed collectives on host or device memory are the data plane, comm/data_plane.h. */
 typedef struct tsr_comm tsr_comm;
 
 /* tsr_comm_self(): a group of one rank (no MPI needed). */
@@ -72,17 +74,6 @@ int tsr_comm_bcast_deadline(tsr_comm *c, uint32_t root, int tag, void *buf, size
 /* tsr_comm_iprobe(): 1 if a message from peer with tag is waiting, else 0. Not
  * collective, never blocks. */
 int tsr_comm_iprobe(tsr_comm *c, uint32_t peer, int tag);
-/* Sums of f32/f64 data (training). allreduce: in place. allgatherv: rank i's
- * counts[i] elements (send; may be recv + its displacement) concatenated in rank
- * order into recv. reduce_scatterv: the elementwise sum over ranks of send (the
- * sum of counts elements) scattered: rank i gets counts[i] elements into recv.
- * Every rank computes the same result, bit for bit, run after run. */
-int tsr_comm_allreduce_sum_f32(tsr_comm *c, float *buf, size_t n, tsr_error *err);
-int tsr_comm_allreduce_sum_f64(tsr_comm *c, double *buf, size_t n, tsr_error *err);
-int tsr_comm_allgatherv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
-                            tsr_error *err);
-int tsr_comm_reduce_scatterv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
-                                 tsr_error *err);
 /* Point to point: a message of n bytes with a tag (0..32767). Messages between
  * two ranks with one tag arrive in the order they were sent. */
 int tsr_comm_send(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n, tsr_error *err);

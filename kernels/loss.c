@@ -49,3 +49,9 @@ void tsr_xent_bwd(float *dlogits, const float *probs, const int *targets, const 
         d[t] -= dl;
     }
 }
+
+double tsr_xent_sum(const float *losses, int N) {
+    double sum = 0;
+    for (int i = 0; i < N; i++) sum += losses[i];
+    return sum;
+}

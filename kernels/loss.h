@@ -12,5 +12,8 @@ int tsr_xent_fwd(float *losses, float *probs, const float *logits, const int *ta
 /* dlogits (N,V) += (probs - onehot(target)) * dloss[i] for each counted row; dloss (N),
  * e.g. 1/count for a mean. dlogits must not alias probs. */
 void tsr_xent_bwd(float *dlogits, const float *probs, const int *targets, const float *dloss, int N, int V);
+/* tsr_xent_sum(): the sum of losses (N) in double, in index order (the same
+ * result on every run and thread count). */
+double tsr_xent_sum(const float *losses, int N);
 
 #endif

@@ -38,8 +38,8 @@ static tsr_state state(uint32_t rank, int seed) {
     for (int i = 0; i < ROWS * C; i++) w[i] = value(rank, seed, i);
     for (int i = 0; i < C; i++) h[i] = (uint16_t)(i * 31 + seed);
     stepv = (uint64_t)seed;
-    sb[0] = (tsr_state_box){0, {2, {(uint64_t)rank * ROWS, 0}, {ROWS, C}}, w};
-    sb[1] = (tsr_state_box){1, {1, {0}, {C}}, h};
+    sb[0] = (tsr_state_box){0, {2, {(uint64_t)rank * ROWS, 0}, {ROWS, C}}, w, TSR_MEM_HOST};
+    sb[1] = (tsr_state_box){1, {1, {0}, {C}}, h, TSR_MEM_HOST};
     blob = (tsr_state_blob){"meta.step", -1, &stepv, sizeof stepv};
     return (tsr_state){decls, 2, sb, 2, &blob, 1, {1, 1, RANKS, 1, 0, 0}};
 }
@@ -49,7 +49,7 @@ static int loads(tsr_engine *eng, uint32_t rank, const char *step_dir, int seed)
     static float lw[ROWS * C];
     uint16_t lh[C];
     memset(lw, 0, sizeof lw);
-    tsr_state_box lb[2] = {{0, {2, {(uint64_t)rank * ROWS, 0}, {ROWS, C}}, lw}, {1, {1, {0}, {C}}, lh}};
+    tsr_state_box lb[2] = {{0, {2, {(uint64_t)rank * ROWS, 0}, {ROWS, C}}, lw, TSR_MEM_HOST}, {1, {1, {0}, {C}}, lh, TSR_MEM_HOST}};
     tsr_state st = {decls, 2, lb, 2, NULL, 0, {1, 1, RANKS, 1, 0, 0}};
     if (tsr_engine_load(eng, step_dir, &st, NULL, &e)) return 0;
     for (int i = 0; i < ROWS * C; i++)

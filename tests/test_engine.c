@@ -28,8 +28,8 @@ static void fill(int seed) {
 }
 
 static tsr_state whole_state(tsr_state_box *sb, tsr_state_blob *blob, const uint64_t *stepv) {
-    sb[0] = (tsr_state_box){0, {2, {0, 0}, {R, C}}, w};
-    sb[1] = (tsr_state_box){1, {1, {0}, {C}}, h};
+    sb[0] = (tsr_state_box){0, {2, {0, 0}, {R, C}}, w, TSR_MEM_HOST};
+    sb[1] = (tsr_state_box){1, {1, {0}, {C}}, h, TSR_MEM_HOST};
     *blob = (tsr_state_blob){"meta.step", -1, stepv, sizeof *stepv};
     return (tsr_state){decls, 2, sb, 2, blob, 1, {1, 1, 1, 1, 0, 0}};
 }
@@ -44,10 +44,10 @@ static int load_matches(tsr_engine *eng, const char *step_dir, int seed) {
         for (int j = 0; j < 2; j++, k++) {
             tsr_box b = {2, {(uint64_t)i * 32, (uint64_t)j * 100}, {32, 100}};
             parts[k] = calloc(32 * 100, sizeof(float));
-            sb[k] = (tsr_state_box){0, b, parts[k]};
+            sb[k] = (tsr_state_box){0, b, parts[k], TSR_MEM_HOST};
         }
     uint16_t hh[C];
-    sb[6] = (tsr_state_box){1, {1, {0}, {C}}, hh};
+    sb[6] = (tsr_state_box){1, {1, {0}, {C}}, hh, TSR_MEM_HOST};
     tsr_state st = {decls, 2, sb, 7, NULL, 0, {1, 1, 1, 1, 0, 0}};
     tsr_ckpt *ck = NULL;
     int rc = tsr_engine_load(eng, step_dir, &st, &ck, &e);
@@ -121,14 +121,14 @@ int main(void) {
     /* Mismatched tensors are refused before reading. */
     tsr_tensor_decl other[1] = {{"model.w", "model", TSR_F32, 2, {R, C + 1}, {0, 1, TSR_PP_ALL, -1}}};
     float dummy[4];
-    tsr_state_box ob = {0, {2, {0, 0}, {1, 1}}, dummy};
+    tsr_state_box ob = {0, {2, {0, 0}, {1, 1}}, dummy, TSR_MEM_HOST};
     tsr_state bad = {other, 1, &ob, 1, NULL, 0, {1, 1, 1, 1, 0, 0}};
     CHECK(tsr_engine_load(eng, NULL, &bad, NULL, &e) == TSR_EINVAL && strstr(e.msg, "model.w"), "shape mismatch: %s", e.msg);
     tsr_tensor_decl missing[1] = {{"model.nope", "model", TSR_F32, 1, {4}, {-1, 0, TSR_PP_ALL, -1}}};
-    tsr_state_box mb = {0, {1, {0}, {4}}, dummy};
+    tsr_state_box mb = {0, {1, {0}, {4}}, dummy, TSR_MEM_HOST};
     tsr_state miss = {missing, 1, &mb, 1, NULL, 0, {1, 1, 1, 1, 0, 0}};
     CHECK(tsr_engine_load(eng, NULL, &miss, NULL, &e) == TSR_ENOTFOUND && strstr(e.msg, "model.nope"), "missing tensor: %s", e.msg);
-    tsr_state_box outside = {0, {2, {R, 0}, {1, C}}, dummy};
+    tsr_state_box outside = {0, {2, {R, 0}, {1, C}}, dummy, TSR_MEM_HOST};
     tsr_state outs = {decls, 2, &outside, 1, NULL, 0, {1, 1, 1, 1, 0, 0}};
     CHECK(tsr_engine_save(eng, 60, &outs, &e) == TSR_EINVAL, "a box outside its tensor is refused at once");
     tsr_engine_free(eng);

@@ -21,7 +21,7 @@ static tsr_error e;
 static float w[64];
 static uint64_t stepv;
 static tsr_tensor_decl decls[1] = {{"model.w", "model", TSR_F32, 1, {64}, {-1, 0, TSR_PP_ALL, -1}}};
-static tsr_state_box sb = {0, {1, {0}, {64}}, w};
+static tsr_state_box sb = {0, {1, {0}, {64}}, w, TSR_MEM_HOST};
 static tsr_state_blob blob = {"meta.step", -1, &stepv, sizeof stepv};
 
 static int save(tsr_engine *eng, uint64_t step) {

@@ -16,7 +16,9 @@
  * gradient leaves the others unchanged; forward outputs are fully overwritten
  * (they start as NaN, as do attention's scratch and att); in-place aliasing that
  * the headers allow; bitwise-equal results for 1, 2 and 3 threads where the
- * headers promise it; tsr_exp against exp() and at its ends.
+ * headers promise it; tsr_exp against exp() and at its ends; the memory
+ * kernels (mem.h): fill, copy and add exactly, memory of each kind zeroed or
+ * refused.
  * Without PyTorch (/usr/bin/python3 -c "import torch" fails) the test fails: it
  * does not skip, since these kernels must be checked. */
 #include <math.h>
@@ -33,9 +35,58 @@
 #include "embed.h"
 #include "loss.h"
 #include "matmul.h"
+#include "mem.h"
 #include "norm.h"
 #include "optim.h"
 #include "rope.h"
+
+/* The memory kernels: exact, over every element and none past the end. */
+static void check_mem(void) {
+    enum { N = 1003 };
+    tsr_error e = {0};
+    float *a = tsr_mem_alloc(TSR_MEM_HOST, (N + 1) * sizeof *a, &e), b[N + 1], out[N + 1];
+    REQUIRE(a, "%s", e.msg);
+    int bad = 0;
+    for (size_t i = 0; i <= N; i++) bad += a[i] != 0.0f || signbit(a[i]);
+    CHECK(bad == 0, "host memory from tsr_mem_alloc: %d of %d floats not +0", bad, N + 1);
+    CHECK((uintptr_t)a % TSR_ALIGN == 0, "tsr_mem_alloc: not aligned to %d", TSR_ALIGN);
+    a[N] = b[N] = out[N] = 7.0f; /* guards */
+    tsr_k_fill(a, N, -1.5f);
+    tsr_k_fill(b, N, 0.25f);
+    bad = 0;
+    for (size_t i = 0; i < N; i++) bad += a[i] != -1.5f || b[i] != 0.25f;
+    CHECK(bad == 0 && a[N] == 7.0f && b[N] == 7.0f, "tsr_k_fill: %d wrong, guards %g %g", bad, a[N], b[N]);
+    for (size_t i = 0; i < N; i++) a[i] = (float)i * 0.1f, b[i] = 1.0f / (float)(i + 1);
+    tsr_k_add(out, a, b, N);
+    bad = 0;
+    for (size_t i = 0; i < N; i++) bad += out[i] != a[i] + b[i];
+    CHECK(bad == 0 && out[N] == 7.0f, "tsr_k_add: %d of %d not a + b", bad, N);
+    tsr_k_add(a, a, b, N); /* in place */
+    CHECK(!memcmp(a, out, N * sizeof *a), "tsr_k_add in place differs");
+    tsr_k_fill(a, N, 0.0f);
+    bad = 0;
+    for (size_t i = 0; i < N; i++) bad += a[i] != 0.0f || signbit(a[i]);
+    CHECK(bad == 0, "tsr_k_fill with +0: %d not +0", bad);
+    tsr_k_fill(a, N, -0.0f);
+    CHECK(signbit(a[0]) && signbit(a[N - 1]), "tsr_k_fill with -0 wrote +0");
+    tsr_k_copy(a, out, N * sizeof *a);
+    CHECK(!memcmp(a, out, N * sizeof *a) && a[N] == 7.0f, "tsr_k_copy: the bytes differ or overran");
+    tsr_k_copy(a, NULL, 0); /* nothing to copy */
+    tsr_mem_to_host(b, a, N * sizeof *a, TSR_MEM_HOST);
+    CHECK(!memcmp(b, out, N * sizeof *b), "tsr_mem_to_host from host memory");
+    /* the loss sum: in double, in index order */
+    double want = 0;
+    for (size_t i = 0; i < N; i++) want += out[i];
+    CHECK(tsr_xent_sum(out, N) == want && tsr_xent_sum(out, 0) == 0, "tsr_xent_sum %.17g, want %.17g",
+          tsr_xent_sum(out, N), want);
+    tsr_mem_free(TSR_MEM_HOST, a);
+    tsr_mem_free(TSR_MEM_HOST, NULL);
+    /* device memory: refused on a host build, by name */
+    CHECK(tsr_mem_alloc(TSR_MEM_CUDA, 64, &e) == NULL && e.code == TSR_EINVAL && strstr(e.msg, "cuda"),
+          "cuda memory on a host build: %s", e.msg);
+    CHECK(tsr_mem_usable(TSR_MEM_HOST, &e) == 0 && tsr_mem_usable(TSR_MEM_CUDA, &e) == TSR_EINVAL,
+          "tsr_mem_usable");
+}
 
 static const char *tmp;
 static FILE *idx;
@@ -451,6 +502,7 @@ int main(void) {
     omp_set_num_threads(2);
 
     check_exp();
+    check_mem();
     case_matmul(1, 1, 1);
     case_matmul(5, 7, 3);
     case_matmul(33, 130, 257); /* cut by columns of out */

@@ -118,7 +118,7 @@ static int run_saves(const char *dir, int dtype, uint8_t *data, uint8_t *scratch
     for (int i = 0; i < NT; i++) {
         snprintf(names[i], sizeof names[i], "layers.%d.w", i);
         t[i] = (tsr_tensor_decl){names[i], "model", dtype, 2, {per / 1024, 1024}, {-1, 1, TSR_PP_ALL, -1}};
-        sb[i] = (tsr_state_box){(uint32_t)i, {2, {0, 0}, {per / 1024, 1024}}, data + (size_t)i * (per / 1024) * 1024 * es};
+        sb[i] = (tsr_state_box){(uint32_t)i, {2, {0, 0}, {per / 1024, 1024}}, data + (size_t)i * (per / 1024) * 1024 * es, TSR_MEM_HOST};
     }
     size_t state_bytes = per / 1024 * 1024 * es * NT;
     tsr_state st = {t, NT, sb, NT, NULL, 0, {1, 1, 1, 1, 0, 0}};
@@ -259,7 +259,7 @@ static int prepare(layout_run *lr, tsr_comm *world, const tsr_tensor_decl *t, si
     if (!lr->sb) return -1;
     for (size_t i = 0; i < lr->n; i++) {
         size_t bytes = tsr_box_volume(&lr->boxes[i].box) * tsr_dtype_size(t[lr->boxes[i].tensor].dtype);
-        lr->sb[i] = (tsr_state_box){lr->boxes[i].tensor, lr->boxes[i].box, alloc_populated(bytes ? bytes : 1)};
+        lr->sb[i] = (tsr_state_box){lr->boxes[i].tensor, lr->boxes[i].box, alloc_populated(bytes ? bytes : 1), TSR_MEM_HOST};
         if (!lr->sb[i].data) return -1;
     }
     return 0;

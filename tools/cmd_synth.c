@@ -111,7 +111,7 @@ static int rank_state_make(const tsr_layout *l, const tsr_tensor_decl *t, size_t
     if (!r->sb) return -1;
     for (size_t i = 0; i < r->n; i++) {
         size_t bytes = tsr_box_volume(&r->boxes[i].box) * tsr_dtype_size(t[r->boxes[i].tensor].dtype);
-        r->sb[i] = (tsr_state_box){r->boxes[i].tensor, r->boxes[i].box, malloc(bytes ? bytes : 1)};
+        r->sb[i] = (tsr_state_box){r->boxes[i].tensor, r->boxes[i].box, malloc(bytes ? bytes : 1), TSR_MEM_HOST};
         if (!r->sb[i].data) return -1;
         r->bytes += bytes;
     }

@@ -68,7 +68,18 @@ typedef struct job {
     tsr_state_blob blobs[N_BLOBS];
     uint8_t step_le[8], pos_bytes[TSR_DATA_POS_BYTES], rng_le[8];
     char *config_text;
+    size_t config_len;
     char model_text[512], sched_text[128];
+    /* the run */
+    FILE *log, *metrics;
+    tsr_loader *loader;
+    int *inputs, *targets;
+    tsr_data_pos pos;
+    int start;          /* the step loaded (0: none); the run trains start+1.. */
+    double t_log, blocked, blocked_total, step_time_total;
+    int steps_since;
+    int last_save, last_save_refused; /* the step of the last save, and whether it was refused at once */
+    tsr_error last_save_err;
 } job;
 
 /* The state of this rank: model (and unless model_only, optimizer) boxes. */
@@ -83,7 +94,7 @@ static int state_boxes(job *j, int model_only, tsr_error *err) {
         for (size_t p = 0; p < n; p++) {
             param *q = &t->par[p];
             if (!q->on_stage || !q->shard_n) continue;
-            j->boxes[j->n_boxes++] = (tsr_state_box){(uint32_t)(k * n + p), q->box, k == 0 ? q->w : k == 1 ? q->m : q->v};
+            j->boxes[j->n_boxes++] = (tsr_state_box){(uint32_t)(k * n + p), q->box, k == 0 ? q->w : k == 1 ? q->m : q->v, t->mem};
         }
     return 0;
 }
@@ -295,154 +306,205 @@ static int open_data(job *j, tsr_loader **out, tsr_error *err) {
     return 0;
 }
 
-int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
+/* The engine, with the job's checkpoint options; resumes from a checkpoint
+ * when there is one. */
+static int open_engine(job *j, tsr_error *err) {
+    tsr_trainer *t = j->t;
     const tsr_train_config *c = &t->cfg;
-    job j = {.t = t};
-    if (t->rank != 0) log = NULL;
-    tsr_loader *loader = NULL;
-    FILE *metrics = NULL;
-    int *inputs = NULL, *targets = NULL;
+    tsr_engine_opts eo = tsr_engine_opts_default();
+    eo.keep_latest = (uint32_t)c->checkpoint.keep_latest_k;
+    eo.sync = c->checkpoint.async_mode == TSR_ASYNC_DISABLED;
+    eo.archive_url = c->checkpoint.archive_url;
+    eo.archive_every = (uint64_t)c->checkpoint.archive_interval * (uint64_t)c->checkpoint.interval;
+    eo.archive_keep = (uint32_t)c->checkpoint.archive_keep_latest_k;
+    eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
+    eo.lock_root = c->checkpoint.enable; /* one writer per checkpoint folder */
+    j->engine = tsr_engine_new(j->root, t->world, &eo, err);
+    int rc = j->engine ? 0 : err ? err->code : TSR_EIO;
+    if (!rc) rc = resume(j, &j->pos, &j->start, j->log, err);
+    /* steps after the one loaded (checkpoint.load_step) are an abandoned
+     * future: the first save moves them aside */
+    if (!rc && j->start > 0) tsr_engine_continue_from(j->engine, (uint64_t)j->start);
+    /* the staging arena now, not in the first save: what this rank holds
+     * (parameters and both moments, boxes aligned to TSR_ALIGN) and the blobs */
+    size_t stage = 12 * t->n_shard_elems + TSR_ALIGN * 3 * t->decls.n_params + j->config_len + 4096 + 64 * N_BLOBS;
+    if (!rc && c->checkpoint.enable) rc = tsr_engine_reserve(j->engine, stage, err);
+    return rc;
+}
+
+/* Rank 0's metrics file (JSON lines under the dump folder), for appending. */
+static int open_metrics(job *j, tsr_error *err) {
+    const tsr_train_config *c = &j->t->cfg;
+    char path[PATH_MAX];
+    int e = join(path, sizeof path, c->job.dump_folder, c->metrics.file) ? ENAMETOOLONG : tsr_mkdir_p(c->job.dump_folder);
+    if (e || !(j->metrics = fopen(path, "a")))
+        return tsr_err(err, TSR_EIO, "%s: cannot open the metrics file: %s", path, strerror(e ? e : errno));
+    return 0;
+}
+
+/* Everything a run needs before its first step: data, buffers, the texts of
+ * the config and the model, the engine (and the state it resumes from), the
+ * metrics file. */
+static int job_open(job *j, tsr_error *err) {
+    tsr_trainer *t = j->t;
+    const tsr_train_config *c = &t->cfg;
     size_t bt = (size_t)t->B * t->T;
-    int rc = open_data(&j, &loader, err);
-    if (!rc && !(inputs = malloc(bt * sizeof *inputs)) | !(targets = malloc(bt * sizeof *targets)))
+    int rc = open_data(j, &j->loader, err);
+    if (!rc && !(j->inputs = malloc(bt * sizeof *j->inputs)) | !(j->targets = malloc(bt * sizeof *j->targets)))
         rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-    size_t cl = 0;
-    if (!rc && tsr_config_to_toml(c, &j.config_text, &cl)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (!rc && tsr_config_to_toml(c, &j->config_text, &j->config_len)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (t->args.max_seq_len < c->training.seq_len) t->args.max_seq_len = c->training.seq_len;
-    tsr_model_args_to_text(&t->args, j.model_text, sizeof j.model_text);
-    tsr_data_pos pos = {0, 0, (uint64_t)c->training.seed};
-    int start = 0;
-    if (!rc) rc = root_of(c, j.root, sizeof j.root, err);
-    if (!rc && (c->checkpoint.enable || c->checkpoint.initial_load_path[0])) {
-        tsr_engine_opts eo = tsr_engine_opts_default();
-        eo.keep_latest = (uint32_t)c->checkpoint.keep_latest_k;
-        eo.sync = c->checkpoint.async_mode == TSR_ASYNC_DISABLED;
-        eo.archive_url = c->checkpoint.archive_url;
-        eo.archive_every = (uint64_t)c->checkpoint.archive_interval * (uint64_t)c->checkpoint.interval;
-        eo.archive_keep = (uint32_t)c->checkpoint.archive_keep_latest_k;
-        eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
-        eo.lock_root = c->checkpoint.enable; /* one writer per checkpoint folder */
-        j.engine = tsr_engine_new(j.root, t->world, &eo, err);
-        if (!j.engine) rc = err ? err->code : TSR_EIO;
-        if (!rc) rc = resume(&j, &pos, &start, log, err);
-        /* steps after the one loaded (checkpoint.load_step) are an abandoned
-         * future: the first save moves them aside */
-        if (!rc && start > 0) tsr_engine_continue_from(j.engine, (uint64_t)start);
-        /* the staging arena now, not in the first save: what this rank holds
-         * (parameters and both moments, boxes aligned to TSR_ALIGN) and the blobs */
-        size_t stage = 12 * t->n_shard_elems + TSR_ALIGN * 3 * t->decls.n_params + cl + 4096 + 64 * N_BLOBS;
-        if (!rc && c->checkpoint.enable) rc = tsr_engine_reserve(j.engine, stage, err);
-    }
-    if (!rc && t->rank == 0) {
-        char path[PATH_MAX];
-        int e = join(path, sizeof path, c->job.dump_folder, c->metrics.file) ? ENAMETOOLONG : tsr_mkdir_p(c->job.dump_folder);
-        if (e || !(metrics = fopen(path, "a")))
-            rc = tsr_err(err, TSR_EIO, "%s: cannot open the metrics file: %s", path, strerror(e ? e : errno));
-    }
-    /* every rank learns whether all of them are ready before the first collective
-     * of a step (rank 0 alone opens the metrics file, for one) */
+    tsr_model_args_to_text(&t->args, j->model_text, sizeof j->model_text);
+    j->pos = (tsr_data_pos){0, 0, (uint64_t)c->training.seed};
+    if (!rc) rc = root_of(c, j->root, sizeof j->root, err);
+    if (!rc && (c->checkpoint.enable || c->checkpoint.initial_load_path[0])) rc = open_engine(j, err);
+    if (!rc && t->rank == 0) rc = open_metrics(j, err);
+    return rc;
+}
+
+/* Every rank learns whether all of them are ready before the first collective
+ * of a step (rank 0 alone opens the metrics file, for one). */
+static int all_ready(job *j, int rc, tsr_error *err) {
     int64_t ready = rc == 0;
-    int rc2 = tsr_comm_allreduce_min(t->world, &ready, rc ? NULL : err);
+    int rc2 = tsr_comm_allreduce_min(j->t->world, &ready, rc ? NULL : err);
     if (!rc && (rc2 || !ready)) rc = rc2 ? rc2 : tsr_err(err, TSR_EINVAL, "another rank could not start (its error is above)");
-    if (!rc && log) {
-        char lt[128];
-        tsr_layout_format(&t->layout, lt, sizeof lt);
-        fprintf(log,
-                "model %s: %.2fM parameters; layout %s; global batch %d x %d tokens, %d micro-batch(es) of %d per "
-                "rank; steps %d..%d\n",
-                t->args.flavor, tsr_model_param_count(&t->args) / 1e6, lt, c->training.global_batch_size, t->T, t->M,
-                t->mbs, start + 1, c->training.steps);
-        fflush(log);
+    return rc;
+}
+
+static void log_start(job *j) {
+    tsr_trainer *t = j->t;
+    const tsr_train_config *c = &t->cfg;
+    char lt[128];
+    tsr_layout_format(&t->layout, lt, sizeof lt);
+    fprintf(j->log,
+            "model %s: %.2fM parameters; layout %s; global batch %d x %d tokens, %d micro-batch(es) of %d per "
+            "rank; steps %d..%d\n",
+            t->args.flavor, tsr_model_param_count(&t->args) / 1e6, lt, c->training.global_batch_size, t->T, t->M,
+            t->mbs, j->start + 1, c->training.steps);
+    fflush(j->log);
+}
+
+/* The checkpoint of `step`. A failed save is reported and training goes on,
+ * unless the engine is broken: then no later save can succeed. */
+static int save_step(job *j, int step, tsr_error *err) {
+    fill_blobs(j, step, &j->pos);
+    int rc = state_boxes(j, 0, err);
+    if (rc) return rc;
+    tsr_state st = make_state(j, 0);
+    rc = tsr_engine_save(j->engine, (uint64_t)step, &st, err);
+    j->last_save = step;
+    j->last_save_refused = rc != 0;
+    if (rc && err) j->last_save_err = *err;
+    if (rc && tsr_engine_broken(j->engine)) {
+        /* stop, to be restarted from the last committed checkpoint, rather than
+         * train on without any */
+        tsr_err_prefix(err, "step %d: checkpointing cannot go on; restart the job from its last "
+                       "committed checkpoint", step);
+        return rc;
     }
-    double t_log = tsr_now(), blocked = 0, blocked_total = 0, step_time_total = 0;
-    int steps_since = 0, last_save = 0; /* the step of the last save, and whether it was refused at once */
-    int last_save_refused = 0;
-    tsr_error last_save_err = {0};
-    for (int step = start + 1; !rc && step <= c->training.steps; step++) {
-        double t0 = tsr_now();
-        rc = tsr_loader_next(loader, &pos, t->B, (int)t->dp_rank, (int)t->dp, inputs, targets, err);
-        double loss = 0, gnorm = 0;
-        if (!rc) rc = tsr_trainer_step(t, step, inputs, targets, 1, &loss, &gnorm, err);
-        if (!rc && !isfinite(loss)) rc = tsr_err(err, TSR_EINVAL, "step %d: the loss is %g", step, loss);
-        double t1 = tsr_now();
-        if (!rc && c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps)) {
-            fill_blobs(&j, step, &pos);
-            if (!(rc = state_boxes(&j, 0, err))) {
-                tsr_state st = make_state(&j, 0);
-                rc = tsr_engine_save(j.engine, (uint64_t)step, &st, err);
-                last_save = step;
-                last_save_refused = rc != 0;
-                if (rc && err) last_save_err = *err;
-                if (rc && tsr_engine_broken(j.engine)) {
-                    /* no later save can succeed: stop, to be restarted from the last
-                     * committed checkpoint, rather than train on without any */
-                    tsr_err_prefix(err, "step %d: checkpointing cannot go on; restart the job from its last "
-                                   "committed checkpoint", step);
-                } else if (rc) { /* a failed save is reported, and training goes on */
-                    if (log) fprintf(log, "step %d: checkpoint failed: %s\n", step, err ? err->msg : "");
-                    rc = 0;
-                }
-            }
-            double b = tsr_now() - t1;
-            blocked += b;
-            blocked_total += b;
-        }
-        step_time_total += tsr_now() - t0;
-        steps_since++;
-        if (!rc && (step % c->metrics.log_freq == 0 || step == start + 1 || step == c->training.steps)) {
-            double dt = tsr_now() - t_log;
-            double tps = (double)c->training.global_batch_size * t->T * steps_since / (dt > 0 ? dt : 1e-9);
-            if (log) {
-                fprintf(log, "step %6d  loss %8.4f  grad_norm %7.3f  lr %.3e  tok/s %9.1f  ckpt_blocked %.3fs\n", step,
-                        loss, gnorm, (double)t->last_lr, tps, blocked);
-                fflush(log);
-            }
-            if (metrics) { /* loss and grad_norm in 17 digits: the same doubles when read back */
-                fprintf(metrics,
-                        "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, \"tokens_per_s\": %.3f, "
-                        "\"ckpt_blocked_s\": %.6f}\n",
-                        step, loss, gnorm, (double)t->last_lr, tps, blocked);
-                fflush(metrics);
-            }
-            t_log = tsr_now();
-            blocked = 0;
-            steps_since = 0;
-        }
+    if (rc && j->log) fprintf(j->log, "step %d: checkpoint failed: %s\n", step, err ? err->msg : "");
+    return 0;
+}
+
+/* The step's line in the log and in the metrics file; the counters restart. */
+static void log_step(job *j, int step, double loss, double gnorm) {
+    tsr_trainer *t = j->t;
+    double dt = tsr_now() - j->t_log;
+    double tps = (double)t->cfg.training.global_batch_size * t->T * j->steps_since / (dt > 0 ? dt : 1e-9);
+    if (j->log) {
+        fprintf(j->log, "step %6d  loss %8.4f  grad_norm %7.3f  lr %.3e  tok/s %9.1f  ckpt_blocked %.3fs\n", step,
+                loss, gnorm, (double)t->last_lr, tps, j->blocked);
+        fflush(j->log);
     }
-    if (j.engine) {
-        tsr_error e2 = {0};
-        int last_rc = tsr_engine_wait(j.engine, &e2);
-        if (last_save_refused) last_rc = last_save_err.code ? last_save_err.code : TSR_EIO, e2 = last_save_err;
-        /* the job's last checkpoint failed: it is not a success, although
-         * training went on after each failed save */
-        int final_failed = !rc && last_rc && last_save == c->training.steps;
-        if (last_rc && log && !final_failed) fprintf(log, "the last checkpoint failed: %s\n", e2.msg);
-        if (!rc && c->checkpoint.enable && c->checkpoint.last_save_model_only && start < c->training.steps) {
-            fill_blobs(&j, c->training.steps, &pos);
-            rc = save_model_only(&j, c->training.steps, err);
-            if (!rc && log)
-                fprintf(log, "model-only checkpoint (%s): %s/model-step-%08d\n",
-                        c->checkpoint.export_dtype == TSR_BF16 ? "bf16" : "f32", j.root, c->training.steps);
-        }
-        if (final_failed && !rc) {
-            uint64_t newest = 0;
-            char held[64] = "none";
-            if (tsr_latest_step(j.root, &newest, NULL, 0) == 0) snprintf(held, sizeof held, "step %llu", (unsigned long long)newest);
-            rc = tsr_err(err, last_rc, "the checkpoint of the last step (%d) failed; the newest committed checkpoint in %s is %s: %s",
-                         last_save, j.root, held, e2.msg);
-        }
+    if (j->metrics) { /* loss and grad_norm in 17 digits: the same doubles when read back */
+        fprintf(j->metrics,
+                "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, \"tokens_per_s\": %.3f, "
+                "\"ckpt_blocked_s\": %.6f}\n",
+                step, loss, gnorm, (double)t->last_lr, tps, j->blocked);
+        fflush(j->metrics);
     }
-    if (!rc && log && step_time_total > 0)
-        fprintf(log, "done: %d steps in %.1f s, %.1f tokens/s, %.3f s (%.2f%%) blocked on checkpoints; checkpoints in %s\n",
-                c->training.steps - start, step_time_total,
-                (double)c->training.global_batch_size * t->T * (c->training.steps - start) / step_time_total,
-                blocked_total, 100 * blocked_total / step_time_total, c->checkpoint.enable ? j.root : "(disabled)");
-    if (metrics) fclose(metrics);
-    if (j.engine) tsr_engine_free(j.engine);
-    tsr_loader_close(loader);
-    free(inputs);
-    free(targets);
-    free(j.boxes);
-    free(j.config_text);
+    j->t_log = tsr_now();
+    j->blocked = 0;
+    j->steps_since = 0;
+}
+
+/* One step: a batch, forward, backward and update, its checkpoint, its log. */
+static int train_step(job *j, int step, tsr_error *err) {
+    tsr_trainer *t = j->t;
+    const tsr_train_config *c = &t->cfg;
+    double t0 = tsr_now();
+    int rc = tsr_loader_next(j->loader, &j->pos, t->B, (int)t->dp_rank, (int)t->dp, j->inputs, j->targets, err);
+    double loss = 0, gnorm = 0;
+    if (!rc) rc = tsr_trainer_step(t, step, j->inputs, j->targets, 1, &loss, &gnorm, err);
+    if (!rc && !isfinite(loss)) rc = tsr_err(err, TSR_EINVAL, "step %d: the loss is %g", step, loss);
+    double t1 = tsr_now();
+    if (!rc && c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps)) {
+        rc = save_step(j, step, err);
+        double b = tsr_now() - t1;
+        j->blocked += b;
+        j->blocked_total += b;
+    }
+    j->step_time_total += tsr_now() - t0;
+    j->steps_since++;
+    if (!rc && (step % c->metrics.log_freq == 0 || step == j->start + 1 || step == c->training.steps))
+        log_step(j, step, loss, gnorm);
+    return rc;
+}
+
+/* After the last step: the last save completes, the model-only checkpoint is
+ * written, and a failed checkpoint of the last step fails the run. */
+static int job_finish(job *j, int rc, tsr_error *err) {
+    const tsr_train_config *c = &j->t->cfg;
+    tsr_error e2 = {0};
+    int last_rc = tsr_engine_wait(j->engine, &e2);
+    if (j->last_save_refused) last_rc = j->last_save_err.code ? j->last_save_err.code : TSR_EIO, e2 = j->last_save_err;
+    /* the job's last checkpoint failed: it is not a success, although
+     * training went on after each failed save */
+    int final_failed = !rc && last_rc && j->last_save == c->training.steps;
+    if (last_rc && j->log && !final_failed) fprintf(j->log, "the last checkpoint failed: %s\n", e2.msg);
+    if (!rc && c->checkpoint.enable && c->checkpoint.last_save_model_only && j->start < c->training.steps) {
+        fill_blobs(j, c->training.steps, &j->pos);
+        rc = save_model_only(j, c->training.steps, err);
+        if (!rc && j->log)
+            fprintf(j->log, "model-only checkpoint (%s): %s/model-step-%08d\n",
+                    c->checkpoint.export_dtype == TSR_BF16 ? "bf16" : "f32", j->root, c->training.steps);
+    }
+    if (final_failed && !rc) {
+        uint64_t newest = 0;
+        char held[64] = "none";
+        if (tsr_latest_step(j->root, &newest, NULL, 0) == 0) snprintf(held, sizeof held, "step %llu", (unsigned long long)newest);
+        rc = tsr_err(err, last_rc, "the checkpoint of the last step (%d) failed; the newest committed checkpoint in %s is %s: %s",
+                     j->last_save, j->root, held, e2.msg);
+    }
+    return rc;
+}
+
+static void log_done(job *j) {
+    const tsr_train_config *c = &j->t->cfg;
+    int n = c->training.steps - j->start;
+    fprintf(j->log, "done: %d steps in %.1f s, %.1f tokens/s, %.3f s (%.2f%%) blocked on checkpoints; checkpoints in %s\n",
+            n, j->step_time_total, (double)c->training.global_batch_size * j->t->T * n / j->step_time_total,
+            j->blocked_total, 100 * j->blocked_total / j->step_time_total, c->checkpoint.enable ? j->root : "(disabled)");
+}
+
+static void job_close(job *j) {
+    if (j->metrics) fclose(j->metrics);
+    if (j->engine) tsr_engine_free(j->engine);
+    tsr_loader_close(j->loader);
+    free(j->inputs);
+    free(j->targets);
+    free(j->boxes);
+    free(j->config_text);
+}
+
+int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
+    job j = {.t = t, .log = t->rank == 0 ? log : NULL};
+    int rc = all_ready(&j, job_open(&j, err), err);
+    if (!rc && j.log) log_start(&j);
+    j.t_log = tsr_now();
+    for (int step = j.start + 1; !rc && step <= t->cfg.training.steps; step++) rc = train_step(&j, step, err);
+    if (j.engine) rc = job_finish(&j, rc, err);
+    if (!rc && j.log && j.step_time_total > 0) log_done(&j);
+    job_close(&j);
     return rc;
 }

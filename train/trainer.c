@@ -4,27 +4,21 @@
 #include "trainer_impl.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "activation.h"
 #include "attention.h"
 #include "common.h"
+#include "data_plane.h"
 #include "embed.h"
 #include "loss.h"
 #include "matmul.h"
+#include "mem.h"
 #include "norm.h"
 #include "optim.h"
 #include "rope.h"
-
-/* ceil-division piece k of n over parts (torch.chunk), as [*begin, *begin+*len) */
-static void piece(uint64_t n, uint32_t parts, uint32_t k, uint64_t *begin, uint64_t *len) {
-    uint64_t c = (n + parts - 1) / parts, b = (uint64_t)k * c;
-    if (b > n) b = n;
-    uint64_t e = b + c < n ? b + c : n;
-    *begin = b;
-    *len = e - b;
-}
 
 /* ------------------------------------------------------------------- mesh */
 
@@ -73,55 +67,83 @@ static int mesh_comms(tsr_trainer *t, tsr_error *err) {
 
 /* ------------------------------------------------------------- parameters */
 
-static int params_init(tsr_trainer *t, tsr_error *err) {
-    size_t n = t->decls.n_params;
-    tsr_rank_box *boxes = NULL;
-    size_t nb = 0;
-    int rc = tsr_layout_boxes(&t->layout, t->decls.decls, n, t->rank, &boxes, &nb, err);
-    if (rc) return rc;
-    t->par = calloc(n, sizeof *t->par);
-    if (!t->par) {
-        free(boxes);
-        return tsr_err(err, TSR_ENOMEM, "out of memory");
-    }
+static void group_counts_free(tsr_trainer *t) {
+    for (uint32_t i = 0; t->group.by_tp && i < t->layout.tp; i++) free(t->group.by_tp[i]);
+    free(t->group.by_tp);
+    t->group.by_tp = NULL;
+}
+
+/* The elements of each parameter that each dp_shard rank of this rank's FSDP
+ * group on stage `pp` holds (the ranks with this rank's dp_replicate and tp
+ * coordinates): n[p * S + s], from the boxes tsr_layout_boxes gives them.
+ * Cached per tp rank for the last stage asked (dp_replicate ranks hold copies:
+ * the same counts), since the report asks for every rank of the mesh. */
+static const size_t *group_counts(tsr_trainer *t, uint32_t pp, tsr_error *err) {
     uint32_t S = t->layout.dp_shard;
+    size_t n = t->decls.n_params;
+    if (t->group.by_tp && t->group.pp != pp) group_counts_free(t);
+    if (!t->group.by_tp && !(t->group.by_tp = calloc(t->layout.tp, sizeof *t->group.by_tp))) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    t->group.pp = pp;
+    size_t **c = &t->group.by_tp[t->co.tp];
+    if (*c) return *c;
+    if (!(*c = calloc(n * S, sizeof **c))) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    for (uint32_t s = 0; s < S; s++) {
+        tsr_coord k = t->co;
+        k.pp = pp, k.dp_shard = s;
+        tsr_rank_box *boxes = NULL;
+        size_t nb = 0;
+        if (tsr_layout_boxes(&t->layout, t->decls.decls, n, tsr_layout_rank(&t->layout, k), &boxes, &nb, err)) {
+            free(*c), *c = NULL;
+            return NULL;
+        }
+        for (size_t i = 0; i < nb; i++) (*c)[boxes[i].tensor * S + s] += tsr_box_volume(&boxes[i].box);
+        free(boxes);
+    }
+    return *c;
+}
+
+/* The TP-local piece of parameter p that FSDP cuts: the sum of the group's. */
+static uint64_t tp_local(const tsr_trainer *t, const size_t *counts, size_t p) {
+    uint64_t sum = 0;
+    for (uint32_t s = 0; s < t->layout.dp_shard; s++) sum += counts[p * t->layout.dp_shard + s];
+    return sum;
+}
+
+/* Which parameters this rank holds, and how: its shard (its box, as the layout
+ * algebra gives it) and the TP-local piece of each that FSDP gathers. */
+static int params_init(tsr_trainer *t, tsr_error *err) {
+    size_t n = t->decls.n_params, nb = 0;
+    uint32_t S = t->layout.dp_shard;
+    tsr_rank_box *boxes = NULL;
+    const size_t *counts = group_counts(t, t->co.pp, err);
+    int rc = !counts ? (err ? err->code : TSR_ENOMEM)
+                     : tsr_layout_boxes(&t->layout, t->decls.decls, n, t->rank, &boxes, &nb, err);
+    if (!rc && !(t->par = calloc(n, sizeof *t->par))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     size_t total_shard = 0, total_full = 0;
-    for (size_t p = 0; p < n; p++) {
+    for (size_t p = 0; p < n && !rc; p++) {
         param *q = &t->par[p];
-        const tsr_tensor_decl *d = &t->decls.decls[p];
-        const tsr_placement *pl = &d->placement;
-        int layer = pl->layer;
+        const tsr_placement *pl = &t->decls.decls[p].placement;
         q->on_stage = pl->pp_role == TSR_PP_FIRST   ? t->first
                       : pl->pp_role == TSR_PP_LAST  ? t->last
-                      : pl->pp_role == TSR_PP_LAYER ? (layer >= t->l0 && layer < t->l1)
+                      : pl->pp_role == TSR_PP_LAYER ? (pl->layer >= t->l0 && pl->layer < t->l1)
                                                     : 1;
         if (!q->on_stage) continue;
-        /* the TP-local piece: rows x cols */
-        uint64_t shape[2] = {d->shape[0], d->ndim > 1 ? d->shape[1] : 1}, b;
-        if (pl->tp_dim >= 0) piece(shape[pl->tp_dim], t->layout.tp, t->co.tp, &b, &shape[pl->tp_dim]);
-        q->rows = shape[0];
-        q->cols = shape[1];
-        q->full_n = shape[0] * shape[1];
-        q->counts = calloc(S, sizeof *q->counts);
-        if (!q->counts) {
-            free(boxes);
-            return tsr_err(err, TSR_ENOMEM, "out of memory");
+        if (!(q->counts = malloc(S * sizeof *q->counts))) {
+            rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+            break;
         }
-        for (uint32_t s = 0; s < S; s++) {
-            uint64_t rb, rl;
-            piece(shape[0], S, s, &rb, &rl);
-            q->counts[s] = rl * shape[1];
-        }
+        memcpy(q->counts, counts + p * S, S * sizeof *q->counts);
+        q->full_n = tp_local(t, counts, p);
         q->shard_n = q->counts[t->co.dp_shard];
-        /* the rank's box, as the layout algebra gives it (absent when empty) */
-        q->box.ndim = d->ndim;
+        q->box = (tsr_box){.ndim = t->decls.decls[p].ndim}; /* absent when empty */
         for (size_t i = 0; i < nb; i++)
             if (boxes[i].tensor == p) q->box = boxes[i].box;
-        if (q->shard_n && tsr_box_volume(&q->box) != q->shard_n) {
-            free(boxes);
-            return tsr_err(err, TSR_EINVAL, "%s: shard of %llu elements, layout box of %llu", d->name,
-                           (unsigned long long)q->shard_n, (unsigned long long)tsr_box_volume(&q->box));
-        }
         /* norms contribute to the gradient norm once per tp group; tp-split ones from every tp rank */
         q->norm_counts = (pl->tp_dim >= 0 || t->co.tp == 0) && t->co.dp_replicate == 0;
         total_shard += q->shard_n;
@@ -130,17 +152,20 @@ static int params_init(tsr_trainer *t, tsr_error *err) {
     free(boxes);
     t->n_shard_elems = total_shard;
     t->n_full_elems = total_full;
-    return 0;
+    return rc;
 }
 
+/* One allocation of the trainer's memory kind: w, g, m, v shards, then the
+ * gathered weights and full gradients (FSDP); the weights initialized. */
 static int params_alloc(tsr_trainer *t, tsr_error *err) {
     size_t n = t->decls.n_params, total_shard = t->n_shard_elems;
     uint32_t S = t->layout.dp_shard;
-    /* one arena: w, g, m, v shards, then the gathered weights and full gradients */
     size_t total = 4 * total_shard + 2 * t->n_full_elems;
-    t->arena = tsr_alloc_aligned((total ? total : 1) * sizeof(float));
-    if (!t->arena) return tsr_err(err, TSR_ENOMEM, "out of memory for %zu parameters", total_shard);
-    memset(t->arena, 0, total * sizeof(float));
+    t->arena = tsr_mem_alloc(t->mem, (total ? total : 1) * sizeof(float), err);
+    if (!t->arena) {
+        tsr_err_prefix(err, "%zu parameters", total_shard);
+        return err ? err->code : TSR_ENOMEM;
+    }
     float *a = t->arena;
     for (size_t p = 0; p < n; p++) {
         param *q = &t->par[p];
@@ -163,29 +188,103 @@ static int params_alloc(tsr_trainer *t, tsr_error *err) {
 
 /* ------------------------------------------------------------ activations */
 
-/* Per-layer activations of one micro-batch (N = mbs * T tokens). */
-static size_t layer_floats(const tsr_trainer *t) {
-    size_t N = t->N, C = (size_t)t->args.dim;
-    return 3 * N * C + 2 * N + 2 * N * t->Dq + 2 * N * t->Dkv + (size_t)t->mbs * t->NHt * t->T * t->T +
-           3 * N * t->Ft;
+/* Every activation and scratch buffer of a step, in the order the arena is
+ * carved: per micro-batch set the stage's inputs, per layer what backward
+ * needs, on the last stage the head's; then the scratch, once. act_sizes()
+ * gives the floats of each; where its pointer lives is in act_rows. */
+enum act_scope { PER_SET, PER_LAYER, LAST_STAGE, SCRATCH };
+enum {
+    ACT_XS,
+    ACT_H1, ACT_RSTD1, ACT_Q, ACT_K, ACT_V, ACT_ATT, ACT_A, ACT_X2, ACT_H2, ACT_RSTD2, ACT_G, ACT_U, ACT_S,
+    ACT_HF, ACT_RSTDF, ACT_PROBS, ACT_LOSSES,
+    ACT_DRES, ACT_DH, ACT_DQ, ACT_DA, ACT_DK, ACT_DV, ACT_DS, ACT_DG, ACT_DU, ACT_ATT_SCRATCH, ACT_DLOGITS,
+    ACT_DLOSS, ACT_DSEND, ACT_ROPE_COS, ACT_ROPE_SIN,
+    N_ACT
+};
+static const struct act_row {
+    int scope;
+    size_t off; /* of the pointer in act_set, layer_act or tsr_trainer */
+} act_rows[N_ACT] = {
+    [ACT_XS] = {PER_SET, offsetof(act_set, xs)},
+    [ACT_H1] = {PER_LAYER, offsetof(layer_act, h1)},
+    [ACT_RSTD1] = {PER_LAYER, offsetof(layer_act, rstd1)},
+    [ACT_Q] = {PER_LAYER, offsetof(layer_act, q)},
+    [ACT_K] = {PER_LAYER, offsetof(layer_act, k)},
+    [ACT_V] = {PER_LAYER, offsetof(layer_act, v)},
+    [ACT_ATT] = {PER_LAYER, offsetof(layer_act, att)},
+    [ACT_A] = {PER_LAYER, offsetof(layer_act, a)},
+    [ACT_X2] = {PER_LAYER, offsetof(layer_act, x2)},
+    [ACT_H2] = {PER_LAYER, offsetof(layer_act, h2)},
+    [ACT_RSTD2] = {PER_LAYER, offsetof(layer_act, rstd2)},
+    [ACT_G] = {PER_LAYER, offsetof(layer_act, g)},
+    [ACT_U] = {PER_LAYER, offsetof(layer_act, u)},
+    [ACT_S] = {PER_LAYER, offsetof(layer_act, s)},
+    [ACT_HF] = {LAST_STAGE, offsetof(act_set, hf)},
+    [ACT_RSTDF] = {LAST_STAGE, offsetof(act_set, rstdf)},
+    [ACT_PROBS] = {LAST_STAGE, offsetof(act_set, probs)},
+    [ACT_LOSSES] = {LAST_STAGE, offsetof(act_set, losses)},
+    [ACT_DRES] = {SCRATCH, offsetof(tsr_trainer, dres)},
+    [ACT_DH] = {SCRATCH, offsetof(tsr_trainer, dh)},
+    [ACT_DQ] = {SCRATCH, offsetof(tsr_trainer, dq)},
+    [ACT_DA] = {SCRATCH, offsetof(tsr_trainer, da)},
+    [ACT_DK] = {SCRATCH, offsetof(tsr_trainer, dk)},
+    [ACT_DV] = {SCRATCH, offsetof(tsr_trainer, dv)},
+    [ACT_DS] = {SCRATCH, offsetof(tsr_trainer, ds)},
+    [ACT_DG] = {SCRATCH, offsetof(tsr_trainer, dg)},
+    [ACT_DU] = {SCRATCH, offsetof(tsr_trainer, du)},
+    [ACT_ATT_SCRATCH] = {SCRATCH, offsetof(tsr_trainer, att_scratch)},
+    [ACT_DLOGITS] = {SCRATCH, offsetof(tsr_trainer, dlogits)},
+    [ACT_DLOSS] = {SCRATCH, offsetof(tsr_trainer, dloss)},
+    [ACT_DSEND] = {SCRATCH, offsetof(tsr_trainer, dsend)},
+    [ACT_ROPE_COS] = {SCRATCH, offsetof(tsr_trainer, rope_cos)},
+    [ACT_ROPE_SIN] = {SCRATCH, offsetof(tsr_trainer, rope_sin)},
+};
+
+/* The floats of each buffer (0: this rank has none). N = mbs * T tokens of a
+ * micro-batch; widths on this tp rank. */
+static void act_sizes(const tsr_trainer *t, size_t sz[N_ACT]) {
+    size_t N = t->N, C = (size_t)t->args.dim, V = (size_t)t->args.vocab_size, L = (size_t)(t->l1 - t->l0);
+    size_t hd = (size_t)tsr_model_head_dim(&t->args), last = t->last, pp_send = t->layout.pp > 1 && !t->first;
+    size_t att = (size_t)t->mbs * t->NHt * t->T * t->T;
+    size_t v[N_ACT] = {
+        [ACT_XS] = (L + 1) * N * C, /* (L+1, N, C): each layer's input and the stage's output */
+        [ACT_H1] = N * C, [ACT_RSTD1] = N, [ACT_Q] = N * t->Dq, [ACT_K] = N * t->Dkv, [ACT_V] = N * t->Dkv,
+        [ACT_ATT] = att, /* (mbs, NHt, T, T) softmax */
+        [ACT_A] = N * t->Dq, [ACT_X2] = N * C, [ACT_H2] = N * C, [ACT_RSTD2] = N,
+        [ACT_G] = N * t->Ft, [ACT_U] = N * t->Ft, [ACT_S] = N * t->Ft,
+        [ACT_HF] = last * N * C, [ACT_RSTDF] = last * N, [ACT_PROBS] = last * N * V, [ACT_LOSSES] = last * N,
+        [ACT_DRES] = N * C, [ACT_DH] = N * C, [ACT_DQ] = N * t->Dq, [ACT_DA] = N * t->Dq,
+        [ACT_DK] = N * t->Dkv, [ACT_DV] = N * t->Dkv, [ACT_DS] = N * t->Ft, [ACT_DG] = N * t->Ft,
+        [ACT_DU] = N * t->Ft, [ACT_ATT_SCRATCH] = tsr_attention_scratch(t->mbs, t->T, t->NHt, (int)hd),
+        [ACT_DLOGITS] = last * N * V, [ACT_DLOSS] = last * N, [ACT_DSEND] = pp_send * (size_t)t->M * N * C,
+        [ACT_ROPE_COS] = (size_t)t->T * hd / 2, [ACT_ROPE_SIN] = (size_t)t->T * hd / 2,
+    };
+    memcpy(sz, v, sizeof v);
 }
 
-static void layer_view(tsr_trainer *t, float *base, layer_act *la) {
-    size_t N = t->N, C = (size_t)t->args.dim;
-    float *p = base;
-    la->h1 = p, p += N * C;
-    la->rstd1 = p, p += N;
-    la->q = p, p += N * t->Dq;
-    la->k = p, p += N * t->Dkv;
-    la->v = p, p += N * t->Dkv;
-    la->att = p, p += (size_t)t->mbs * t->NHt * t->T * t->T;
-    la->a = p, p += N * t->Dq;
-    la->x2 = p, p += N * C;
-    la->h2 = p, p += N * C;
-    la->rstd2 = p, p += N;
-    la->g = p, p += N * t->Ft;
-    la->u = p, p += N * t->Ft;
-    la->s = p, p += N * t->Ft;
+/* Buffers of one scope, from arena + *at on: each pointer set in `owner`
+ * (unless arena or owner is NULL: counting only) and *at advanced. */
+static void carve_scope(int scope, const size_t *sz, void *owner, float *arena, size_t *at) {
+    for (int k = 0; k < N_ACT; k++) {
+        if (act_rows[k].scope != scope || !sz[k]) continue;
+        if (arena && owner) *(float **)(void *)((char *)owner + act_rows[k].off) = arena + *at;
+        *at += sz[k];
+    }
+}
+
+/* Carves the arena (NULL: counts only) into every buffer. @return its floats. */
+static size_t act_carve(tsr_trainer *t, float *arena) {
+    size_t sz[N_ACT], at = 0;
+    act_sizes(t, sz);
+    int L = t->l1 - t->l0;
+    for (int j = 0; j < t->n_sets; j++) {
+        act_set *s = arena ? &t->sets[j] : NULL;
+        carve_scope(PER_SET, sz, s, arena, &at);
+        for (int l = 0; l < L; l++) carve_scope(PER_LAYER, sz, s ? &s->layers[l] : NULL, arena, &at);
+        carve_scope(LAST_STAGE, sz, s, arena, &at);
+    }
+    carve_scope(SCRATCH, sz, t, arena, &at);
+    return at;
 }
 
 /* The shapes of a step, and the floats of activations and scratch. */
@@ -205,65 +304,32 @@ static int shapes_init(tsr_trainer *t, tsr_error *err) {
     t->NKVt = t->args.n_kv_heads / (int)t->layout.tp;
     t->Dq = (size_t)t->NHt * hd;
     t->Dkv = (size_t)t->NKVt * hd;
-    uint64_t fb, fl;
-    piece((uint64_t)t->args.ffn_dim, t->layout.tp, t->co.tp, &fb, &fl);
-    t->Ft = (size_t)fl;
-    size_t N = t->N, C = (size_t)t->args.dim, V = (size_t)t->args.vocab_size;
-    int L = t->l1 - t->l0;
+    /* the ffn width on this tp rank: the TP-local rows of w1 (of the stage's
+     * first layer; a stage without layers asks stage 0, which holds layer 0) */
+    size_t w1 = (size_t)tsr_model_param_index(t->l1 > t->l0 ? t->l0 : 0, TSR_P_W1);
+    const size_t *counts = t->l1 > t->l0 ? NULL : group_counts(t, 0, err);
+    if (t->l1 == t->l0 && !counts) return err ? err->code : TSR_ENOMEM;
+    t->Ft = (counts ? tp_local(t, counts, w1) : t->par[w1].full_n) / (size_t)t->args.dim;
     t->n_sets = t->layout.pp > 1 ? t->M : 1;
-    t->per_set = (size_t)(L + 1) * N * C + (size_t)L * layer_floats(t) + (t->last ? N * C + N + N * V + N : 0);
-    t->scratch = 2 * N * C + 2 * N * t->Dq + 2 * N * t->Dkv + 3 * N * t->Ft +
-                 tsr_attention_scratch(t->mbs, t->T, t->NHt, hd) + (t->last ? N * V + N : 0) +
-                 (t->layout.pp > 1 && !t->first ? (size_t)t->M * N * C : 0) + (size_t)t->T * (size_t)hd;
+    t->act_floats = act_carve(t, NULL);
     return 0;
 }
 
+/* The activations: one allocation of the trainer's memory kind, carved. */
 static int acts_alloc(tsr_trainer *t, tsr_error *err) {
-    int hd = tsr_model_head_dim(&t->args);
-    size_t N = t->N, C = (size_t)t->args.dim, V = (size_t)t->args.vocab_size;
-    int L = t->l1 - t->l0;
-    size_t total = t->per_set * (size_t)t->n_sets + t->scratch;
-    t->act_arena = tsr_alloc_aligned(total * sizeof(float));
+    int hd = tsr_model_head_dim(&t->args), L = t->l1 - t->l0;
     t->sets = calloc((size_t)t->n_sets, sizeof *t->sets);
-    t->tokens = calloc(2 * (size_t)t->B * t->T, sizeof *t->tokens);
-    if (!t->act_arena || !t->sets || !t->tokens)
-        return tsr_err(err, TSR_ENOMEM, "out of memory for activations (%zu MiB)", total * sizeof(float) >> 20);
-    memset(t->act_arena, 0, total * sizeof(float));
-    t->act_bytes = total * sizeof(float);
-    float *p = t->act_arena;
-    for (int j = 0; j < t->n_sets; j++) {
-        act_set *s = &t->sets[j];
-        s->layers = calloc((size_t)(L > 0 ? L : 1), sizeof *s->layers);
-        if (!s->layers) return tsr_err(err, TSR_ENOMEM, "out of memory");
-        s->xs = p, p += (size_t)(L + 1) * N * C;
-        for (int l = 0; l < L; l++) {
-            layer_view(t, p, &s->layers[l]);
-            p += layer_floats(t);
-        }
-        if (t->last) {
-            s->hf = p, p += N * C;
-            s->rstdf = p, p += N;
-            s->probs = p, p += N * V;
-            s->losses = p, p += N;
-        }
+    t->tokens = tsr_mem_alloc(t->mem, 2 * (size_t)t->B * t->T * sizeof *t->tokens, err);
+    if (!t->sets || !t->tokens) return t->tokens ? tsr_err(err, TSR_ENOMEM, "out of memory") : err ? err->code : TSR_ENOMEM;
+    for (int j = 0; j < t->n_sets; j++)
+        if (!(t->sets[j].layers = calloc((size_t)(L > 0 ? L : 1), sizeof *t->sets[j].layers)))
+            return tsr_err(err, TSR_ENOMEM, "out of memory");
+    t->act_arena = tsr_mem_alloc(t->mem, t->act_floats * sizeof(float), err);
+    if (!t->act_arena) {
+        tsr_err_prefix(err, "activations");
+        return err ? err->code : TSR_ENOMEM;
     }
-    t->dres = p, p += N * C;
-    t->dh = p, p += N * C;
-    t->dq = p, p += N * t->Dq;
-    t->da = p, p += N * t->Dq;
-    t->dk = p, p += N * t->Dkv;
-    t->dv = p, p += N * t->Dkv;
-    t->ds = p, p += N * t->Ft;
-    t->dg = p, p += N * t->Ft;
-    t->du = p, p += N * t->Ft;
-    t->att_scratch = p, p += tsr_attention_scratch(t->mbs, t->T, t->NHt, hd);
-    if (t->last) {
-        t->dlogits = p, p += N * V;
-        t->dloss = p, p += N;
-    }
-    if (t->layout.pp > 1 && !t->first) t->dsend = p, p += (size_t)t->M * N * C;
-    t->rope_cos = p, p += (size_t)t->T * hd / 2;
-    t->rope_sin = p, p += (size_t)t->T * hd / 2;
+    act_carve(t, t->act_arena);
     const tsr_rope_scaling *sc = t->args.rope_scaling.factor != 0 ? &t->args.rope_scaling : NULL;
     tsr_rope_tables(t->rope_cos, t->rope_sin, t->T, hd, t->args.rope_theta, sc);
     t->reqs = tsr_comm_reqs_new();
@@ -274,16 +340,11 @@ static int acts_alloc(tsr_trainer *t, tsr_error *err) {
 /* ---------------------------------------------------------------- forward */
 
 static int tp_sum(tsr_trainer *t, float *x, size_t n, tsr_error *err) {
-    return t->layout.tp > 1 ? tsr_comm_allreduce_sum_f32(t->tp, x, n, err) : 0;
+    return t->layout.tp > 1 ? tsr_data_allreduce_sum(t->tp, TSR_F32, x, n, NULL, err) : 0;
 }
 
 static float *W(tsr_trainer *t, int layer, int k) { return t->par[tsr_model_param_index(layer, k)].wf; }
 static float *G(tsr_trainer *t, int layer, int k) { return t->par[tsr_model_param_index(layer, k)].gf; }
-
-static void add(float *y, const float *a, const float *b, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) y[i] = a[i] + b[i];
-}
 
 /* x (N,C) -> out (N,C) through layer `layer`, keeping what backward needs in la. */
 static int layer_fwd(tsr_trainer *t, int layer, layer_act *la, const float *x, float *out, tsr_error *err) {
@@ -299,7 +360,7 @@ static int layer_fwd(tsr_trainer *t, int layer, layer_act *la, const float *x, f
     tsr_matmul_fwd(out, la->a, W(t, layer, TSR_P_WO), N, Dq, C); /* partial over tp */
     int rc = tp_sum(t, out, (size_t)N * C, err);
     if (rc) return rc;
-    add(la->x2, x, out, (size_t)N * C);
+    tsr_k_add(la->x2, x, out, (size_t)N * C);
     tsr_rmsnorm_fwd(la->h2, la->rstd2, la->x2, W(t, layer, TSR_P_FFN_NORM), N, C, t->args.norm_eps);
     if (F > 0) {
         tsr_matmul_fwd(la->g, la->h2, W(t, layer, TSR_P_W1), N, C, F);
@@ -307,10 +368,10 @@ static int layer_fwd(tsr_trainer *t, int layer, layer_act *la, const float *x, f
         tsr_swiglu_fwd(la->s, la->g, la->u, (size_t)N * F);
         tsr_matmul_fwd(out, la->s, W(t, layer, TSR_P_W2), N, F, C);
     } else {
-        memset(out, 0, (size_t)N * C * sizeof *out);
+        tsr_k_fill(out, (size_t)N * C, 0);
     }
     if ((rc = tp_sum(t, out, (size_t)N * C, err))) return rc;
-    add(out, la->x2, out, (size_t)N * C);
+    tsr_k_add(out, la->x2, out, (size_t)N * C);
     return 0;
 }
 
@@ -319,11 +380,11 @@ static int layer_bwd(tsr_trainer *t, int layer, layer_act *la, const float *x, t
     int N = (int)t->N, C = t->args.dim, hd = tsr_model_head_dim(&t->args);
     int Dq = (int)t->Dq, Dkv = (int)t->Dkv, F = (int)t->Ft;
     size_t NC = (size_t)N * C;
-    memset(t->dh, 0, NC * sizeof(float));
+    tsr_k_fill(t->dh, NC, 0);
     if (F > 0) {
-        memset(t->ds, 0, (size_t)N * F * sizeof(float));
-        memset(t->dg, 0, (size_t)N * F * sizeof(float));
-        memset(t->du, 0, (size_t)N * F * sizeof(float));
+        tsr_k_fill(t->ds, (size_t)N * F, 0);
+        tsr_k_fill(t->dg, (size_t)N * F, 0);
+        tsr_k_fill(t->du, (size_t)N * F, 0);
         tsr_matmul_bwd(t->ds, G(t, layer, TSR_P_W2), t->dres, la->s, W(t, layer, TSR_P_W2), N, F, C);
         tsr_swiglu_bwd(t->dg, t->du, t->ds, la->g, la->u, (size_t)N * F);
         tsr_matmul_bwd(t->dh, G(t, layer, TSR_P_W1), t->dg, la->h2, W(t, layer, TSR_P_W1), N, C, F);
@@ -333,16 +394,16 @@ static int layer_bwd(tsr_trainer *t, int layer, layer_act *la, const float *x, t
     if (rc) return rc;
     tsr_rmsnorm_bwd(t->dres, G(t, layer, TSR_P_FFN_NORM), t->dh, la->x2, W(t, layer, TSR_P_FFN_NORM), la->rstd2, N, C);
     /* attention: dres is now d(x2) */
-    memset(t->da, 0, (size_t)N * Dq * sizeof(float));
-    memset(t->dq, 0, (size_t)N * Dq * sizeof(float));
-    memset(t->dk, 0, (size_t)N * Dkv * sizeof(float));
-    memset(t->dv, 0, (size_t)N * Dkv * sizeof(float));
+    tsr_k_fill(t->da, (size_t)N * Dq, 0);
+    tsr_k_fill(t->dq, (size_t)N * Dq, 0);
+    tsr_k_fill(t->dk, (size_t)N * Dkv, 0);
+    tsr_k_fill(t->dv, (size_t)N * Dkv, 0);
     tsr_matmul_bwd(t->da, G(t, layer, TSR_P_WO), t->dres, la->a, W(t, layer, TSR_P_WO), N, Dq, C);
     tsr_attention_bwd(t->dq, t->dk, t->dv, t->att_scratch, t->da, la->q, la->k, la->v, la->att, t->mbs, t->T,
                       t->NHt, t->NKVt, hd);
     tsr_rope_bwd(t->dq, t->rope_cos, t->rope_sin, t->mbs, t->T, t->NHt, hd);
     tsr_rope_bwd(t->dk, t->rope_cos, t->rope_sin, t->mbs, t->T, t->NKVt, hd);
-    memset(t->dh, 0, NC * sizeof(float));
+    tsr_k_fill(t->dh, NC, 0);
     tsr_matmul_bwd(t->dh, G(t, layer, TSR_P_WQ), t->dq, la->h1, W(t, layer, TSR_P_WQ), N, C, Dq);
     tsr_matmul_bwd(t->dh, G(t, layer, TSR_P_WK), t->dk, la->h1, W(t, layer, TSR_P_WK), N, C, Dkv);
     tsr_matmul_bwd(t->dh, G(t, layer, TSR_P_WV), t->dv, la->h1, W(t, layer, TSR_P_WV), N, C, Dkv);
@@ -361,7 +422,7 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     int rc = 0;
     if (t->first)
         tsr_embed_fwd(s->xs, tok, t->par[0].wf, (int)N, (int)C, (int)V);
-    else if ((rc = tsr_comm_recv(t->world, t->prev, 2 * j + TAG_FWD, s->xs, N * C * sizeof(float), err)))
+    else if ((rc = tsr_data_recv(t->world, t->prev, 2 * j + TAG_FWD, TSR_F32, s->xs, N * C, NULL, err)))
         return rc;
     int L = t->l1 - t->l0;
     for (int l = 0; l < L && !rc; l++)
@@ -369,15 +430,13 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     if (rc) return rc;
     float *xL = s->xs + (size_t)L * N * C;
     if (!t->last)
-        return tsr_comm_isend(t->world, t->next, 2 * j + TAG_FWD, xL, N * C * sizeof(float), t->reqs, err);
+        return tsr_data_send(t->world, t->next, 2 * j + TAG_FWD, TSR_F32, xL, N * C, t->reqs, NULL, err);
     size_t np = t->decls.n_params;
     tsr_rmsnorm_fwd(s->hf, s->rstdf, xL, t->par[np - 2].wf, (int)N, (int)C, t->args.norm_eps);
     tsr_matmul_fwd(s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
-    if (t->keep_logits && j == t->M - 1) memcpy(t->keep_logits, s->probs, (size_t)t->T * V * sizeof(float));
+    if (t->keep_logits && j == t->M - 1) tsr_k_copy(t->keep_logits, s->probs, (size_t)t->T * V * sizeof(float));
     tsr_xent_fwd(s->losses, s->probs, s->probs, tgt, (int)N, (int)V);
-    double sum = 0;
-    for (size_t i = 0; i < N; i++) sum += s->losses[i];
-    t->loss_sum += sum;
+    t->loss_sum += tsr_xent_sum(s->losses, (int)N);
     return 0;
 }
 
@@ -388,14 +447,14 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
     int L = t->l1 - t->l0, rc = 0;
     float *xL = s->xs + (size_t)L * N * C;
     if (t->last) {
-        for (size_t i = 0; i < N; i++) t->dloss[i] = (float)t->inv_count;
-        memset(t->dlogits, 0, N * V * sizeof(float));
+        tsr_k_fill(t->dloss, N, (float)t->inv_count);
+        tsr_k_fill(t->dlogits, N * V, 0);
         tsr_xent_bwd(t->dlogits, s->probs, tgt, t->dloss, (int)N, (int)V);
-        memset(t->dh, 0, N * C * sizeof(float));
+        tsr_k_fill(t->dh, N * C, 0);
         tsr_matmul_bwd(t->dh, t->par[np - 1].gf, t->dlogits, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
-        memset(t->dres, 0, N * C * sizeof(float));
+        tsr_k_fill(t->dres, N * C, 0);
         tsr_rmsnorm_bwd(t->dres, t->par[np - 2].gf, t->dh, xL, t->par[np - 2].wf, s->rstdf, (int)N, (int)C);
-    } else if ((rc = tsr_comm_recv(t->world, t->next, 2 * j + TAG_BWD, t->dres, N * C * sizeof(float), err))) {
+    } else if ((rc = tsr_data_recv(t->world, t->next, 2 * j + TAG_BWD, TSR_F32, t->dres, N * C, NULL, err))) {
         return rc;
     }
     for (int l = L - 1; l >= 0 && !rc; l--)
@@ -406,8 +465,8 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
         return 0;
     }
     float *send = t->dsend + (size_t)j * N * C;
-    memcpy(send, t->dres, N * C * sizeof(float));
-    return tsr_comm_isend(t->world, t->prev, 2 * j + TAG_BWD, send, N * C * sizeof(float), t->reqs, err);
+    tsr_k_copy(send, t->dres, N * C * sizeof(float));
+    return tsr_data_send(t->world, t->prev, 2 * j + TAG_BWD, TSR_F32, send, N * C, t->reqs, NULL, err);
 }
 
 /* The micro-batches through the stage: GPipe (all forwards, then all backwards)
@@ -435,7 +494,7 @@ static int run_schedule(tsr_trainer *t, tsr_error *err) {
         if (!rc) rc = mb_bwd(t, b++, err);
     }
     while (b < M && !rc) rc = mb_bwd(t, b++, err);
-    int rc2 = tsr_comm_waitall(t->world, t->reqs, rc ? NULL : err);
+    int rc2 = tsr_data_wait(t->world, t->reqs, NULL, rc ? NULL : err);
     return rc ? rc : rc2;
 }
 
@@ -446,21 +505,21 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     size_t n = t->decls.n_params, bt = (size_t)t->B * t->T;
     uint32_t S = t->layout.dp_shard;
     int rc = 0;
-    memcpy(t->tokens, inputs, bt * sizeof *inputs);
-    memcpy(t->tokens + bt, targets, bt * sizeof *targets);
+    tsr_k_copy(t->tokens, inputs, bt * sizeof *inputs);
+    tsr_k_copy(t->tokens + bt, targets, bt * sizeof *targets);
     /* the global number of counted targets: every rank of one dp index holds the
      * same ones, so only (pp 0, tp 0) ranks report */
     double cnt = 0;
     if (t->co.pp == 0 && t->co.tp == 0)
         for (size_t i = 0; i < bt; i++) cnt += targets[i] >= 0;
-    if ((rc = tsr_comm_allreduce_sum_f64(t->world, &cnt, 1, err))) return rc;
+    if ((rc = tsr_data_allreduce_sum(t->world, TSR_F64, &cnt, 1, NULL, err))) return rc;
     t->inv_count = cnt > 0 ? 1.0 / cnt : 0.0;
     /* FSDP: gather the stage's weights; zero the gradients */
     for (size_t p = 0; p < n && !rc; p++) {
         param *q = &t->par[p];
         if (!q->on_stage) continue;
-        if (S > 1) rc = tsr_comm_allgatherv_f32(t->shard, q->w, q->wf, q->counts, err);
-        memset(q->gf, 0, q->full_n * sizeof(float));
+        if (S > 1) rc = tsr_data_allgatherv(t->shard, TSR_F32, q->w, q->wf, q->counts, NULL, err);
+        tsr_k_fill(q->gf, q->full_n, 0);
     }
     t->loss_sum = 0;
     if (!rc) rc = run_schedule(t, err);
@@ -468,15 +527,15 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     for (size_t p = 0; p < n && !rc; p++) {
         param *q = &t->par[p];
         if (!q->on_stage) continue;
-        if (S > 1) rc = tsr_comm_reduce_scatterv_f32(t->shard, q->gf, q->g, q->counts, err);
-        if (!rc && t->layout.dp_replicate > 1) rc = tsr_comm_allreduce_sum_f32(t->rep, q->g, q->shard_n, err);
+        if (S > 1) rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, q->gf, q->g, q->counts, NULL, err);
+        if (!rc && t->layout.dp_replicate > 1) rc = tsr_data_allreduce_sum(t->rep, TSR_F32, q->g, q->shard_n, NULL, err);
     }
     if (rc) return rc;
     /* the loss and the gradient norm, each counted once */
     double red[2] = {t->last && t->co.tp == 0 ? t->loss_sum : 0, 0};
     for (size_t p = 0; p < n; p++)
         if (t->par[p].on_stage && t->par[p].norm_counts) red[1] += tsr_sumsq(t->par[p].g, t->par[p].shard_n);
-    if ((rc = tsr_comm_allreduce_sum_f64(t->world, red, 2, err))) return rc;
+    if ((rc = tsr_data_allreduce_sum(t->world, TSR_F64, red, 2, NULL, err))) return rc;
     *loss = red[0] * t->inv_count;
     *grad_norm = sqrt(red[1]);
     if (!optimize) return 0;
@@ -530,15 +589,16 @@ void tsr_trainer_free(tsr_trainer *t) {
     if (!t) return;
     for (size_t p = 0; t->par && p < t->decls.n_params; p++) free(t->par[p].counts);
     free(t->par);
-    free(t->arena);
+    tsr_mem_free(t->mem, t->arena);
     for (int j = 0; t->sets && j < t->n_sets; j++) free(t->sets[j].layers);
     free(t->sets);
-    free(t->act_arena);
-    free(t->tokens);
+    tsr_mem_free(t->mem, t->act_arena);
+    tsr_mem_free(t->mem, t->tokens);
     tsr_comm_reqs_free(t->reqs);
     if (t->tp) tsr_comm_free(t->tp);
     if (t->shard) tsr_comm_free(t->shard);
     if (t->rep) tsr_comm_free(t->rep);
+    group_counts_free(t);
     tsr_model_decls_free(&t->decls);
     free(t);
 }
@@ -582,7 +642,7 @@ int tsr_model_report(const tsr_train_config *cfg, FILE *out, tsr_error *err) {
         t.rank = r;
         if ((rc = mesh_coords(&t, err)) || (rc = params_init(&t, err)) || (rc = shapes_init(&t, err))) break;
         double state = 16.0 * t.n_shard_elems, full = 8.0 * t.n_full_elems;
-        double acts = 4.0 * ((double)t.per_set * t.n_sets + (double)t.scratch);
+        double acts = 4.0 * (double)t.act_floats;
         if (state + full + acts > worst) worst = state + full + acts, worst_rank = r;
         if (r < 8 || r == n - 1)
             fprintf(out, "  rank %u: %.2f GiB state + %.2f GiB gathered + %.2f GiB activations = %.2f GiB\n", r,
@@ -592,6 +652,7 @@ int tsr_model_report(const tsr_train_config *cfg, FILE *out, tsr_error *err) {
         t.par = NULL;
     }
     if (!rc) fprintf(out, "largest: rank %u, %.2f GiB\n", worst_rank, worst / (1 << 30));
+    group_counts_free(&t);
     tsr_model_decls_free(&t.decls);
     return rc;
 }

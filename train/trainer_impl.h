@@ -5,12 +5,13 @@
 
 #include "trainer.h"
 
-/* One parameter as this rank holds it. The TP-local piece is (rows, cols);
- * FSDP cuts its rows over dp_shard: rank s holds counts[s] elements. */
+/* One parameter as this rank holds it, as the layout algebra places it
+ * (tsr_layout_boxes): FSDP cuts the TP-local piece over dp_shard, and rank s of
+ * the group holds counts[s] of its elements. */
 typedef struct param {
     int on_stage;       /* this pipeline stage uses it */
     int norm_counts;    /* its gradient counts in the global norm on this rank */
-    uint64_t rows, cols, full_n, shard_n;
+    uint64_t full_n, shard_n; /* elements of the TP-local piece, and of the shard */
     size_t *counts;     /* elements per dp_shard rank */
     tsr_box box;        /* the rank's shard in global indices (volume shard_n) */
     float *w, *g, *m, *v; /* shard: weights, gradient, AdamW moments */
@@ -45,8 +46,13 @@ struct tsr_trainer {
     uint32_t rank, prev, next, dp, dp_rank;
     int l0, l1;         /* this stage's layers [l0, l1) */
     int first, last;    /* first / last pipeline stage */
+    tsr_mem_kind mem;   /* where parameters, gradients, optimizer state and activations live */
     /* parameters */
     param *par;
+    struct {
+        uint32_t pp;    /* the stage of the cached counts */
+        size_t **by_tp; /* per tp rank: elements of each parameter per dp_shard rank, or NULL */
+    } group;
     float *arena;
     size_t n_shard_elems, n_full_elems; /* floats of the shards, and of the gathered pieces (FSDP) */
     /* shapes of a step */
@@ -54,10 +60,9 @@ struct tsr_trainer {
     size_t N;           /* tokens per micro-batch */
     int NHt, NKVt;      /* heads on this tp rank */
     size_t Dq, Dkv, Ft; /* their widths, and the ffn width on this tp rank */
-    /* activations and scratch */
+    /* activations and scratch: one arena carved by the table in trainer.c */
     float *act_arena;
-    size_t act_bytes;
-    size_t per_set, scratch; /* floats of one micro-batch's activations, and of the scratch */
+    size_t act_floats;
     act_set *sets;
     int n_sets;
     float *dres, *dh, *dq, *da, *dk, *dv, *ds, *dg, *du, *att_scratch, *dlogits, *dloss, *dsend;

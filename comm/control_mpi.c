@@ -1,30 +1,15 @@
-/* comm_mpi.c: the communication interface over MPI (host memory), and the group
- * of one rank. Messages larger than INT_MAX bytes are split. */
+/* control_mpi.c: the control plane over MPI (bytes: the group, broadcast,
+ * gathers with and without a deadline, barriers, point to point), and the group
+ * of one rank. The engine and the command use it; the trainer's typed
+ * collectives are the data plane (data_mpi.c). Messages larger than INT_MAX
+ * bytes are split. */
 #include <limits.h>
-#include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "common.h"
-#include "tsr_comm.h"
-
-struct tsr_comm {
-    int is_mpi;
-    MPI_Comm comm;
-    uint32_t rank, size;
-    int finalize; /* MPI_Finalize on free: this comm initialized MPI */
-    /* sends of the deadline exchanges, in flight: nobody waits for them (their
-     * receiver may never come); each buffer is freed once its send completes */
-    struct owned_send {
-        MPI_Request q;
-        void *buf;
-    } *sends;
-    size_t n_sends, cap_sends;
-};
-
-#define CHUNK (1 << 30)
+#include "comm_mpi.h"
 
 tsr_comm *tsr_comm_self(void) {
     tsr_comm *c = calloc(1, sizeof *c);
@@ -32,7 +17,7 @@ tsr_comm *tsr_comm_self(void) {
     return c;
 }
 
-static int mpi_err(tsr_error *err, int rc, const char *what) {
+int tsr_mpi_err(tsr_error *err, int rc, const char *what) {
     char msg[MPI_MAX_ERROR_STRING];
     int len = 0;
     MPI_Error_string(rc, msg, &len);
@@ -87,7 +72,7 @@ tsr_comm *tsr_comm_dup(tsr_comm *c, tsr_error *err) {
     if (c->is_mpi) {
         int rc = MPI_Comm_dup(c->comm, &d->comm);
         if (rc != MPI_SUCCESS) {
-            mpi_err(err, rc, "Comm_dup");
+            tsr_mpi_err(err, rc, "Comm_dup");
             free(d);
             return NULL;
         }
@@ -106,7 +91,7 @@ tsr_comm *tsr_comm_split(tsr_comm *c, int color, int key, tsr_error *err) {
     MPI_Comm nc;
     int rc = MPI_Comm_split(c->comm, color < 0 ? MPI_UNDEFINED : color, key, &nc);
     if (rc != MPI_SUCCESS) {
-        mpi_err(err, rc, "Comm_split");
+        tsr_mpi_err(err, rc, "Comm_split");
         return NULL;
     }
     if (nc == MPI_COMM_NULL) return NULL;
@@ -144,7 +129,7 @@ uint32_t tsr_comm_size(const tsr_comm *c) { return c->size; }
 int tsr_comm_barrier(tsr_comm *c, tsr_error *err) {
     if (!c->is_mpi) return 0;
     int rc = MPI_Barrier(c->comm);
-    return rc == MPI_SUCCESS ? 0 : mpi_err(err, rc, "Barrier");
+    return rc == MPI_SUCCESS ? 0 : tsr_mpi_err(err, rc, "Barrier");
 }
 
 static void poll_sleep(void);
@@ -155,15 +140,15 @@ int tsr_comm_barrier_idle(tsr_comm *c, tsr_error *err) {
     int rc = MPI_Ibarrier(c->comm, &q), done = 0;
     while (rc == MPI_SUCCESS && !done && (rc = MPI_Test(&q, &done, MPI_STATUS_IGNORE)) == MPI_SUCCESS && !done)
         poll_sleep();
-    return rc == MPI_SUCCESS ? 0 : mpi_err(err, rc, "Ibarrier");
+    return rc == MPI_SUCCESS ? 0 : tsr_mpi_err(err, rc, "Ibarrier");
 }
 
 int tsr_comm_bcast(tsr_comm *c, uint32_t root, void *buf, size_t n, tsr_error *err) {
     if (!c->is_mpi) return 0;
-    for (size_t off = 0; off < n || (n == 0 && off == 0); off += CHUNK) {
-        int len = (int)(n - off < CHUNK ? n - off : CHUNK);
+    for (size_t off = 0; off < n || (n == 0 && off == 0); off += TSR_MPI_CHUNK) {
+        int len = (int)(n - off < TSR_MPI_CHUNK ? n - off : TSR_MPI_CHUNK);
         int rc = MPI_Bcast((char *)buf + off, len, MPI_BYTE, (int)root, c->comm);
-        if (rc != MPI_SUCCESS) return mpi_err(err, rc, "Bcast");
+        if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Bcast");
         if (n == 0) break;
     }
     return 0;
@@ -173,7 +158,7 @@ int tsr_comm_allreduce_min(tsr_comm *c, int64_t *v, tsr_error *err) {
     if (!c->is_mpi) return 0;
     int64_t in = *v;
     int rc = MPI_Allreduce(&in, v, 1, MPI_INT64_T, MPI_MIN, c->comm);
-    return rc == MPI_SUCCESS ? 0 : mpi_err(err, rc, "Allreduce");
+    return rc == MPI_SUCCESS ? 0 : tsr_mpi_err(err, rc, "Allreduce");
 }
 
 int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, size_t **counts,
@@ -199,7 +184,7 @@ int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, s
     uint8_t *out = NULL;
     if (!rc) {
         int r = MPI_Allgather(&mine, 1, MPI_UINT64_T, all_n, 1, MPI_UINT64_T, c->comm);
-        if (r != MPI_SUCCESS) rc = mpi_err(err, r, "Allgather");
+        if (r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Allgather");
     }
     uint64_t total = 0;
     for (uint32_t i = 0; !rc && i < c->size; i++) {
@@ -216,7 +201,7 @@ int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, s
             d += rc_cnt[i];
         }
         int r = MPI_Allgatherv(buf, (int)n, MPI_BYTE, out, rc_cnt, displs, MPI_BYTE, c->comm);
-        if (r != MPI_SUCCESS) rc = mpi_err(err, r, "Allgatherv");
+        if (r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Allgatherv");
     }
     free(all_n), free(rc_cnt), free(displs);
     if (rc) {
@@ -231,10 +216,10 @@ int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, s
 
 int tsr_comm_send(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n, tsr_error *err) {
     if (!c->is_mpi) return tsr_err(err, TSR_EINVAL, "send on a group of one rank");
-    for (size_t off = 0; off < n || off == 0; off += CHUNK) {
-        int len = (int)(n - off < CHUNK ? n - off : CHUNK);
+    for (size_t off = 0; off < n || off == 0; off += TSR_MPI_CHUNK) {
+        int len = (int)(n - off < TSR_MPI_CHUNK ? n - off : TSR_MPI_CHUNK);
         int rc = MPI_Send((const char *)buf + off, len, MPI_BYTE, (int)peer, tag, c->comm);
-        if (rc != MPI_SUCCESS) return mpi_err(err, rc, "Send");
+        if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Send");
         if (n == 0) break;
     }
     return 0;
@@ -242,10 +227,10 @@ int tsr_comm_send(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n
 
 int tsr_comm_recv(tsr_comm *c, uint32_t peer, int tag, void *buf, size_t n, tsr_error *err) {
     if (!c->is_mpi) return tsr_err(err, TSR_EINVAL, "recv on a group of one rank");
-    for (size_t off = 0; off < n || off == 0; off += CHUNK) {
-        int len = (int)(n - off < CHUNK ? n - off : CHUNK);
+    for (size_t off = 0; off < n || off == 0; off += TSR_MPI_CHUNK) {
+        int len = (int)(n - off < TSR_MPI_CHUNK ? n - off : TSR_MPI_CHUNK);
         int rc = MPI_Recv((char *)buf + off, len, MPI_BYTE, (int)peer, tag, c->comm, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS) return mpi_err(err, rc, "Recv");
+        if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Recv");
         if (n == 0) break;
     }
     return 0;
@@ -264,7 +249,7 @@ int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint
     int rc = is_root && (!all_n || !cnt || !displs || !sizes) ? tsr_err(err, TSR_ENOMEM, "out of memory") : 0;
     /* every rank takes part in both collectives, even after a local failure */
     int r = MPI_Gather(&mine, 1, MPI_UINT64_T, all_n, 1, MPI_UINT64_T, (int)root, c->comm);
-    if (!rc && r != MPI_SUCCESS) rc = mpi_err(err, r, "Gather");
+    if (!rc && r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Gather");
     uint8_t *out = NULL;
     uint64_t total = 0;
     if (is_root && !rc) {
@@ -280,7 +265,7 @@ int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint
         }
     }
     r = MPI_Gatherv(buf, (int)n, MPI_BYTE, out, cnt, displs, MPI_BYTE, (int)root, c->comm);
-    if (!rc && r != MPI_SUCCESS) rc = mpi_err(err, r, "Gatherv");
+    if (!rc && r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Gatherv");
     free(all_n), free(cnt), free(displs);
     if (rc) {
         free(out), free(sizes);
@@ -349,7 +334,7 @@ static int send_owned(tsr_comm *c, uint32_t peer, int tag, const void *buf, size
     int rc = MPI_Isend(copy, (int)n, MPI_BYTE, (int)peer, tag, c->comm, &q);
     if (rc != MPI_SUCCESS) {
         free(copy);
-        return mpi_err(err, rc, "Isend");
+        return tsr_mpi_err(err, rc, "Isend");
     }
     c->sends[c->n_sends++] = (struct owned_send){q, copy};
     return 0;
@@ -371,16 +356,16 @@ static int poll_part(tsr_comm *c, uint32_t r, int tag, gather_part *p, tsr_error
         MPI_Message m;
         MPI_Status st;
         int cnt = 0;
-        if ((rc = MPI_Improbe((int)r, tag, c->comm, &flag, &m, &st)) != MPI_SUCCESS) return mpi_err(err, rc, "Improbe");
+        if ((rc = MPI_Improbe((int)r, tag, c->comm, &flag, &m, &st)) != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Improbe");
         if (!flag) return 0;
         MPI_Get_count(&st, MPI_BYTE, &cnt);
         if (!(p->data = malloc(cnt > 0 ? (size_t)cnt : 1))) return tsr_err(err, TSR_ENOMEM, "out of memory");
         p->size = cnt > 0 ? (size_t)cnt : 0;
-        if ((rc = MPI_Imrecv(p->data, cnt, MPI_BYTE, &m, &p->q)) != MPI_SUCCESS) return mpi_err(err, rc, "Imrecv");
+        if ((rc = MPI_Imrecv(p->data, cnt, MPI_BYTE, &m, &p->q)) != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Imrecv");
         p->state = 1;
     }
     if (p->state == 1) {
-        if ((rc = MPI_Test(&p->q, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_err(err, rc, "Test");
+        if ((rc = MPI_Test(&p->q, &flag, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Test");
         if (flag) p->state = 2;
     }
     return 0;
@@ -464,9 +449,9 @@ int tsr_comm_bcast_deadline(tsr_comm *c, uint32_t root, int tag, void *buf, size
     MPI_Request q;
     int done = 0;
     if ((rc = MPI_Irecv(buf, (int)n, MPI_BYTE, (int)root, tag, c->comm, &q)) != MPI_SUCCESS)
-        return mpi_err(err, rc, "Irecv");
+        return tsr_mpi_err(err, rc, "Irecv");
     for (;;) { /* tested at least once, even when the deadline has passed */
-        if ((rc = MPI_Test(&q, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return mpi_err(err, rc, "Test");
+        if ((rc = MPI_Test(&q, &done, MPI_STATUS_IGNORE)) != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Test");
         if (done || past(deadline)) break;
         poll_sleep();
     }
@@ -503,12 +488,12 @@ static int reqs_push(tsr_comm_reqs *r, MPI_Request q) {
 static int p2p_nb(tsr_comm *c, int send, uint32_t peer, int tag, void *buf, size_t n, tsr_comm_reqs *r,
                   tsr_error *err) {
     if (!c->is_mpi) return tsr_err(err, TSR_EINVAL, "point to point on a group of one rank");
-    for (size_t off = 0; off < n || off == 0; off += CHUNK) {
-        int len = (int)(n - off < CHUNK ? n - off : CHUNK);
+    for (size_t off = 0; off < n || off == 0; off += TSR_MPI_CHUNK) {
+        int len = (int)(n - off < TSR_MPI_CHUNK ? n - off : TSR_MPI_CHUNK);
         MPI_Request q;
         int rc = send ? MPI_Isend((char *)buf + off, len, MPI_BYTE, (int)peer, tag, c->comm, &q)
                       : MPI_Irecv((char *)buf + off, len, MPI_BYTE, (int)peer, tag, c->comm, &q);
-        if (rc != MPI_SUCCESS) return mpi_err(err, rc, send ? "Isend" : "Irecv");
+        if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, send ? "Isend" : "Irecv");
         if (reqs_push(r, q)) return tsr_err(err, TSR_ENOMEM, "out of memory");
         if (n == 0) break;
     }
@@ -529,74 +514,5 @@ int tsr_comm_waitall(tsr_comm *c, tsr_comm_reqs *r, tsr_error *err) {
     if (!r->n) return 0;
     int rc = MPI_Waitall((int)r->n, r->v, MPI_STATUSES_IGNORE);
     r->n = 0;
-    return rc == MPI_SUCCESS ? 0 : mpi_err(err, rc, "Waitall");
-}
-
-/* ------------------------------------------------------ float collectives */
-
-/* MPI counts are ints: element counts of one call must fit. */
-static int int_counts(tsr_comm *c, const size_t *counts, int *cnt, int *displs, const char *what,
-                      tsr_error *err) {
-    size_t d = 0;
-    for (uint32_t i = 0; i < c->size; i++) {
-        if (counts[i] > INT_MAX || d > INT_MAX)
-            return tsr_err(err, TSR_EINVAL, "%s: over INT_MAX elements", what);
-        cnt[i] = (int)counts[i];
-        displs[i] = (int)d;
-        d += counts[i];
-    }
-    return 0;
-}
-
-static int allreduce_sum(tsr_comm *c, void *buf, size_t n, MPI_Datatype t, size_t esz, tsr_error *err) {
-    if (!c->is_mpi) return 0;
-    for (size_t off = 0; off < n; off += CHUNK / 8) {
-        int len = (int)(n - off < CHUNK / 8 ? n - off : CHUNK / 8);
-        int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, len, t, MPI_SUM, c->comm);
-        if (rc != MPI_SUCCESS) return mpi_err(err, rc, "Allreduce");
-    }
-    return 0;
-}
-
-int tsr_comm_allreduce_sum_f32(tsr_comm *c, float *buf, size_t n, tsr_error *err) {
-    return allreduce_sum(c, buf, n, MPI_FLOAT, sizeof *buf, err);
-}
-
-int tsr_comm_allreduce_sum_f64(tsr_comm *c, double *buf, size_t n, tsr_error *err) {
-    return allreduce_sum(c, buf, n, MPI_DOUBLE, sizeof *buf, err);
-}
-
-/* Allgatherv (gather = 1) or Reduce_scatter (sum) of f32 with per-rank counts. */
-static int varcount_f32(tsr_comm *c, int gather, const float *send, float *recv, const size_t *counts,
-                        tsr_error *err) {
-    if (!c->is_mpi) {
-        if (send != recv && counts[0]) memmove(recv, send, counts[0] * sizeof *recv);
-        return 0;
-    }
-    const char *what = gather ? "Allgatherv" : "Reduce_scatter";
-    int *cnt = malloc(c->size * sizeof *cnt), *displs = malloc(c->size * sizeof *displs);
-    int rc = (!cnt || !displs) ? tsr_err(err, TSR_ENOMEM, "out of memory")
-                               : int_counts(c, counts, cnt, displs, what, err);
-    if (!rc) {
-        int r;
-        if (gather) {
-            const void *sb = send == recv + displs[c->rank] ? MPI_IN_PLACE : send;
-            r = MPI_Allgatherv(sb, cnt[c->rank], MPI_FLOAT, recv, cnt, displs, MPI_FLOAT, c->comm);
-        } else {
-            r = MPI_Reduce_scatter(send, recv, cnt, MPI_FLOAT, MPI_SUM, c->comm);
-        }
-        if (r != MPI_SUCCESS) rc = mpi_err(err, r, what);
-    }
-    free(cnt), free(displs);
-    return rc;
-}
-
-int tsr_comm_allgatherv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
-                            tsr_error *err) {
-    return varcount_f32(c, 1, send, recv, counts, err);
-}
-
-int tsr_comm_reduce_scatterv_f32(tsr_comm *c, const float *send, float *recv, const size_t *counts,
-                                 tsr_error *err) {
-    return varcount_f32(c, 0, send, recv, counts, err);
+    return rc == MPI_SUCCESS ? 0 : tsr_mpi_err(err, rc, "Waitall");
 }
