@@ -17,7 +17,7 @@
 #ifndef TSR_DATA_PLANE_H
 #define TSR_DATA_PLANE_H
 
-#include "tessera.h"
+#include "tsr_comm.h"
 
 /* A stream orders the work on one device. NULL is the host: the call is done
  * when it returns. The CUDA build defines the type and how to get one. */

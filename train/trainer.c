@@ -15,7 +15,7 @@
 #include "embed.h"
 #include "loss.h"
 #include "matmul.h"
-#include "mem.h"
+#include "buffers.h"
 #include "norm.h"
 #include "optim.h"
 #include "rope.h"

@@ -1,4 +1,4 @@
-/* mem.c: memory of a kind and its fill, copy and add kernels, on the host. */
+/* mem.c: memory of a kind, on the host. */
 #include "mem.h"
 
 #include <stdlib.h>
@@ -31,23 +31,4 @@ void tsr_mem_free(tsr_mem_kind kind, void *p) {
 void tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind) {
     (void)kind;
     memcpy(dst, src, n);
-}
-
-void tsr_k_fill(float *x, size_t n, float v) {
-    uint32_t bits;
-    memcpy(&bits, &v, sizeof bits);
-    if (bits == 0) { /* +0.0: all bytes zero */
-        memset(x, 0, n * sizeof *x);
-        return;
-    }
-    for (size_t i = 0; i < n; i++) x[i] = v;
-}
-
-void tsr_k_copy(void *dst, const void *src, size_t n) {
-    if (n) memcpy(dst, src, n);
-}
-
-void tsr_k_add(float *out, const float *a, const float *b, size_t n) {
-#pragma omp parallel for schedule(static)
-    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
