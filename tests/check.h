@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "tessera.h"
+
 static int check_failures;
 
 #define CHECK(cond, ...)                                                         \
