@@ -1,4 +1,4 @@
-/* test_fault.c: storage faults (TSR_FAULT: the Nth write, fsync, rename or
+/* test_fault.c: storage faults (tsr_fault_set: the Nth write, fsync, rename or
  * queued fdatasync fails with ENOSPC or EIO, or a write lands short) during a save: the caller sees an
  * error that names the file, its buffers are untouched, abort leaves no partial
  * files and no MANIFEST, and the earlier checkpoint still verifies. Each fault runs
@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "store.h"
 #include "tessera.h"
 
 static tsr_error e;
@@ -71,11 +72,11 @@ int main(void) {
             pid_t pid = fork();
             REQUIRE(pid >= 0, "fork");
             if (pid == 0) {
-                setenv("TSR_FAULT", spec, 1);
+                tsr_fault_set(spec, NULL);
                 float before[ROWS * COLS];
                 memcpy(before, state, sizeof before);
                 int rc = save(dir, msg, sizeof msg);
-                unsetenv("TSR_FAULT");
+                tsr_fault_set(NULL, NULL);
                 if (rc == 0) {
                     fprintf(stderr, "%s: the save succeeded\n", spec);
                     _exit(1);
@@ -119,7 +120,7 @@ int main(void) {
         pid_t pid = fork();
         REQUIRE(pid >= 0, "fork");
         if (pid == 0) {
-            setenv("TSR_FAULT", dspecs[si], 1);
+            tsr_fault_set(dspecs[si], NULL);
             tsr_write_opts o = tsr_write_opts_default();
             o.threads = 2;
             tsr_save *s = tsr_save_begin(dir, 0, NULL, &o, &e);
@@ -153,9 +154,9 @@ int main(void) {
     /* a fault past the last call changes nothing */
     char dir[700];
     snprintf(dir, sizeof dir, "%s/step-00000999", base);
-    setenv("TSR_FAULT", "write:1000:EIO", 1);
+    tsr_fault_set("write:1000:EIO", NULL);
     CHECK(save(dir, msg, sizeof msg) == 0 && verifies(dir), "no fault reached: %s", msg);
-    unsetenv("TSR_FAULT");
+    tsr_fault_set(NULL, NULL);
     if (!check_failures) printf("%d injected faults, each reported and cleaned up\n", faults);
     return check_done();
 }
