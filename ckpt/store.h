@@ -155,7 +155,6 @@ struct tsr_wfile {
  * read and read_close are those of the read files open_read makes (a wrapping
  * store hands out the read files of the store it wraps, and sets them NULL). */
 struct tsr_store_ops {
-    const char *kind; /* "posix", "s3", "fault": for messages */
     void (*close)(tsr_store *s);
     /* reading */
     int (*open_read)(tsr_store *s, const char *name, tsr_rfile **out, uint64_t *size, tsr_error *err);

@@ -350,7 +350,6 @@ static int fault_list(tsr_store *s, tsr_store_list_fn fn, void *user, tsr_error 
 }
 
 static const tsr_store_ops fault_ops = {
-    .kind = "fault",
     .close = fault_close,
     .open_read = fault_open_read,
     .read = NULL, /* the read files are the wrapped store's */

@@ -386,7 +386,6 @@ static int posix_list(tsr_store *s, tsr_store_list_fn fn, void *user, tsr_error 
 }
 
 static const tsr_store_ops posix_ops = {
-    .kind = "posix",
     .close = posix_close,
     .open_read = posix_open_read,
     .read = posix_read,

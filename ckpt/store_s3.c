@@ -213,7 +213,6 @@ static int s3st_list(tsr_store *st, tsr_store_list_fn fn, void *user, tsr_error 
 }
 
 static const tsr_store_ops s3_ops = {
-    .kind = "s3",
     .close = s3st_close,
     .open_read = s3st_open_read,
     .read = s3st_read,
