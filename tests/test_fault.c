@@ -5,7 +5,8 @@
  * MANIFEST, and the earlier checkpoint still verifies. A fault one call past the
  * last of its operation changes nothing, which pins down the calls each store
  * makes. Each fault runs in a child process, so that a failure in one cannot
- * touch the next.
+ * touch the next. A store wrapped with a spec of its own (tsr_store_fault_wrap)
+ * counts its own calls, and specs that do not parse are refused.
  *
  * test_fault [LOCATION]: saves under LOCATION, a directory ($TSR_TMP by default)
  * or s3://bucket/prefix: the same cases run against the POSIX store and, from
@@ -133,6 +134,29 @@ static void fault_case(const char *spec, const char *dir, const char *good, int 
     CHECK(verifies(good), "%s: the earlier checkpoint no longer verifies", spec);
 }
 
+/* A store wrapped by tsr_store_fault_wrap with a spec of its own, which counts
+ * its own calls: the second atomic put fails and leaves nothing, the others
+ * succeed; a spec that does not parse is refused (and the store closed). */
+static void wrapped_store(const char *base) {
+    char loc[600];
+    snprintf(loc, sizeof loc, "%s/wrapped", base);
+    tsr_store *st = tsr_store_open(loc, 1, &e);
+    REQUIRE(st, "%s", e.msg);
+    st = tsr_store_fault_wrap(st, "rename:2:EIO", &e);
+    REQUIRE(st, "%s", e.msg);
+    CHECK_OK(tsr_store_put_atomic(st, "a", "1", 1, &e));
+    int rc = tsr_store_put_atomic(st, "b", "2", 1, &e);
+    CHECK(rc == TSR_EIO && strstr(e.msg, "wrapped/b") && strstr(e.msg, "(injected)"), "the second put: %d: %s", rc,
+          e.msg);
+    CHECK_OK(tsr_store_put_atomic(st, "c", "3", 1, &e));
+    CHECK(tsr_store_exists(st, "a") && tsr_store_exists(st, "c"), "the puts that succeeded are there");
+    CHECK(!tsr_store_exists(st, "b") && !tsr_store_exists(st, "b.tmp"), "the failed put left something");
+    tsr_store_close(st);
+    st = tsr_store_open(loc, 0, &e);
+    REQUIRE(st, "%s", e.msg);
+    CHECK(!tsr_store_fault_wrap(st, "rename:x:EIO", &e) && strstr(e.msg, "rename:x:EIO"), "a bad spec: %s", e.msg);
+}
+
 int main(int argc, char **argv) {
     const char *t = getenv("TSR_TMP");
     char base[512], good[600], spec[64], dir[700];
@@ -178,6 +202,7 @@ int main(int argc, char **argv) {
     CHECK(tsr_fault_set("write:1000:EIO", &e) == 0, "%s", e.msg);
     CHECK(save(dir, 0) == 0 && verifies(dir), "no fault reached: %s", e.msg);
     tsr_fault_set(NULL, NULL);
+    wrapped_store(base);
     /* a spec that does not parse is refused, naming it */
     CHECK(tsr_fault_set("write:0:EIO", &e) == TSR_EINVAL && strstr(e.msg, "write:0:EIO"), "N of 0: %s", e.msg);
     CHECK(tsr_fault_set("read:1:EIO", &e) == TSR_EINVAL && strstr(e.msg, "read"), "unknown op: %s", e.msg);
