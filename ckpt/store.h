@@ -1,29 +1,42 @@
 /* store.h: where checkpoints live, behind one interface. Internal.
  *
- * A tsr_store is a location (a directory, or an S3 prefix) that
- * holds named objects: data files, MANIFEST. Writers create objects and write them
- * at 4096-aligned offsets from aligned buffers (O_DIRECT where the filesystem
+ * A tsr_store is a location (a directory, or an S3 prefix) that holds named
+ * objects: data files, MANIFEST. Writers create objects and write them at
+ * 4096-aligned offsets from aligned buffers (O_DIRECT where the filesystem
  * allows), then finish (make durable) or abort (remove) them; the MANIFEST is put
  * atomically. Readers read byte ranges.
  *
- * Fault injection for tests: the environment variable TSR_FAULT="OP:N:KIND" makes
- * the Nth call (counted from 1, per process) of OP fail, where OP is write, fsync
- * (the final ones), datasync (those a write file queues every few MiB while it
- * writes) or rename, and KIND is ENOSPC, EIO or short (a write that stores half
- * its bytes and reports it), kill (the process sends itself SIGKILL at the call,
- * before it runs) or killafter (SIGKILL right after the call returns: a crash
- * between two steps of a commit). "OP:N:KIND:TEXT" counts only the calls on
- * paths that contain TEXT (a directory's fsync has the directory's path):
- * "fsync:1:killafter:step-00000004/MANIFEST.tmp" crashes once the MANIFEST of
- * step 4 is written and synced, before its rename. TSR_FAULT="delay:USEC:OP"
- * makes every OP take USEC longer (crash tests use it to widen the window in
- * which a save is in progress); "delay:USEC:OP:TEXT" only the calls on paths
- * that contain TEXT ("delay:4000000:fsync:data-00002" makes rank 2 report its
- * part of a save 4 s late: the commit deadline's tests). On S3, an upload's completion counts as the
- * fsync of its object and the MANIFEST's PUT as the rename. */
+ * The interface is a table of operations (tsr_store_ops) with one implementation
+ * per kind of location, chosen once, from the location, by tsr_store_open: POSIX
+ * files written through io_uring (store_posix.c) and S3 objects (store_s3.c).
+ * A third implementation wraps another and injects faults (store_fault.c), the
+ * way SQLite's test VFS wraps the real one: the same fault tests run against
+ * both stores, and the stores themselves hold no test hooks.
+ *
+ * Fault injection for tests: tsr_fault_set("OP:N:KIND") makes the Nth call
+ * (counted from 1, per process, from that tsr_fault_set) of OP fail, where OP is
+ * write, fsync (the final ones: a write file's finish, a directory's sync),
+ * datasync (those a write file asks for every few MiB while it writes; POSIX
+ * only) or rename (the commit of an atomic put), and KIND is ENOSPC, EIO or
+ * short (a write that stores half its bytes and reports no space), kill (the
+ * process sends itself SIGKILL at the call, before it runs) or killafter (SIGKILL
+ * right after the call returns: a crash between two steps of a commit).
+ * "OP:N:KIND:TEXT" counts only the calls on paths that contain TEXT (a
+ * directory's fsync has the directory's path): "fsync:1:killafter:
+ * step-00000004/MANIFEST.tmp" crashes once the MANIFEST of step 4 is written and
+ * synced, before its rename. "delay:USEC:OP" makes every OP take USEC longer
+ * (crash tests use it to widen the window in which a save is in progress);
+ * "delay:USEC:OP:TEXT" only the calls on paths that contain TEXT
+ * ("delay:4000000:fsync:data-00002" makes rank 2 report its part of a save 4 s
+ * late: the commit deadline's tests). A path is LOCATION/NAME. On POSIX an
+ * atomic put is NAME.tmp's write and fsync, its rename, and the directory's
+ * fsync; on S3 an upload's completion counts as the fsync of its object, and an
+ * atomic put is one PUT, which counts as the rename. The tessera command sets
+ * the spec from the environment variable TSR_FAULT (tools/cli.c). */
 #ifndef TSR_STORE_H
 #define TSR_STORE_H
 
+#include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -32,12 +45,18 @@
 typedef struct tsr_store tsr_store;
 typedef struct tsr_rfile tsr_rfile;
 typedef struct tsr_wfile tsr_wfile;
+typedef struct tsr_store_ops tsr_store_ops;
+
+/* Called for each name by tsr_store_list; a non-zero return stops the listing. */
+typedef int (*tsr_store_list_fn)(void *user, const char *name, uint64_t size);
 
 /* tsr_store_open(): the store at `location`: a directory path, or s3://bucket/prefix
  * (objects PREFIX/NAME through the S3 client, s3.h; write files are streaming
  * multipart uploads, written in order). With `create`, a directory and its
- * parents are made if missing. */
+ * parents are made if missing. While a fault spec is set (tsr_fault_set), the
+ * store comes wrapped in a fault-injecting one. */
 tsr_store *tsr_store_open(const char *location, int create, tsr_error *err);
+/* tsr_store_is_remote(): 1 for an s3:// location. */
 int tsr_store_is_remote(const char *location);
 void tsr_store_close(tsr_store *s);
 const char *tsr_store_location(const tsr_store *s);
@@ -58,7 +77,8 @@ int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr
  * available): tsr_wfile_submit queues a write with the same rules as
  * tsr_wfile_write; `buf` must stay untouched until tsr_wfile_complete, which waits
  * for every queued write and returns the first failure. Several writes are in
- * flight at once. */
+ * flight at once. Every TSR_STORE_FLUSH_EVERY bytes submitted, the file is asked
+ * to start making them durable (the datasync operation), without waiting. */
 int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
 int tsr_wfile_complete(tsr_wfile *f, tsr_error *err);
 /* tsr_wfile_release(): waits until no queued write reads from `buf` (the start
@@ -68,13 +88,14 @@ int tsr_wfile_release(tsr_wfile *f, const void *buf, tsr_error *err);
  * preallocated (best effort; nothing fails without it). */
 void tsr_wfile_reserve(tsr_wfile *f, uint64_t bytes);
 /* Sets the object's size to `size` (dropping a preallocation past it), makes it
- * durable (fsync) and closes it. */
+ * durable (fsync) and closes it; on failure the object is removed. */
 int tsr_wfile_finish(tsr_wfile *f, uint64_t size, tsr_error *err);
 /* Closes and removes a partial object. */
 void tsr_wfile_abort(tsr_wfile *f);
 
 /* tsr_store_put_atomic(): writes a whole object so that readers see either
- * nothing or all of it (temporary name, fsync, rename, directory fsync). */
+ * nothing or all of it: one PUT on S3; on POSIX NAME.tmp is written, synced and
+ * renamed to NAME, and the directory synced. */
 int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t len,
                          tsr_error *err);
 /* tsr_store_get(): reads a whole object (at most max bytes) into a malloc'ed buffer. */
@@ -85,7 +106,98 @@ int tsr_store_remove(tsr_store *s, const char *name, tsr_error *err);
 /* tsr_store_list(): calls fn for each name directly in the store, with its size;
  * a sub-directory (or deeper keys) as "NAME/" with size 0. A non-zero return
  * from fn stops and is returned. */
-int tsr_store_list(tsr_store *s, int (*fn)(void *user, const char *name, uint64_t size), void *user,
-                   tsr_error *err);
+int tsr_store_list(tsr_store *s, tsr_store_list_fn fn, void *user, tsr_error *err);
+
+/* ---------------------------------------------------------- fault injection */
+
+/* tsr_fault_set(): the process-wide fault spec (above); every store opened
+ * afterwards injects it, counting calls from zero again. NULL or "" turns fault
+ * injection off. @return 0, or TSR_EINVAL for a spec that does not parse (the
+ * spec in force stays). */
+int tsr_fault_set(const char *spec, tsr_error *err);
+/* tsr_store_fault_wrap(): a store that injects the faults of `spec` into the
+ * calls on `inner`, counting its own calls, and otherwise hands each call to
+ * `inner`, which it owns from then on (closed with it; closed at once when this
+ * fails). spec NULL: the process-wide spec, its calls counted together with
+ * those of every store so wrapped (what tsr_store_open does); when none is set,
+ * `inner` itself comes back. */
+tsr_store *tsr_store_fault_wrap(tsr_store *inner, const char *spec, tsr_error *err);
+
+/* ------------------------------------------------ for the implementations */
+
+/* Bytes a write file is given between two datasync requests: about one stored
+ * bf16 frame. In paired runs of `bench save` here, 2-4 MiB steps did better than
+ * 8, 16 or 32 MiB ones. */
+#define TSR_STORE_FLUSH_EVERY ((uint64_t)4 << 20)
+
+/* tsr_store_ops create flag: a small object written through the page cache
+ * (writes of any size at any offset; no O_DIRECT, no io_uring), as NAME.tmp of
+ * an atomic put. */
+#define TSR_CREATE_BUFFERED 1
+
+/* Each store, read file and write file starts with its header below; an
+ * implementation extends it (its own struct, with the header first). */
+struct tsr_store {
+    const tsr_store_ops *ops;
+    char location[PATH_MAX];
+};
+struct tsr_rfile {
+    const tsr_store_ops *ops;
+};
+struct tsr_wfile {
+    const tsr_store_ops *ops;
+    uint64_t unflushed; /* bytes submitted since the last datasync request */
+};
+
+/* The operations of one kind of store. Each takes the store, read file or write
+ * file it was reached through; errors as in the calls above, which hand each call
+ * to these. Every operation is set, except where NULL is said to mean something;
+ * read and read_close are those of the read files open_read makes (a wrapping
+ * store hands out the read files of the store it wraps, and sets them NULL). */
+struct tsr_store_ops {
+    void (*close)(tsr_store *s);
+    /* reading */
+    int (*open_read)(tsr_store *s, const char *name, tsr_rfile **out, uint64_t *size, tsr_error *err);
+    int (*read)(tsr_rfile *f, void *buf, size_t len, uint64_t off, tsr_error *err);
+    void (*read_close)(tsr_rfile *f);
+    int (*get)(tsr_store *s, const char *name, size_t max, uint8_t **out, size_t *len, tsr_error *err);
+    /* writing: create takes TSR_CREATE_* flags; finish is the fsync */
+    int (*create)(tsr_store *s, const char *name, int flags, tsr_wfile **out, tsr_error *err);
+    int (*write)(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
+    int (*submit)(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
+    int (*complete)(tsr_wfile *f, tsr_error *err);
+    int (*release)(tsr_wfile *f, const void *buf, tsr_error *err);
+    void (*reserve)(tsr_wfile *f, uint64_t bytes);
+    /* datasync: starts making the bytes written so far durable, without waiting,
+     * unless that is already under way; a failure is reported by a later call on
+     * the file. @return 1 when started, 0 when not. NULL: the store has none. */
+    int (*datasync)(tsr_wfile *f);
+    int (*finish)(tsr_wfile *f, uint64_t size, tsr_error *err);
+    void (*abort)(tsr_wfile *f);
+    /* committing. put: an atomic put by itself (S3: one PUT). NULL: the store
+     * stages one (tsr_store_put_staged), with rename (replaces `to`) and sync
+     * (makes the entry `name` durable: the directory's fsync), used only then. */
+    int (*put)(tsr_store *s, const char *name, const void *buf, size_t len, tsr_error *err);
+    int (*rename)(tsr_store *s, const char *from, const char *to, tsr_error *err);
+    int (*sync)(tsr_store *s, const char *name, tsr_error *err);
+    /* names */
+    int (*exists)(tsr_store *s, const char *name);
+    int (*remove)(tsr_store *s, const char *name, tsr_error *err);
+    int (*list)(tsr_store *s, tsr_store_list_fn fn, void *user, tsr_error *err);
+};
+
+/* The two stores (tsr_store_open chooses). */
+tsr_store *tsr_store_posix_open(const char *dir, int create, tsr_error *err);
+tsr_store *tsr_store_s3_open(const char *location, tsr_error *err);
+
+/* tsr_store_put_staged(): an atomic put through s's own operations: NAME.tmp
+ * created (TSR_CREATE_BUFFERED), written and finished, renamed to NAME, and the
+ * entry synced; whatever fails, no NAME.tmp stays, and no NAME when the sync
+ * failed. For stores without a put of their own. */
+int tsr_store_put_staged(tsr_store *s, const char *name, const void *buf, size_t len, tsr_error *err);
+
+/* tsr_store_join(): "LOCATION/NAME" into out (the path of a name in messages
+ * and fault filters). */
+void tsr_store_join(const tsr_store *s, const char *name, char *out, size_t len);
 
 #endif

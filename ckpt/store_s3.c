@@ -1,29 +1,37 @@
-/* store_s3.c: the store's S3 side (store_s3.h). */
+/* store_s3.c: the store on S3 (store.h), for locations written
+ * s3://bucket/prefix. Objects are named PREFIX/NAME; a write file is a streaming
+ * multipart upload (writes must come in order), so nothing is visible under its
+ * name before finish; a put is one PUT, atomic by nature. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
 #include "s3.h"
-#include "store_s3.h"
+#include "store.h"
 
-struct s3_store {
+typedef struct s3_store {
+    tsr_store base;
     tsr_s3 *s3;
     char bucket[TSR_S3_MAX_BUCKET];
     char prefix[TSR_S3_MAX_KEY]; /* "" or ending in '/' */
-};
-struct s3_rfile {
+} s3_store;
+typedef struct s3_rfile {
+    tsr_rfile base;
     s3_store *st;
     char key[TSR_S3_MAX_KEY];
-};
-struct s3_wfile {
+} s3_rfile;
+typedef struct s3_wfile {
+    tsr_wfile base;
     tsr_s3_writer *w;
     char url[TSR_S3_MAX_KEY + 80];
     int failed;
     tsr_error ferr;
-};
+} s3_wfile;
 
-s3_store *s3st_open(const char *location, tsr_error *err) {
+static const tsr_store_ops s3_ops;
+
+tsr_store *tsr_store_s3_open(const char *location, tsr_error *err) {
     s3_store *s = calloc(1, sizeof *s);
     if (!s) {
         tsr_err(err, TSR_ENOMEM, "out of memory");
@@ -41,11 +49,13 @@ s3_store *s3st_open(const char *location, tsr_error *err) {
         free(s);
         return NULL;
     }
-    return s;
+    s->base.ops = &s3_ops;
+    snprintf(s->base.location, sizeof s->base.location, "%s", location);
+    return &s->base;
 }
 
-void s3st_close(s3_store *s) {
-    if (!s) return;
+static void s3st_close(tsr_store *st) {
+    s3_store *s = (s3_store *)st;
     tsr_s3_free(s->s3);
     free(s);
 }
@@ -56,9 +66,13 @@ static int key_of(const s3_store *s, const char *name, char *key, tsr_error *err
     return 0;
 }
 
-int s3st_open_read(s3_store *s, const char *name, s3_rfile **out, uint64_t *size, tsr_error *err) {
+/* ------------------------------------------------------------- reading */
+
+static int s3st_open_read(tsr_store *st, const char *name, tsr_rfile **out, uint64_t *size, tsr_error *err) {
+    s3_store *s = (s3_store *)st;
     s3_rfile *f = calloc(1, sizeof *f);
     if (!f) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    f->base.ops = st->ops;
     f->st = s;
     tsr_s3_object o;
     int rc = key_of(s, name, f->key, err);
@@ -69,32 +83,46 @@ int s3st_open_read(s3_store *s, const char *name, s3_rfile **out, uint64_t *size
         return rc;
     }
     *size = o.size;
-    *out = f;
+    *out = &f->base;
     return 0;
 }
 
-int s3st_read(s3_rfile *f, void *buf, size_t len, uint64_t off, tsr_error *err) {
+static int s3st_read(tsr_rfile *rf, void *buf, size_t len, uint64_t off, tsr_error *err) {
+    s3_rfile *f = (s3_rfile *)rf;
     return tsr_s3_get_range(f->st->s3, f->st->bucket, f->key, off, len, buf, err);
 }
 
-void s3st_rclose(s3_rfile *f) { free(f); }
+static void s3st_read_close(tsr_rfile *f) { free(f); }
 
-int s3st_create(s3_store *s, const char *name, s3_wfile **out, tsr_error *err) {
+static int s3st_get(tsr_store *st, const char *name, size_t max, uint8_t **out, size_t *len, tsr_error *err) {
+    s3_store *s = (s3_store *)st;
+    char key[TSR_S3_MAX_KEY];
+    int rc = key_of(s, name, key, err);
+    return rc ? rc : tsr_s3_get(s->s3, s->bucket, key, max, out, len, err);
+}
+
+/* ------------------------------------------------------------- writing */
+
+static int s3st_create(tsr_store *st, const char *name, int flags, tsr_wfile **out, tsr_error *err) {
+    s3_store *s = (s3_store *)st;
     char key[TSR_S3_MAX_KEY];
     if (key_of(s, name, key, err)) return err ? err->code : TSR_EINVAL;
     s3_wfile *f = calloc(1, sizeof *f);
     if (!f) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    f->base.ops = st->ops;
     snprintf(f->url, sizeof f->url, "s3://%s/%s", s->bucket, key);
     f->w = tsr_s3_writer_new(s->s3, s->bucket, key, err);
     if (!f->w) {
         free(f);
         return err ? err->code : TSR_ENOMEM;
     }
-    *out = f;
+    *out = &f->base;
     return 0;
 }
 
-int s3st_write(s3_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {
+/* Appends to the upload: the bytes are copied, so nothing stays queued. */
+static int s3st_write(tsr_wfile *wf, const void *buf, size_t len, uint64_t off, tsr_error *err) {
+    s3_wfile *f = (s3_wfile *)wf;
     if (f->failed) {
         if (err) *err = f->ferr;
         return f->failed;
@@ -110,7 +138,15 @@ int s3st_write(s3_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error
     return rc;
 }
 
-int s3st_finish(s3_wfile *f, uint64_t size, tsr_error *err) {
+static int s3st_complete(tsr_wfile *f, tsr_error *err) { return 0; }
+
+static int s3st_release(tsr_wfile *f, const void *buf, tsr_error *err) { return 0; }
+
+static void s3st_reserve(tsr_wfile *f, uint64_t bytes) {}
+
+/* The upload's completion stands for the fsync. */
+static int s3st_finish(tsr_wfile *wf, uint64_t size, tsr_error *err) {
+    s3_wfile *f = (s3_wfile *)wf;
     int rc = f->failed;
     if (rc) {
         if (err) *err = f->ferr;
@@ -126,30 +162,31 @@ int s3st_finish(s3_wfile *f, uint64_t size, tsr_error *err) {
     return rc;
 }
 
-void s3st_abort(s3_wfile *f) {
-    if (!f) return;
+static void s3st_abort(tsr_wfile *wf) {
+    s3_wfile *f = (s3_wfile *)wf;
     tsr_s3_writer_abort(f->w);
     free(f);
 }
 
-int s3st_put(s3_store *s, const char *name, const void *buf, size_t len, tsr_error *err) {
+/* ---------------------------------------------------------- committing */
+
+static int s3st_put(tsr_store *st, const char *name, const void *buf, size_t len, tsr_error *err) {
+    s3_store *s = (s3_store *)st;
     char key[TSR_S3_MAX_KEY];
     int rc = key_of(s, name, key, err);
     return rc ? rc : tsr_s3_put(s->s3, s->bucket, key, buf, len, err);
 }
 
-int s3st_get(s3_store *s, const char *name, size_t max, uint8_t **out, size_t *len, tsr_error *err) {
-    char key[TSR_S3_MAX_KEY];
-    int rc = key_of(s, name, key, err);
-    return rc ? rc : tsr_s3_get(s->s3, s->bucket, key, max, out, len, err);
-}
+/* --------------------------------------------------------------- names */
 
-int s3st_exists(s3_store *s, const char *name) {
+static int s3st_exists(tsr_store *st, const char *name) {
+    s3_store *s = (s3_store *)st;
     char key[TSR_S3_MAX_KEY];
     return !key_of(s, name, key, NULL) && tsr_s3_head(s->s3, s->bucket, key, NULL, NULL) == 0;
 }
 
-int s3st_remove(s3_store *s, const char *name, tsr_error *err) {
+static int s3st_remove(tsr_store *st, const char *name, tsr_error *err) {
+    s3_store *s = (s3_store *)st;
     char key[TSR_S3_MAX_KEY];
     int rc = key_of(s, name, key, err);
     return rc ? rc : tsr_s3_delete(s->s3, s->bucket, key, err);
@@ -157,7 +194,7 @@ int s3st_remove(s3_store *s, const char *name, tsr_error *err) {
 
 typedef struct list_ctx {
     const s3_store *s;
-    int (*fn)(void *, const char *, uint64_t);
+    tsr_store_list_fn fn;
     void *user;
 } list_ctx;
 
@@ -168,7 +205,32 @@ static int list_one(void *user, const tsr_s3_object *o, int is_prefix) {
     return c->fn(c->user, o->key + pl, is_prefix ? 0 : o->size);
 }
 
-int s3st_list(s3_store *s, int (*fn)(void *user, const char *name, uint64_t size), void *user, tsr_error *err) {
+/* Names directly under the location: objects, and "sub/" for deeper keys. */
+static int s3st_list(tsr_store *st, tsr_store_list_fn fn, void *user, tsr_error *err) {
+    s3_store *s = (s3_store *)st;
     list_ctx c = {s, fn, user};
     return tsr_s3_list(s->s3, s->bucket, s->prefix, "/", list_one, &c, err);
 }
+
+static const tsr_store_ops s3_ops = {
+    .close = s3st_close,
+    .open_read = s3st_open_read,
+    .read = s3st_read,
+    .read_close = s3st_read_close,
+    .get = s3st_get,
+    .create = s3st_create,
+    .write = s3st_write,
+    .submit = s3st_write,
+    .complete = s3st_complete,
+    .release = s3st_release,
+    .reserve = s3st_reserve,
+    .datasync = NULL, /* an upload is durable once complete, and not before */
+    .finish = s3st_finish,
+    .abort = s3st_abort,
+    .put = s3st_put,
+    .rename = NULL, /* put is atomic by itself */
+    .sync = NULL,
+    .exists = s3st_exists,
+    .remove = s3st_remove,
+    .list = s3st_list,
+};

@@ -1,11 +1,12 @@
 /* test_commit_timeout.c: a rank that does not reach the commit of a save fails
  * the save instead of hanging it. Run alone, the program starts itself on 3
  * ranks under mpirun. Step 1 commits; then, with TSR_COMMIT_TIMEOUT=1 and rank 2
- * reporting 4 s late (its data file's fsync delayed by TSR_FAULT), the save of step 2
- * fails on every rank within a few seconds naming rank 2, leaves no MANIFEST and
- * no data file, step 1 still loads and verifies, and the next save fails at
- * once. Then with rank 0 late, the others give up after twice the timeout naming
- * rank 0 and keep their data files, so that what rank 0 commits still loads.
+ * reporting 4 s late (its data file's fsync delayed by the fault-injecting
+ * store, tsr_fault_set), the save of step 2 fails on every rank within a few
+ * seconds naming rank 2, leaves no MANIFEST and no data file, step 1 still
+ * loads and verifies, and the next save fails at once. Then with rank 0 late,
+ * the others give up after twice the timeout naming rank 0 and keep their data
+ * files, so that what rank 0 commits still loads.
  * The job then ends: MPI_Finalize does not hang on the late messages. */
 #include <limits.h>
 #include <stdio.h>
@@ -15,6 +16,7 @@
 
 #include "check.h"
 #include "common.h"
+#include "store.h"
 #include "tessera.h"
 
 static tsr_error e;
@@ -78,7 +80,6 @@ static int relaunch(void) {
     setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1", 1);
     setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
     unsetenv("TSR_COMMIT_TIMEOUT");
-    unsetenv("TSR_FAULT");
     /* a hang anywhere, MPI_Finalize included, fails the test (exit 124) */
     execlp("timeout", "timeout", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", self,
            (char *)NULL);
@@ -117,7 +118,7 @@ int main(void) {
 
     /* step 2: rank 2 reports 4 s late; rank 0 gives up after 1 s and tells all */
     setenv("TSR_COMMIT_TIMEOUT", "1", 1);
-    setenv("TSR_FAULT", "delay:4000000:fsync:step-00000002/data-00002", 1);
+    tsr_fault_set("delay:4000000:fsync:step-00000002/data-00002", NULL);
     eng = tsr_engine_new(root, comm, &o, &e);
     REQUIRE(eng, "%s", e.msg);
     st = state(rank, 2);
@@ -159,7 +160,7 @@ int main(void) {
 
     /* step 4: rank 0 reports 4 s late; the others give up after 2 s, naming it,
      * and keep their files: rank 0 finds every report and commits */
-    setenv("TSR_FAULT", "delay:4000000:fsync:step-00000004/data-00000", 1);
+    tsr_fault_set("delay:4000000:fsync:step-00000004/data-00000", NULL);
     eng = tsr_engine_new(root, comm, &o, &e);
     REQUIRE(eng, "%s", e.msg);
     st = state(rank, 4);

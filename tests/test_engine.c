@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "store.h"
 #include "tessera.h"
 
 static tsr_error e;
@@ -150,11 +151,11 @@ int main(void) {
             tsr_state_box csb[2];
             tsr_state_blob cb;
             tsr_state cst = whole_state(csb, &cb, &sv);
-            setenv("TSR_FAULT", faults[i], 1);
+            tsr_fault_set(faults[i], NULL);
             int rc = tsr_engine_save(ce, 70 + i, &cst, &e);
             if (rc) _exit(3); /* staging itself must not fail */
             rc = tsr_engine_wait(ce, &e);
-            unsetenv("TSR_FAULT");
+            tsr_fault_set(NULL, NULL);
             if (rc == 0) _exit(4);
             if (!strstr(e.msg, "step-000000")) _exit(5); /* the error names the step directory */
             if (memcmp(before, w, sizeof before)) _exit(6);

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "s3.h"
+#include "store.h"
 #include "tessera.h"
 
 const char *tsr_fmt_bytes(uint64_t n, char *buf, size_t len) {
@@ -208,4 +209,12 @@ void tsr_cli_set_threads(void) {
     if (n < 1) n = 1;
     if (!getenv("OMP_NUM_THREADS")) omp_set_num_threads((int)n);
     if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads((int)n);
+}
+
+int tsr_cli_faults(void) {
+    const char *spec = getenv("TSR_FAULT");
+    tsr_error e = {0};
+    if (!spec || !*spec || tsr_fault_set(spec, &e) == 0) return 0;
+    fprintf(stderr, "tessera: TSR_FAULT: %s\n", e.msg);
+    return -1;
 }

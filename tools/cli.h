@@ -66,4 +66,11 @@ struct tsr_comm *tsr_cli_comm(const char *cmd);
  * fight over cores. The trainer's setting, and bench gemm's. */
 void tsr_cli_set_threads(void);
 
+/* tsr_cli_faults(): storage fault injection for the command's tests: the spec
+ * in the environment variable TSR_FAULT (ckpt/store.h describes it) set for the
+ * whole process (tsr_fault_set). The one place that reads TSR_FAULT. @return 0
+ * (also when it is unset), or -1 for a spec that does not parse, after printing
+ * "tessera: TSR_FAULT: why". */
+int tsr_cli_faults(void);
+
 #endif

@@ -48,6 +48,7 @@ static void usage(FILE *f, const char *group) {
 }
 
 int main(int argc, char **argv) {
+    if (tsr_cli_faults()) return EXIT_USAGE;
     if (argc < 2) {
         usage(stderr, NULL);
         return EXIT_USAGE;
