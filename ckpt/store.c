@@ -1,23 +1,11 @@
 /* store.c: the store's calls (store.h), each handed to the operations of the
- * store, read file or write file it is made on; the choice of a store by its
- * location; the staged atomic put. */
+ * store, read file or write file it is made on; the staged atomic put. The
+ * stores build on it; store_open.c chooses one. */
 #include <stdio.h>
 #include <string.h>
 
 #include "common.h"
 #include "store.h"
-
-int tsr_store_is_remote(const char *location) { return strncmp(location, "s3://", 5) == 0; }
-
-tsr_store *tsr_store_open(const char *location, int create, tsr_error *err) {
-    if (strlen(location) >= PATH_MAX - 1) {
-        tsr_err(err, TSR_EINVAL, "%s: path too long", location);
-        return NULL;
-    }
-    tsr_store *s = tsr_store_is_remote(location) ? tsr_store_s3_open(location, err)
-                                                 : tsr_store_posix_open(location, create, err);
-    return s ? tsr_store_fault_wrap(s, NULL, err) : NULL;
-}
 
 void tsr_store_close(tsr_store *s) {
     if (s) s->ops->close(s);

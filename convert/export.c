@@ -1,9 +1,7 @@
 /* export.c: a checkpoint's model in Hugging Face's Llama layout (safetensors,
  * config.json and the byte-level tokenizer) or as GGUF (export_gguf.c):
  * tsr_export. */
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,25 +43,6 @@ static int write_config(const char *dir, const tsr_model_args *a, int dtype, tsr
     return fclose(f) ? tsr_export_out_error(e, path, "write", errno) : 0;
 }
 
-/* GPT-2's bytes_to_unicode: the character that stands for byte b in a byte-level
- * BPE vocabulary (printable Latin-1 bytes stand for themselves, the others for
- * U+0100 onwards), as a code point, or written as UTF-8 into out (at most 2
- * bytes and a NUL). */
-int tsr_gpt2_byte_codepoint(int b) {
-    int cp = b;
-    if (!((b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174)) {
-        cp = 256;
-        for (int x = 0; x < b; x++) cp += !((x >= 33 && x <= 126) || (x >= 161 && x <= 172) || x >= 174);
-    }
-    return cp;
-}
-void tsr_gpt2_byte_char(int b, char out[3]) {
-    int cp = tsr_gpt2_byte_codepoint(b), n = 0;
-    if (cp < 0x80) out[n++] = (char)cp;
-    else out[n++] = (char)(0xC0 | cp >> 6), out[n++] = (char)(0x80 | (cp & 0x3F));
-    out[n] = 0;
-}
-
 /* The same tokenizer for Hugging Face (tokenizers' tokenizer.json, read by
  * PreTrainedTokenizerFast): byte-level BPE without merges and without regex
  * splitting, so that each byte of any text is one id as in tessera data prep;
@@ -103,81 +82,6 @@ static int write_tokenizer(const char *dir, const tsr_model_args *a, tsr_error *
     if (!(f = fopen(path, "w"))) return tsr_export_out_error(e, path, "create", errno);
     fprintf(f, "{\n  \"eos_token\": \"<|endoftext|>\"\n}\n");
     return fclose(f) ? tsr_export_out_error(e, path, "write", errno) : 0;
-}
-
-/* ------------------------------------------------------------ output files */
-
-/* An export's files are written into a staging directory DEST/.tessera-tmp-PID
- * (next to their final names, on the same filesystem) and renamed into DEST only
- * when every one is complete: each file is fsynced, then renamed (config.json
- * last), then DEST is fsynced. A failed export removes the staging directory; a
- * killed one leaves only it: never a file under a final name. */
-
-/* An error for a failed write: a full disk says so. */
-int tsr_export_out_error(tsr_error *e, const char *path, const char *what, int err) {
-    return tsr_err(e, err == ENOSPC || err == EDQUOT ? TSR_ENOSPC : TSR_EIO, "%s: cannot %s: %s", path, what,
-                   strerror(err ? err : EIO));
-}
-
-static int fsync_path(const char *path, int dir, tsr_error *e) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | (dir ? O_DIRECTORY : O_NONBLOCK));
-    if (fd < 0) return tsr_export_out_error(e, path, "open", errno);
-    int rc = fsync(fd) ? tsr_export_out_error(e, path, "fsync", errno) : 0;
-    close(fd);
-    return rc;
-}
-
-/* tsr_export_stage_make(): creates DEST/.tessera-tmp-PID into stage. */
-int tsr_export_stage_make(const char *dest, char *stage, size_t len, tsr_error *e) {
-    if (snprintf(stage, len, "%s/.tessera-tmp-%ld", dest, (long)getpid()) >= (int)len)
-        return tsr_err(e, TSR_EINVAL, "%s: path too long", dest);
-    tsr_remove_tree(stage); /* a leftover of a killed export that had the same pid */
-    if (mkdir(stage, 0755) != 0) return tsr_export_out_error(e, stage, "create", errno);
-    return 0;
-}
-
-/* tsr_export_stage_commit(): syncs every file of the staging directory, renames each into
- * DEST (config.json last), syncs DEST and removes the staging directory. On
- * failure the files already renamed are removed too. */
-int tsr_export_stage_commit(const char *stage, const char *dest, tsr_error *e) {
-    char (*names)[256] = NULL;
-    size_t n = 0, cap = 0;
-    int rc = 0;
-    DIR *d = opendir(stage);
-    if (!d) return tsr_export_out_error(e, stage, "open", errno);
-    struct dirent *ent;
-    while (!rc && (ent = readdir(d))) {
-        if (!strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..")) continue;
-        if (strlen(ent->d_name) >= sizeof *names) rc = tsr_err(e, TSR_EINVAL, "%s/%s: name too long", stage, ent->d_name);
-        else if (tsr_grow((void **)&names, &cap, n, sizeof *names)) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
-        else snprintf(names[n++], sizeof *names, "%s", ent->d_name);
-    }
-    closedir(d);
-    for (size_t i = 0; i + 1 < n; i++) /* config.json last: it tells readers that a model is there */
-        if (!strcmp(names[i], "config.json")) {
-            char t[256];
-            memcpy(t, names[i], sizeof t), memcpy(names[i], names[n - 1], sizeof t), memcpy(names[n - 1], t, sizeof t);
-        }
-    char from[PATH_MAX + 300], to[PATH_MAX + 300];
-    for (size_t i = 0; !rc && i < n; i++) {
-        snprintf(from, sizeof from, "%s/%s", stage, names[i]);
-        rc = fsync_path(from, 0, e);
-    }
-    size_t moved = 0;
-    for (; !rc && moved < n; moved++) {
-        snprintf(from, sizeof from, "%s/%s", stage, names[moved]);
-        snprintf(to, sizeof to, "%s/%s", dest, names[moved]);
-        if (rename(from, to) != 0) rc = tsr_export_out_error(e, to, "rename into place", errno);
-    }
-    if (!rc) rc = fsync_path(dest, 1, e);
-    if (rc)
-        for (size_t i = 0; i < moved; i++) {
-            snprintf(to, sizeof to, "%s/%s", dest, names[i]);
-            unlink(to);
-        }
-    free(names);
-    tsr_remove_tree(stage);
-    return rc;
 }
 
 /* The dtype of the checkpoint's model matrices, which an export keeps unless
