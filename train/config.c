@@ -107,6 +107,9 @@ static const keydef keys[] = {
      "unset: the default seed 42"},
     {"training", "dataset", K_STR, OFF(training.dataset), 0, 0, F_NONEMPTY, NULL, NULL},
     {"training", "dataset_path", K_STR, OFF(training.dataset_path), 0, 0, 0, NULL, NULL},
+    {"training", "skip_data_after_step", K_INT, OFF(training.skip_data_after_step), 0, BIG, F_MINUS1 | F_OURS, NULL,
+     "no skip"},
+    {"training", "skip_data_steps", K_INT, OFF(training.skip_data_steps), 0, BIG, F_OURS, NULL, NULL},
 
     {"parallelism", "data_parallel_replicate_degree", K_INT,
      OFF(parallelism.data_parallel_replicate_degree), 1, BIG, 0, NULL, NULL},
@@ -646,6 +649,7 @@ void tsr_config_defaults(tsr_train_config *c) {
     c->training.steps = 10000;
     c->training.seed = -1;
     strcpy(c->training.dataset, "synthetic");
+    c->training.skip_data_after_step = -1;
     c->parallelism.data_parallel_replicate_degree = 1;
     c->parallelism.data_parallel_shard_degree = -1;
     c->parallelism.tensor_parallel_degree = 1;

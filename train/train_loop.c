@@ -13,6 +13,7 @@
 #include "common.h"
 #include "corpus.h"
 #include "data.h"
+#include "heartbeat.h"
 #include "tokens.h"
 #include "trainer_impl.h"
 
@@ -276,6 +277,20 @@ static int save_model_only(job *j, int step, tsr_error *err) {
 
 /* ------------------------------------------------------------------- job */
 
+/* training.skip_data_*: the data of the next skip_data_steps steps is passed
+ * over (tessera launch's rollback after a NaN), as the loader would serve it. */
+static int skip_data(job *j, tsr_loader *l, tsr_data_pos *pos, int *inputs, int *targets, FILE *log, tsr_error *err) {
+    const tsr_train_config *c = &j->t->cfg;
+    for (int k = 0; k < c->training.skip_data_steps; k++) {
+        int rc = tsr_loader_next(l, pos, j->t->B, (int)j->t->dp_rank, (int)j->t->dp, inputs, targets, err);
+        if (rc) return rc;
+    }
+    if (log && c->training.skip_data_steps)
+        fprintf(log, "step %d: skipping the data of %d step(s) (training.skip_data_steps)\n",
+                c->training.skip_data_after_step + 1, c->training.skip_data_steps);
+    return 0;
+}
+
 static int open_data(job *j, tsr_loader **out, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
     char dir[PATH_MAX];
@@ -303,7 +318,9 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
     FILE *metrics = NULL;
     int *inputs = NULL, *targets = NULL;
     size_t bt = (size_t)t->B * t->T;
-    int rc = open_data(&j, &loader, err);
+    tsr_heartbeat *hb = NULL; /* the supervisor's, under tessera launch */
+    int rc = tsr_heartbeat_open(t->rank, (int)tsr_comm_size(t->world), &hb, err);
+    if (!rc) rc = open_data(&j, &loader, err);
     if (!rc && !(inputs = malloc(bt * sizeof *inputs)) | !(targets = malloc(bt * sizeof *targets)))
         rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     size_t cl = 0;
@@ -324,6 +341,7 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
         eo.lock_root = c->checkpoint.enable; /* one writer per checkpoint folder */
         j.engine = tsr_engine_new(j.root, t->world, &eo, err);
         if (!j.engine) rc = err ? err->code : TSR_EIO;
+        tsr_heartbeat_send(hb, TSR_HB_LOAD, 0, 0, 0, 0);
         if (!rc) rc = resume(&j, &pos, &start, log, err);
         /* steps after the one loaded (checkpoint.load_step) are an abandoned
          * future: the first save moves them aside */
@@ -360,13 +378,18 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
     tsr_error last_save_err = {0};
     for (int step = start + 1; !rc && step <= c->training.steps; step++) {
         double t0 = tsr_now();
-        rc = tsr_loader_next(loader, &pos, t->B, (int)t->dp_rank, (int)t->dp, inputs, targets, err);
+        if (step == c->training.skip_data_after_step + 1) rc = skip_data(&j, loader, &pos, inputs, targets, log, err);
+        uint64_t first = pos.epoch * tsr_loader_samples(loader) + pos.sample;
+        if (!rc) rc = tsr_loader_next(loader, &pos, t->B, (int)t->dp_rank, (int)t->dp, inputs, targets, err);
         double loss = 0, gnorm = 0;
         if (!rc) rc = tsr_trainer_step(t, step, inputs, targets, 1, &loss, &gnorm, err);
+        if (!rc && tsr_heartbeat_fault_nan(first, c->training.global_batch_size)) loss = NAN;
+        if (!rc) tsr_heartbeat_send(hb, TSR_HB_STEP, step, loss, gnorm, tsr_now() - t0);
         if (!rc && !isfinite(loss)) rc = tsr_err(err, TSR_EINVAL, "step %d: the loss is %g", step, loss);
         double t1 = tsr_now();
         if (!rc && c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps)) {
             fill_blobs(&j, step, &pos);
+            tsr_heartbeat_send(hb, TSR_HB_SAVE, step, 0, 0, 0);
             if (!(rc = state_boxes(&j, 0, err))) {
                 tsr_state st = make_state(&j, 0);
                 rc = tsr_engine_save(j.engine, (uint64_t)step, &st, err);
@@ -439,6 +462,8 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
                 blocked_total, 100 * blocked_total / step_time_total, c->checkpoint.enable ? j.root : "(disabled)");
     if (metrics) fclose(metrics);
     if (j.engine) tsr_engine_free(j.engine);
+    if (!rc) tsr_heartbeat_send(hb, TSR_HB_DONE, c->training.steps, 0, 0, 0);
+    tsr_heartbeat_close(hb);
     tsr_loader_close(loader);
     free(inputs);
     free(targets);
