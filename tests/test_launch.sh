@@ -9,7 +9,8 @@
 # data skipped for the NaN): bitwise on the same layout, within 1e-4 on fewer
 # ranks. Hostile heartbeats (garbage, a wrong token, a rank claimed twice, a
 # rank out of range, a forged pid) are refused, with their reason in the event
-# log, and do not keep a stopped job alive.
+# log, and do not keep a stopped job alive. A supervisor stopped with SIGTERM
+# ends the job before it exits.
 . "$TSR_ROOT/tests/mpi.sh"
 CFG="$TSR_ROOT/train/configs/debug.toml"
 PY=/usr/bin/python3
@@ -185,4 +186,15 @@ pgrep -af "job.dump_folder=$TSR_TMP/orphan" >&2 && fail "orphan: processes of th
 sup orphan 2
 finished orphan 0
 compare ref orphan 0
-finish "launch: rank killed, hang, NaN rollback, node dropped, supervisor killed, hostile heartbeats ok"
+
+# the supervisor asked to stop (SIGTERM): it ends the job first, then exits 1
+sup term 2
+wait_step term 6
+kill -TERM $SUP
+wait $SUP
+rc=$?
+[ $rc = 1 ] || fail "term: exit $rc, expected 1"
+pgrep -af "job.dump_folder=$TSR_TMP/term" >&2 && fail "term: processes of the job outlive their supervisor"
+ev term "e['event']=='killed' and e['cause']=='signal'" >/dev/null || fail "term: the job was not ended"
+ev term "e['event']=='finish' and e['status']=='failed'" >/dev/null || fail "term: no finish event"
+finish "launch: rank killed, hang, NaN rollback, node dropped, supervisor killed or stopped, hostile heartbeats ok"

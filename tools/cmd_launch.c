@@ -141,6 +141,31 @@ static int open_events(launch *L) {
     return 0;
 }
 
+/* A supervisor started again on a run (after its predecessor was killed)
+ * takes the data window of the run's last NaN rollback from the event log:
+ * the job may still resume from before it. */
+static void restore_rollback(launch *L) {
+    char path[PATH_MAX], line[4096];
+    if (snprintf(path, sizeof path, "%s/launch.jsonl", L->cfg.job.dump_folder) >= (int)sizeof path) return;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    double t;
+    long long c;
+    int after, steps;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"checkpoint_step\": "), *q = strstr(line, "\"skip_after\": ");
+        if (!strstr(line, "\"event\": \"rollback\"") || !p || !q || sscanf(line, "{\"time\": %lf", &t) != 1 ||
+            sscanf(p, "\"checkpoint_step\": %lld", &c) != 1 ||
+            sscanf(q, "\"skip_after\": %d, \"skip_steps\": %d", &after, &steps) != 2 || after < 0 || steps < 0)
+            continue;
+        L->skip_after = after, L->skip_steps = steps, L->rollback_to = c > 0 ? (int)c : -1, L->rollback_time = t;
+    }
+    fclose(f);
+    if (L->skip_after >= 0)
+        launch_say("the run's last NaN rollback still applies: the data of %d step(s) after step %d is skipped",
+                   L->skip_steps, L->skip_after);
+}
+
 /* A rollback is pending while a committed checkpoint after the one rolled back
  * to predates the rollback: the job would resume from it otherwise. */
 static int rollback_pending(launch *L) {
@@ -239,7 +264,7 @@ static void plan_rollback(launch *L) {
     L->skip_steps = k;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    L->rollback_to = (int)c;
+    L->rollback_to = c > 0 ? (int)c : -1; /* none before s: the job starts over */
     L->rollback_bad = s;
     L->rollback_time = (double)ts.tv_sec;
     launch_event(L, "rollback", "\"bad_step\": %lld, \"checkpoint_step\": %lld, \"skip_after\": %d, \"skip_steps\": %d",
@@ -349,6 +374,7 @@ int tsr_cmd_launch(int argc, char **argv) {
     L->alive_nodes = calloc((size_t)L->o.nodes, sizeof *L->alive_nodes);
     L->node_fails = calloc((size_t)L->o.nodes, sizeof *L->node_fails);
     int pipefd[2];
+    restore_rollback(L);
     if (!L->alive_nodes || !L->node_fails || pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) || open_events(L) || launch_listen(L)) {
         launch_unlisten(L);
         return EXIT_FAIL;
