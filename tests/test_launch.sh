@@ -94,6 +94,16 @@ sys.exit(0 if d == ["blob train.config (rank -1): contents differ"] else 1)' "$T
     fi
 }
 
+# usage: errors in the options or in the job's config before anything runs
+expect 0 "launch --help" "$T" launch --help
+grep -q "usage: tessera launch -np N" out.txt || fail "launch --help prints its usage"
+expect 2 "launch without -np" "$T" launch -- train --config "$CFG"
+expect 2 "launch without a job" "$T" launch -np 2
+expect 2 "launch --nodes 3 of 2" "$T" launch -np 2 --nodes 3 -- train --config "$CFG"
+expect 2 "launch with a bad key" "$T" launch -np 2 -- train --config "$CFG" --training.stepz=3 --job.dump_folder="$TSR_TMP/u"
+grep -q "did you mean" err.txt || fail "launch with a bad key: no suggestion"
+[ -e "$TSR_TMP/u" ] && fail "launch with a bad key: the job's folder was made"
+
 # the uninterrupted runs: 2 ranks, and 2 ranks with the data of steps 9-11 skipped
 run_np 2 "$T" train $JOB --job.dump_folder="$TSR_TMP/ref" >"$TSR_TMP/ref.log" 2>&1 || fail "ref: exit $?"
 run_np 2 "$T" train $JOB --job.dump_folder="$TSR_TMP/ref_skip" --training.skip_data_after_step=8 \

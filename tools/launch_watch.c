@@ -136,7 +136,7 @@ static void on_step(launch *L, int rank, const tsr_hb_record *r) {
         }
     }
     if (r->step > L->last_step) L->last_step = r->step;
-    if (r->step_s > 0 && isfinite(r->step_s)) {
+    if (r->step > L->first_step && r->step_s > 0 && isfinite(r->step_s)) { /* not a launch's first (warm-up) step */
         L->hist[L->n_hist++ % LAUNCH_HISTORY] = r->step_s;
         s->win[s->n_win++ % LAUNCH_WINDOW] = r->step_s;
         if (s->n_win > LAUNCH_WINDOW) s->n_win = LAUNCH_WINDOW;
