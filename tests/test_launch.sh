@@ -170,14 +170,15 @@ ev nan "e['event']=='launch' and e['launch']==2 and 'skip_data_steps=3' in e['ex
     fail "nan: the relaunch does not skip the data"
 compare ref_skip nan 0
 
-# a node dropped: 4 ranks on 2 nodes; rank 3 (node 1) killed twice; the job
-# ends on the 2 ranks of node 0, resharded, the global batch kept
+# a node dropped: 4 ranks on 2 nodes; rank 3 (node 1) killed, then the whole
+# node (ranks 2 and 3); the job ends on the 2 ranks of node 0, resharded, the
+# global batch kept
 sup node 4 --nodes 2 --min-ranks 2
 wait_step node 6
 kill -9 "$(rank_pid node 1 3)"
 wait_for node "e['event']=='rank_up' and e['launch']==2 and e['rank']==3"
 wait_step node 12
-kill -9 "$(rank_pid node 2 3)"
+kill -9 "$(rank_pid node 2 2)" "$(rank_pid node 2 3)"
 finished node 2
 ev node "e['event']=='node_dropped' and e['node']==1 and e['np']==2" >/dev/null || fail "node: node 1 not dropped"
 ev node "e['event']=='launch' and e['launch']==3 and e['np']==2" >/dev/null || fail "node: no relaunch on 2 ranks"
