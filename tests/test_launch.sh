@@ -169,6 +169,12 @@ ev nan "e['event']=='rollback' and e['checkpoint_step']==8 and e['skip_steps']==
 ev nan "e['event']=='launch' and e['launch']==2 and 'skip_data_steps=3' in e['extra_args']" >/dev/null ||
     fail "nan: the relaunch does not skip the data"
 compare ref_skip nan 0
+# a supervisor started again on the run keeps its rollback's data window
+sup nan 2
+finished nan 0
+ev nan "e['event']=='launch' and e['launch']==1 and 'skip_data_after_step=8 --training.skip_data_steps=3' in e['extra_args']" \
+    >/dev/null || fail "nan: a new supervisor forgot the skipped window"
+compare ref_skip nan 0
 
 # a node dropped: 4 ranks on 2 nodes; rank 3 (node 1) killed, then the whole
 # node (ranks 2 and 3); the job ends on the 2 ranks of node 0, resharded, the
