@@ -10,7 +10,8 @@
 # ranks. Hostile heartbeats (garbage, a wrong token, a rank claimed twice, a
 # rank out of range, a forged pid) are refused, with their reason in the event
 # log, and do not keep a stopped job alive. A supervisor stopped with SIGTERM
-# ends the job before it exits.
+# ends the job before it exits; one whose job cannot start gives up after
+# --max-restarts.
 . "$TSR_ROOT/tests/mpi.sh"
 CFG="$TSR_ROOT/train/configs/debug.toml"
 PY=/usr/bin/python3
@@ -103,6 +104,16 @@ expect 2 "launch --nodes 3 of 2" "$T" launch -np 2 --nodes 3 -- train --config "
 expect 2 "launch with a bad key" "$T" launch -np 2 -- train --config "$CFG" --training.stepz=3 --job.dump_folder="$TSR_TMP/u"
 grep -q "did you mean" err.txt || fail "launch with a bad key: no suggestion"
 [ -e "$TSR_TMP/u" ] && fail "launch with a bad key: the job's folder was made"
+
+# bounded restarts: a job that cannot start is given up after --max-restarts
+"$T" launch -np 2 $FAST --max-restarts 1 -- train $JOB --job.dump_folder="$TSR_TMP/bad" \
+    --training.dataset_path="$TSR_TMP/nowhere" >"$TSR_TMP/bad.log" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "bad: exit $rc, expected 1"
+[ "$(ev bad "e['event']=='relaunch'")" = 1 ] || fail "bad: not one relaunch"
+ev bad "e['event']=='finish' and e['status']=='failed' and e['restarts']==1 and e['rank_exits']==2" >/dev/null ||
+    { fail "bad: no failed finish after 1 restart"; tail -n 3 "$TSR_TMP/bad/launch.jsonl" >&2; }
+grep -q "giving up" "$TSR_TMP/bad.log" || fail "bad: no 'giving up' said"
 
 # the uninterrupted runs: 2 ranks, and 2 ranks with the data of steps 9-11 skipped
 run_np 2 "$T" train $JOB --job.dump_folder="$TSR_TMP/ref" >"$TSR_TMP/ref.log" 2>&1 || fail "ref: exit $?"

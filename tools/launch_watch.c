@@ -142,6 +142,7 @@ static void on_step(launch *L, int rank, const tsr_hb_record *r) {
         if (s->n_win > LAUNCH_WINDOW) s->n_win = LAUNCH_WINDOW;
     }
     if (!isfinite(r->loss) || !isfinite(r->grad_norm)) {
+        if ((int)L->out >= 0) return; /* every rank reports it: the first one is logged */
         launch_event(L, "nan", "\"rank\": %d, \"step\": %lld, \"loss\": \"%g\", \"grad_norm\": \"%g\"", rank,
                      (long long)r->step, r->loss, r->grad_norm);
         decide(L, OUT_NAN, rank, r->step, "step %lld: loss %g, grad norm %g", (long long)r->step, r->loss, r->grad_norm);
