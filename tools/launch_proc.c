@@ -103,7 +103,7 @@ double launch_kill_all(launch *L) {
     }
     if (left) {
         signal_below(SIGKILL);
-        launch_event(L, "kill", "\"signal\": \"SIGKILL\", \"processes\": %d, \"after_s\": %.3f", left, tsr_now() - t0);
+        launch_event(L, "sigkill", "\"processes\": %d, \"after_s\": %.3f", left, tsr_now() - t0);
         while (tsr_now() - t0 < L->o.grace + 10 && signal_below(0) > 0) {
             launch_reap(L);
             nap(0.02);
