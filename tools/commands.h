@@ -18,6 +18,7 @@ int tsr_cmd_bench_load(int argc, char **argv);
 int tsr_cmd_bench_disk(int argc, char **argv);
 int tsr_cmd_bench_gemm(int argc, char **argv);
 int tsr_cmd_train(int argc, char **argv);
+int tsr_cmd_launch(int argc, char **argv);
 int tsr_cmd_plot(int argc, char **argv);
 int tsr_cmd_data_prep(int argc, char **argv);
 int tsr_cmd_reshard(int argc, char **argv);

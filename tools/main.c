@@ -15,6 +15,7 @@ typedef struct command {
 
 static const command commands[] = {
     {"train", NULL, tsr_cmd_train, "train a Llama model (config file and --section.key=value overrides)"},
+    {"launch", NULL, tsr_cmd_launch, "run the training job under mpirun and keep it alive (restarts, hangs, NaN rollback)"},
     {"reshard", NULL, tsr_cmd_reshard, "rewrite a checkpoint for another layout, dtype or codec (offline)"},
     {"export", NULL, tsr_cmd_export, "write a checkpoint's model for Hugging Face (safetensors + config.json)"},
     {"import", NULL, tsr_cmd_import, "bring a Hugging Face Llama (safetensors + config.json) into a checkpoint"},

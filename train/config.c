@@ -77,6 +77,9 @@ static const keydef keys[] = {
      "unset: the default seed 42"},
     {"training", "dataset", K_STR, OFF(training.dataset), 0, 0, F_NONEMPTY, NULL, NULL},
     {"training", "dataset_path", K_STR, OFF(training.dataset_path), 0, 0, 0, NULL, NULL},
+    {"training", "skip_data_after_step", K_INT, OFF(training.skip_data_after_step), 0, BIG, F_MINUS1 | F_OURS, NULL,
+     "no skip"},
+    {"training", "skip_data_steps", K_INT, OFF(training.skip_data_steps), 0, BIG, F_OURS, NULL, NULL},
 
     {"parallelism", "data_parallel_replicate_degree", K_INT,
      OFF(parallelism.data_parallel_replicate_degree), 1, BIG, 0, NULL, NULL},

@@ -103,6 +103,13 @@ typedef struct tsr_train_config {
                                               reads the token shards in dataset_path */
         char dataset_path[TSR_CONFIG_STR]; /* "": a directory of train_*.bin / val_*.bin
                                               shards (tessera data prep) */
+        /* tessera's own: skipping a window of data (tessera launch's NaN rollback,
+           README "Keeping a run alive"): before step skip_data_after_step + 1 the
+           data position advances by skip_data_steps global batches, which no step
+           trains on. A job resumed after that step has the skip in its saved
+           position already. */
+        int skip_data_after_step; /* -1: no skip */
+        int skip_data_steps;      /* 0 */
     } training;
     struct {
         int data_parallel_replicate_degree; /* 1 */

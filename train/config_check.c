@@ -33,6 +33,7 @@ void tsr_config_defaults(tsr_train_config *c) {
     c->training.steps = 10000;
     c->training.seed = -1;
     strcpy(c->training.dataset, "synthetic");
+    c->training.skip_data_after_step = -1;
     c->parallelism.data_parallel_replicate_degree = 1;
     c->parallelism.data_parallel_shard_degree = -1;
     c->parallelism.tensor_parallel_degree = 1;

@@ -13,6 +13,7 @@
 #include "common.h"
 #include "corpus.h"
 #include "data.h"
+#include "heartbeat.h"
 #include "tokens.h"
 #include "trainer_impl.h"
 
@@ -80,6 +81,7 @@ typedef struct job {
     int steps_since;
     int last_save, last_save_refused; /* the step of the last save, and whether it was refused at once */
     tsr_error last_save_err;
+    tsr_heartbeat *hb; /* the supervisor's, under tessera launch; NULL otherwise */
 } job;
 
 /* The state of this rank: model (and unless model_only, optimizer) boxes. */
@@ -287,6 +289,21 @@ static int save_model_only(job *j, int step, tsr_error *err) {
 
 /* ------------------------------------------------------------------- job */
 
+/* training.skip_data_*: the data of the next skip_data_steps steps is passed
+ * over (tessera launch's rollback after a NaN), as the loader would serve it. */
+static int skip_data(job *j, tsr_error *err) {
+    const tsr_train_config *c = &j->t->cfg;
+    for (int k = 0; k < c->training.skip_data_steps; k++) {
+        int rc = tsr_loader_next(j->loader, &j->pos, j->t->B, (int)j->t->dp_rank, (int)j->t->dp, j->inputs, j->targets,
+                                 err);
+        if (rc) return rc;
+    }
+    if (j->log && c->training.skip_data_steps)
+        fprintf(j->log, "step %d: skipping the data of %d step(s) (training.skip_data_steps)\n",
+                c->training.skip_data_after_step + 1, c->training.skip_data_steps);
+    return 0;
+}
+
 static int open_data(job *j, tsr_loader **out, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
     char dir[PATH_MAX];
@@ -321,6 +338,7 @@ static int open_engine(job *j, tsr_error *err) {
     eo.lock_root = c->checkpoint.enable; /* one writer per checkpoint folder */
     j->engine = tsr_engine_new(j->root, t->world, &eo, err);
     int rc = j->engine ? 0 : err ? err->code : TSR_EIO;
+    tsr_heartbeat_send(j->hb, TSR_HB_LOAD, 0, 0, 0, 0);
     if (!rc) rc = resume(j, &j->pos, &j->start, j->log, err);
     /* steps after the one loaded (checkpoint.load_step) are an abandoned
      * future: the first save moves them aside */
@@ -388,6 +406,7 @@ static void log_start(job *j) {
  * unless the engine is broken: then no later save can succeed. */
 static int save_step(job *j, int step, tsr_error *err) {
     fill_blobs(j, step, &j->pos);
+    tsr_heartbeat_send(j->hb, TSR_HB_SAVE, step, 0, 0, 0);
     int rc = state_boxes(j, 0, err);
     if (rc) return rc;
     tsr_state st = make_state(j, 0);
@@ -433,9 +452,13 @@ static int train_step(job *j, int step, tsr_error *err) {
     tsr_trainer *t = j->t;
     const tsr_train_config *c = &t->cfg;
     double t0 = tsr_now();
-    int rc = tsr_loader_next(j->loader, &j->pos, t->B, (int)t->dp_rank, (int)t->dp, j->inputs, j->targets, err);
+    int rc = step == c->training.skip_data_after_step + 1 ? skip_data(j, err) : 0;
+    uint64_t first = j->pos.epoch * tsr_loader_samples(j->loader) + j->pos.sample;
+    if (!rc) rc = tsr_loader_next(j->loader, &j->pos, t->B, (int)t->dp_rank, (int)t->dp, j->inputs, j->targets, err);
     double loss = 0, gnorm = 0;
     if (!rc) rc = tsr_trainer_step(t, step, j->inputs, j->targets, 1, &loss, &gnorm, err);
+    if (!rc && tsr_heartbeat_fault_nan(first, c->training.global_batch_size)) loss = NAN;
+    if (!rc) tsr_heartbeat_send(j->hb, TSR_HB_STEP, step, loss, gnorm, tsr_now() - t0);
     if (!rc && !isfinite(loss)) rc = tsr_err(err, TSR_EINVAL, "step %d: the loss is %g", step, loss);
     double t1 = tsr_now();
     if (!rc && c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps)) {
@@ -499,12 +522,16 @@ static void job_close(job *j) {
 
 int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
     job j = {.t = t, .log = t->rank == 0 ? log : NULL};
-    int rc = all_ready(&j, job_open(&j, err), err);
+    int rc = tsr_heartbeat_open(t->rank, (int)tsr_comm_size(t->world), &j.hb, err);
+    if (!rc) rc = job_open(&j, err);
+    rc = all_ready(&j, rc, err);
     if (!rc && j.log) log_start(&j);
     j.t_log = tsr_now();
     for (int step = j.start + 1; !rc && step <= t->cfg.training.steps; step++) rc = train_step(&j, step, err);
     if (j.engine) rc = job_finish(&j, rc, err);
     if (!rc && j.log && j.step_time_total > 0) log_done(&j);
     job_close(&j);
+    if (!rc) tsr_heartbeat_send(j.hb, TSR_HB_DONE, t->cfg.training.steps, 0, 0, 0);
+    tsr_heartbeat_close(j.hb);
     return rc;
 }

@@ -1,0 +1,228 @@
+#!/bin/sh
+# tsr-timeout: 400
+# tessera launch, the supervisor: a rank killed (seen within 1 s), a rank
+# stopped (a hang, named as stopped), a NaN loss (rolled back to the checkpoint
+# before it, the data window skipped), a node whose ranks fail twice (dropped:
+# the job goes on with fewer ranks) and the supervisor itself killed (no rank
+# outlives it; a new supervisor finishes the run) each end in a finished run
+# whose losses and final checkpoint equal an uninterrupted run's (with the same
+# data skipped for the NaN): bitwise on the same layout, within 1e-4 on fewer
+# ranks. Hostile heartbeats (garbage, a wrong token, a rank claimed twice, a
+# rank out of range, a forged pid) are refused, with their reason in the event
+# log, and do not keep a stopped job alive. A supervisor stopped with SIGTERM
+# ends the job before it exits; one whose job cannot start gives up after
+# --max-restarts.
+. "$TSR_ROOT/tests/mpi.sh"
+CFG="$TSR_ROOT/train/configs/debug.toml"
+PY=/usr/bin/python3
+$PY -c 'import json' 2>/dev/null || { echo "FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
+"$T" data prep --out "$TSR_TMP/data" --synthetic 1M >/dev/null || fail "data prep"
+# 24 steps of the debug model at sequence 32, a checkpoint every 4 steps
+JOB="--config $CFG --training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.warmup_steps=2 --training.steps=24 \
+--training.global_batch_size=8 --training.local_batch_size=2 --checkpoint.enable --checkpoint.interval=4 --training.dataset=tokens \
+--training.dataset_path=$TSR_TMP/data"
+FAST="--backoff 0.2 --grace 2"
+
+# ev DIR EXPR [FIELD]: the events e of DIR/launch.jsonl for which EXPR holds;
+# prints FIELD of the last one (or the count); exit 1 when there is none
+cat >"$TSR_TMP/ev.py" <<'EOF'
+import json, sys
+es = [json.loads(l) for l in open(sys.argv[1])]
+m = [e for e in es if eval(sys.argv[2], {"e": e})]
+if m: print(m[-1][sys.argv[3]] if len(sys.argv) > 3 else len(m))
+sys.exit(0 if m else 1)
+EOF
+ev() { $PY "$TSR_TMP/ev.py" "$TSR_TMP/$1/launch.jsonl" "$2" $3; }
+
+# sup DIR NP [OPTIONS...]: the supervisor in the background (its pid in SUP)
+sup() {
+    dir=$1 np=$2; shift 2
+    "$T" launch -np "$np" $FAST "$@" -- train $JOB --job.dump_folder="$TSR_TMP/$dir" >"$TSR_TMP/$dir.log" 2>&1 &
+    SUP=$!
+}
+# wait_for DIR EXPR: until an event of DIR matches (60 s at most, while the supervisor runs)
+wait_for() {
+    i=0
+    until ev "$1" "$2" >/dev/null 2>&1; do
+        sleep 0.05; i=$((i + 1))
+        [ $i -lt 1200 ] && kill -0 $SUP 2>/dev/null || { fail "$1: no event $2"; tail -n 5 "$TSR_TMP/$1.log" >&2; return 1; }
+    done
+}
+# wait_step DIR STEP: until the metrics of DIR hold STEP (the same limits)
+wait_step() {
+    i=0
+    until grep -q "\"step\": $2," "$TSR_TMP/$1/metrics.jsonl" 2>/dev/null; do
+        sleep 0.05; i=$((i + 1))
+        [ $i -lt 1200 ] && kill -0 $SUP 2>/dev/null || { fail "$1: step $2 not reached"; tail -n 5 "$TSR_TMP/$1.log" >&2; return 1; }
+    done
+}
+# rank_pid DIR LAUNCH RANK: the pid of a rank, from its first heartbeat
+rank_pid() {
+    wait_for "$1" "e['event']=='rank_up' and e['launch']==$2 and e['rank']==$3" &&
+        ev "$1" "e['event']=='rank_up' and e['launch']==$2 and e['rank']==$3" pid
+}
+# finished DIR RESTARTS: the supervisor of DIR exited 0 after RESTARTS restarts
+finished() {
+    wait $SUP || { fail "$1: tessera launch exited $?"; tail -15 "$TSR_TMP/$1.log" >&2; }
+    ev "$1" "e['event']=='finish' and e['status']=='ok' and e['restarts']==$2" >/dev/null ||
+        { fail "$1: no finish after $2 restart(s)"; tail -3 "$TSR_TMP/$1/launch.jsonl" >&2; }
+}
+# compare REF NAME TOL: losses and gradient norms (TOL 0: the same doubles),
+# and with TOL 0 the final checkpoints' tensors too
+compare() {
+    $PY - "$TSR_TMP/$1/metrics.jsonl" "$TSR_TMP/$2/metrics.jsonl" "$3" <<'EOF' || fail "$2: losses differ from $1"
+import json, sys
+def values(p, key):
+    d = {}
+    for line in open(p):
+        o = json.loads(line)
+        d[o["step"]] = o[key]   # a resumed run appends: the last value wins
+    return d
+tol = float(sys.argv[3])
+for key in ("loss", "grad_norm"):
+    a, b = values(sys.argv[1], key), values(sys.argv[2], key)
+    assert sorted(a) == sorted(b) == list(range(1, 25)), (sorted(a), sorted(b))
+    worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a)
+    assert worst <= tol, "%s: worst relative difference %g" % (key, worst)
+EOF
+    if [ "$3" = 0 ]; then
+        # every tensor and blob the same, but the config (it names the job's folder)
+        "$T" ckpt diff "$TSR_TMP/$1/checkpoint/step-00000024" "$TSR_TMP/$2/checkpoint/step-00000024" --json \
+            >"$TSR_TMP/diff.json"
+        $PY -c 'import json, sys; d = json.load(open(sys.argv[1]))["differences"]
+sys.exit(0 if d == ["blob train.config (rank -1): contents differ"] else 1)' "$TSR_TMP/diff.json" ||
+            { fail "$2: the final checkpoint differs from $1's"; cat "$TSR_TMP/diff.json" >&2; }
+    fi
+}
+
+# usage: errors in the options or in the job's config before anything runs
+expect 0 "launch --help" "$T" launch --help
+grep -q "usage: tessera launch -np N" out.txt || fail "launch --help prints its usage"
+expect 2 "launch without -np" "$T" launch -- train --config "$CFG"
+expect 2 "launch without a job" "$T" launch -np 2
+expect 2 "launch --nodes 3 of 2" "$T" launch -np 2 --nodes 3 -- train --config "$CFG"
+expect 2 "launch with a bad key" "$T" launch -np 2 -- train --config "$CFG" --training.stepz=3 --job.dump_folder="$TSR_TMP/u"
+grep -q "did you mean" err.txt || fail "launch with a bad key: no suggestion"
+[ -e "$TSR_TMP/u" ] && fail "launch with a bad key: the job's folder was made"
+
+# bounded restarts: a job that cannot start is given up after --max-restarts
+"$T" launch -np 2 $FAST --max-restarts 1 -- train $JOB --job.dump_folder="$TSR_TMP/bad" \
+    --training.dataset_path="$TSR_TMP/nowhere" >"$TSR_TMP/bad.log" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "bad: exit $rc, expected 1"
+[ "$(ev bad "e['event']=='relaunch'")" = 1 ] || fail "bad: not one relaunch"
+ev bad "e['event']=='finish' and e['status']=='failed' and e['restarts']==1 and e['rank_exits']==2" >/dev/null ||
+    { fail "bad: no failed finish after 1 restart"; tail -n 3 "$TSR_TMP/bad/launch.jsonl" >&2; }
+grep -q "giving up" "$TSR_TMP/bad.log" || fail "bad: no 'giving up' said"
+
+# the uninterrupted runs: 2 ranks, and 2 ranks with the data of steps 9-11 skipped
+run_np 2 "$T" train $JOB --job.dump_folder="$TSR_TMP/ref" >"$TSR_TMP/ref.log" 2>&1 || fail "ref: exit $?"
+run_np 2 "$T" train $JOB --job.dump_folder="$TSR_TMP/ref_skip" --training.skip_data_after_step=8 \
+    --training.skip_data_steps=3 >"$TSR_TMP/ref_skip.log" 2>&1 || fail "ref_skip: exit $?"
+grep -q "step 9: skipping the data of 3 step" "$TSR_TMP/ref_skip.log" || fail "ref_skip: no skip said"
+
+# a rank killed: seen within 1 s, the job relaunched, resumed from step 8
+sup kill 2
+wait_step kill 10
+pid=$(rank_pid kill 1 1)
+t_kill=$(date +%s.%N)
+kill -9 "$pid"
+finished kill 1
+t_seen=$(ev kill "e['event']=='rank_exit' and e['launch']==1 and e['rank']==1" time) || fail "kill: no rank_exit of rank 1"
+$PY -c "import sys; sys.exit(0 if 0 <= $t_seen - $t_kill < 1.0 else 1)" ||
+    fail "kill: the rank's exit was seen $t_seen, killed $t_kill: not within 1 s"
+ev kill "e['event']=='recovered' and e['launch']==2 and e['cost_s'] > 0" >/dev/null || fail "kill: no recovered event with its cost"
+grep -q "resumed from" "$TSR_TMP/kill.log" || fail "kill: the relaunch did not resume"
+compare ref kill 0
+
+# a hang: rank 1 stopped; after --hang-timeout the job is killed and relaunched
+sup hang 2 --hang-timeout 4
+wait_step hang 10
+pid=$(rank_pid hang 1 1)
+kill -STOP "$pid"
+# while rank 1 is stopped, hostile heartbeats with the launch's socket and
+# token: refused, and they do not keep the stopped job alive
+pid0=$(rank_pid hang 1 0)
+$PY - "$pid0" <<'EOF' || fail "hostile: the sender failed"
+import os, socket, struct, sys, time
+env = dict(kv.split("=", 1) for kv in open("/proc/%s/environ" % sys.argv[1]).read().split("\0") if "=" in kv)
+path, token = env["TSR_HEARTBEAT"], int(env["TSR_HEARTBEAT_TOKEN"], 16)
+def send(data):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.connect(path)
+    s.sendall(data)
+    time.sleep(0.1)
+    s.close()
+def rec(tok, rank, world, pid):
+    return struct.pack("<IHHQIIIIqdddd", 0x42485354, 1, 3, tok, rank, world, pid, 0, 50, 1.0, 1.0, time.time(), 0.1)
+send(b"garbage!" * 9)
+send(rec(token ^ 1, 1, 2, os.getpid()))
+send(rec(token, 1, 2, os.getpid()))
+send(rec(token, 5, 2, os.getpid()))
+send(rec(token, 1, 2, 1))
+EOF
+finished hang 1
+ev hang "e['event']=='hang' and e['rank']==1 and e['state']=='T' and 4 <= e['silent_s'] < 8" >/dev/null ||
+    { fail "hang: not detected as rank 1 stopped after 4 s"; grep hang "$TSR_TMP/hang/launch.jsonl" >&2; }
+for why in "not a heartbeat" "wrong token" "rank 1 is already held by pid $pid" "rank 5 of 2" "the record says pid 1"; do
+    ev hang "e['event']=='refused' and e['launch']==1 and '$why' in e['reason']" >/dev/null ||
+        fail "hostile: '$why' not refused"
+done
+compare ref hang 0
+
+# a NaN loss at step 11: back to step 8, the data of steps 9-11 skipped
+export TSR_FAULT_NAN=11
+sup nan 2
+unset TSR_FAULT_NAN
+finished nan 1
+ev nan "e['event']=='nan' and e['step']==11" >/dev/null || fail "nan: no nan event at step 11"
+ev nan "e['event']=='rollback' and e['checkpoint_step']==8 and e['skip_steps']==3" >/dev/null || fail "nan: no rollback to 8"
+ev nan "e['event']=='launch' and e['launch']==2 and 'skip_data_steps=3' in e['extra_args']" >/dev/null ||
+    fail "nan: the relaunch does not skip the data"
+compare ref_skip nan 0
+# a supervisor started again on the run keeps its rollback's data window
+sup nan 2
+finished nan 0
+ev nan "e['event']=='launch' and e['launch']==1 and 'skip_data_after_step=8 --training.skip_data_steps=3' in e['extra_args']" \
+    >/dev/null || fail "nan: a new supervisor forgot the skipped window"
+compare ref_skip nan 0
+
+# a node dropped: 4 ranks on 2 nodes; rank 3 (node 1) killed, then the whole
+# node (ranks 2 and 3); the job ends on the 2 ranks of node 0, resharded, the
+# global batch kept
+sup node 4 --nodes 2 --min-ranks 2
+wait_step node 6
+kill -9 "$(rank_pid node 1 3)"
+wait_for node "e['event']=='rank_up' and e['launch']==2 and e['rank']==3"
+wait_step node 12
+kill -9 "$(rank_pid node 2 2)" "$(rank_pid node 2 3)"
+finished node 2
+ev node "e['event']=='node_dropped' and e['node']==1 and e['np']==2" >/dev/null || fail "node: node 1 not dropped"
+ev node "e['event']=='launch' and e['launch']==3 and e['np']==2" >/dev/null || fail "node: no relaunch on 2 ranks"
+grep -q "loaded as pp=1,dp_replicate=1,dp_shard=2,tp=1" "$TSR_TMP/node.log" || fail "node: the 2-rank relaunch did not reshard"
+compare ref node 1e-4
+
+# the supervisor killed: no rank outlives it; a new supervisor finishes the run
+sup orphan 2
+wait_step orphan 10
+pgrep -f "job.dump_folder=$TSR_TMP/orphan" >/dev/null || fail "orphan: no process of the job found"
+kill -9 $SUP
+wait $SUP 2>/dev/null
+i=0
+while pgrep -f "job.dump_folder=$TSR_TMP/orphan" >/dev/null && [ $i -lt 100 ]; do sleep 0.05; i=$((i + 1)); done
+pgrep -af "job.dump_folder=$TSR_TMP/orphan" >&2 && fail "orphan: processes of the job outlive their supervisor by 5 s"
+sup orphan 2
+finished orphan 0
+compare ref orphan 0
+
+# the supervisor asked to stop (SIGTERM): it ends the job first, then exits 1
+sup term 2
+wait_step term 6
+kill -TERM $SUP
+wait $SUP
+rc=$?
+[ $rc = 1 ] || fail "term: exit $rc, expected 1"
+pgrep -af "job.dump_folder=$TSR_TMP/term" >&2 && fail "term: processes of the job outlive their supervisor"
+ev term "e['event']=='killed' and e['cause']=='signal'" >/dev/null || fail "term: the job was not ended"
+ev term "e['event']=='finish' and e['status']=='failed'" >/dev/null || fail "term: no finish event"
+finish "launch: rank killed, hang, NaN rollback, node dropped, supervisor killed or stopped, hostile heartbeats ok"

@@ -1,0 +1,161 @@
+/* launch.h: the parts of `tessera launch` (cmd_launch.c: options, restart
+ * policy, summary; launch_proc.c: the job's processes; launch_watch.c: the
+ * heartbeat socket and what it detects; launch_log.c: the event log). */
+#ifndef TSR_LAUNCH_H
+#define TSR_LAUNCH_H
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "config.h"
+#include "heartbeat.h"
+
+#define LAUNCH_MAX_EXTRA 8  /* arguments the supervisor adds to the train command */
+#define LAUNCH_SPARE_CONNS 32 /* connections held at once beyond the ranks' */
+#define LAUNCH_WINDOW 5     /* steps of a rank's straggler window */
+#define LAUNCH_HISTORY 64   /* step times behind the median */
+
+typedef struct launch_opts {
+    int np, nodes, min_ranks, max_restarts;
+    double hang_timeout; /* seconds; 0: 5x the median step time, at least LAUNCH_HANG_FLOOR */
+    double backoff;      /* seconds before the first relaunch; doubles, up to 30 s */
+    double grace;        /* seconds between SIGTERM and SIGKILL */
+    int train_argc;      /* the command after "--": train --config FILE ... */
+    char **train_argv;
+} launch_opts;
+
+#define LAUNCH_HANG_FLOOR 5.0   /* seconds: the automatic hang timeout's floor */
+#define LAUNCH_START_ALLOW 60.0 /* seconds a rank may take to connect, load or save */
+
+/* What ended a launch. */
+typedef enum launch_outcome {
+    OUT_FINISHED,  /* mpirun exited 0 */
+    OUT_RANK_EXIT, /* a rank's connection ended before it was done */
+    OUT_HANG,      /* a rank's heartbeat stopped */
+    OUT_NAN,       /* a non-finite loss or gradient norm */
+    OUT_JOB_EXIT,  /* mpirun exited nonzero with no rank seen leaving */
+    OUT_USAGE,     /* mpirun exited 2: the job's arguments are wrong (no retry) */
+    OUT_SIGNAL,    /* the supervisor was asked to stop */
+} launch_outcome;
+
+typedef struct rank_state {
+    int claimed, done;
+    pid_t pid;
+    int phase;
+    int64_t step;
+    double heard; /* tsr_now() of its last record */
+    double win[LAUNCH_WINDOW];
+    int n_win, straggling;
+} rank_state;
+
+typedef struct conn {
+    int fd;
+    pid_t pid; /* the peer's, from SO_PEERCRED */
+    uid_t uid;
+    int rank; /* -1 until its first record is accepted */
+    double opened;
+    uint8_t buf[TSR_HB_RECORD];
+    size_t have;
+} conn;
+
+typedef struct launch {
+    launch_opts o;
+    tsr_train_config cfg;
+    char root[PATH_MAX]; /* the checkpoint folder */
+    int global_batch;    /* the global batch at the first np (kept when ranks drop) */
+    FILE *events;        /* DUMP/launch.jsonl */
+    int n_refused;       /* refusals logged (at most 100 are) */
+    /* the socket */
+    int listen_fd, wake_fd; /* wake_fd: the read end of the signal pipe */
+    char sock_dir[128], sock_path[160];
+    uint64_t token;
+    /* the current launch */
+    int attempt, np;
+    pid_t mpirun;
+    int mpirun_status, mpirun_exited;
+    double started; /* tsr_now() of the launch */
+    conn *conns; /* max_conns = np + LAUNCH_SPARE_CONNS, and a slot for one refused at once */
+    int n_conns, max_conns;
+    rank_state *ranks; /* np of them */
+    int64_t first_step, last_step; /* steps seen in this launch (-1: none) */
+    /* what ended it */
+    launch_outcome out;
+    int culprit;   /* the rank that left or hung (-1: unknown) */
+    int64_t bad_step;
+    char why[256];
+    /* across launches */
+    double hist[LAUNCH_HISTORY];
+    int n_hist;
+    int *alive_nodes, n_alive, per_node, *node_fails;
+    int restarts;
+    int skip_after, skip_steps; /* the data window skipped (-1: none) */
+    int rollback_to;            /* checkpoint.load_step of the relaunches after a NaN (-1: none) */
+    int64_t rollback_bad;       /* the step that gave the NaN */
+    double rollback_time;       /* Unix time of the rollback */
+    double failed_at;           /* tsr_now() of the last failure, until the next first step */
+    int64_t failed_step;        /* the newest step seen before it */
+    double lost_s, t0;
+    int last_np;
+} launch;
+
+/* launch_log.c ------------------------------------------------------------ */
+
+/* launch_event(): one JSON line in the event log: {"time": Unix seconds,
+ * "event": NAME, "launch": attempt, FIELDS}. fields is a printf format for the
+ * rest of the object's members (without braces; "" for none); strings in it
+ * must be escaped with launch_json (below). */
+void launch_event(launch *L, const char *name, const char *fields, ...) __attribute__((format(printf, 3, 4)));
+
+/* launch_json(): s as a JSON string with its quotes, cut to fit len. */
+const char *launch_json(const char *s, char *buf, size_t len);
+
+/* launch_say(): "tessera launch: MSG" on stderr. */
+void launch_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* launch_node_of(): the node (of the --nodes K at the start) that holds rank. */
+static inline int launch_node_of(const launch *L, int rank) {
+    return L->per_node > 0 && rank >= 0 && rank / L->per_node < L->n_alive ? L->alive_nodes[rank / L->per_node] : 0;
+}
+
+/* launch_median(): the median of the recent step times (0: fewer than 3). */
+double launch_median(const launch *L);
+
+/* launch_proc.c ----------------------------------------------------------- */
+
+/* launch_spawn(): starts mpirun -np L->np with the train command, the extra
+ * arguments and the heartbeat environment, in its own process group.
+ * @return 0, or -1 after saying why. */
+int launch_spawn(launch *L, char *const *extra, int n_extra);
+
+/* launch_reap(): collects every exited child (mpirun, ranks it left behind);
+ * notes mpirun's status in L. */
+void launch_reap(launch *L);
+
+/* launch_kill_all(): ends every process below the supervisor: SIGTERM (and
+ * SIGCONT, for stopped ones), up to grace seconds, then SIGKILL; reaps them.
+ * @return the seconds it took. */
+double launch_kill_all(launch *L);
+
+/* launch_descends(): whether pid is below `ancestor` in the process tree. */
+int launch_descends(pid_t pid, pid_t ancestor);
+
+/* launch_proc_state(): the state letter of pid (R, S, D, T, Z...; '?' if gone). */
+char launch_proc_state(pid_t pid);
+
+/* launch_watch.c ---------------------------------------------------------- */
+
+/* launch_listen(): the heartbeat socket in a fresh private directory.
+ * @return 0, or -1 after saying why. */
+int launch_listen(launch *L);
+void launch_unlisten(launch *L);
+
+/* launch_watch(): watches the current launch until it ends; sets L->out,
+ * culprit, bad_step and why. `stop` is set by the signal handler. */
+void launch_watch(launch *L, volatile int *stop);
+
+/* launch_close_conns(): closes every connection (the ranks' watchdogs then end them). */
+void launch_close_conns(launch *L);
+
+#endif

@@ -1,0 +1,60 @@
+/* launch_log.c: tessera launch's event log (JSON lines) and messages. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "launch.h"
+
+void launch_say(const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "tessera launch: %s\n", msg);
+    fflush(stderr);
+}
+
+const char *launch_json(const char *s, char *buf, size_t len) {
+    size_t o = 0;
+    if (len < 3) return "\"\"";
+    buf[o++] = '"';
+    for (const unsigned char *p = (const unsigned char *)s; *p && o + 8 < len; p++) {
+        if (*p == '"' || *p == '\\') o += (size_t)snprintf(buf + o, len - o, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7F) o += (size_t)snprintf(buf + o, len - o, "\\u%04x", *p);
+        else buf[o++] = (char)*p;
+    }
+    buf[o++] = '"';
+    buf[o] = 0;
+    return buf;
+}
+
+void launch_event(launch *L, const char *name, const char *fields, ...) {
+    if (!L->events) return;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    char rest[2048] = "";
+    va_list ap;
+    va_start(ap, fields);
+    vsnprintf(rest, sizeof rest, fields, ap);
+    va_end(ap);
+    fprintf(L->events, "{\"time\": %.6f, \"event\": \"%s\", \"launch\": %d%s%s}\n",
+            (double)ts.tv_sec + ts.tv_nsec * 1e-9, name, L->attempt, rest[0] ? ", " : "", rest);
+    fflush(L->events);
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double launch_median(const launch *L) {
+    int n = L->n_hist < LAUNCH_HISTORY ? L->n_hist : LAUNCH_HISTORY;
+    if (n < 3) return 0;
+    double v[LAUNCH_HISTORY];
+    memcpy(v, L->hist, (size_t)n * sizeof *v);
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}

@@ -1,0 +1,162 @@
+/* launch_proc.c: tessera launch's processes: mpirun started in its own process
+ * group, children reaped, and every process below the supervisor ended.
+ *
+ * Open MPI gives each rank a process group of its own, so signalling mpirun's
+ * group does not reach the ranks: the supervisor walks /proc for every process
+ * below itself instead. It is a child subreaper (cmd_launch.c), so ranks whose
+ * mpirun died are still below it. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "launch.h"
+
+/* The state letter and parent of pid from /proc/PID/stat. @return 0 or -1. */
+static int stat_of(pid_t pid, char *state, pid_t *ppid) {
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    int pp;
+    if (!p || sscanf(p + 1, " %c %d", state, &pp) != 2) return -1;
+    *ppid = (pid_t)pp;
+    return 0;
+}
+
+char launch_proc_state(pid_t pid) {
+    char s;
+    pid_t pp;
+    return stat_of(pid, &s, &pp) ? '?' : s;
+}
+
+int launch_descends(pid_t pid, pid_t ancestor) {
+    char s;
+    for (int depth = 0; depth < 64 && pid > 1; depth++) {
+        pid_t pp;
+        if (stat_of(pid, &s, &pp)) return 0;
+        if (pp == ancestor) return 1;
+        pid = pp;
+    }
+    return 0;
+}
+
+/* Sends sig to every live process below the supervisor. @return how many there are. */
+static int signal_below(int sig) {
+    DIR *d = opendir("/proc");
+    if (!d) return 0;
+    pid_t self = getpid();
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        char s;
+        pid_t pp;
+        if (*end || pid <= 1 || pid == self || stat_of((pid_t)pid, &s, &pp) || s == 'Z') continue;
+        if (!launch_descends((pid_t)pid, self)) continue;
+        n++;
+        if (sig) kill((pid_t)pid, sig);
+    }
+    closedir(d);
+    return n;
+}
+
+void launch_reap(launch *L) {
+    int st;
+    pid_t p;
+    while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+        if (p == L->mpirun) {
+            L->mpirun_status = st;
+            L->mpirun_exited = 1;
+        }
+}
+
+static void nap(double s) {
+    struct timespec ts = {(time_t)s, (long)((s - (time_t)s) * 1e9)};
+    nanosleep(&ts, NULL);
+}
+
+double launch_kill_all(launch *L) {
+    double t0 = tsr_now();
+    if (signal_below(SIGTERM) == 0) {
+        launch_reap(L);
+        return 0;
+    }
+    signal_below(SIGCONT); /* a stopped process acts on SIGTERM only once continued */
+    int left = 1;
+    while (tsr_now() - t0 < L->o.grace && (left = signal_below(0)) > 0) {
+        launch_reap(L);
+        nap(0.02);
+    }
+    if (left) {
+        signal_below(SIGKILL);
+        launch_event(L, "sigkill", "\"processes\": %d, \"after_s\": %.3f", left, tsr_now() - t0);
+        while (tsr_now() - t0 < L->o.grace + 10 && signal_below(0) > 0) {
+            launch_reap(L);
+            nap(0.02);
+        }
+    }
+    launch_reap(L);
+    return tsr_now() - t0;
+}
+
+static void child_exec(launch *L, char **argv) {
+    char tok[32];
+    snprintf(tok, sizeof tok, "%016llx", (unsigned long long)L->token);
+    setpgid(0, 0);
+    setenv(TSR_HB_ENV, L->sock_path, 1);
+    setenv(TSR_HB_TOKEN_ENV, tok, 1);
+    int fd = open("/dev/null", O_RDONLY);
+    if (fd >= 0) dup2(fd, 0);
+    execvp(argv[0], argv);
+    fprintf(stderr, "tessera launch: cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+int launch_spawn(launch *L, char *const *extra, int n_extra) {
+    static char self[PATH_MAX];
+    ssize_t k = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (k <= 0) {
+        launch_say("cannot find the tessera binary (/proc/self/exe): %s", strerror(errno));
+        return -1;
+    }
+    self[k] = 0;
+    char np[16];
+    snprintf(np, sizeof np, "%d", L->np);
+    char *fixed[] = {"mpirun", "--oversubscribe", "--bind-to", "none", "-x", TSR_HB_ENV, "-x", TSR_HB_TOKEN_ENV,
+                     "-np", np, self};
+    size_t nf = sizeof fixed / sizeof fixed[0], n = 0;
+    char **argv = calloc(nf + 1 + (size_t)L->o.train_argc + (size_t)n_extra + 1, sizeof *argv);
+    if (!argv) return -1;
+    argv[n++] = fixed[0];
+    if (geteuid() == 0) argv[n++] = "--allow-run-as-root";
+    for (size_t i = 1; i < nf; i++) argv[n++] = fixed[i];
+    for (int i = 0; i < L->o.train_argc; i++) argv[n++] = L->o.train_argv[i];
+    for (int i = 0; i < n_extra; i++) argv[n++] = extra[i];
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) child_exec(L, argv);
+    free(argv);
+    if (pid < 0) {
+        launch_say("fork: %s", strerror(errno));
+        return -1;
+    }
+    setpgid(pid, pid);
+    L->mpirun = pid;
+    L->mpirun_exited = 0;
+    L->started = tsr_now();
+    return 0;
+}

@@ -1,0 +1,296 @@
+/* launch_watch.c: tessera launch's heartbeat socket and the watch over one
+ * launch: records read and checked (refused ones logged with their reason), a
+ * rank that leaves, a hang, a NaN, a straggler, mpirun's exit. */
+#include <errno.h>
+#include <math.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "launch.h"
+
+#define UNCLAIMED_S 10.0 /* seconds a connection may stay silent before its first record */
+#define MAX_REFUSALS_LOGGED 100
+
+int launch_listen(launch *L) {
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp || strlen(tmp) > 60) tmp = "/tmp";
+    snprintf(L->sock_dir, sizeof L->sock_dir, "%s/tessera-launch-XXXXXX", tmp);
+    if (!mkdtemp(L->sock_dir)) { /* mode 0700: only this user reaches the socket */
+        launch_say("%s: cannot create: %s", L->sock_dir, strerror(errno));
+        return -1;
+    }
+    snprintf(L->sock_path, sizeof L->sock_path, "%s/heartbeat", L->sock_dir);
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    memcpy(a.sun_path, L->sock_path, strlen(L->sock_path) + 1);
+    L->listen_fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (L->listen_fd < 0 || bind(L->listen_fd, (struct sockaddr *)&a, sizeof a) || listen(L->listen_fd, 128)) {
+        launch_say("%s: cannot listen: %s", L->sock_path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void launch_unlisten(launch *L) {
+    if (L->listen_fd >= 0) close(L->listen_fd);
+    L->listen_fd = -1;
+    if (L->sock_path[0]) unlink(L->sock_path);
+    if (L->sock_dir[0]) rmdir(L->sock_dir);
+}
+
+static void close_conn(launch *L, int i) {
+    close(L->conns[i].fd);
+    L->conns[i] = L->conns[--L->n_conns];
+}
+
+void launch_close_conns(launch *L) {
+    while (L->n_conns) close_conn(L, L->n_conns - 1);
+}
+
+static void decide(launch *L, launch_outcome out, int culprit, int64_t step, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static void decide(launch *L, launch_outcome out, int culprit, int64_t step, const char *fmt, ...) {
+    if ((int)L->out >= 0) return; /* the first cause stands */
+    L->out = out;
+    L->culprit = culprit;
+    L->bad_step = step;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(L->why, sizeof L->why, fmt, ap);
+    va_end(ap);
+}
+
+/* A refused connection: logged (the first MAX_REFUSALS_LOGGED), then closed. */
+static void refuse(launch *L, int i, const char *why) {
+    conn *c = &L->conns[i];
+    if (L->n_refused++ < MAX_REFUSALS_LOGGED) {
+        char j[320];
+        launch_event(L, "refused", "\"pid\": %d, \"claimed_rank\": %d, \"reason\": %s", (int)c->pid, c->rank,
+                     launch_json(why, j, sizeof j));
+        launch_say("heartbeat refused from pid %d: %s", (int)c->pid, why);
+    }
+    if (c->rank >= 0) /* a rank of the job that sends garbage is broken */
+        decide(L, OUT_RANK_EXIT, c->rank, L->ranks[c->rank].step, "rank %d sent a bad heartbeat: %s", c->rank, why);
+    close_conn(L, i);
+}
+
+/* The checks of one record from connection c. @return 0, or -1 with why. */
+static int check_record(const launch *L, const conn *c, const tsr_hb_record *r, char *why, size_t len) {
+    if (r->magic != TSR_HB_MAGIC) return snprintf(why, len, "not a heartbeat (magic 0x%08x)", r->magic), -1;
+    if (r->version != TSR_HB_VERSION)
+        return snprintf(why, len, "heartbeat version %u (this supervisor speaks %d)", r->version, TSR_HB_VERSION), -1;
+    if (r->token != L->token) return snprintf(why, len, "wrong token (not this launch's)"), -1;
+    if (r->phase < TSR_HB_START || r->phase >= TSR_HB_N_PHASES) return snprintf(why, len, "unknown phase %u", r->phase), -1;
+    if ((int)r->world != L->np || r->rank >= r->world)
+        return snprintf(why, len, "rank %u of %u: this job has %d ranks", r->rank, r->world, L->np), -1;
+    if ((pid_t)r->pid != c->pid)
+        return snprintf(why, len, "the record says pid %u, the sender is pid %d", r->pid, (int)c->pid), -1;
+    if (c->rank >= 0 && (int)r->rank != c->rank)
+        return snprintf(why, len, "rank %d claims to be rank %u", c->rank, r->rank), -1;
+    if (c->rank < 0 && L->ranks[r->rank].claimed)
+        return snprintf(why, len, "rank %u is already held by pid %d", r->rank, (int)L->ranks[r->rank].pid), -1;
+    if (c->rank < 0 && !launch_descends(c->pid, L->mpirun))
+        return snprintf(why, len, "pid %d is not a process of this job (not below mpirun, pid %d)", (int)c->pid,
+                        (int)L->mpirun), -1;
+    return 0;
+}
+
+/* Straggler: the rank's mean step time over its window against 1.5x the median. */
+static void check_straggler(launch *L, int rank, int64_t step) {
+    rank_state *s = &L->ranks[rank];
+    double med = launch_median(L), sum = 0;
+    if (s->n_win < LAUNCH_WINDOW || med <= 0) return;
+    for (int k = 0; k < LAUNCH_WINDOW; k++) sum += s->win[k];
+    double mean = sum / LAUNCH_WINDOW;
+    if (mean > 1.5 * med && !s->straggling) {
+        s->straggling = 1;
+        launch_event(L, "straggler", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"step\": %lld, \"window_s\": %.4f, "
+                     "\"median_s\": %.4f", rank, (int)s->pid, launch_node_of(L, rank), (long long)step, mean, med);
+        launch_say("straggler: rank %d (node %d) took %.3f s per step over its last %d steps, %.1fx the median %.3f s",
+                   rank, launch_node_of(L, rank), mean, LAUNCH_WINDOW, mean / med, med);
+    } else if (mean <= 1.5 * med) {
+        s->straggling = 0;
+    }
+}
+
+static void on_step(launch *L, int rank, const tsr_hb_record *r) {
+    rank_state *s = &L->ranks[rank];
+    if (L->first_step < 0) {
+        L->first_step = r->step;
+        if (L->failed_at > 0) { /* the job is training again: what the last failure cost */
+            double down = tsr_now() - L->failed_at, med = launch_median(L);
+            int64_t redone = L->failed_step - (r->step - 1);
+            if (redone < 0) redone = 0;
+            double cost = down + (double)redone * med;
+            L->lost_s += cost;
+            launch_event(L, "recovered", "\"step\": %lld, \"downtime_s\": %.3f, \"redone_steps\": %lld, \"cost_s\": %.3f",
+                         (long long)r->step, down, (long long)redone, cost);
+            L->failed_at = 0;
+        }
+    }
+    if (r->step > L->last_step) L->last_step = r->step;
+    if (r->step > L->first_step && r->step_s > 0 && isfinite(r->step_s)) { /* not a launch's first (warm-up) step */
+        L->hist[L->n_hist++ % LAUNCH_HISTORY] = r->step_s;
+        s->win[s->n_win++ % LAUNCH_WINDOW] = r->step_s;
+        if (s->n_win > LAUNCH_WINDOW) s->n_win = LAUNCH_WINDOW;
+    }
+    if (!isfinite(r->loss) || !isfinite(r->grad_norm)) {
+        if ((int)L->out >= 0) return; /* every rank reports it: the first one is logged */
+        launch_event(L, "nan", "\"rank\": %d, \"step\": %lld, \"loss\": \"%g\", \"grad_norm\": \"%g\"", rank,
+                     (long long)r->step, r->loss, r->grad_norm);
+        decide(L, OUT_NAN, rank, r->step, "step %lld: loss %g, grad norm %g", (long long)r->step, r->loss, r->grad_norm);
+        return;
+    }
+    check_straggler(L, rank, r->step);
+}
+
+static void on_record(launch *L, int i) {
+    conn *c = &L->conns[i];
+    tsr_hb_record r;
+    tsr_hb_decode(c->buf, &r);
+    char why[200];
+    if (check_record(L, c, &r, why, sizeof why)) {
+        refuse(L, i, why);
+        return;
+    }
+    rank_state *s = &L->ranks[r.rank];
+    if (c->rank < 0) {
+        c->rank = (int)r.rank;
+        s->claimed = 1;
+        s->pid = c->pid;
+        launch_event(L, "rank_up", "\"rank\": %u, \"pid\": %d, \"node\": %d", r.rank, (int)c->pid, launch_node_of(L, c->rank));
+    }
+    s->heard = tsr_now();
+    s->phase = r.phase;
+    if (r.phase == TSR_HB_STEP) s->step = r.step;
+    if (r.phase == TSR_HB_DONE) s->done = 1;
+    if (r.phase == TSR_HB_STEP) on_step(L, c->rank, &r);
+}
+
+/* End of a connection: a rank that leaves before it is done fails the launch. */
+static void on_eof(launch *L, int i, const char *how) {
+    conn *c = &L->conns[i];
+    if (c->rank >= 0 && !L->ranks[c->rank].done) {
+        rank_state *s = &L->ranks[c->rank];
+        launch_event(L, "rank_exit", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"step\": %lld, \"phase\": \"%s\"",
+                     c->rank, (int)c->pid, launch_node_of(L, c->rank), (long long)s->step, tsr_hb_phase_name(s->phase));
+        decide(L, OUT_RANK_EXIT, c->rank, s->step, "rank %d (pid %d, node %d) left at step %lld (%s)", c->rank,
+               (int)c->pid, launch_node_of(L, c->rank), (long long)s->step, how);
+    } else if (c->rank < 0 && c->have) {
+        refuse(L, i, "a partial record, then the end of the stream");
+        return;
+    }
+    close_conn(L, i);
+}
+
+/* Reads what connection i has. @return 1 if it was closed. */
+static int read_conn(launch *L, int i) {
+    for (;;) {
+        conn *c = &L->conns[i];
+        ssize_t n = recv(c->fd, c->buf + c->have, TSR_HB_RECORD - c->have, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (n <= 0) {
+            on_eof(L, i, n == 0 ? "its connection ended" : strerror(errno));
+            return 1;
+        }
+        c->have += (size_t)n;
+        if (c->have < TSR_HB_RECORD) continue;
+        c->have = 0;
+        int before = L->n_conns;
+        on_record(L, i);
+        if (L->n_conns != before) return 1;
+    }
+}
+
+static void accept_all(launch *L) {
+    for (;;) {
+        int fd = accept4(L->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) return;
+        struct ucred cr = {0};
+        socklen_t cl = sizeof cr;
+        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl);
+        L->conns[L->n_conns] = (conn){fd, cr.pid, cr.uid, -1, tsr_now(), {0}, 0};
+        if (L->n_conns == L->max_conns) { /* the spare slot: refused at once */
+            L->n_conns++;
+            refuse(L, L->n_conns - 1, "too many connections");
+            continue;
+        }
+        L->n_conns++;
+        if (cr.uid != getuid()) refuse(L, L->n_conns - 1, "another user's process");
+    }
+}
+
+/* A hang: a rank silent for longer than its phase allows. */
+static void check_hang(launch *L) {
+    double now = tsr_now(), med = launch_median(L);
+    double timeout = L->o.hang_timeout > 0 ? L->o.hang_timeout : fmax(LAUNCH_HANG_FLOOR, 5 * med);
+    double startup = fmax(LAUNCH_START_ALLOW, timeout);
+    for (int r = 0; r < L->np; r++) {
+        rank_state *s = &L->ranks[r];
+        if (s->done) continue;
+        int steady = s->phase == TSR_HB_STEP || (s->phase == TSR_HB_SAVE && L->o.hang_timeout > 0);
+        double allow = steady && (L->o.hang_timeout > 0 || med > 0) ? timeout : startup;
+        double silent = now - (s->claimed ? s->heard : L->started);
+        if (silent <= allow) continue;
+        /* every rank waits for a stopped one: name the stopped one if there is */
+        int culprit = r;
+        for (int q = 0; q < L->np; q++)
+            if (L->ranks[q].claimed && launch_proc_state(L->ranks[q].pid) == 'T') culprit = q;
+        rank_state *cs = &L->ranks[culprit];
+        char st = cs->claimed ? launch_proc_state(cs->pid) : '?';
+        launch_event(L, "hang", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"state\": \"%c\", \"step\": %lld, "
+                     "\"silent_s\": %.3f, \"timeout_s\": %.3f", culprit, (int)cs->pid, launch_node_of(L, culprit), st,
+                     (long long)cs->step, silent, allow);
+        decide(L, OUT_HANG, culprit, cs->step, "no heartbeat from rank %d for %.1f s (timeout %.1f s); rank %d (pid %d) "
+               "is in state %c at step %lld", r, silent, allow, culprit, (int)cs->pid, st, (long long)cs->step);
+        return;
+    }
+}
+
+/* mpirun is gone: the records still buffered first, then its status. */
+static void on_job_exit(launch *L) {
+    for (int i = L->n_conns - 1; i >= 0; i--) read_conn(L, i);
+    if ((int)L->out >= 0) return;
+    int st = L->mpirun_status;
+    int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (code == 0) decide(L, OUT_FINISHED, -1, L->last_step, "mpirun exited 0");
+    else if (code == 2) decide(L, OUT_USAGE, -1, L->last_step, "mpirun exited 2: the train command is wrong");
+    else decide(L, OUT_JOB_EXIT, -1, L->last_step, "mpirun exited with status %d", code);
+}
+
+void launch_watch(launch *L, volatile int *stop) {
+    L->out = (launch_outcome)-1;
+    for (;;) {
+        struct pollfd p[2 + 512];
+        int np = 2, nc = L->n_conns < 512 ? L->n_conns : 512;
+        p[0] = (struct pollfd){L->listen_fd, POLLIN, 0};
+        p[1] = (struct pollfd){L->wake_fd, POLLIN, 0};
+        for (int i = 0; i < nc; i++) p[np++] = (struct pollfd){L->conns[i].fd, POLLIN, 0};
+        poll(p, (nfds_t)np, 100);
+        if (*stop) {
+            decide(L, OUT_SIGNAL, -1, L->last_step, "the supervisor was asked to stop");
+            return;
+        }
+        if (p[0].revents) accept_all(L);
+        for (int i = nc - 1; i >= 0; i--) /* from the end: closing moves the last one into i */
+            if (p[2 + i].revents && i < L->n_conns) read_conn(L, i);
+        for (int i = L->n_conns - 1; i >= 0; i--)
+            if (L->conns[i].rank < 0 && tsr_now() - L->conns[i].opened > UNCLAIMED_S) refuse(L, i, "no record in 10 s");
+        if ((int)L->out >= 0) return;
+        launch_reap(L);
+        if (L->mpirun_exited) {
+            on_job_exit(L);
+            return;
+        }
+        check_hang(L);
+        if ((int)L->out >= 0) return;
+    }
+}

@@ -1,0 +1,84 @@
+/* heartbeat.h: the training job's side of `tessera launch` (the supervisor,
+ * tools/cmd_launch.c): each rank tells the supervisor where it is, and leaves
+ * when the supervisor is gone.
+ *
+ * The supervisor listens on a Unix stream socket whose path it passes to the
+ * ranks in TSR_HEARTBEAT, with a per-launch token (16 hex digits) in
+ * TSR_HEARTBEAT_TOKEN. Each rank connects once and sends fixed-size records
+ * (TSR_HB_RECORD bytes, little-endian, below) at its phase changes and at the
+ * end of every step. The supervisor never writes: end of stream on the rank's
+ * side means the supervisor died or gave the job up, and the rank exits at
+ * once (a watchdog thread), so that no rank outlives its supervisor, even one
+ * blocked in a collective. Without TSR_HEARTBEAT every call here is a no-op.
+ *
+ * Record layout (72 bytes): magic u32 "TSHB" | version u16 | phase u16 |
+ * token u64 | rank u32 | world u32 | pid u32 | zero u32 | step i64 |
+ * loss f64 | grad_norm f64 | time f64 (Unix seconds) | step_s f64 (this rank's
+ * time for the step).
+ */
+#ifndef TSR_HEARTBEAT_H
+#define TSR_HEARTBEAT_H
+
+#include <stdint.h>
+
+#include "tsr_base.h"
+
+#define TSR_HB_MAGIC 0x42485354u /* "TSHB" little-endian */
+#define TSR_HB_VERSION 1
+#define TSR_HB_RECORD 72
+#define TSR_HB_ENV "TSR_HEARTBEAT"
+#define TSR_HB_TOKEN_ENV "TSR_HEARTBEAT_TOKEN"
+
+/* The phases a record reports. */
+enum {
+    TSR_HB_START = 1, /* connected: the job is starting (data, engine) */
+    TSR_HB_LOAD,      /* resuming from a checkpoint */
+    TSR_HB_STEP,      /* a step ended: step, loss, grad_norm, step_s */
+    TSR_HB_SAVE,      /* a checkpoint of `step` is being staged */
+    TSR_HB_DONE,      /* the job finished on this rank */
+    TSR_HB_N_PHASES
+};
+
+typedef struct tsr_hb_record {
+    uint32_t magic;
+    uint16_t version, phase;
+    uint64_t token;
+    uint32_t rank, world, pid;
+    int64_t step;
+    double loss, grad_norm, time, step_s;
+} tsr_hb_record;
+
+/* tsr_hb_encode() / tsr_hb_decode(): a record to and from its 72 bytes. */
+void tsr_hb_encode(const tsr_hb_record *r, uint8_t out[TSR_HB_RECORD]);
+void tsr_hb_decode(const uint8_t in[TSR_HB_RECORD], tsr_hb_record *r);
+
+/* tsr_hb_phase_name(): "start", "load", "step", "save", "done"; "?" otherwise. */
+const char *tsr_hb_phase_name(int phase);
+
+typedef struct tsr_heartbeat tsr_heartbeat;
+
+/* tsr_heartbeat_open(): under a supervisor (TSR_HEARTBEAT set), connects to it,
+ * sends TSR_HB_START for `rank` of `world` and starts the watchdog thread;
+ * *out is NULL when there is no supervisor. @return 0; TSR_EINVAL when
+ * TSR_HEARTBEAT_TOKEN is missing or malformed; TSR_EIO naming the socket when
+ * the supervisor cannot be reached (it is gone: the job must not run on). */
+int tsr_heartbeat_open(int rank, int world, tsr_heartbeat **out, tsr_error *err);
+
+/* tsr_heartbeat_send(): one record (h NULL: nothing). Never blocks: a record
+ * that does not fit the socket's buffer is dropped. A supervisor that is gone
+ * (the connection refused or reset) ends the process with status 1. */
+void tsr_heartbeat_send(tsr_heartbeat *h, int phase, int64_t step, double loss, double grad_norm, double step_s);
+
+/* tsr_heartbeat_close(): stops the watchdog and closes the connection (the
+ * supervisor then sees end of stream). NULL is a no-op. */
+void tsr_heartbeat_close(tsr_heartbeat *h);
+
+/* tsr_heartbeat_fault_nan(): the test hook of the supervisor's NaN rollback,
+ * read here only: with TSR_FAULT_NAN=N, 1 for the global batch that step N of
+ * an uninterrupted run trains on (the one starting at sample index
+ * (N-1)*global_batch over the epochs), whose loss the trainer then takes as
+ * NaN; 0 otherwise. `first_sample` is epoch * samples_per_epoch + sample of
+ * the position before the batch. */
+int tsr_heartbeat_fault_nan(uint64_t first_sample, int global_batch);
+
+#endif
