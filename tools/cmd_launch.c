@@ -179,7 +179,8 @@ static int rollback_pending(launch *L) {
             struct stat st;
             snprintf(m, sizeof m, "%s/%s/MANIFEST", L->root, v[i].name);
             if (v[i].committed && (int64_t)v[i].step > L->rollback_to && stat(m, &st) == 0 &&
-                st.st_mtime <= (time_t)L->rollback_time)
+                st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9 <= L->rollback_time) /* not whole seconds: a
+                step rewritten in the second of the rollback is after it */
                 pending = 1;
         }
     free(v);
