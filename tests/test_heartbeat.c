@@ -115,12 +115,12 @@ static void test_records(const char *dir) {
 }
 
 static void test_fault(void) {
-    unsetenv("TSR_FAULT_NAN");
-    CHECK(!tsr_heartbeat_fault_nan(16, 8), "no fault without TSR_FAULT_NAN");
-    setenv("TSR_FAULT_NAN", "3", 1);
+    CHECK(!tsr_heartbeat_fault_nan(16, 8) && !tsr_heartbeat_fault_nan(0, 8), "no fault unless set");
+    tsr_heartbeat_set_fault_nan(3);
     CHECK(tsr_heartbeat_fault_nan(16, 8) && !tsr_heartbeat_fault_nan(8, 8) && !tsr_heartbeat_fault_nan(24, 8),
           "the batch of step 3 is samples 16..23");
-    unsetenv("TSR_FAULT_NAN");
+    tsr_heartbeat_set_fault_nan(0);
+    CHECK(!tsr_heartbeat_fault_nan(16, 8), "no fault once turned off");
 }
 
 int main(void) {

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "heartbeat.h"
 #include "s3.h"
 #include "store.h"
 #include "tessera.h"
@@ -212,6 +213,15 @@ void tsr_cli_set_threads(void) {
 }
 
 int tsr_cli_faults(void) {
+    const char *nan = getenv("TSR_FAULT_NAN");
+    uint64_t n;
+    if (nan && *nan) {
+        if (tsr_parse_u64(nan, &n) || n < 1) {
+            fprintf(stderr, "tessera: TSR_FAULT_NAN: %s: not a step number (1 or more)\n", nan);
+            return -1;
+        }
+        tsr_heartbeat_set_fault_nan(n);
+    }
     const char *spec = getenv("TSR_FAULT");
     tsr_error e = {0};
     if (!spec || !*spec || tsr_fault_set(spec, &e) == 0) return 0;

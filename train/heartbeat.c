@@ -180,9 +180,10 @@ void tsr_heartbeat_close(tsr_heartbeat *h) {
     free(h);
 }
 
+static uint64_t fault_nan_step; /* 0: none */
+
+void tsr_heartbeat_set_fault_nan(uint64_t step) { fault_nan_step = step; }
+
 int tsr_heartbeat_fault_nan(uint64_t first_sample, int global_batch) {
-    const char *s = getenv("TSR_FAULT_NAN");
-    uint64_t n;
-    if (!s || tsr_parse_u64(s, &n) || n < 1) return 0;
-    return first_sample == (n - 1) * (uint64_t)global_batch;
+    return fault_nan_step > 0 && first_sample == (fault_nan_step - 1) * (uint64_t)global_batch;
 }

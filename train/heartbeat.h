@@ -73,12 +73,14 @@ void tsr_heartbeat_send(tsr_heartbeat *h, int phase, int64_t step, double loss, 
  * supervisor then sees end of stream). NULL is a no-op. */
 void tsr_heartbeat_close(tsr_heartbeat *h);
 
-/* tsr_heartbeat_fault_nan(): the test hook of the supervisor's NaN rollback,
- * read here only: with TSR_FAULT_NAN=N, 1 for the global batch that step N of
- * an uninterrupted run trains on (the one starting at sample index
- * (N-1)*global_batch over the epochs), whose loss the trainer then takes as
- * NaN; 0 otherwise. `first_sample` is epoch * samples_per_epoch + sample of
+/* The test hook of the supervisor's NaN rollback. tsr_heartbeat_set_fault_nan():
+ * from now on (for the process), the global batch that step `step` (>= 1; 0
+ * turns it off) of an uninterrupted run trains on has its loss taken as NaN;
+ * the command sets it from TSR_FAULT_NAN (tools/cli.c). tsr_heartbeat_fault_nan():
+ * 1 for that batch (the one starting at sample index (step-1)*global_batch over
+ * the epochs), else 0; `first_sample` is epoch * samples_per_epoch + sample of
  * the position before the batch. */
+void tsr_heartbeat_set_fault_nan(uint64_t step);
 int tsr_heartbeat_fault_nan(uint64_t first_sample, int global_batch);
 
 #endif
