@@ -5,7 +5,7 @@
 #   make bench      benchmarks (release build)
 #   make run        the main job
 #   make install    install the command, library and header under PREFIX
-#   make CUDA=1     also build the CUDA kernels (none yet)
+#   make CUDA=1     also build the CUDA kernels (kernels/cuda/*.cu) and link cuBLAS and NCCL
 
 PREFIX ?= /usr/local
 CC ?= cc
@@ -17,7 +17,7 @@ FUZZ_SECONDS ?= 30
 
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
-INCLUDES := -Iinclude -Ibase -Ikernels -Iformats -Ireshard -Icomm -Ickpt -Itrain -Iconvert -I/usr/include/libxml2 $(MPI_CFLAGS)
+INCLUDES := -Iinclude -Ibase -Ikernels -Ikernels/cuda -Iformats -Ireshard -Icomm -Ickpt -Itrain -Iconvert -I/usr/include/libxml2 $(MPI_CFLAGS)
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
 SYS_LIBS := -lzstd -lxxhash -luring -lcjson -lcurl -lxml2 -linih -lcrypto -lopenblas
@@ -35,19 +35,39 @@ TEST_SRC := $(sort $(wildcard tests/test_*.c))
 FUZZ_SRC := $(sort $(wildcard tests/fuzz_*.c))
 
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+
+# The CUDA build: kernels/cuda/*.cu for sm_90 (machine code and PTX) with the
+# CUDA Toolkit in CUDA_HOME; TSR_CUDA tells the C code that devices exist.
+CUDA ?= 0
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(CUDA_HOME)/bin/nvcc
+CUDA_SRC := $(sort $(wildcard kernels/cuda/*.cu))
+ifeq ($(CUDA),1)
+CFLAGS_ALL += -DTSR_CUDA=1 -I$(CUDA_HOME)/include
+LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/lib \
+  -lcublasLt -lcublas -lnccl -lcudart -lstdc++
+endif
+NVCC_WERROR := $(if $(WERROR),-Werror all-warnings -Xcompiler -Werror)
+NVCCFLAGS := -std=c++17 -O2 -g -lineinfo -gencode arch=compute_90,code=[sm_90,compute_90] \
+  -Xcompiler -Wall,-Wextra,-Wno-unused-parameter $(NVCC_WERROR) -DTSR_CUDA=1 $(INCLUDES)
 TRAIN_OBJ := $(TRAIN_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 # The installed interface: tessera.h and the layer headers it gathers.
 PUBLIC_HEADERS := include/tessera.h $(foreach d,$(LAYERS),$(wildcard $(d)/tsr_*.h))
-HEADERS := $(wildcard include/*.h $(foreach d,$(LAYERS) tools tests,$(d)/*.h))
+HEADERS := $(wildcard include/*.h kernels/cuda/*.h $(foreach d,$(LAYERS) tools tests,$(d)/*.h))
 
-.PHONY: all deps test test-long bench run install clean fuzz layers
+.PHONY: all deps test test-long bench run install clean fuzz layers cuda-variant
 all: $(BUILD)/tessera $(BUILD)/libtessera.a
 
 $(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/%.o: %.cu $(HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/libtessera.a: $(LIB_OBJ)
 	@rm -f $@
@@ -80,6 +100,7 @@ ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize
 test: deps
 	$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" SAN="$(ASAN_FLAGS)" WERROR=-Werror tests
 	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory cuda-variant
 	sh tests/run.sh build/asan build/fuzz $(FUZZ_SECONDS)
 
 # libFuzzer targets, built with clang against the library; FUZZ_EXTRA_<target>
@@ -93,9 +114,17 @@ build/fuzz/%: tests/%.c $(LIB_SRC) $(HEADERS)
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
 	  -pthread -fopenmp=libgomp $(INCLUDES) -Itests $< $(LIB_SRC) $(FUZZ_EXTRA_$*) -o $@ $(SYS_LIBS) $(MPI_LIBS) -lm -fopenmp=libgomp
 
+# The CUDA variant (build/cuda), warnings as errors, wherever nvcc is, so that GPU
+# code never rots; tests/run.sh runs its GPU test, which skips without a GPU.
+cuda-variant:
+	@if [ -x "$(NVCC)" ]; then \
+	  $(MAKE) --no-print-directory CUDA=1 BUILD=build/cuda WERROR=-Werror all build/cuda/tests/test_cuda; \
+	else echo "make test: no nvcc at $(NVCC): the CUDA variant is not built (CUDA_HOME=...)" >&2; fi
+
 test-long: deps
 	$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" SAN="$(ASAN_FLAGS)" WERROR=-Werror tests
 	$(MAKE) --no-print-directory fuzz
+	$(MAKE) --no-print-directory cuda-variant
 	TSR_LONG=1 sh tests/run.sh build/asan build/fuzz 600
 
 # Packages first, then a fresh make, so that the build sees what deps installed.

@@ -1,4 +1,5 @@
-/* mem.c: memory of a kind, on the host. */
+/* mem.c: memory of a kind: the host's, and in the CUDA build (TSR_CUDA) a
+ * device's through the CUDA runtime. */
 #include "mem.h"
 
 #include <stdlib.h>
@@ -6,14 +7,44 @@
 
 #include "common.h"
 
+#ifdef TSR_CUDA
+#include <cuda_runtime.h>
+
+static int cuda_err(tsr_error *err, cudaError_t e, const char *what, size_t n) {
+    return tsr_err(err, e == cudaErrorMemoryAllocation ? TSR_ENOMEM : TSR_EIO, "cuda memory: %s of %zu bytes: %s", what,
+                   n, cudaGetErrorString(e));
+}
+#endif
+
 int tsr_mem_usable(tsr_mem_kind kind, tsr_error *err) {
     if (kind == TSR_MEM_HOST) return 0;
+#ifdef TSR_CUDA
+    int n = 0;
+    if (kind == TSR_MEM_CUDA) {
+        cudaError_t e = cudaGetDeviceCount(&n);
+        if (e == cudaSuccess && n > 0) return 0;
+        cudaGetLastError();
+        return tsr_err(err, TSR_EINVAL, "cuda memory: no GPU is present (%s)",
+                       e == cudaSuccess ? "no device" : cudaGetErrorString(e));
+    }
+#endif
     return tsr_err(err, TSR_EINVAL, "%s memory: this build holds host memory only",
                    kind == TSR_MEM_CUDA ? "cuda" : "unknown");
 }
 
 void *tsr_mem_alloc(tsr_mem_kind kind, size_t n, tsr_error *err) {
     if (tsr_mem_usable(kind, err)) return NULL;
+#ifdef TSR_CUDA
+    if (kind == TSR_MEM_CUDA) {
+        void *d = NULL;
+        cudaError_t e = cudaMalloc(&d, n ? n : 1);
+        if (e == cudaSuccess) e = cudaMemset(d, 0, n);
+        if (e == cudaSuccess) return d;
+        cuda_err(err, e, "allocation", n);
+        cudaFree(d);
+        return NULL;
+    }
+#endif
     void *p = tsr_alloc_aligned(n);
     if (!p) {
         tsr_err(err, TSR_ENOMEM, "out of memory for %zu MiB", n >> 20);
@@ -24,11 +55,23 @@ void *tsr_mem_alloc(tsr_mem_kind kind, size_t n, tsr_error *err) {
 }
 
 void tsr_mem_free(tsr_mem_kind kind, void *p) {
+#ifdef TSR_CUDA
+    if (kind == TSR_MEM_CUDA) {
+        cudaFree(p);
+        return;
+    }
+#endif
     (void)kind;
     free(p);
 }
 
 void tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind) {
+#ifdef TSR_CUDA
+    if (kind == TSR_MEM_CUDA) {
+        cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost);
+        return;
+    }
+#endif
     (void)kind;
     memcpy(dst, src, n);
 }

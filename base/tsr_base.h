@@ -88,6 +88,11 @@ int tsr_dtype_is_float(int dtype);
  * copies from any kind this build holds (host only for now). */
 typedef enum tsr_mem_kind { TSR_MEM_HOST = 0, TSR_MEM_CUDA = 1 } tsr_mem_kind;
 
+/* A stream orders the work on one device (in the CUDA build, a tsr_stream * is
+ * a cudaStream_t). NULL is the host, or the device's default stream: a host
+ * call is done when it returns. */
+typedef struct tsr_stream tsr_stream;
+
 /* ------------------------------------------------------------------- boxes */
 
 /* A box of a global tensor: offset[d] and extent[d] in global element indices,

@@ -19,10 +19,6 @@
 
 #include "tsr_comm.h"
 
-/* A stream orders the work on one device. NULL is the host: the call is done
- * when it returns. The CUDA build defines the type and how to get one. */
-typedef struct tsr_stream tsr_stream;
-
 /* tsr_data_allreduce_sum(): the elementwise sum over ranks of n elements at buf,
  * in place on every rank. */
 int tsr_data_allreduce_sum(tsr_comm *c, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err);

@@ -50,6 +50,8 @@ run_one() { # name, limit (seconds), command...
 
 for t in "$BUILD"/tests/test_*; do
     [ -x "$t" ] || continue
+    # the GPU test of the CUDA variant (make cuda-variant) in place of this build's
+    case $t in */test_cuda) [ -x "$ROOT/build/cuda/tests/test_cuda" ] && t=$ROOT/build/cuda/tests/test_cuda;; esac
     run_one "$(basename "$t")" "$(limit_of "$ROOT/tests/$(basename "$t").c")" "$t"
 done
 for t in "$ROOT"/tests/test_*.sh; do

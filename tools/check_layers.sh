@@ -17,8 +17,8 @@ MAX_FILE=900
 MAX_FUNC=120
 
 files=""
-for d in $LAYERS; do
-    for f in "$d"/*.c "$d"/*.h; do [ -f "$f" ] && files="$files $f"; done
+for d in $LAYERS kernels/cuda; do  # kernels/cuda: the kernels' CUDA twins
+    for f in "$d"/*.c "$d"/*.cu "$d"/*.h; do [ -f "$f" ] && files="$files $f"; done
 done
 
 # shellcheck disable=SC2086

@@ -1,0 +1,125 @@
+/* rows.cu: the embedding and RMSNorm, forward and backward, and the sum of
+ * squares. Sums over a row use a fixed block reduction; sums over rows (the
+ * weight gradients) go row by row in order, one thread per column, so that each
+ * result is the same from run to run. */
+#include <math.h>
+
+#include "cuda_impl.h"
+
+#define ROW_THREADS 256
+
+/* The sum over a block of each thread's v, in a fixed tree; every thread gets it. */
+static __device__ float block_sum(float v) {
+    __shared__ float buf[ROW_THREADS];
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned w = ROW_THREADS / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) buf[threadIdx.x] += buf[threadIdx.x + w];
+        __syncthreads();
+    }
+    float r = buf[0];
+    __syncthreads();
+    return r;
+}
+
+static __global__ void embed_fwd_k(float *out, const int *tokens, const float *wte, int N, int C, int V) {
+    size_t total = (size_t)N * C;
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < total; k += (size_t)gridDim.x * blockDim.x) {
+        int i = (int)(k / C), c = (int)(k % C), tok = tokens[i];
+        out[k] = tok >= 0 && tok < V ? wte[(size_t)tok * C + c] : 0.0f;
+    }
+}
+extern "C" void tsr_cuda_embed_fwd(float *out, const int *tokens, const float *wte, int N, int C, int V,
+                                   tsr_stream *s) {
+    size_t total = (size_t)N * C;
+    if (total) embed_fwd_k<<<tsr_cu_blocks(total, TSR_CU_THREADS), TSR_CU_THREADS, 0, tsr_cu_stream(s)>>>(out, tokens, wte, N, C, V);
+}
+
+/* One thread per column, positions in order: tsr_embed_bwd's sums exactly. */
+static __global__ void embed_bwd_k(float *dwte, const float *dout, const int *tokens, int N, int C, int V) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    for (int i = 0; i < N; i++) {
+        int tok = tokens[i];
+        if (tok >= 0 && tok < V) dwte[(size_t)tok * C + c] += dout[(size_t)i * C + c];
+    }
+}
+extern "C" void tsr_cuda_embed_bwd(float *dwte, const float *dout, const int *tokens, int N, int C, int V,
+                                   tsr_stream *s) {
+    if (dwte && N > 0 && C > 0)
+        embed_bwd_k<<<(C + ROW_THREADS - 1) / ROW_THREADS, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dwte, dout, tokens, N, C, V);
+}
+
+static __global__ void rms_fwd_k(float *out, float *rstd, const float *inp, const float *w, int C, float eps) {
+    const float *x = inp + (size_t)blockIdx.x * C;
+    float *y = out + (size_t)blockIdx.x * C;
+    float ss = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
+    float r = 1.0f / sqrtf(block_sum(ss) / (float)C + eps);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = x[c] * r * w[c];
+    if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+}
+extern "C" void tsr_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C,
+                                     float eps, tsr_stream *s) {
+    if (N > 0 && C > 0) rms_fwd_k<<<N, ROW_THREADS, 0, tsr_cu_stream(s)>>>(out, rstd, inp, w, C, eps);
+}
+
+/* dx_c += r (w_c dy_c - x_c r^2 / C sum_j dy_j w_j x_j), one block per row. */
+static __global__ void rms_bwd_rows_k(float *dinp, const float *dout, const float *inp, const float *w,
+                                      const float *rstd, int C) {
+    size_t row = (size_t)blockIdx.x * C;
+    const float *x = inp + row, *dy = dout + row;
+    float r = rstd[blockIdx.x], dot = 0.0f;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dot += dy[c] * w[c] * x[c];
+    float k = r * r * block_sum(dot) / (float)C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) dinp[row + c] += r * (w[c] * dy[c] - k * x[c]);
+}
+/* dw_c += sum over rows, in row order, of dy_c x_c r: one thread per column. */
+static __global__ void rms_bwd_w_k(float *dw, const float *dout, const float *inp, const float *rstd, int N, int C) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (int i = 0; i < N; i++) acc += dout[(size_t)i * C + c] * inp[(size_t)i * C + c] * rstd[i];
+    dw[c] += acc;
+}
+extern "C" void tsr_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                                     const float *rstd, int N, int C, tsr_stream *s) {
+    if (N <= 0 || C <= 0) return;
+    if (dinp) rms_bwd_rows_k<<<N, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dinp, dout, inp, w, rstd, C);
+    if (dw) rms_bwd_w_k<<<(C + ROW_THREADS - 1) / ROW_THREADS, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dw, dout, inp, rstd, N, C);
+}
+
+/* Fixed chunks, as tsr_sumsq: at most SUMSQ_CHUNKS chunks of at least SUMSQ_MIN
+ * elements; one block sums a chunk in double (a fixed tree), the host adds the
+ * chunks in order. */
+#define SUMSQ_CHUNKS 64
+#define SUMSQ_MIN 4096
+
+static __global__ void sumsq_k(double *part, const float *x, size_t n, size_t len) {
+    __shared__ double buf[ROW_THREADS];
+    size_t i0 = (size_t)blockIdx.x * len, i1 = i0 + len < n ? i0 + len : n;
+    double acc = 0.0;
+    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += (double)x[i] * x[i];
+    buf[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned w = ROW_THREADS / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) buf[threadIdx.x] += buf[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = buf[0];
+}
+extern "C" double tsr_cuda_sumsq(const float *x, size_t n, tsr_stream *s) {
+    if (n == 0) return 0.0;
+    size_t len = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+    if (len < SUMSQ_MIN) len = SUMSQ_MIN;
+    int nch = (int)((n + len - 1) / len);
+    double *dpart = NULL, part[SUMSQ_CHUNKS], sum = 0.0;
+    if (cudaMalloc((void **)&dpart, (size_t)nch * sizeof *dpart) != cudaSuccess) return NAN;
+    sumsq_k<<<nch, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dpart, x, n, len);
+    cudaError_t e = cudaMemcpyAsync(part, dpart, (size_t)nch * sizeof *part, cudaMemcpyDeviceToHost, tsr_cu_stream(s));
+    if (e == cudaSuccess) e = cudaStreamSynchronize(tsr_cu_stream(s));
+    cudaFree(dpart);
+    if (e != cudaSuccess) return NAN;
+    for (int k = 0; k < nch; k++) sum += part[k];
+    return sum;
+}

@@ -1,0 +1,52 @@
+/* tsr_cuda.h: the CUDA twins of the CPU kernels (the headers of kernels/), built by
+ * `make CUDA=1` from the .cu files of kernels/cuda. Each takes the same arguments as its CPU
+ * twin, on device memory (TSR_MEM_CUDA), plus the stream it is queued on (NULL:
+ * the default stream); it returns once queued. The CPU kernel is the oracle: a
+ * twin computes the same function, and where the CPU kernel promises a fixed
+ * summation order (embedding and RMSNorm weight gradients, the sum of squares)
+ * the twin keeps one too, so that its results do not change from run to run.
+ * Errors of a launch or of the work itself surface at tsr_cuda_sync. */
+#ifndef TSR_CUDA_H
+#define TSR_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tsr_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* tsr_cuda_devices(): the number of GPUs this process can use: 0 in a build
+ * without CUDA or where no device (or driver) is present. */
+int tsr_cuda_devices(void);
+/* tsr_cuda_sync(): waits for the work queued on s; TSR_EIO with CUDA's reason
+ * ("cuda: <what>: <reason>") if a launch or the work failed. */
+int tsr_cuda_sync(tsr_stream *s, tsr_error *err);
+
+/* buffers.h */
+void tsr_cuda_fill(float *x, size_t n, float v, tsr_stream *s);
+void tsr_cuda_add(float *out, const float *a, const float *b, size_t n, tsr_stream *s);
+/* casts.h: round to nearest even, as tsr_f32_to_bf16. */
+void tsr_cuda_f32_to_bf16(uint16_t *out, const float *in, size_t n, tsr_stream *s);
+void tsr_cuda_bf16_to_f32(float *out, const uint16_t *in, size_t n, tsr_stream *s);
+/* embed.h */
+void tsr_cuda_embed_fwd(float *out, const int *tokens, const float *wte, int N, int C, int V, tsr_stream *s);
+void tsr_cuda_embed_bwd(float *dwte, const float *dout, const int *tokens, int N, int C, int V, tsr_stream *s);
+/* norm.h */
+void tsr_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, int N, int C, float eps,
+                          tsr_stream *s);
+void tsr_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
+                          const float *rstd, int N, int C, tsr_stream *s);
+/* optim.h */
+void tsr_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+                    float eps, float weight_decay, long t, tsr_stream *s);
+/* tsr_cuda_sumsq(): the sum of squares of x (n, device memory) in double,
+ * summed in fixed chunks in a fixed order (waits for s). */
+double tsr_cuda_sumsq(const float *x, size_t n, tsr_stream *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,161 @@
+/* test_cuda.c: each CUDA kernel against its CPU twin, the oracle, on random
+ * inputs at several shapes (odd sizes included): exactly where the CPU kernel
+ * fixes the order of its sums or does one rounding per element (fill, add, bf16
+ * casts, AdamW, the embedding), within a relative 1e-5 elsewhere (RMSNorm, the
+ * sum of squares); and device memory through the allocator and staging's copy.
+ * Skipped (exit 77) in a build without CUDA or on a machine without a GPU. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common.h"
+
+#ifndef TSR_CUDA
+int main(void) { SKIP("built without CUDA (make CUDA=1 builds the kernels; this machine's GPU runs them)"); }
+#else
+#include <cuda_runtime.h>
+
+#include "buffers.h"
+#include "casts.h"
+#include "embed.h"
+#include "mem.h"
+#include "norm.h"
+#include "optim.h"
+#include "tsr_cuda.h"
+
+static uint64_t rng = 12345;
+static float frand(void) { return (float)((tsr_splitmix_next(&rng) >> 40) / (double)(1 << 24)) * 2.0f - 1.0f; }
+
+/* A device copy of n host bytes. */
+static void *dev(const void *host, size_t n) {
+    tsr_error e = {0};
+    void *d = tsr_mem_alloc(TSR_MEM_CUDA, n, &e);
+    REQUIRE(d, "device allocation: %s", e.msg);
+    REQUIRE(cudaMemcpy(d, host, n, cudaMemcpyHostToDevice) == cudaSuccess, "copy to the device");
+    return d;
+}
+static void back(void *host, const void *d, size_t n) {
+    tsr_error e = {0};
+    REQUIRE(tsr_cuda_sync(NULL, &e) == 0, "%s", e.msg);
+    tsr_mem_to_host(host, d, n, TSR_MEM_CUDA);
+}
+static float *randv(size_t n) {
+    float *x = malloc(n * sizeof *x + 4);
+    REQUIRE(x, "out of memory");
+    for (size_t i = 0; i < n; i++) x[i] = frand();
+    return x;
+}
+/* The largest relative difference of a against the oracle b (absolute below 1). */
+static double rel(const float *a, const float *b, size_t n) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / fmax(1.0, fabs((double)b[i]));
+        if (d > w || isnan(d)) w = isnan(d) ? INFINITY : d;
+    }
+    return w;
+}
+
+static void test_elementwise(size_t n) {
+    float *a = randv(n), *b = randv(n), *ref = malloc(n * 4 + 4), *got = malloc(n * 4 + 4);
+    uint16_t *h16 = malloc(n * 2 + 2), *g16 = malloc(n * 2 + 2);
+    a[0] = NAN;
+    float *da = dev(a, n * 4), *db = dev(b, n * 4), *dout = dev(a, n * 4);
+    tsr_k_add(ref, a, b, n);
+    tsr_cuda_add(dout, da, db, n, NULL);
+    back(got, dout, n * 4);
+    CHECK(memcmp(ref + 1, got + 1, (n - 1) * 4) == 0, "add of %zu elements: not the CPU's", n);
+    tsr_cuda_fill(dout, n, 0.375f, NULL);
+    back(got, dout, n * 4);
+    tsr_k_fill(ref, n, 0.375f);
+    CHECK(memcmp(ref, got, n * 4) == 0, "fill of %zu elements", n);
+    uint16_t *d16 = dev(h16, n * 2);
+    tsr_cuda_f32_to_bf16(d16, da, n, NULL);
+    back(g16, d16, n * 2);
+    for (size_t i = 0; i < n; i++) h16[i] = tsr_f32_to_bf16(a[i]);
+    CHECK(memcmp(h16, g16, n * 2) == 0, "f32 to bf16 of %zu elements (NaN included)", n);
+    tsr_cuda_bf16_to_f32(dout, d16, n, NULL);
+    back(got, dout, n * 4);
+    for (size_t i = 0; i < n; i++) ref[i] = tsr_bf16_to_f32(h16[i]);
+    CHECK(memcmp(ref + 1, got + 1, (n - 1) * 4) == 0 && isnan(got[0]), "bf16 to f32 of %zu elements", n);
+    tsr_mem_free(TSR_MEM_CUDA, da), tsr_mem_free(TSR_MEM_CUDA, db), tsr_mem_free(TSR_MEM_CUDA, dout);
+    tsr_mem_free(TSR_MEM_CUDA, d16);
+    free(a), free(b), free(ref), free(got), free(h16), free(g16);
+}
+
+static void test_adamw(size_t n) {
+    float *p = randv(n), *g = randv(n), *m = randv(n), *v = randv(n);
+    for (size_t i = 0; i < n; i++) v[i] = fabsf(v[i]);
+    float *dp = dev(p, n * 4), *dg = dev(g, n * 4), *dm = dev(m, n * 4), *dv = dev(v, n * 4);
+    float *gp = malloc(n * 4), *gm = malloc(n * 4), *gv = malloc(n * 4);
+    for (long t = 1; t <= 3; t++) {
+        tsr_adamw(p, g, m, v, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        tsr_cuda_adamw(dp, dg, dm, dv, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t, NULL);
+    }
+    back(gp, dp, n * 4), back(gm, dm, n * 4), back(gv, dv, n * 4);
+    CHECK(!memcmp(gp, p, n * 4) && !memcmp(gm, m, n * 4) && !memcmp(gv, v, n * 4),
+          "AdamW on %zu parameters, 3 steps: not the CPU's bits (worst %.3g)", n, rel(gp, p, n));
+    tsr_mem_free(TSR_MEM_CUDA, dp), tsr_mem_free(TSR_MEM_CUDA, dg);
+    tsr_mem_free(TSR_MEM_CUDA, dm), tsr_mem_free(TSR_MEM_CUDA, dv);
+    free(p), free(g), free(m), free(v), free(gp), free(gm), free(gv);
+}
+
+static void test_embed(int N, int C, int V) {
+    int *tok = malloc((size_t)N * sizeof *tok);
+    for (int i = 0; i < N; i++) tok[i] = (int)(tsr_splitmix_next(&rng) % (uint64_t)(V + 1)) - (i == 3); /* -1 and V too */
+    float *wte = randv((size_t)V * C), *dout = randv((size_t)N * C), *dw = calloc((size_t)V * C, 4);
+    float *ref = malloc((size_t)N * C * 4), *got = malloc((size_t)(N > V ? N : V) * C * 4);
+    int *dtok = dev(tok, (size_t)N * sizeof *tok);
+    float *dwte = dev(wte, (size_t)V * C * 4), *dy = dev(dout, (size_t)N * C * 4);
+    float *dx = dev(ref, (size_t)N * C * 4), *ddw = dev(dw, (size_t)V * C * 4);
+    tsr_embed_fwd(ref, tok, wte, N, C, V);
+    tsr_cuda_embed_fwd(dx, dtok, dwte, N, C, V, NULL);
+    back(got, dx, (size_t)N * C * 4);
+    CHECK(!memcmp(ref, got, (size_t)N * C * 4), "embedding forward N=%d C=%d V=%d", N, C, V);
+    tsr_embed_bwd(dw, dout, tok, N, C, V);
+    tsr_cuda_embed_bwd(ddw, dy, dtok, N, C, V, NULL);
+    back(got, ddw, (size_t)V * C * 4);
+    CHECK(!memcmp(dw, got, (size_t)V * C * 4), "embedding backward N=%d C=%d V=%d: not the CPU's sums", N, C, V);
+    tsr_mem_free(TSR_MEM_CUDA, dtok), tsr_mem_free(TSR_MEM_CUDA, dwte), tsr_mem_free(TSR_MEM_CUDA, dy);
+    tsr_mem_free(TSR_MEM_CUDA, dx), tsr_mem_free(TSR_MEM_CUDA, ddw);
+    free(tok), free(wte), free(dout), free(dw), free(ref), free(got);
+}
+
+static void test_rmsnorm(int N, int C) {
+    size_t nc = (size_t)N * C;
+    float *x = randv(nc), *w = randv((size_t)C), *dy = randv(nc);
+    float *y = malloc(nc * 4), *r = malloc((size_t)N * 4), *dx = calloc(nc, 4), *dw = calloc((size_t)C, 4);
+    float *gy = malloc(nc * 4), *gr = malloc((size_t)N * 4), *gdx = malloc(nc * 4), *gdw = malloc((size_t)C * 4);
+    float *d_x = dev(x, nc * 4), *d_w = dev(w, (size_t)C * 4), *d_dy = dev(dy, nc * 4);
+    float *d_y = dev(y, nc * 4), *d_r = dev(r, (size_t)N * 4), *d_dx = dev(dx, nc * 4), *d_dw = dev(dw, (size_t)C * 4);
+    tsr_rmsnorm_fwd(y, r, x, w, N, C, 1e-5f);
+    tsr_cuda_rmsnorm_fwd(d_y, d_r, d_x, d_w, N, C, 1e-5f, NULL);
+    back(gy, d_y, nc * 4), back(gr, d_r, (size_t)N * 4);
+    CHECK(rel(gy, y, nc) < 1e-5 && rel(gr, r, (size_t)N) < 1e-5, "RMSNorm forward N=%d C=%d: %.3g", N, C, rel(gy, y, nc));
+    tsr_rmsnorm_bwd(dx, dw, dy, x, w, r, N, C);
+    tsr_cuda_rmsnorm_bwd(d_dx, d_dw, d_dy, d_x, d_w, d_r, N, C, NULL);
+    back(gdx, d_dx, nc * 4), back(gdw, d_dw, (size_t)C * 4);
+    CHECK(rel(gdx, dx, nc) < 1e-5 && rel(gdw, dw, (size_t)C) < 1e-5, "RMSNorm backward N=%d C=%d: dx %.3g dw %.3g", N, C,
+          rel(gdx, dx, nc), rel(gdw, dw, (size_t)C));
+    double s = tsr_sumsq(x, nc), gs = tsr_cuda_sumsq(d_x, nc, NULL);
+    CHECK(fabs(gs - s) <= 1e-9 * s, "sum of squares of %zu: %.17g, the CPU %.17g", nc, gs, s);
+    CHECK(tsr_cuda_sumsq(d_x, nc, NULL) == gs, "sum of squares: not the same bits twice");
+    float *ptrs[] = {d_x, d_w, d_dy, d_y, d_r, d_dx, d_dw};
+    for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) tsr_mem_free(TSR_MEM_CUDA, ptrs[i]);
+    free(x), free(w), free(dy), free(y), free(r), free(dx), free(dw), free(gy), free(gr), free(gdx), free(gdw);
+}
+
+int main(void) {
+    int n = tsr_cuda_devices();
+    if (n == 0) SKIP("no GPU on this machine: the CUDA kernels are built, not run");
+    tsr_error e = {0};
+    CHECK(tsr_mem_usable(TSR_MEM_CUDA, &e) == 0, "cuda memory not usable with %d GPU(s): %s", n, e.msg);
+    size_t sizes[] = {1, 7, 4096, 1000003};
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) test_elementwise(sizes[i]), test_adamw(sizes[i]);
+    test_embed(1, 1, 1), test_embed(37, 65, 11), test_embed(512, 768, 300);
+    test_rmsnorm(1, 1), test_rmsnorm(3, 257), test_rmsnorm(256, 768), test_rmsnorm(129, 4097);
+    if (!check_failures) printf("cuda kernels: every twin matches its CPU kernel\n");
+    return check_done();
+}
+#endif

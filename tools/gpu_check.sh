@@ -1,0 +1,49 @@
+#!/bin/sh
+# gpu_check.sh: the GPU check, in two steps, for a GPU machine without network or
+# package access.
+#   sh tools/gpu_check.sh prepare OUT   (here, after make cuda-variant) puts in OUT
+#       the CUDA build's command and GPU test with the shared libraries they link
+#       that are not the C library's or the CUDA driver's (liburing, zstd, curl,
+#       MPI, ...), and this script;
+#   sh OUT/gpu_check.sh run [SUMMARY]   (on the GPU machine, in at most a few
+#       minutes) runs every GPU kernel test against its CPU twin and writes one
+#       summary file (default OUT/gpu-summary.txt). Exit 0 only if all passed.
+set -u
+cmd=${1:-}
+case $cmd in
+prepare)
+    OUT=${2:?usage: gpu_check.sh prepare OUT}
+    ROOT=$(cd "$(dirname "$0")/.." && pwd)
+    B=$ROOT/build/cuda
+    for f in "$B/tessera" "$B/tests/test_cuda"; do
+        [ -x "$f" ] || { echo "gpu_check: $f is not built (make cuda-variant)" >&2; exit 1; }
+    done
+    mkdir -p "$OUT/lib" || exit 1
+    cp "$B/tessera" "$B/tests/test_cuda" "$0" "$OUT/" || exit 1
+    # the libraries to carry: all but the C library's own and the driver's
+    ldd "$B/tessera" "$B/tests/test_cuda" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
+        grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda)\.so' |
+        while read -r lib; do cp -L "$lib" "$OUT/lib/" || exit 1; done
+    echo "gpu_check: prepared $OUT ($(ls "$OUT/lib" | wc -l) libraries, $(du -sh "$OUT" | cut -f1)); on the GPU machine: sh $OUT/gpu_check.sh run"
+    ;;
+run)
+    HERE=$(cd "$(dirname "$0")" && pwd)
+    SUMMARY=${2:-$HERE/gpu-summary.txt}
+    export LD_LIBRARY_PATH="$HERE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    {
+        echo "== gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | sed 's/^/gpu: /'
+        echo "== kernels: each CUDA twin against its CPU kernel"
+        start=$(date +%s)
+        timeout 300 "$HERE/test_cuda" 2>&1
+        rc=$?
+        echo "test_cuda: exit $rc in $(( $(date +%s) - start )) s"
+    } >"$SUMMARY" 2>&1
+    cat "$SUMMARY"
+    exit $rc
+    ;;
+*)
+    echo "usage: gpu_check.sh prepare OUT | run [SUMMARY]" >&2
+    exit 2
+    ;;
+esac
