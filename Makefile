@@ -43,7 +43,7 @@ CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 CUDA_SRC := $(sort $(wildcard kernels/cuda/*.cu))
 ifeq ($(CUDA),1)
-CFLAGS_ALL += -DTSR_CUDA=1 -I$(CUDA_HOME)/include
+CFLAGS_ALL += -DTSR_CUDA=1 -isystem $(CUDA_HOME)/include
 LIB_OBJ += $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/lib64:$(CUDA_HOME)/lib \
   -lcublasLt -lcublas -lnccl -lcudart -lstdc++

@@ -20,6 +20,7 @@ struct tsr_comm {
         void *buf;
     } *sends;
     size_t n_sends, cap_sends;
+    void *nccl; /* the CUDA build's NCCL communicator of the group (ncclComm_t), made on first use */
 };
 
 /* The largest message of one MPI call, in bytes; longer ones are split. */

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "comm_mpi.h"
+#include "data_nccl.h"
 
 tsr_comm *tsr_comm_self(void) {
     tsr_comm *c = calloc(1, sizeof *c);
@@ -118,6 +119,9 @@ void tsr_comm_free(tsr_comm *c) {
      * freed and its buffer left to MPI, which may still read it */
     for (size_t i = 0; i < c->n_sends; i++) MPI_Request_free(&c->sends[i].q);
     free(c->sends);
+#ifdef TSR_CUDA
+    tsr_nccl_free(c);
+#endif
     if (c->is_mpi && c->comm != MPI_COMM_WORLD) MPI_Comm_free(&c->comm);
     if (c->finalize) MPI_Finalize();
     free(c);

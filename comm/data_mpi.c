@@ -1,12 +1,21 @@
 /* data_mpi.c: the data plane (data_plane.h) over MPI, host memory. f32 and f64 go to
  * MPI as they are; bf16 is moved as 16-bit words and summed in f32 (MPI has no
- * bf16), rounded to bf16 once at the end. */
+ * bf16), rounded to bf16 once at the end. A call with a stream goes to NCCL in the
+ * CUDA build (data_nccl.c) and is refused in the others. */
+
+#ifdef TSR_CUDA
+#define ON_STREAM(call) \
+    if (s) return call
+#else
+#define ON_STREAM(call)
+#endif
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "casts.h"
 #include "comm_mpi.h"
+#include "data_nccl.h"
 #include "data_plane.h"
 
 /* Elements of one MPI_Allreduce; bf16 sums convert this many at a time. */
@@ -63,6 +72,7 @@ static int allreduce_bf16(tsr_comm *c, uint16_t *buf, size_t n, tsr_error *err) 
 }
 
 int tsr_data_allreduce_sum(tsr_comm *c, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err) {
+    ON_STREAM(tsr_nccl_allreduce_sum(c, dt, buf, n, s, err));
     MPI_Datatype t = MPI_DATATYPE_NULL;
     size_t esz = 0;
     int rc = carry(dt, s, "all-reduce", &t, &esz, err);
@@ -97,6 +107,7 @@ static void self_part(const void *send, void *recv, size_t n, size_t esz) {
 
 int tsr_data_allgatherv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
                         tsr_stream *s, tsr_error *err) {
+    ON_STREAM(tsr_nccl_allgatherv(c, dt, send, recv, counts, s, err));
     MPI_Datatype t = MPI_DATATYPE_NULL;
     size_t esz = 0, total = 0;
     int rc = carry(dt, s, "all-gather", &t, &esz, err);
@@ -135,6 +146,7 @@ static int reduce_scatter_bf16(tsr_comm *c, const uint16_t *send, uint16_t *recv
 
 int tsr_data_reduce_scatterv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
                              tsr_stream *s, tsr_error *err) {
+    ON_STREAM(tsr_nccl_reduce_scatterv(c, dt, send, recv, counts, s, err));
     MPI_Datatype t = MPI_DATATYPE_NULL;
     size_t esz = 0, total = 0;
     int rc = carry(dt, s, "reduce-scatter", &t, &esz, err);
@@ -185,6 +197,7 @@ int tsr_data_reduce_scatter(tsr_comm *c, tsr_dtype dt, const void *send, void *r
 
 int tsr_data_send(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, const void *buf, size_t n,
                   tsr_comm_reqs *pending, tsr_stream *s, tsr_error *err) {
+    ON_STREAM(tsr_nccl_send(c, peer, dt, buf, n, s, err));
     MPI_Datatype t = MPI_DATATYPE_NULL;
     size_t esz = 0;
     int rc = carry(dt, s, "send", &t, &esz, err);
@@ -193,6 +206,7 @@ int tsr_data_send(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, const void 
 
 int tsr_data_recv(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, void *buf, size_t n, tsr_stream *s,
                   tsr_error *err) {
+    ON_STREAM(tsr_nccl_recv(c, peer, dt, buf, n, s, err));
     MPI_Datatype t = MPI_DATATYPE_NULL;
     size_t esz = 0;
     int rc = carry(dt, s, "recv", &t, &esz, err);
@@ -200,6 +214,7 @@ int tsr_data_recv(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, void *buf, 
 }
 
 int tsr_data_wait(tsr_comm *c, tsr_comm_reqs *pending, tsr_stream *s, tsr_error *err) {
+    ON_STREAM(tsr_nccl_wait(s, err));
     if (s) return tsr_err(err, TSR_EINVAL, "wait: a stream needs a build with devices (this one has the host only)");
     return tsr_comm_waitall(c, pending, err);
 }

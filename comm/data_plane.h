@@ -3,8 +3,8 @@
  *
  * The control plane (include/tessera.h, "communication") moves bytes for the
  * engine and the command; the data plane moves elements of a dtype, in memory
- * that a stream may own: MPI over host memory now (data_mpi.c), NCCL over device
- * memory next, behind these same calls. Every rank of the group calls a
+ * that a stream may own: MPI over host memory (data_mpi.c) and, with a stream in
+ * the CUDA build, NCCL over device memory (data_nccl.c), behind these same calls. Every rank of the group calls a
  * collective in the same order, with the same dtype and counts.
  *
  * Dtypes: TSR_F32, TSR_F64 and TSR_BF16. Sums of bf16 are computed in f32 and

@@ -2,7 +2,8 @@
  * inputs at several shapes (odd sizes included): exactly where the CPU kernel
  * fixes the order of its sums or does one rounding per element (fill, add, bf16
  * casts, AdamW, the embedding), within a relative 1e-5 elsewhere (RMSNorm, the
- * sum of squares); and device memory through the allocator and staging's copy.
+ * sum of squares); device memory through the allocator and staging's copy; the
+ * data plane on a stream (NCCL) over a group of one.
  * Skipped (exit 77) in a build without CUDA or on a machine without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -18,6 +19,7 @@ int main(void) { SKIP("built without CUDA (make CUDA=1 builds the kernels; this 
 #include <cuda_runtime.h>
 
 #include "buffers.h"
+#include "data_plane.h"
 #include "casts.h"
 #include "embed.h"
 #include "mem.h"
@@ -146,6 +148,33 @@ static void test_rmsnorm(int N, int C) {
     free(x), free(w), free(dy), free(y), free(r), free(dx), free(dw), free(gy), free(gr), free(gdx), free(gdw);
 }
 
+/* The data plane on a stream (NCCL) over a group of one: every collective gives
+ * back its input, bf16 through its f32 sum. */
+static void test_nccl(size_t n) {
+    tsr_comm *c = tsr_comm_self();
+    cudaStream_t cs;
+    REQUIRE(cudaStreamCreate(&cs) == cudaSuccess, "stream");
+    tsr_stream *s = (tsr_stream *)cs;
+    float *x = randv(n), *got = malloc(n * 4);
+    uint16_t *h = malloc(n * 2), *g16 = malloc(n * 2);
+    for (size_t i = 0; i < n; i++) h[i] = tsr_f32_to_bf16(x[i]);
+    float *dx = dev(x, n * 4), *dy = dev(x, n * 4);
+    uint16_t *dh = dev(h, n * 2), *dh2 = dev(h, n * 2);
+    tsr_error e = {0};
+    CHECK(tsr_data_allreduce_sum(c, TSR_F32, dx, n, s, &e) == 0, "NCCL all-reduce: %s", e.msg);
+    CHECK(tsr_data_allreduce_sum(c, TSR_BF16, dh, n, s, &e) == 0, "NCCL bf16 all-reduce: %s", e.msg);
+    CHECK(tsr_data_allgatherv(c, TSR_F32, dx, dy, &n, s, &e) == 0, "NCCL all-gatherv: %s", e.msg);
+    CHECK(tsr_data_reduce_scatterv(c, TSR_BF16, dh, dh2, &n, s, &e) == 0, "NCCL bf16 reduce-scatterv: %s", e.msg);
+    CHECK(tsr_data_wait(c, NULL, s, &e) == 0, "NCCL wait: %s", e.msg);
+    back(got, dy, n * 4), back(g16, dh2, n * 2);
+    CHECK(!memcmp(got, x, n * 4) && !memcmp(g16, h, n * 2), "NCCL collectives over one rank changed their input");
+    tsr_mem_free(TSR_MEM_CUDA, dx), tsr_mem_free(TSR_MEM_CUDA, dy);
+    tsr_mem_free(TSR_MEM_CUDA, dh), tsr_mem_free(TSR_MEM_CUDA, dh2);
+    cudaStreamDestroy(cs);
+    tsr_comm_free(c);
+    free(x), free(got), free(h), free(g16);
+}
+
 int main(void) {
     int n = tsr_cuda_devices();
     if (n == 0) SKIP("no GPU on this machine: the CUDA kernels are built, not run");
@@ -155,6 +184,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) test_elementwise(sizes[i]), test_adamw(sizes[i]);
     test_embed(1, 1, 1), test_embed(37, 65, 11), test_embed(512, 768, 300);
     test_rmsnorm(1, 1), test_rmsnorm(3, 257), test_rmsnorm(256, 768), test_rmsnorm(129, 4097);
+    test_nccl(1), test_nccl(100003);
     if (!check_failures) printf("cuda kernels: every twin matches its CPU kernel\n");
     return check_done();
 }
