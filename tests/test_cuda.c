@@ -21,10 +21,14 @@ int main(void) { SKIP("built without CUDA (make CUDA=1 builds the kernels; this 
 #include "buffers.h"
 #include "data_plane.h"
 #include "casts.h"
+#include "activation.h"
 #include "embed.h"
+#include "loss.h"
+#include "matmul.h"
 #include "mem.h"
 #include "norm.h"
 #include "optim.h"
+#include "rope.h"
 #include "tsr_cuda.h"
 
 static uint64_t rng = 12345;
@@ -148,6 +152,71 @@ static void test_rmsnorm(int N, int C) {
     free(x), free(w), free(dy), free(y), free(r), free(dx), free(dw), free(gy), free(gr), free(gdx), free(gdw);
 }
 
+/* RoPE with Llama 3.1 scaling, SwiGLU, cross-entropy (with ignored targets),
+ * the linear layer: within 1e-5 (1e-4 for products summed over C). */
+static void test_layers(int B, int T, int H, int hd, int V) {
+    size_t nx = (size_t)B * T * H * hd, half = (size_t)T * (hd / 2);
+    float *x = randv(nx), *cs = malloc(half * 4), *sn = malloc(half * 4), *got = malloc(nx * 4 + (size_t)B * T * V * 4);
+    tsr_rope_scaling sc = tsr_rope_llama3_scaling();
+    tsr_rope_tables(cs, sn, T, hd, 500000.0f, &sc);
+    float *dxp = dev(x, nx * 4), *dcs = dev(cs, half * 4), *dsn = dev(sn, half * 4);
+    tsr_rope_fwd(x, cs, sn, B, T, H, hd);
+    tsr_cuda_rope_fwd(dxp, dcs, dsn, B, T, H, hd, NULL);
+    back(got, dxp, nx * 4);
+    CHECK(rel(got, x, nx) < 1e-5, "RoPE forward B=%d T=%d H=%d hd=%d: %.3g", B, T, H, hd, rel(got, x, nx));
+    tsr_rope_bwd(x, cs, sn, B, T, H, hd);
+    tsr_cuda_rope_bwd(dxp, dcs, dsn, B, T, H, hd, NULL);
+    back(got, dxp, nx * 4);
+    CHECK(rel(got, x, nx) < 1e-5, "RoPE backward: %.3g", rel(got, x, nx));
+    float *up = randv(nx), *dg = calloc(nx, 4), *du = calloc(nx, 4), *out = malloc(nx * 4);
+    float *dup_ = dev(up, nx * 4), *ddg = dev(dg, nx * 4), *ddu = dev(du, nx * 4), *dout = dev(out, nx * 4);
+    tsr_swiglu_fwd(out, x, up, nx);
+    tsr_cuda_swiglu_fwd(dout, dxp, dup_, nx, NULL);
+    back(got, dout, nx * 4);
+    CHECK(rel(got, out, nx) < 1e-5, "SwiGLU forward of %zu: %.3g", nx, rel(got, out, nx));
+    tsr_swiglu_bwd(dg, du, up, x, out, nx);
+    tsr_cuda_swiglu_bwd(ddg, ddu, dup_, dxp, dout, nx, NULL);
+    back(got, ddg, nx * 4);
+    CHECK(rel(got, dg, nx) < 1e-5, "SwiGLU backward (gate): %.3g", rel(got, dg, nx));
+    back(got, ddu, nx * 4);
+    CHECK(rel(got, du, nx) < 1e-5, "SwiGLU backward (up): %.3g", rel(got, du, nx));
+    int N = B * T;
+    size_t nl = (size_t)N * V;
+    float *lg = randv(nl), *pr = malloc(nl * 4), *ls = malloc((size_t)N * 4), *dl = calloc(nl, 4), *dloss = randv((size_t)N);
+    int *tg = malloc((size_t)N * sizeof *tg);
+    for (int i = 0; i < N; i++) tg[i] = i % 5 == 4 ? -1 : (int)(tsr_splitmix_next(&rng) % (uint64_t)V);
+    float *dlg = dev(lg, nl * 4), *dpr = dev(pr, nl * 4), *dls = dev(ls, (size_t)N * 4), *ddl = dev(dl, nl * 4);
+    float *ddloss = dev(dloss, (size_t)N * 4);
+    int *dtg = dev(tg, (size_t)N * sizeof *tg);
+    tsr_xent_fwd(ls, pr, lg, tg, N, V);
+    tsr_cuda_xent_fwd(dls, dpr, dlg, dtg, N, V, NULL);
+    back(got, dls, (size_t)N * 4);
+    CHECK(rel(got, ls, (size_t)N) < 1e-5, "cross-entropy losses N=%d V=%d: %.3g", N, V, rel(got, ls, (size_t)N));
+    tsr_xent_bwd(dl, pr, tg, dloss, N, V);
+    tsr_cuda_xent_bwd(ddl, dpr, dtg, ddloss, N, V, NULL);
+    back(got, ddl, nl * 4);
+    CHECK(rel(got, dl, nl) < 1e-5, "cross-entropy backward: %.3g", rel(got, dl, nl));
+    int C = H * hd, OC = V;
+    float *w = randv((size_t)OC * C), *mo = malloc((size_t)N * OC * 4), *di = calloc(nx, 4), *dw = calloc((size_t)OC * C, 4);
+    float *dw_ = dev(w, (size_t)OC * C * 4), *dmo = dev(mo, (size_t)N * OC * 4), *ddi = dev(di, nx * 4);
+    float *ddw = dev(dw, (size_t)OC * C * 4);
+    tsr_matmul_fwd(mo, x, w, N, C, OC);
+    CHECK(tsr_cuda_matmul_fwd(dmo, dxp, dw_, N, C, OC, NULL) == 0, "cuBLAS forward refused");
+    back(got, dmo, (size_t)N * OC * 4);
+    CHECK(rel(got, mo, (size_t)N * OC) < 1e-4, "matmul forward N=%d C=%d OC=%d: %.3g", N, C, OC, rel(got, mo, (size_t)N * OC));
+    tsr_matmul_bwd(di, dw, mo, x, w, N, C, OC);
+    CHECK(tsr_cuda_matmul_bwd(ddi, ddw, dmo, dxp, dw_, N, C, OC, NULL) == 0, "cuBLAS backward refused");
+    back(got, ddi, nx * 4);
+    CHECK(rel(got, di, nx) < 1e-4, "matmul backward (input): %.3g", rel(got, di, nx));
+    back(got, ddw, (size_t)OC * C * 4);
+    CHECK(rel(got, dw, (size_t)OC * C) < 1e-4, "matmul backward (weight): %.3g", rel(got, dw, (size_t)OC * C));
+    float *dptr[] = {dxp, dcs, dsn, dup_, ddg, ddu, dout, dlg, dpr, dls, ddl, ddloss, dw_, dmo, ddi, ddw};
+    for (size_t i = 0; i < sizeof dptr / sizeof *dptr; i++) tsr_mem_free(TSR_MEM_CUDA, dptr[i]);
+    tsr_mem_free(TSR_MEM_CUDA, dtg);
+    free(x), free(cs), free(sn), free(got), free(up), free(dg), free(du), free(out), free(lg), free(pr), free(ls);
+    free(dl), free(dloss), free(tg), free(w), free(mo), free(di), free(dw);
+}
+
 /* The data plane on a stream (NCCL) over a group of one: every collective gives
  * back its input, bf16 through its f32 sum. */
 static void test_nccl(size_t n) {
@@ -184,6 +253,7 @@ int main(void) {
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) test_elementwise(sizes[i]), test_adamw(sizes[i]);
     test_embed(1, 1, 1), test_embed(37, 65, 11), test_embed(512, 768, 300);
     test_rmsnorm(1, 1), test_rmsnorm(3, 257), test_rmsnorm(256, 768), test_rmsnorm(129, 4097);
+    test_layers(1, 1, 1, 2, 1), test_layers(2, 17, 3, 64, 259), test_layers(4, 64, 8, 64, 1024);
     test_nccl(1), test_nccl(100003);
     if (!check_failures) printf("cuda kernels: every twin matches its CPU kernel\n");
     return check_done();

@@ -3,8 +3,8 @@
 # package access.
 #   sh tools/gpu_check.sh prepare OUT   (here, after make cuda-variant) puts in OUT
 #       the CUDA build's command and GPU test with the shared libraries they link
-#       that are not the C library's or the CUDA driver's (liburing, zstd, curl,
-#       MPI, ...), and this script;
+#       that are not the C library's or CUDA's (liburing, zstd, curl, MPI, ...),
+#       and this script;
 #   sh OUT/gpu_check.sh run [SUMMARY]   (on the GPU machine, in at most a few
 #       minutes) runs every GPU kernel test against its CPU twin and writes one
 #       summary file (default OUT/gpu-summary.txt). Exit 0 only if all passed.
@@ -20,9 +20,10 @@ prepare)
     done
     mkdir -p "$OUT/lib" || exit 1
     cp "$B/tessera" "$B/tests/test_cuda" "$0" "$OUT/" || exit 1
-    # the libraries to carry: all but the C library's own and the driver's
+    # the libraries to carry: all but the C library's own and CUDA's (the GPU
+    # machine has the toolkit, found through the binaries' rpath, and the driver)
     ldd "$B/tessera" "$B/tests/test_cuda" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
-        grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda)\.so' |
+        grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so' |
         while read -r lib; do cp -L "$lib" "$OUT/lib/" || exit 1; done
     echo "gpu_check: prepared $OUT ($(ls "$OUT/lib" | wc -l) libraries, $(du -sh "$OUT" | cut -f1)); on the GPU machine: sh $OUT/gpu_check.sh run"
     ;;

@@ -46,6 +46,24 @@ void tsr_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, floa
  * summed in fixed chunks in a fixed order (waits for s). */
 double tsr_cuda_sumsq(const float *x, size_t n, tsr_stream *s);
 
+/* rope.h: cos_t and sin_t are tsr_rope_tables', copied to the device. */
+void tsr_cuda_rope_fwd(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, tsr_stream *s);
+void tsr_cuda_rope_bwd(float *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, tsr_stream *s);
+/* activation.h */
+void tsr_cuda_swiglu_fwd(float *out, const float *gate, const float *up, size_t n, tsr_stream *s);
+void tsr_cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up, size_t n,
+                         tsr_stream *s);
+/* loss.h: as tsr_xent_fwd, without the count of targets (the host has them). */
+void tsr_cuda_xent_fwd(float *losses, float *probs, const float *logits, const int *targets, int N, int V,
+                       tsr_stream *s);
+void tsr_cuda_xent_bwd(float *dlogits, const float *probs, const int *targets, const float *dloss, int N, int V,
+                       tsr_stream *s);
+/* matmul.h, through cuBLAS in f32 (no TF32). @return 0, or TSR_EIO when cuBLAS
+ * refuses the call. */
+int tsr_cuda_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC, tsr_stream *s);
+int tsr_cuda_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w, int N, int C,
+                        int OC, tsr_stream *s);
+
 #ifdef __cplusplus
 }
 #endif

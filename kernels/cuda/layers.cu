@@ -1,0 +1,117 @@
+/* layers.cu: RoPE (Meta's interleaved pairs), SwiGLU and the softmax
+ * cross-entropy, forward and backward, as their CPU twins compute them (the
+ * exponentials with CUDA's expf; sums over a row in a fixed block tree). */
+#include <math.h>
+
+#include "cuda_impl.h"
+
+#define GRID(n) tsr_cu_blocks((n), TSR_CU_THREADS), TSR_CU_THREADS, 0, tsr_cu_stream(s)
+#define FOR_EACH(i, n) for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
+#define ROW_THREADS 256
+
+/* One thread per pair (x[2i], x[2i+1]) of every head vector; dir -1 rotates back. */
+static __global__ void rope_k(float *x, const float *cos_t, const float *sin_t, size_t pairs, int T, int H, int half,
+                              float dir) {
+    FOR_EACH(k, pairs) {
+        int i = (int)(k % half);
+        size_t bt = k / half / H;
+        int t = (int)(bt % T);
+        float c = cos_t[(size_t)t * half + i], si = dir * sin_t[(size_t)t * half + i];
+        float *v = x + 2 * k;
+        float x0 = v[0], x1 = v[1];
+        v[0] = x0 * c - x1 * si;
+        v[1] = x0 * si + x1 * c;
+    }
+}
+/* cos_t and sin_t: tsr_rope_tables', in device memory. */
+extern "C" void tsr_cuda_rope_fwd(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd,
+                                  tsr_stream *s) {
+    size_t pairs = (size_t)B * T * H * (hd / 2);
+    if (pairs) rope_k<<<GRID(pairs)>>>(x, cos_t, sin_t, pairs, T, H, hd / 2, 1.0f);
+}
+extern "C" void tsr_cuda_rope_bwd(float *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int hd,
+                                  tsr_stream *s) {
+    size_t pairs = (size_t)B * T * H * (hd / 2);
+    if (pairs) rope_k<<<GRID(pairs)>>>(dx, cos_t, sin_t, pairs, T, H, hd / 2, -1.0f);
+}
+
+static __global__ void swiglu_fwd_k(float *out, const float *gate, const float *up, size_t n) {
+    FOR_EACH(i, n) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+extern "C" void tsr_cuda_swiglu_fwd(float *out, const float *gate, const float *up, size_t n, tsr_stream *s) {
+    if (n) swiglu_fwd_k<<<GRID(n)>>>(out, gate, up, n);
+}
+static __global__ void swiglu_bwd_k(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                    size_t n) {
+    FOR_EACH(i, n) {
+        float g = gate[i], sg = 1.0f / (1.0f + expf(-g));
+        if (dgate) dgate[i] += dout[i] * up[i] * sg * (1.0f + g * (1.0f - sg));
+        if (dup) dup[i] += dout[i] * g * sg;
+    }
+}
+extern "C" void tsr_cuda_swiglu_bwd(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                                    size_t n, tsr_stream *s) {
+    if (n && (dgate || dup)) swiglu_bwd_k<<<GRID(n)>>>(dgate, dup, dout, gate, up, n);
+}
+
+/* The block's maximum or sum of each thread's v, in a fixed tree. */
+static __device__ float block_reduce(float v, int is_max) {
+    __shared__ float buf[ROW_THREADS];
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned w = ROW_THREADS / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) {
+            float o = buf[threadIdx.x + w];
+            buf[threadIdx.x] = is_max ? fmaxf(buf[threadIdx.x], o) : buf[threadIdx.x] + o;
+        }
+        __syncthreads();
+    }
+    float r = buf[0];
+    __syncthreads();
+    return r;
+}
+
+/* One block per row: max, the exponentials and their sum, probabilities, loss. */
+static __global__ void xent_fwd_k(float *losses, float *probs, const float *logits, const int *targets, int V) {
+    const float *x = logits + (size_t)blockIdx.x * V;
+    float *p = probs + (size_t)blockIdx.x * V;
+    int t = targets[blockIdx.x], counted = t >= 0 && t < V;
+    float xt = counted ? x[t] : 0.0f; /* read before p overwrites x when they alias */
+    __syncthreads();
+    float mx = -INFINITY;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
+    mx = block_reduce(mx, 1);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float e = expf(x[j] - mx);
+        p[j] = e;
+        sum += e;
+    }
+    sum = block_reduce(sum, 0);
+    float inv = 1.0f / sum;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] *= inv;
+    if (threadIdx.x == 0) losses[blockIdx.x] = counted ? logf(sum) + mx - xt : 0.0f;
+}
+extern "C" void tsr_cuda_xent_fwd(float *losses, float *probs, const float *logits, const int *targets, int N, int V,
+                                  tsr_stream *s) {
+    if (N <= 0) return;
+    if (V <= 0) {
+        cudaMemsetAsync(losses, 0, (size_t)N * sizeof *losses, tsr_cu_stream(s));
+        return;
+    }
+    xent_fwd_k<<<N, ROW_THREADS, 0, tsr_cu_stream(s)>>>(losses, probs, logits, targets, V);
+}
+static __global__ void xent_bwd_k(float *dlogits, const float *probs, const int *targets, const float *dloss, int V) {
+    int t = targets[blockIdx.x];
+    if (t < 0 || t >= V) return;
+    const float *p = probs + (size_t)blockIdx.x * V;
+    float *d = dlogits + (size_t)blockIdx.x * V, dl = dloss[blockIdx.x];
+    for (int j = threadIdx.x; j < V; j += blockDim.x) d[j] += j == t ? p[j] * dl - dl : p[j] * dl;
+}
+extern "C" void tsr_cuda_xent_bwd(float *dlogits, const float *probs, const int *targets, const float *dloss, int N,
+                                  int V, tsr_stream *s) {
+    if (dlogits && N > 0 && V > 0) xent_bwd_k<<<N, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dlogits, probs, targets, dloss, V);
+}
