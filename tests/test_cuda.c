@@ -22,6 +22,7 @@ int main(void) { SKIP("built without CUDA (make CUDA=1 builds the kernels; this 
 #include "data_plane.h"
 #include "casts.h"
 #include "activation.h"
+#include "attention.h"
 #include "embed.h"
 #include "loss.h"
 #include "matmul.h"
@@ -217,6 +218,35 @@ static void test_layers(int B, int T, int H, int hd, int V) {
     free(dl), free(dloss), free(tg), free(w), free(mo), free(di), free(dw);
 }
 
+/* Causal GQA: the probabilities, the output and the three gradients within 1e-4. */
+static void test_attention(int B, int T, int NH, int NKV, int hd) {
+    size_t nq = (size_t)B * T * NH * hd, nk = (size_t)B * T * NKV * hd, na = (size_t)B * NH * T * T;
+    float *q = randv(nq), *k = randv(nk), *v = randv(nk), *dout = randv(nq), *out = malloc(nq * 4);
+    float *att = malloc(na * 4), *scr = malloc(na * 4), *dq = calloc(nq, 4), *dk = calloc(nk, 4), *dv = calloc(nk, 4);
+    float *got = malloc((na > nq ? na : nq) * 4);
+    float *d_q = dev(q, nq * 4), *d_k = dev(k, nk * 4), *d_v = dev(v, nk * 4), *d_do = dev(dout, nq * 4);
+    float *d_o = dev(out, nq * 4), *d_att = dev(att, na * 4), *d_scr = dev(scr, na * 4);
+    float *d_dq = dev(dq, nq * 4), *d_dk = dev(dk, nk * 4), *d_dv = dev(dv, nk * 4);
+    tsr_attention_fwd(out, att, q, k, v, B, T, NH, NKV, hd);
+    tsr_cuda_attention_fwd(d_o, d_att, d_q, d_k, d_v, B, T, NH, NKV, hd, NULL);
+    back(got, d_att, na * 4);
+    CHECK(rel(got, att, na) < 1e-4, "attention probabilities B=%d T=%d NH=%d NKV=%d hd=%d: %.3g", B, T, NH, NKV, hd,
+          rel(got, att, na));
+    back(got, d_o, nq * 4);
+    CHECK(rel(got, out, nq) < 1e-4, "attention output: %.3g", rel(got, out, nq));
+    tsr_attention_bwd(dq, dk, dv, scr, dout, q, k, v, att, B, T, NH, NKV, hd);
+    tsr_cuda_attention_bwd(d_dq, d_dk, d_dv, d_scr, d_do, d_q, d_k, d_v, d_att, B, T, NH, NKV, hd, NULL);
+    back(got, d_dq, nq * 4);
+    CHECK(rel(got, dq, nq) < 1e-4, "attention dq: %.3g", rel(got, dq, nq));
+    back(got, d_dk, nk * 4);
+    CHECK(rel(got, dk, nk) < 1e-4, "attention dk: %.3g", rel(got, dk, nk));
+    back(got, d_dv, nk * 4);
+    CHECK(rel(got, dv, nk) < 1e-4, "attention dv: %.3g", rel(got, dv, nk));
+    float *dptr[] = {d_q, d_k, d_v, d_do, d_o, d_att, d_scr, d_dq, d_dk, d_dv};
+    for (size_t i = 0; i < sizeof dptr / sizeof *dptr; i++) tsr_mem_free(TSR_MEM_CUDA, dptr[i]);
+    free(q), free(k), free(v), free(dout), free(out), free(att), free(scr), free(dq), free(dk), free(dv), free(got);
+}
+
 /* The data plane on a stream (NCCL) over a group of one: every collective gives
  * back its input, bf16 through its f32 sum. */
 static void test_nccl(size_t n) {
@@ -254,6 +284,7 @@ int main(void) {
     test_embed(1, 1, 1), test_embed(37, 65, 11), test_embed(512, 768, 300);
     test_rmsnorm(1, 1), test_rmsnorm(3, 257), test_rmsnorm(256, 768), test_rmsnorm(129, 4097);
     test_layers(1, 1, 1, 2, 1), test_layers(2, 17, 3, 64, 259), test_layers(4, 64, 8, 64, 1024);
+    test_attention(1, 1, 1, 1, 1), test_attention(2, 67, 4, 2, 32), test_attention(1, 128, 8, 2, 64);
     test_nccl(1), test_nccl(100003);
     if (!check_failures) printf("cuda kernels: every twin matches its CPU kernel\n");
     return check_done();

@@ -64,6 +64,13 @@ int tsr_cuda_matmul_fwd(float *out, const float *inp, const float *w, int N, int
 int tsr_cuda_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w, int N, int C,
                         int OC, tsr_stream *s);
 
+/* attention.h: the same layouts; scratch as tsr_attention_scratch. */
+void tsr_cuda_attention_fwd(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
+                            int NH, int NKV, int hd, tsr_stream *s);
+void tsr_cuda_attention_bwd(float *dq, float *dk, float *dv, float *scratch, const float *dout, const float *q,
+                            const float *k, const float *v, const float *att, int B, int T, int NH, int NKV, int hd,
+                            tsr_stream *s);
+
 #ifdef __cplusplus
 }
 #endif
