@@ -75,3 +75,15 @@ void tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind) {
     (void)kind;
     memcpy(dst, src, n);
 }
+
+int tsr_mem_from_host(void *dst, const void *src, size_t n, tsr_mem_kind kind, tsr_error *err) {
+#ifdef TSR_CUDA
+    if (kind == TSR_MEM_CUDA) {
+        cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice);
+        return e == cudaSuccess ? 0 : cuda_err(err, e, "copy to the device", n);
+    }
+#endif
+    (void)kind, (void)err;
+    memcpy(dst, src, n);
+    return 0;
+}

@@ -21,5 +21,9 @@ void tsr_mem_free(tsr_mem_kind kind, void *p);
 /* tsr_mem_to_host(): copies n bytes from src (memory of `kind`, which must be
  * usable) to host memory at dst. The engine's staging copies through it. */
 void tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind);
+/* tsr_mem_from_host(): copies n bytes of host memory at src to dst (memory of
+ * `kind`, which must be usable). The engine's load fills device boxes through it.
+ * @return 0, or TSR_EIO with the device's reason. */
+int tsr_mem_from_host(void *dst, const void *src, size_t n, tsr_mem_kind kind, tsr_error *err);
 
 #endif

@@ -9,6 +9,7 @@
  *   send   what I read, to every other rank that holds the same box
  *   agree  every rank learns whether all loaded */
 #include "engine_impl.h"
+#include "mem.h"
 
 #define TAG_MOD 32000 /* a box's message tag: its plan entry, modulo this */
 
@@ -275,9 +276,70 @@ static void load_free(load *l) {
     free(l->ck_tensor);
 }
 
+/* Boxes in device memory are loaded through host memory: the load fills a view
+ * of the state whose device boxes point at host buffers, which are then copied
+ * to their devices. view_open(): the view (*boxes malloc'ed; a host buffer for
+ * each device box), or the state itself when it has none. */
+static int view_open(const tsr_state *st, tsr_state *view, tsr_state_box **boxes, tsr_error *err) {
+    *view = *st;
+    *boxes = NULL;
+    size_t ndev = 0;
+    for (size_t i = 0; i < st->n_boxes; i++) ndev += st->boxes[i].mem != TSR_MEM_HOST;
+    if (!ndev) return 0;
+    if (!(*boxes = calloc(st->n_boxes, sizeof **boxes))) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < st->n_boxes && !rc; i++) {
+        const tsr_state_box *b = &st->boxes[i];
+        (*boxes)[i] = *b;
+        if (b->mem == TSR_MEM_HOST) continue;
+        (*boxes)[i].data = NULL;
+        size_t bytes = tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype);
+        if ((rc = tsr_mem_usable(b->mem, err))) tsr_err_prefix(err, "%s", st->tensors[b->tensor].name);
+        else if (!((*boxes)[i].data = tsr_alloc_aligned(bytes ? bytes : 1)))
+            rc = tsr_err(err, TSR_ENOMEM, "out of memory for a host copy of %s (%zu bytes)", st->tensors[b->tensor].name,
+                         bytes);
+        (*boxes)[i].mem = TSR_MEM_HOST;
+    }
+    view->boxes = *boxes;
+    return rc;
+}
+
+/* view_close(): after a load that succeeded (ok), each device box gets its host
+ * buffer; the buffers are freed either way. */
+static int view_close(const tsr_state *st, tsr_state_box *boxes, int ok, tsr_error *err) {
+    int rc = 0;
+    for (size_t i = 0; boxes && i < st->n_boxes; i++) {
+        const tsr_state_box *b = &st->boxes[i];
+        if (b->mem == TSR_MEM_HOST) continue;
+        size_t bytes = tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype);
+        if (ok && !rc && boxes[i].data && (rc = tsr_mem_from_host(b->data, boxes[i].data, bytes, b->mem, err)))
+            tsr_err_prefix(err, "%s", st->tensors[b->tensor].name);
+        free(boxes[i].data);
+    }
+    free(boxes);
+    return rc;
+}
+
+static int load_host(tsr_engine *e, const char *step_dir, const tsr_state *st, tsr_ckpt **ck_out, tsr_error *err);
+
 int tsr_engine_load(tsr_engine *e, const char *step_dir, const tsr_state *st, tsr_ckpt **ck_out, tsr_error *err) {
     int rc = engine_check_state(st, err);
     if (rc) return rc;
+    tsr_state view;
+    tsr_state_box *boxes = NULL;
+    if ((rc = view_open(st, &view, &boxes, err))) {
+        view_close(st, boxes, 0, NULL);
+        return rc;
+    }
+    rc = load_host(e, step_dir, &view, ck_out, err);
+    int rc2 = view_close(st, boxes, rc == 0, rc ? NULL : err);
+    if (!rc && rc2 && ck_out) tsr_ckpt_close(*ck_out), *ck_out = NULL;
+    return rc ? rc : rc2;
+}
+
+/* The load into host memory. */
+static int load_host(tsr_engine *e, const char *step_dir, const tsr_state *st, tsr_ckpt **ck_out, tsr_error *err) {
+    int rc = 0;
     tsr_ckpt *ck = open_everywhere(e, step_dir, err);
     if (!ck) return err ? err->code : TSR_EIO;
     load l = {.e = e, .st = st, .ck = ck};

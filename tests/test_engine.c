@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "mem.h"
 #include "store.h"
 #include "tessera.h"
 
@@ -132,6 +133,20 @@ int main(void) {
     tsr_state_box outside = {0, {2, {R, 0}, {1, C}}, dummy, TSR_MEM_HOST};
     tsr_state outs = {decls, 2, &outside, 1, NULL, 0, {1, 1, 1, 1, 0, 0}};
     CHECK(tsr_engine_save(eng, 60, &outs, &e) == TSR_EINVAL, "a box outside its tensor is refused at once");
+
+    /* A box in device memory: loaded through host memory where this build holds
+     * it; refused, naming the tensor and the kind, where it does not. */
+    tsr_state_box db = {1, {1, {0}, {C}}, h, TSR_MEM_CUDA};
+    tsr_state dst = {decls, 2, &db, 1, NULL, 0, {1, 1, 1, 1, 0, 0}};
+    tsr_error ue = {0};
+    if (tsr_mem_usable(TSR_MEM_CUDA, &ue) != 0) {
+        CHECK(tsr_engine_load(eng, NULL, &dst, NULL, &e) == TSR_EINVAL && strstr(e.msg, "model.h") &&
+                  strstr(e.msg, "cuda memory"), "a device box without a device: %s", e.msg);
+        CHECK(tsr_engine_save(eng, 60, &dst, &e) == TSR_EINVAL && strstr(e.msg, "cuda memory"),
+              "a device box without a device is not saved: %s", e.msg);
+        fill(4);
+        CHECK(load_matches(eng, NULL, 4), "the refusals changed nothing");
+    }
     tsr_engine_free(eng);
 
     /* Faults in the background save, each in a child with a fresh fault counter. */
