@@ -4,7 +4,7 @@
 #   sh tools/gpu_check.sh prepare OUT   (here, after make cuda-variant) puts in OUT
 #       the CUDA build's command and GPU test with the shared libraries they link
 #       that are not the C library's or CUDA's (liburing, zstd, curl, MPI, ...),
-#       and this script;
+#       and this script, and the same as OUT.tar.xz;
 #   sh OUT/gpu_check.sh run [SUMMARY]   (on the GPU machine, in at most a few
 #       minutes) runs every GPU kernel test against its CPU twin and writes one
 #       summary file (default OUT/gpu-summary.txt). Exit 0 only if all passed.
@@ -25,7 +25,9 @@ prepare)
     ldd "$B/tessera" "$B/tests/test_cuda" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
         grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so' |
         while read -r lib; do cp -L "$lib" "$OUT/lib/" || exit 1; done
-    echo "gpu_check: prepared $OUT ($(ls "$OUT/lib" | wc -l) libraries, $(du -sh "$OUT" | cut -f1)); on the GPU machine: sh $OUT/gpu_check.sh run"
+    # one compressed file too, for a machine that is sent files by size
+    tar -C "$(dirname "$OUT")" -cJf "$OUT.tar.xz" "$(basename "$OUT")" || exit 1
+    echo "gpu_check: prepared $OUT ($(ls "$OUT/lib" | wc -l) libraries, $(du -sh "$OUT" | cut -f1); $OUT.tar.xz $(du -sh "$OUT.tar.xz" | cut -f1)); on the GPU machine: sh $OUT/gpu_check.sh run"
     ;;
 run)
     HERE=$(cd "$(dirname "$0")" && pwd)
