@@ -104,8 +104,8 @@ static void test_records(const char *dir) {
     usleep(50000);
     CHECK(!tsr_heartbeat_chaos_nan(21), "no chaos NaN from a partial command");
     CHECK(write(c, cmd + 5, sizeof cmd - 5) == (ssize_t)sizeof cmd - 5, "the rest of the command");
-    double t0 = tsr_now();
-    while (!tsr_heartbeat_chaos_nan(21) && tsr_now() - t0 < 5) usleep(10000);
+    double w0 = tsr_now();
+    while (!tsr_heartbeat_chaos_nan(21) && tsr_now() - w0 < 5) usleep(10000);
     CHECK(tsr_heartbeat_chaos_nan(21) && !tsr_heartbeat_chaos_nan(20) && !tsr_heartbeat_chaos_nan(22),
           "the chaos NaN of step 21");
     tsr_heartbeat_close(h);

@@ -44,8 +44,8 @@ static const char USAGE[] =
     "a summary ends the run. --chaos RATE[,SEED] injects faults at random, RATE\n"
     "seconds apart on average (exponential; SEED 1 by default): a rank killed, a\n"
     "node killed (--nodes), a rank stopped, a NaN loss, ENOSPC on the next\n"
-    "checkpoint write, an S3 error (when the job archives to S3); each is a\n"
-    "\"chaos\" event. Exit status: 0 finished, 1 gave up, 2 bad usage.\n";
+    "checkpoint write; each is a \"chaos\" event.\n"
+    "Exit status: 0 finished, 1 gave up, 2 bad usage.\n";
 
 static volatile sig_atomic_t stop_sig;
 static volatile int stop_flag;

@@ -106,6 +106,7 @@ typedef struct launch {
     uint64_t chaos_state;
     double chaos_next; /* tsr_now() of the next fault */
     int chaos_faults;
+    int chaos_fatal; /* the launch that got a fault which ends it (0: none yet) */
 } launch;
 
 /* launch_log.c ------------------------------------------------------------ */
@@ -161,8 +162,7 @@ void launch_chaos_start(launch *L);
 /* launch_chaos_tick(): injects the fault that is due, if the launch is
  * training: kills a rank or a node (with --nodes), stops a rank (SIGSTOP),
  * tells the ranks to take the loss of a coming step as NaN, or to fail their
- * next write to the durable tier with ENOSPC, or their next S3 write (when the
- * job archives to S3); logs it as a "chaos" event (kind, target) and plans the
+ * next write to the durable tier with ENOSPC; logs it as a "chaos" event (kind, target) and plans the
  * next one. */
 void launch_chaos_tick(launch *L);
 
