@@ -5,6 +5,8 @@
 # minute on average, of every kind): the run finishes with every step and every
 # sample once, but for the windows the NaN rollbacks skipped. Without faults:
 # no false alarm (no straggler, hang or NaN event) and no restart.
+# TSR_CHAOS_MINUTES=M and TSR_CHAOS_RATE=S run M minutes each, at a fault per S
+# seconds (a quick check of the test itself).
 . "$TSR_ROOT/tests/mpi.sh"
 [ -n "${TSR_LONG:-}" ] || { echo "SKIP: a 60-minute test, run by make test-long (TSR_LONG=1)" >&2; exit 77; }
 CFG="$TSR_ROOT/train/configs/debug.toml"
@@ -22,11 +24,12 @@ sup() { # NAME STEPS [OPTIONS]
         >"$TSR_TMP/$name.log" 2>&1 || { fail "$name: exit $?"; tail -5 "$TSR_TMP/$name.log" >&2; }
 }
 # the steps of 30 minutes, from a 100-step run's wall time
+MIN=${TSR_CHAOS_MINUTES:-30}
 sup calibrate 100
 steps=$($PY -c 'import json, sys
 f = [json.loads(l) for l in open(sys.argv[1]) if "\"finish\"" in l][-1]
-print(int(1800 / (f["wall_s"] / 100)))' "$TSR_TMP/calibrate/launch.jsonl")
-echo "30 minutes: $steps steps"
+print(max(100, int(60 * float(sys.argv[2]) / (f["wall_s"] / 100))))' "$TSR_TMP/calibrate/launch.jsonl" "$MIN")
+echo "$MIN minutes: $steps steps"
 sup clean "$steps"
 n=$($PY -c 'import json, sys
 print(sum(1 for l in open(sys.argv[1]) if json.loads(l)["event"] in ("straggler", "hang", "nan", "relaunch")))' \
@@ -34,7 +37,7 @@ print(sum(1 for l in open(sys.argv[1]) if json.loads(l)["event"] in ("straggler"
 [ "$n" = 0 ] || { fail "clean: $n false alarm(s)"; grep -E "straggler|hang|nan|relaunch" "$TSR_TMP/clean/launch.jsonl" >&2; }
 $PY "$TSR_ROOT/tests/samples_check.py" "$TSR_TMP/clean/metrics.jsonl" "$TSR_TMP/clean/launch.jsonl" "$steps" ||
     fail "clean: samples lost or trained twice"
-sup chaos "$steps" --chaos 60,7 --hang-timeout 10
+sup chaos "$steps" --chaos "${TSR_CHAOS_RATE:-60},7" --hang-timeout 10
 $PY "$TSR_ROOT/tests/samples_check.py" "$TSR_TMP/chaos/metrics.jsonl" "$TSR_TMP/chaos/launch.jsonl" "$steps" ||
     fail "chaos: samples lost or trained twice"
 grep '"finish"' "$TSR_TMP/chaos/launch.jsonl" | tail -1
