@@ -104,19 +104,25 @@ static int check_record(const launch *L, const conn *c, const tsr_hb_record *r, 
     return 0;
 }
 
-static double window_mean(const rank_state *s) {
-    double sum = 0;
-    for (int k = 0; k < LAUNCH_WINDOW; k++) sum += s->win[k];
-    return sum / LAUNCH_WINDOW;
+/* The median of a rank's window: one stall (a rank descheduled for a second
+ * on a loaded machine) does not move it; a rank slow step after step does. */
+static double window_median(const rank_state *s) {
+    double v[LAUNCH_WINDOW];
+    for (int i = 0; i < LAUNCH_WINDOW; i++) {
+        int k = i;
+        for (; k > 0 && v[k - 1] > s->win[i]; k--) v[k] = v[k - 1];
+        v[k] = s->win[i];
+    }
+    return (v[(LAUNCH_WINDOW - 1) / 2] + v[LAUNCH_WINDOW / 2]) / 2;
 }
 
-/* The median of the other ranks' window means (0: none has a full window). */
+/* The median of the other ranks' window medians (0: none has a full window). */
 static double others_median(const launch *L, int rank) {
     double v[LAUNCH_SPARE_CONNS];
     int n = 0;
     for (int q = 0; q < L->np && n < LAUNCH_SPARE_CONNS; q++) /* at most 32 ranks sampled: enough for a median */
         if (q != rank && L->ranks[q].n_win >= LAUNCH_WINDOW) {
-            double m = window_mean(&L->ranks[q]);
+            double m = window_median(&L->ranks[q]);
             int k = n++;
             for (; k > 0 && v[k - 1] > m; k--) v[k] = v[k - 1];
             v[k] = m;
@@ -124,7 +130,7 @@ static double others_median(const launch *L, int rank) {
     return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-/* Straggler: the rank's mean compute time (its step time less its waits in
+/* Straggler: the rank's median compute time (its step time less its waits in
  * the data plane: every rank waits for the slow one in the collectives, so
  * their step times are alike) over its last LAUNCH_WINDOW steps against 1.5x
  * the median of the other ranks', and at least LAUNCH_STRAGGLER_FLOOR seconds
@@ -133,14 +139,14 @@ static void check_straggler(launch *L, int rank, int64_t step) {
     rank_state *s = &L->ranks[rank];
     double med = others_median(L, rank);
     if (s->n_win < LAUNCH_WINDOW || med <= 0) return;
-    double mean = window_mean(s);
-    int slow = mean > 1.5 * med && mean - med >= LAUNCH_STRAGGLER_FLOOR;
+    double own = window_median(s);
+    int slow = own > 1.5 * med && own - med >= LAUNCH_STRAGGLER_FLOOR;
     if (slow && !s->straggling) {
         s->straggling = 1;
         launch_event(L, "straggler", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"step\": %lld, \"compute_s\": %.4f, "
-                     "\"median_s\": %.4f", rank, (int)s->pid, launch_node_of(L, rank), (long long)step, mean, med);
-        launch_say("straggler: rank %d (node %d) computed %.3f s per step over its last %d steps, %.1fx the other "
-                   "ranks' median %.3f s", rank, launch_node_of(L, rank), mean, LAUNCH_WINDOW, mean / med, med);
+                     "\"median_s\": %.4f", rank, (int)s->pid, launch_node_of(L, rank), (long long)step, own, med);
+        launch_say("straggler: rank %d (node %d) computed %.3f s per step (median of its last %d steps), %.1fx the other "
+                   "ranks' median %.3f s", rank, launch_node_of(L, rank), own, LAUNCH_WINDOW, own / med, med);
     } else if (!slow) {
         s->straggling = 0;
     }
