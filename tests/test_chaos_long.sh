@@ -41,4 +41,4 @@ sup chaos "$steps" --chaos "${TSR_CHAOS_RATE:-60},7" --hang-timeout 10
 $PY "$TSR_ROOT/tests/samples_check.py" "$TSR_TMP/chaos/metrics.jsonl" "$TSR_TMP/chaos/launch.jsonl" "$steps" ||
     fail "chaos: samples lost or trained twice"
 grep '"finish"' "$TSR_TMP/chaos/launch.jsonl" | tail -1
-finish "chaos long: 30 minutes of chaos with no lost step, 30 minutes clean with no false alarm"
+finish "chaos long: $MIN minutes of chaos with no lost step, $MIN minutes clean with no false alarm"
