@@ -58,7 +58,7 @@ TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 PUBLIC_HEADERS := include/tessera.h $(foreach d,$(LAYERS),$(wildcard $(d)/tsr_*.h))
 HEADERS := $(wildcard include/*.h kernels/cuda/*.h $(foreach d,$(LAYERS) tools tests,$(d)/*.h))
 
-.PHONY: all deps test test-long bench run install clean fuzz layers cuda-variant
+.PHONY: all deps test test-long bench bench-long run install clean fuzz layers cuda-variant
 all: $(BUILD)/tessera $(BUILD)/libtessera.a
 
 $(BUILD)/%.o: %.c $(HEADERS)
@@ -131,6 +131,11 @@ test-long: deps
 bench: deps
 	$(MAKE) --no-print-directory all
 	sh tools/bench.sh $(BUILD)
+
+# Effective training time over 20-minute chaos runs (about an hour in all).
+bench-long: deps
+	$(MAKE) --no-print-directory all
+	sh tools/bench_chaos.sh $(BUILD)/tessera runs/bench/chaos-long long
 
 run: deps
 	$(MAKE) --no-print-directory all

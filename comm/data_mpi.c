@@ -21,6 +21,8 @@
 /* Elements of one MPI_Allreduce; bf16 sums convert this many at a time. */
 #define ALLREDUCE_CHUNK (TSR_MPI_CHUNK / 8)
 
+static double data_seconds; /* tsr_data_seconds() */
+
 /* The MPI type that carries dt (bf16: its 16-bit words), or 0 (with err) when
  * the plane does not carry dt; also refuses streams, which need devices. */
 static int carry(tsr_dtype dt, tsr_stream *s, const char *what, MPI_Datatype *t, size_t *esz, tsr_error *err) {
@@ -71,7 +73,7 @@ static int allreduce_bf16(tsr_comm *c, uint16_t *buf, size_t n, tsr_error *err) 
     return rc;
 }
 
-int tsr_data_allreduce_sum(tsr_comm *c, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err) {
+static int data_allreduce_sum_untimed(tsr_comm *c, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err) {
     ON_STREAM(tsr_nccl_allreduce_sum(c, dt, buf, n, s, err));
     MPI_Datatype t = MPI_DATATYPE_NULL;
     size_t esz = 0;
@@ -105,7 +107,7 @@ static void self_part(const void *send, void *recv, size_t n, size_t esz) {
     if (send != recv && n) memmove(recv, send, n * esz);
 }
 
-int tsr_data_allgatherv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
+static int data_allgatherv_untimed(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
                         tsr_stream *s, tsr_error *err) {
     ON_STREAM(tsr_nccl_allgatherv(c, dt, send, recv, counts, s, err));
     MPI_Datatype t = MPI_DATATYPE_NULL;
@@ -144,7 +146,7 @@ static int reduce_scatter_bf16(tsr_comm *c, const uint16_t *send, uint16_t *recv
     return rc;
 }
 
-int tsr_data_reduce_scatterv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
+static int data_reduce_scatterv_untimed(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
                              tsr_stream *s, tsr_error *err) {
     ON_STREAM(tsr_nccl_reduce_scatterv(c, dt, send, recv, counts, s, err));
     MPI_Datatype t = MPI_DATATYPE_NULL;
@@ -195,7 +197,7 @@ int tsr_data_reduce_scatter(tsr_comm *c, tsr_dtype dt, const void *send, void *r
 
 /* -------------------------------------------------------- point to point */
 
-int tsr_data_send(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, const void *buf, size_t n,
+static int data_send_untimed(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, const void *buf, size_t n,
                   tsr_comm_reqs *pending, tsr_stream *s, tsr_error *err) {
     ON_STREAM(tsr_nccl_send(c, peer, dt, buf, n, s, err));
     MPI_Datatype t = MPI_DATATYPE_NULL;
@@ -204,7 +206,7 @@ int tsr_data_send(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, const void 
     return rc ? rc : tsr_comm_isend(c, peer, tag, buf, n * esz, pending, err);
 }
 
-int tsr_data_recv(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, void *buf, size_t n, tsr_stream *s,
+static int data_recv_untimed(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, void *buf, size_t n, tsr_stream *s,
                   tsr_error *err) {
     ON_STREAM(tsr_nccl_recv(c, peer, dt, buf, n, s, err));
     MPI_Datatype t = MPI_DATATYPE_NULL;
@@ -213,8 +215,60 @@ int tsr_data_recv(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, void *buf, 
     return rc ? rc : tsr_comm_recv(c, peer, tag, buf, n * esz, err);
 }
 
-int tsr_data_wait(tsr_comm *c, tsr_comm_reqs *pending, tsr_stream *s, tsr_error *err) {
+static int data_wait_untimed(tsr_comm *c, tsr_comm_reqs *pending, tsr_stream *s, tsr_error *err) {
     ON_STREAM(tsr_nccl_wait(s, err));
     if (s) return tsr_err(err, TSR_EINVAL, "wait: a stream needs a build with devices (this one has the host only)");
     return tsr_comm_waitall(c, pending, err);
 }
+
+/* ------------------------------------------------------------- timing */
+
+/* The public calls: each one's wall time is added to data_seconds. */
+
+int tsr_data_allreduce_sum(tsr_comm *c, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err) {
+    double t0 = tsr_now();
+    int rc = data_allreduce_sum_untimed(c, dt, buf, n, s, err);
+    data_seconds += tsr_now() - t0;
+    return rc;
+}
+
+int tsr_data_allgatherv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
+                        tsr_stream *s, tsr_error *err) {
+    double t0 = tsr_now();
+    int rc = data_allgatherv_untimed(c, dt, send, recv, counts, s, err);
+    data_seconds += tsr_now() - t0;
+    return rc;
+}
+
+int tsr_data_reduce_scatterv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
+                             tsr_stream *s, tsr_error *err) {
+    double t0 = tsr_now();
+    int rc = data_reduce_scatterv_untimed(c, dt, send, recv, counts, s, err);
+    data_seconds += tsr_now() - t0;
+    return rc;
+}
+
+int tsr_data_send(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, const void *buf, size_t n,
+                  tsr_comm_reqs *pending, tsr_stream *s, tsr_error *err) {
+    double t0 = tsr_now();
+    int rc = data_send_untimed(c, peer, tag, dt, buf, n, pending, s, err);
+    data_seconds += tsr_now() - t0;
+    return rc;
+}
+
+int tsr_data_recv(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, void *buf, size_t n, tsr_stream *s,
+                  tsr_error *err) {
+    double t0 = tsr_now();
+    int rc = data_recv_untimed(c, peer, tag, dt, buf, n, s, err);
+    data_seconds += tsr_now() - t0;
+    return rc;
+}
+
+int tsr_data_wait(tsr_comm *c, tsr_comm_reqs *pending, tsr_stream *s, tsr_error *err) {
+    double t0 = tsr_now();
+    int rc = data_wait_untimed(c, pending, s, err);
+    data_seconds += tsr_now() - t0;
+    return rc;
+}
+
+double tsr_data_seconds(void) { return data_seconds; }

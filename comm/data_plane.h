@@ -56,4 +56,11 @@ int tsr_data_recv(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, void *buf, 
                   tsr_error *err);
 int tsr_data_wait(tsr_comm *c, tsr_comm_reqs *pending, tsr_stream *s, tsr_error *err);
 
+/* tsr_data_seconds(): the wall seconds this process has spent inside the calls
+ * above since it started, waits for slower peers included (the trainer takes
+ * it from its step time to tell its own work from the wait for others: the
+ * supervisor's straggler rule, README "Keeping a run alive"). Counted by the
+ * thread that makes the calls; read it from that thread. */
+double tsr_data_seconds(void);
+
 #endif

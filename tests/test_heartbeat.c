@@ -21,7 +21,7 @@
 
 static void test_codec(void) {
     tsr_hb_record r = {TSR_HB_MAGIC, TSR_HB_VERSION, TSR_HB_STEP, 0x0123456789abcdefull, 7, 8, 4242, -5, NAN,
-                       1.5, 1.7e9, 0.25};
+                       1.5, 1.7e9, 0.25, 0.125};
     uint8_t b[TSR_HB_RECORD];
     tsr_hb_encode(&r, b);
     CHECK(tsr_ld32(b) == TSR_HB_MAGIC && b[0] == 'T' && b[1] == 'S' && b[2] == 'H' && b[3] == 'B', "magic bytes");
@@ -29,7 +29,12 @@ static void test_codec(void) {
     tsr_hb_decode(b, &o);
     CHECK(o.magic == r.magic && o.version == r.version && o.phase == r.phase && o.token == r.token, "header");
     CHECK(o.rank == 7 && o.world == 8 && o.pid == 4242 && o.step == -5, "fields");
-    CHECK(isnan(o.loss) && o.grad_norm == 1.5 && o.time == 1.7e9 && o.step_s == 0.25, "doubles");
+    CHECK(isnan(o.loss) && o.grad_norm == 1.5 && o.time == 1.7e9 && o.step_s == 0.25 && o.compute_s == 0.125, "doubles");
+    CHECK(TSR_HB_RECORD == 80 && TSR_HB_VERSION == 2 && tsr_ld64(b + 72) == 0x3fc0000000000000ull, "compute_s last");
+    uint8_t cmd[TSR_HB_COMMAND];
+    tsr_hb_command(TSR_HB_CMD_NAN, 42, cmd);
+    CHECK(cmd[0] == 'T' && cmd[1] == 'S' && cmd[2] == 'H' && cmd[3] == 'C' && tsr_ld32(cmd + 4) == TSR_HB_CMD_NAN &&
+              tsr_ld64(cmd + 8) == 42, "command bytes");
     CHECK(strcmp(tsr_hb_phase_name(TSR_HB_DONE), "done") == 0 && strcmp(tsr_hb_phase_name(99), "?") == 0, "names");
 }
 
@@ -87,7 +92,22 @@ static void test_records(const char *dir) {
               r.world == 4 && r.pid == (uint32_t)getpid(), "start record: phase %u rank %u", r.phase, r.rank);
     tsr_heartbeat_send(h, TSR_HB_STEP, 17, 2.5, 0.75, 0.125);
     CHECK(read_record(c, &r) == 0 && r.phase == TSR_HB_STEP && r.step == 17 && r.loss == 2.5 && r.grad_norm == 0.75 &&
-              r.step_s == 0.125, "step record");
+              r.step_s == 0.125 && r.compute_s == 0, "step record");
+    tsr_heartbeat_step(h, 18, 2.25, 0.5, 0.25, 0.0625);
+    CHECK(read_record(c, &r) == 0 && r.phase == TSR_HB_STEP && r.step == 18 && r.step_s == 0.25 && r.compute_s == 0.0625,
+          "step record with its compute time");
+    /* a command, sent in two pieces: the watchdog carries it out whole */
+    uint8_t cmd[TSR_HB_COMMAND];
+    tsr_hb_command(TSR_HB_CMD_NAN, 21, cmd);
+    CHECK(!tsr_heartbeat_chaos_nan(21), "no chaos NaN before the command");
+    CHECK(write(c, cmd, 5) == 5, "the command's first bytes");
+    usleep(50000);
+    CHECK(!tsr_heartbeat_chaos_nan(21), "no chaos NaN from a partial command");
+    CHECK(write(c, cmd + 5, sizeof cmd - 5) == (ssize_t)sizeof cmd - 5, "the rest of the command");
+    double w0 = tsr_now();
+    while (!tsr_heartbeat_chaos_nan(21) && tsr_now() - w0 < 5) usleep(10000);
+    CHECK(tsr_heartbeat_chaos_nan(21) && !tsr_heartbeat_chaos_nan(20) && !tsr_heartbeat_chaos_nan(22),
+          "the chaos NaN of step 21");
     tsr_heartbeat_close(h);
     char x;
     CHECK(read(c, &x, 1) == 0, "end of stream after close");
@@ -121,6 +141,14 @@ static void test_fault(void) {
           "the batch of step 3 is samples 16..23");
     tsr_heartbeat_set_fault_nan(0);
     CHECK(!tsr_heartbeat_fault_nan(16, 8), "no fault once turned off");
+    /* the straggler hook sleeps on its rank only */
+    tsr_heartbeat_set_fault_slow(1, 200);
+    double t0 = tsr_now();
+    tsr_heartbeat_fault_slow(0);
+    CHECK(tsr_now() - t0 < 0.15, "another rank is not slowed");
+    tsr_heartbeat_fault_slow(1);
+    CHECK(tsr_now() - t0 >= 0.2, "the slow rank sleeps its 200 ms");
+    tsr_heartbeat_set_fault_slow(-1, 0);
 }
 
 int main(void) {

@@ -66,3 +66,8 @@ awk -v fpt="$(num "$gemm" flop_per_token)" -v p1="$(num "$gemm" peak_Fps)" -v p2
     printf "train 124m: %.1f tokens/s x %.4g FLOP/token = %.2f GFLOP/s of model FLOPs, %.2fx the sgemm peak (%.2f GFLOP/s)\n", tps, fpt, tps * fpt / 1e9, tps * fpt / peak, peak / 1e9
     printf "train 124m: %.2f%% of step time blocked on checkpoints, one every 20 steps (goal < 1%%)  %s\n", share, (share < 1) ? "ok" : "MISSED" }' "$OUT/train.log"
 rm -rf "$OUT"
+
+echo
+echo "== chaos: effective training time (productive step time / wall time) under tessera launch --chaos,"
+echo "   the debug model on 8 ranks as 2 nodes of 4, against the same job without faults (make bench-long: 20 min runs)"
+sh tools/bench_chaos.sh "$T" "$OUT/chaos" short

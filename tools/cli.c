@@ -222,6 +222,15 @@ int tsr_cli_faults(void) {
         }
         tsr_heartbeat_set_fault_nan(n);
     }
+    const char *slow = getenv("TSR_FAULT_SLOW");
+    if (slow && *slow) {
+        int rank, ms, used = 0;
+        if (sscanf(slow, "%d:%d%n", &rank, &ms, &used) != 2 || slow[used] || rank < 0 || ms < 1 || ms > 600000) {
+            fprintf(stderr, "tessera: TSR_FAULT_SLOW: %s: not RANK:MS (a rank, milliseconds 1..600000)\n", slow);
+            return -1;
+        }
+        tsr_heartbeat_set_fault_slow(rank, ms);
+    }
     const char *spec = getenv("TSR_FAULT");
     tsr_error e = {0};
     if (!spec || !*spec || tsr_fault_set(spec, &e) == 0) return 0;

@@ -68,8 +68,10 @@ void tsr_cli_set_threads(void);
 
 /* tsr_cli_faults(): storage fault injection for the command's tests: the spec
  * in the environment variable TSR_FAULT (ckpt/store.h describes it) set for the
- * whole process (tsr_fault_set), and the trainer's NaN at step TSR_FAULT_NAN
- * (tsr_heartbeat_set_fault_nan). The one place that reads them. @return 0 (also
+ * whole process (tsr_fault_set), the trainer's NaN at step TSR_FAULT_NAN
+ * (tsr_heartbeat_set_fault_nan) and its straggler, rank RANK working MS
+ * milliseconds longer each step, from TSR_FAULT_SLOW=RANK:MS
+ * (tsr_heartbeat_set_fault_slow). The one place that reads them. @return 0 (also
  * when unset), or -1 for a value that does not parse, after printing
  * "tessera: TSR_FAULT: why". */
 int tsr_cli_faults(void);

@@ -21,7 +21,7 @@
 
 static const char USAGE[] =
     "usage: tessera launch -np N [--nodes K] [--min-ranks M] [--max-restarts R] [--hang-timeout S]\n"
-    "                      [--backoff S] [--grace S] -- train --config FILE [--section.key=value ...]\n"
+    "                      [--backoff S] [--grace S] [--chaos RATE[,SEED]] -- train --config FILE [--section.key=value ...]\n"
     "Runs the training job on N ranks under mpirun and keeps it alive. Every rank\n"
     "reports to the supervisor over a Unix socket (step, phase, loss, time); it\n"
     "restarts the job (which resumes from its newest committed checkpoint) when:\n"
@@ -31,14 +31,21 @@ static const char USAGE[] =
     "  - the loss or gradient norm is not finite: the job rolls back to the newest\n"
     "    checkpoint before that step and skips the data from there to it\n"
     "    (training.skip_data_after_step, training.skip_data_steps);\n"
-    "and reports a straggler (a rank's step time over 1.5x the median for 5 steps).\n"
+    "and reports a straggler: a rank whose median compute time (its step time less\n"
+    "its waits in the collectives) over its last 8 steps is over 1.5x the other\n"
+    "ranks' and at least 0.1 s above it.\n"
     "A failed job is ended (SIGTERM, then SIGKILL after --grace seconds, default 3)\n"
-    "and relaunched after --backoff seconds (default 1; doubling, up to 30), at most\n"
+    "and relaunched after --backoff seconds (default 1; doubling, up to 30, while\n"
+    "launches fail before their first step), at most\n"
     "R times (default 5). --nodes K groups the ranks into K nodes of N/K ranks (on\n"
     "one machine); a node whose ranks fail twice is dropped and the job restarts on\n"
     "N - N/K ranks, data_parallel_shard_degree -1 and the same global batch, if\n"
     "that is at least M (default: N). Events go to DUMP/launch.jsonl (JSON lines);\n"
-    "a summary ends the run. Exit status: 0 finished, 1 gave up, 2 bad usage.\n";
+    "a summary ends the run. --chaos RATE[,SEED] injects faults at random, RATE\n"
+    "seconds apart on average (exponential; SEED 1 by default): a rank killed, a\n"
+    "node killed (--nodes), a rank stopped, a NaN loss, ENOSPC on the next\n"
+    "checkpoint write; each is a \"chaos\" event.\n"
+    "Exit status: 0 finished, 1 gave up, 2 bad usage.\n";
 
 static volatile sig_atomic_t stop_sig;
 static volatile int stop_flag;
@@ -60,11 +67,25 @@ static int num_opt(const char *v, double lo, double *out, const char *name) {
     return 0;
 }
 
+/* --chaos RATE[,SEED] */
+static int chaos_opt(const char *v, launch_opts *o) {
+    char rate[64];
+    const char *comma = strchr(v, ',');
+    uint64_t seed = 1;
+    snprintf(rate, sizeof rate, "%.*s", comma ? (int)(comma - v) : (int)strlen(v), v);
+    if (num_opt(rate, 0.1, &o->chaos_rate, "--chaos")) return -1;
+    if (comma && tsr_parse_u64(comma + 1, &seed))
+        return tsr_usage_error("launch", "--chaos RATE,SEED: the seed '%s' is not a number", comma + 1);
+    o->chaos_seed = seed;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, launch_opts *o) {
     double np = 0, nodes = 1, minr = 0, maxr = 5;
     o->hang_timeout = 0;
     o->backoff = 1;
     o->grace = 3;
+    o->chaos_rate = 0;
     int i = 1;
     for (; i < argc && strcmp(argv[i], "--") != 0; i++) {
         const char *v = NULL;
@@ -86,6 +107,8 @@ static int parse_args(int argc, char **argv, launch_opts *o) {
             if (r < 0 || num_opt(v, 0, &o->backoff, "--backoff")) return EXIT_USAGE;
         } else if ((r = tsr_opt(argc, argv, &i, "grace", 1, &v))) {
             if (r < 0 || num_opt(v, 0, &o->grace, "--grace")) return EXIT_USAGE;
+        } else if ((r = tsr_opt(argc, argv, &i, "chaos", 1, &v))) {
+            if (r < 0 || chaos_opt(v, o)) return EXIT_USAGE;
         } else {
             return tsr_usage_error("launch", "unexpected argument '%s' (see --help)", argv[i]);
         }
@@ -303,7 +326,9 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
     }
     account_node(L, pristine);
     if (L->out == OUT_NAN) plan_rollback(L);
-    double b = fmin(30, L->o.backoff * pow(2, L->restarts));
+    /* the backoff doubles with each launch in a row that trained no step */
+    L->quick_fails = L->first_step >= 0 ? 0 : L->quick_fails + 1;
+    double b = fmin(30, L->o.backoff * pow(2, L->quick_fails));
     L->restarts++;
     launch_event(L, "relaunch", "\"restart\": %d, \"backoff_s\": %.3f, \"np\": %d", L->restarts, b, L->np);
     backoff_wait(L, b);
@@ -313,9 +338,9 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
 static void summary(launch *L, int ok, const int *counts) {
     double wall = tsr_now() - L->t0, train = fmax(0, wall - L->lost_s);
     launch_event(L, "finish", "\"status\": \"%s\", \"restarts\": %d, \"rank_exits\": %d, \"hangs\": %d, \"nans\": %d, "
-                 "\"job_exits\": %d, \"np\": %d, \"wall_s\": %.3f, \"lost_s\": %.3f, \"train_s\": %.3f",
+                 "\"job_exits\": %d, \"np\": %d, \"wall_s\": %.3f, \"lost_s\": %.3f, \"train_s\": %.3f, \"chaos_faults\": %d",
                  ok ? "ok" : "failed", L->restarts, counts[OUT_RANK_EXIT], counts[OUT_HANG], counts[OUT_NAN],
-                 counts[OUT_JOB_EXIT], L->np, wall, L->lost_s, train);
+                 counts[OUT_JOB_EXIT], L->np, wall, L->lost_s, train, L->chaos_faults);
     launch_say("%s after %d launch(es): %d restart(s) (%d rank exit(s), %d hang(s), %d NaN rollback(s), %d job "
                "exit(s)); %d of %d ranks at the end; %.1f s in all, %.1f s lost to failures, %.1f s of training",
                ok ? "finished" : "gave up", L->attempt, L->restarts, counts[OUT_RANK_EXIT], counts[OUT_HANG],
@@ -330,6 +355,7 @@ static int supervise(launch *L, const tsr_train_config *pristine) {
     launch_event(L, "start", "\"np\": %d, \"nodes\": %d, \"min_ranks\": %d, \"max_restarts\": %d, \"hang_timeout_s\": "
                  "%.3f, \"pid\": %d, \"command\": %s", L->o.np, L->o.nodes, L->o.min_ranks, L->o.max_restarts,
                  L->o.hang_timeout, (int)getpid(), launch_json(cmd, j, sizeof j));
+    launch_chaos_start(L);
     for (;;) {
         if (start_launch(L)) break;
         launch_watch(L, &stop_flag);

@@ -14,7 +14,8 @@
 
 #define LAUNCH_MAX_EXTRA 8  /* arguments the supervisor adds to the train command */
 #define LAUNCH_SPARE_CONNS 32 /* connections held at once beyond the ranks' */
-#define LAUNCH_WINDOW 5     /* steps of a rank's straggler window */
+#define LAUNCH_WINDOW 8     /* steps of a rank's straggler window */
+#define LAUNCH_STRAGGLER_FLOOR 0.1 /* seconds a straggler's compute time exceeds the median's by, at least */
 #define LAUNCH_HISTORY 64   /* step times behind the median */
 
 typedef struct launch_opts {
@@ -22,6 +23,8 @@ typedef struct launch_opts {
     double hang_timeout; /* seconds; 0: 5x the median step time, at least LAUNCH_HANG_FLOOR */
     double backoff;      /* seconds before the first relaunch; doubles, up to 30 s */
     double grace;        /* seconds between SIGTERM and SIGKILL */
+    double chaos_rate;   /* --chaos: mean seconds between injected faults (0: none) */
+    uint64_t chaos_seed;
     int train_argc;      /* the command after "--": train --config FILE ... */
     char **train_argv;
 } launch_opts;
@@ -46,8 +49,8 @@ typedef struct rank_state {
     int phase;
     int64_t step;
     double heard; /* tsr_now() of its last record */
-    double win[LAUNCH_WINDOW];
-    int n_win, straggling;
+    double win[LAUNCH_WINDOW]; /* its compute times (step time less data-plane waits) */
+    int n_win, i_win, straggling;
 } rank_state;
 
 typedef struct conn {
@@ -90,6 +93,7 @@ typedef struct launch {
     int n_hist;
     int *alive_nodes, n_alive, per_node, *node_fails;
     int restarts;
+    int quick_fails; /* launches in a row that failed before a step (the backoff's exponent) */
     int skip_after, skip_steps; /* the data window skipped (-1: none) */
     int rollback_to;            /* checkpoint.load_step of the relaunches after a NaN (-1: none) */
     int64_t rollback_bad;       /* the step that gave the NaN */
@@ -98,6 +102,11 @@ typedef struct launch {
     int64_t failed_step;        /* the newest step seen before it */
     double lost_s, t0;
     int last_np;
+    /* --chaos (launch_chaos.c) */
+    uint64_t chaos_state;
+    double chaos_next; /* tsr_now() of the next fault */
+    int chaos_faults;
+    int chaos_fatal; /* the launch that got a fault which ends it (0: none yet) */
 } launch;
 
 /* launch_log.c ------------------------------------------------------------ */
@@ -143,6 +152,19 @@ int launch_descends(pid_t pid, pid_t ancestor);
 
 /* launch_proc_state(): the state letter of pid (R, S, D, T, Z...; '?' if gone). */
 char launch_proc_state(pid_t pid);
+
+/* launch_chaos.c ---------------------------------------------------------- */
+
+/* launch_chaos_start(): with --chaos, seeds the generator, plans the first
+ * fault and logs the plan ("chaos_plan"). */
+void launch_chaos_start(launch *L);
+
+/* launch_chaos_tick(): injects the fault that is due, if the launch is
+ * training: kills a rank or a node (with --nodes), stops a rank (SIGSTOP),
+ * tells the ranks to take the loss of a coming step as NaN, or to fail their
+ * next write to the durable tier with ENOSPC; logs it as a "chaos" event (kind, target) and plans the
+ * next one. */
+void launch_chaos_tick(launch *L);
 
 /* launch_watch.c ---------------------------------------------------------- */
 

@@ -90,6 +90,8 @@ static int check_record(const launch *L, const conn *c, const tsr_hb_record *r, 
     if (r->phase < TSR_HB_START || r->phase >= TSR_HB_N_PHASES) return snprintf(why, len, "unknown phase %u", r->phase), -1;
     if ((int)r->world != L->np || r->rank >= r->world)
         return snprintf(why, len, "rank %u of %u: this job has %d ranks", r->rank, r->world, L->np), -1;
+    if (r->phase == TSR_HB_STEP ? !(r->compute_s >= 0 && r->compute_s <= r->step_s) : r->compute_s != 0)
+        return snprintf(why, len, "compute time %g outside 0..the step time %g", r->compute_s, r->step_s), -1;
     if ((pid_t)r->pid != c->pid)
         return snprintf(why, len, "the record says pid %u, the sender is pid %d", r->pid, (int)c->pid), -1;
     if (c->rank >= 0 && (int)r->rank != c->rank)
@@ -102,20 +104,50 @@ static int check_record(const launch *L, const conn *c, const tsr_hb_record *r, 
     return 0;
 }
 
-/* Straggler: the rank's mean step time over its window against 1.5x the median. */
+/* The median of a rank's window: one stall (a rank descheduled for a second
+ * on a loaded machine) does not move it; a rank slow step after step does. */
+static double window_median(const rank_state *s) {
+    double v[LAUNCH_WINDOW];
+    for (int i = 0; i < LAUNCH_WINDOW; i++) {
+        int k = i;
+        for (; k > 0 && v[k - 1] > s->win[i]; k--) v[k] = v[k - 1];
+        v[k] = s->win[i];
+    }
+    return (v[(LAUNCH_WINDOW - 1) / 2] + v[LAUNCH_WINDOW / 2]) / 2;
+}
+
+/* The median of the other ranks' window medians (0: none has a full window). */
+static double others_median(const launch *L, int rank) {
+    double v[LAUNCH_SPARE_CONNS];
+    int n = 0;
+    for (int q = 0; q < L->np && n < LAUNCH_SPARE_CONNS; q++) /* at most 32 ranks sampled: enough for a median */
+        if (q != rank && L->ranks[q].n_win >= LAUNCH_WINDOW) {
+            double m = window_median(&L->ranks[q]);
+            int k = n++;
+            for (; k > 0 && v[k - 1] > m; k--) v[k] = v[k - 1];
+            v[k] = m;
+        }
+    return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* Straggler: the rank's median compute time (its step time less its waits in
+ * the data plane: every rank waits for the slow one in the collectives, so
+ * their step times are alike) over its last LAUNCH_WINDOW steps against 1.5x
+ * the median of the other ranks', and at least LAUNCH_STRAGGLER_FLOOR seconds
+ * above it (a loaded machine jitters small steps). */
 static void check_straggler(launch *L, int rank, int64_t step) {
     rank_state *s = &L->ranks[rank];
-    double med = launch_median(L), sum = 0;
+    double med = others_median(L, rank);
     if (s->n_win < LAUNCH_WINDOW || med <= 0) return;
-    for (int k = 0; k < LAUNCH_WINDOW; k++) sum += s->win[k];
-    double mean = sum / LAUNCH_WINDOW;
-    if (mean > 1.5 * med && !s->straggling) {
+    double own = window_median(s);
+    int slow = own > 1.5 * med && own - med >= LAUNCH_STRAGGLER_FLOOR;
+    if (slow && !s->straggling) {
         s->straggling = 1;
-        launch_event(L, "straggler", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"step\": %lld, \"window_s\": %.4f, "
-                     "\"median_s\": %.4f", rank, (int)s->pid, launch_node_of(L, rank), (long long)step, mean, med);
-        launch_say("straggler: rank %d (node %d) took %.3f s per step over its last %d steps, %.1fx the median %.3f s",
-                   rank, launch_node_of(L, rank), mean, LAUNCH_WINDOW, mean / med, med);
-    } else if (mean <= 1.5 * med) {
+        launch_event(L, "straggler", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"step\": %lld, \"compute_s\": %.4f, "
+                     "\"median_s\": %.4f", rank, (int)s->pid, launch_node_of(L, rank), (long long)step, own, med);
+        launch_say("straggler: rank %d (node %d) computed %.3f s per step (median of its last %d steps), %.1fx the other "
+                   "ranks' median %.3f s", rank, launch_node_of(L, rank), own, LAUNCH_WINDOW, own / med, med);
+    } else if (!slow) {
         s->straggling = 0;
     }
 }
@@ -138,8 +170,8 @@ static void on_step(launch *L, int rank, const tsr_hb_record *r) {
     if (r->step > L->last_step) L->last_step = r->step;
     if (r->step > L->first_step && r->step_s > 0 && isfinite(r->step_s)) { /* not a launch's first (warm-up) step */
         L->hist[L->n_hist++ % LAUNCH_HISTORY] = r->step_s;
-        s->win[s->n_win++ % LAUNCH_WINDOW] = r->step_s;
-        if (s->n_win > LAUNCH_WINDOW) s->n_win = LAUNCH_WINDOW;
+        s->win[s->i_win++ % LAUNCH_WINDOW] = r->compute_s;
+        if (s->n_win < LAUNCH_WINDOW) s->n_win++;
     }
     if (!isfinite(r->loss) || !isfinite(r->grad_norm)) {
         if ((int)L->out >= 0) return; /* every rank reports it: the first one is logged */
@@ -292,5 +324,6 @@ void launch_watch(launch *L, volatile int *stop) {
         }
         check_hang(L);
         if ((int)L->out >= 0) return;
+        launch_chaos_tick(L);
     }
 }

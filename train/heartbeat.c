@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 
 #include "common.h"
 #include "heartbeat.h"
+#include "store.h"
 
 struct tsr_heartbeat {
     int fd, stop_fd;
@@ -20,6 +22,8 @@ struct tsr_heartbeat {
     uint64_t token;
     pthread_t watchdog;
     int watching;
+    uint8_t cmd[TSR_HB_COMMAND]; /* a command being read (watchdog) */
+    size_t cmd_have;
 };
 
 static uint64_t bits_of(double d) {
@@ -48,6 +52,13 @@ void tsr_hb_encode(const tsr_hb_record *r, uint8_t out[TSR_HB_RECORD]) {
     tsr_st64(out + 48, bits_of(r->grad_norm));
     tsr_st64(out + 56, bits_of(r->time));
     tsr_st64(out + 64, bits_of(r->step_s));
+    tsr_st64(out + 72, bits_of(r->compute_s));
+}
+
+void tsr_hb_command(uint32_t kind, uint64_t arg, uint8_t out[TSR_HB_COMMAND]) {
+    tsr_st32(out, TSR_HB_CMD_MAGIC);
+    tsr_st32(out + 4, kind);
+    tsr_st64(out + 8, arg);
 }
 
 void tsr_hb_decode(const uint8_t in[TSR_HB_RECORD], tsr_hb_record *r) {
@@ -63,6 +74,7 @@ void tsr_hb_decode(const uint8_t in[TSR_HB_RECORD], tsr_hb_record *r) {
     r->grad_norm = double_of(tsr_ld64(in + 48));
     r->time = double_of(tsr_ld64(in + 56));
     r->step_s = double_of(tsr_ld64(in + 64));
+    r->compute_s = double_of(tsr_ld64(in + 72));
 }
 
 const char *tsr_hb_phase_name(int phase) {
@@ -78,8 +90,22 @@ static void supervisor_gone(const tsr_heartbeat *h, const char *why) {
     _exit(1);
 }
 
-/* The watchdog: the supervisor never writes, so a readable socket means end of
- * stream (or an error): the supervisor died or gave this job up. */
+static _Atomic int64_t chaos_nan_step; /* TSR_HB_CMD_NAN's step (0: none) */
+
+int tsr_heartbeat_chaos_nan(int64_t step) { return step > 0 && atomic_load(&chaos_nan_step) == step; }
+
+/* A command from the supervisor, whole: carried out (unknown ones are ignored:
+ * a newer supervisor's). */
+static void on_command(tsr_heartbeat *h) {
+    uint32_t kind = tsr_ld32(h->cmd + 4);
+    if (tsr_ld32(h->cmd) != TSR_HB_CMD_MAGIC) kind = 0;
+    if (kind == TSR_HB_CMD_NAN) atomic_store(&chaos_nan_step, (int64_t)tsr_ld64(h->cmd + 8));
+    if (kind == TSR_HB_CMD_ENOSPC) tsr_fault_set("write:1:ENOSPC", NULL);
+    h->cmd_have = 0;
+}
+
+/* The watchdog: end of stream (or an error) means the supervisor died or gave
+ * this job up; bytes are its commands. */
 static void *watch(void *arg) {
     tsr_heartbeat *h = arg;
     for (;;) {
@@ -90,20 +116,21 @@ static void *watch(void *arg) {
         }
         if (p[1].revents) return NULL;
         if (!p[0].revents) continue;
-        char buf[64];
-        ssize_t n = recv(h->fd, buf, sizeof buf, MSG_DONTWAIT);
+        ssize_t n = recv(h->fd, h->cmd + h->cmd_have, TSR_HB_COMMAND - h->cmd_have, MSG_DONTWAIT);
         if (n == 0) supervisor_gone(h, "end of its connection");
         if (n < 0 && errno != EAGAIN && errno != EINTR) supervisor_gone(h, strerror(errno));
+        if (n > 0 && (h->cmd_have += (size_t)n) == TSR_HB_COMMAND) on_command(h);
     }
 }
 
-void tsr_heartbeat_send(tsr_heartbeat *h, int phase, int64_t step, double loss, double grad_norm, double step_s) {
+static void send_record(tsr_heartbeat *h, int phase, int64_t step, double loss, double grad_norm, double step_s,
+                        double compute_s) {
     if (!h) return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     tsr_hb_record r = {TSR_HB_MAGIC, TSR_HB_VERSION, (uint16_t)phase, h->token, (uint32_t)h->rank,
                        (uint32_t)h->world, (uint32_t)getpid(), step, loss, grad_norm,
-                       (double)ts.tv_sec + ts.tv_nsec * 1e-9, step_s};
+                       (double)ts.tv_sec + ts.tv_nsec * 1e-9, step_s, compute_s};
     uint8_t b[TSR_HB_RECORD];
     tsr_hb_encode(&r, b);
     ssize_t n;
@@ -111,7 +138,15 @@ void tsr_heartbeat_send(tsr_heartbeat *h, int phase, int64_t step, double loss, 
     while (n < 0 && errno == EINTR);
     if (n < 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)) supervisor_gone(h, strerror(errno));
     /* EAGAIN: the supervisor is behind (or stopped): this record is dropped. A
-     * partial send cannot happen for 72 bytes on a stream with room for one. */
+     * partial send cannot happen for 80 bytes on a stream with room for one. */
+}
+
+void tsr_heartbeat_send(tsr_heartbeat *h, int phase, int64_t step, double loss, double grad_norm, double step_s) {
+    send_record(h, phase, step, loss, grad_norm, step_s, 0);
+}
+
+void tsr_heartbeat_step(tsr_heartbeat *h, int64_t step, double loss, double grad_norm, double step_s, double compute_s) {
+    send_record(h, TSR_HB_STEP, step, loss, grad_norm, step_s, compute_s);
 }
 
 static int parse_token(const char *s, uint64_t *out) {
@@ -180,10 +215,25 @@ void tsr_heartbeat_close(tsr_heartbeat *h) {
     free(h);
 }
 
-static uint64_t fault_nan_step; /* 0: none */
+static _Atomic uint64_t fault_nan_step; /* 0: none; set by the watchdog too */
 
-void tsr_heartbeat_set_fault_nan(uint64_t step) { fault_nan_step = step; }
+void tsr_heartbeat_set_fault_nan(uint64_t step) { atomic_store(&fault_nan_step, step); }
 
 int tsr_heartbeat_fault_nan(uint64_t first_sample, int global_batch) {
-    return fault_nan_step > 0 && first_sample == (fault_nan_step - 1) * (uint64_t)global_batch;
+    uint64_t s = atomic_load(&fault_nan_step);
+    return s > 0 && first_sample == (s - 1) * (uint64_t)global_batch;
+}
+
+static int fault_slow_rank = -1, fault_slow_ms;
+
+void tsr_heartbeat_set_fault_slow(int rank, int ms) {
+    fault_slow_rank = rank;
+    fault_slow_ms = ms;
+}
+
+void tsr_heartbeat_fault_slow(int rank) {
+    if (rank != fault_slow_rank || fault_slow_ms <= 0) return;
+    struct timespec ts = {fault_slow_ms / 1000, (long)(fault_slow_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
 }

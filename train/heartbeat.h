@@ -6,15 +6,22 @@
  * ranks in TSR_HEARTBEAT, with a per-launch token (16 hex digits) in
  * TSR_HEARTBEAT_TOKEN. Each rank connects once and sends fixed-size records
  * (TSR_HB_RECORD bytes, little-endian, below) at its phase changes and at the
- * end of every step. The supervisor never writes: end of stream on the rank's
- * side means the supervisor died or gave the job up, and the rank exits at
- * once (a watchdog thread), so that no rank outlives its supervisor, even one
- * blocked in a collective. Without TSR_HEARTBEAT every call here is a no-op.
+ * end of every step. End of stream on the rank's side means the supervisor
+ * died or gave the job up, and the rank exits at once (a watchdog thread), so
+ * that no rank outlives its supervisor, even one blocked in a collective. The
+ * supervisor writes nothing else than commands (TSR_HB_COMMAND bytes: magic
+ * u32 "TSHC" | kind u32 | arg u64), which the watchdog carries out: the faults
+ * of `tessera launch --chaos`: TSR_HB_CMD_NAN (arg: the step of this launch
+ * whose loss is taken as NaN) and TSR_HB_CMD_ENOSPC (through the
+ * fault-injecting store, tsr_fault_set: the process's next write to a store
+ * fails with ENOSPC). Without TSR_HEARTBEAT every call here is a no-op.
  *
- * Record layout (72 bytes): magic u32 "TSHB" | version u16 | phase u16 |
- * token u64 | rank u32 | world u32 | pid u32 | zero u32 | step i64 |
+ * Record layout (80 bytes, version 2): magic u32 "TSHB" | version u16 |
+ * phase u16 | token u64 | rank u32 | world u32 | pid u32 | zero u32 | step i64 |
  * loss f64 | grad_norm f64 | time f64 (Unix seconds) | step_s f64 (this rank's
- * time for the step).
+ * time for the step) | compute_s f64 (step_s less the time spent in the data
+ * plane's calls, tsr_data_seconds: the rank's own work, without its waits for
+ * the others; the straggler rule compares it).
  */
 #ifndef TSR_HEARTBEAT_H
 #define TSR_HEARTBEAT_H
@@ -24,8 +31,12 @@
 #include "tsr_base.h"
 
 #define TSR_HB_MAGIC 0x42485354u /* "TSHB" little-endian */
-#define TSR_HB_VERSION 1
-#define TSR_HB_RECORD 72
+#define TSR_HB_VERSION 2
+#define TSR_HB_RECORD 80
+#define TSR_HB_CMD_MAGIC 0x43485354u /* "TSHC" little-endian */
+#define TSR_HB_COMMAND 16
+#define TSR_HB_CMD_NAN 1     /* arg: a step of this launch whose loss is taken as NaN */
+#define TSR_HB_CMD_ENOSPC 2  /* the next write to the durable tier fails: no space */
 #define TSR_HB_ENV "TSR_HEARTBEAT"
 #define TSR_HB_TOKEN_ENV "TSR_HEARTBEAT_TOKEN"
 
@@ -45,12 +56,16 @@ typedef struct tsr_hb_record {
     uint64_t token;
     uint32_t rank, world, pid;
     int64_t step;
-    double loss, grad_norm, time, step_s;
+    double loss, grad_norm, time, step_s, compute_s;
 } tsr_hb_record;
 
-/* tsr_hb_encode() / tsr_hb_decode(): a record to and from its 72 bytes. */
+/* tsr_hb_encode() / tsr_hb_decode(): a record to and from its 80 bytes. */
 void tsr_hb_encode(const tsr_hb_record *r, uint8_t out[TSR_HB_RECORD]);
 void tsr_hb_decode(const uint8_t in[TSR_HB_RECORD], tsr_hb_record *r);
+
+/* tsr_hb_command(): the bytes of a command of `kind` with `arg` (the
+ * supervisor's side). */
+void tsr_hb_command(uint32_t kind, uint64_t arg, uint8_t out[TSR_HB_COMMAND]);
 
 /* tsr_hb_phase_name(): "start", "load", "step", "save", "done"; "?" otherwise. */
 const char *tsr_hb_phase_name(int phase);
@@ -64,10 +79,13 @@ typedef struct tsr_heartbeat tsr_heartbeat;
  * the supervisor cannot be reached (it is gone: the job must not run on). */
 int tsr_heartbeat_open(int rank, int world, tsr_heartbeat **out, tsr_error *err);
 
-/* tsr_heartbeat_send(): one record (h NULL: nothing). Never blocks: a record
- * that does not fit the socket's buffer is dropped. A supervisor that is gone
- * (the connection refused or reset) ends the process with status 1. */
+/* tsr_heartbeat_send(): one record (h NULL: nothing), compute_s 0. Never
+ * blocks: a record that does not fit the socket's buffer is dropped. A
+ * supervisor that is gone (the connection refused or reset) ends the process
+ * with status 1. tsr_heartbeat_step(): the record of a step that ended
+ * (TSR_HB_STEP), with its compute time. */
 void tsr_heartbeat_send(tsr_heartbeat *h, int phase, int64_t step, double loss, double grad_norm, double step_s);
+void tsr_heartbeat_step(tsr_heartbeat *h, int64_t step, double loss, double grad_norm, double step_s, double compute_s);
 
 /* tsr_heartbeat_close(): stops the watchdog and closes the connection (the
  * supervisor then sees end of stream). NULL is a no-op. */
@@ -82,5 +100,18 @@ void tsr_heartbeat_close(tsr_heartbeat *h);
  * the position before the batch. */
 void tsr_heartbeat_set_fault_nan(uint64_t step);
 int tsr_heartbeat_fault_nan(uint64_t first_sample, int global_batch);
+
+/* tsr_heartbeat_chaos_nan(): 1 when `step` is the step of this process that
+ * the supervisor's TSR_HB_CMD_NAN named (the process's own numbering: a
+ * relaunch, a new process, does not repeat it), else 0. */
+int tsr_heartbeat_chaos_nan(int64_t step);
+
+/* The test hook of the straggler rule. tsr_heartbeat_set_fault_slow(): from now
+ * on, rank `rank` (-1: none) works `ms` milliseconds longer each step; the
+ * command sets it from TSR_FAULT_SLOW=RANK:MS (tools/cli.c).
+ * tsr_heartbeat_fault_slow(): sleeps those milliseconds when `rank` is the slow
+ * one. */
+void tsr_heartbeat_set_fault_slow(int rank, int ms);
+void tsr_heartbeat_fault_slow(int rank);
 
 #endif

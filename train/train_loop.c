@@ -13,6 +13,7 @@
 #include "common.h"
 #include "corpus.h"
 #include "data.h"
+#include "data_plane.h"
 #include "heartbeat.h"
 #include "tokens.h"
 #include "trainer_impl.h"
@@ -82,6 +83,7 @@ typedef struct job {
     int last_save, last_save_refused; /* the step of the last save, and whether it was refused at once */
     tsr_error last_save_err;
     tsr_heartbeat *hb; /* the supervisor's, under tessera launch; NULL otherwise */
+    uint64_t first_sample; /* the step's batch: its first sample over the epochs */
 } job;
 
 /* The state of this rank: model (and unless model_only, optimizer) boxes. */
@@ -438,8 +440,9 @@ static void log_step(job *j, int step, double loss, double gnorm) {
     if (j->metrics) { /* loss and grad_norm in 17 digits: the same doubles when read back */
         fprintf(j->metrics,
                 "{\"step\": %d, \"loss\": %.17g, \"grad_norm\": %.17g, \"lr\": %.9g, \"tokens_per_s\": %.3f, "
-                "\"ckpt_blocked_s\": %.6f}\n",
-                step, loss, gnorm, (double)t->last_lr, tps, j->blocked);
+                "\"ckpt_blocked_s\": %.6f, \"first_sample\": %llu, \"samples\": %d}\n",
+                step, loss, gnorm, (double)t->last_lr, tps, j->blocked, (unsigned long long)j->first_sample,
+                t->cfg.training.global_batch_size);
         fflush(j->metrics);
     }
     j->t_log = tsr_now();
@@ -451,14 +454,19 @@ static void log_step(job *j, int step, double loss, double gnorm) {
 static int train_step(job *j, int step, tsr_error *err) {
     tsr_trainer *t = j->t;
     const tsr_train_config *c = &t->cfg;
-    double t0 = tsr_now();
+    double t0 = tsr_now(), waited = tsr_data_seconds();
     int rc = step == c->training.skip_data_after_step + 1 ? skip_data(j, err) : 0;
     uint64_t first = j->pos.epoch * tsr_loader_samples(j->loader) + j->pos.sample;
+    j->first_sample = first;
     if (!rc) rc = tsr_loader_next(j->loader, &j->pos, t->B, (int)t->dp_rank, (int)t->dp, j->inputs, j->targets, err);
     double loss = 0, gnorm = 0;
+    tsr_heartbeat_fault_slow(t->rank);
     if (!rc) rc = tsr_trainer_step(t, step, j->inputs, j->targets, 1, &loss, &gnorm, err);
-    if (!rc && tsr_heartbeat_fault_nan(first, c->training.global_batch_size)) loss = NAN;
-    if (!rc) tsr_heartbeat_send(j->hb, TSR_HB_STEP, step, loss, gnorm, tsr_now() - t0);
+    if (!rc && (tsr_heartbeat_fault_nan(first, c->training.global_batch_size) || tsr_heartbeat_chaos_nan(step)))
+        loss = NAN;
+    double took = tsr_now() - t0; /* compute: less the waits in the data plane */
+    double compute = took - (tsr_data_seconds() - waited);
+    if (!rc) tsr_heartbeat_step(j->hb, step, loss, gnorm, took, compute > 0 ? compute : 0);
     if (!rc && !isfinite(loss)) rc = tsr_err(err, TSR_EINVAL, "step %d: the loss is %g", step, loss);
     double t1 = tsr_now();
     if (!rc && c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps)) {

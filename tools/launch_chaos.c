@@ -1,0 +1,109 @@
+/* launch_chaos.c: tessera launch --chaos RATE[,SEED]: faults injected at
+ * random into the job it watches (README, "Keeping a run alive"): a rank or a
+ * node killed, a rank stopped, a NaN, ENOSPC on the durable tier. (An S3
+ * outage while archiving is not among them: the archiver's S3 client has no
+ * fault hook; tests/test_launch_s3.sh makes one with a faulty proxy.) The
+ * times between faults are exponential with mean RATE
+ * seconds, from a generator seeded with SEED, and a fault waits until every
+ * rank of the launch is training (not starting, loading or saving), and one
+ * that ends a launch (a kill, a stop, a NaN) for a launch where none was
+ * injected yet, so that each is detected on its own. Each one is
+ * a "chaos" event in the event log, so that its detection and recovery can be
+ * matched to it. */
+#include <math.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include "common.h"
+#include "launch.h"
+
+/* splitmix64: the chaos generator (one stream, from the seed). */
+static uint64_t next_u64(launch *L) {
+    uint64_t z = (L->chaos_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double uniform(launch *L) { return (double)(next_u64(L) >> 11) * 0x1.0p-53; }
+
+static void schedule(launch *L, double from) { L->chaos_next = from - L->o.chaos_rate * log(1 - uniform(L)); }
+
+void launch_chaos_start(launch *L) {
+    if (L->o.chaos_rate <= 0) return;
+    L->chaos_state = L->o.chaos_seed;
+    schedule(L, tsr_now());
+    launch_event(L, "chaos_plan", "\"mean_interval_s\": %.3f, \"seed\": %llu", L->o.chaos_rate,
+                 (unsigned long long)L->o.chaos_seed);
+}
+
+/* Every rank of the launch is training. */
+static int steady(const launch *L) {
+    if (L->first_step < 0) return 0;
+    for (int r = 0; r < L->np; r++)
+        if (!L->ranks[r].claimed || L->ranks[r].done || L->ranks[r].phase != TSR_HB_STEP) return 0;
+    return 1;
+}
+
+/* A command to every rank's connection. */
+static void tell_all(launch *L, uint32_t kind, uint64_t arg) {
+    uint8_t b[TSR_HB_COMMAND];
+    tsr_hb_command(kind, arg, b);
+    for (int i = 0; i < L->n_conns; i++)
+        if (L->conns[i].rank >= 0 && send(L->conns[i].fd, b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof b)
+            launch_say("chaos: the command did not reach rank %d", L->conns[i].rank);
+}
+
+enum { K_KILL_RANK, K_KILL_NODE, K_STOP_RANK, K_NAN, K_ENOSPC, K_N };
+static const char *const KIND[K_N] = {"kill_rank", "kill_node", "stop_rank", "nan", "enospc"};
+
+static void inject(launch *L, int kind) {
+    int rank = (int)(next_u64(L) % (uint64_t)L->np);
+    pid_t pid = L->ranks[rank].pid;
+    int node = launch_node_of(L, rank);
+    int64_t s = L->last_step + 2; /* the NaN's step: soon, not yet reached by any rank */
+    switch (kind) {
+    case K_KILL_RANK:
+        launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"rank %d\", \"rank\": %d, \"pid\": %d", KIND[kind],
+                     rank, rank, (int)pid);
+        kill(pid, SIGKILL);
+        break;
+    case K_KILL_NODE:
+        launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"node %d\", \"node\": %d, \"rank\": %d", KIND[kind],
+                     node, node, rank - rank % L->per_node);
+        for (int q = rank - rank % L->per_node; q < rank - rank % L->per_node + L->per_node; q++)
+            kill(L->ranks[q].pid, SIGKILL);
+        break;
+    case K_STOP_RANK:
+        launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"rank %d\", \"rank\": %d, \"pid\": %d", KIND[kind],
+                     rank, rank, (int)pid);
+        kill(pid, SIGSTOP);
+        break;
+    case K_NAN:
+        launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"step %lld\", \"step\": %lld", KIND[kind],
+                     (long long)s, (long long)s);
+        tell_all(L, TSR_HB_CMD_NAN, (uint64_t)s);
+        break;
+    default: /* the next write of every rank to the durable tier fails */
+        launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"the next checkpoint write\"", KIND[kind]);
+        tell_all(L, TSR_HB_CMD_ENOSPC, 0);
+        break;
+    }
+    L->chaos_faults++;
+    if (kind <= K_NAN) L->chaos_fatal = L->attempt;
+}
+
+void launch_chaos_tick(launch *L) {
+    /* one fault that ends a launch per launch: each is detected on its own */
+    if (L->o.chaos_rate <= 0 || (int)L->out >= 0 || L->chaos_fatal == L->attempt) return;
+    double now = tsr_now();
+    if (now < L->chaos_next || !steady(L)) return;
+    int kinds[K_N], n = 0;
+    kinds[n++] = K_KILL_RANK;
+    if (L->n_alive > 1) kinds[n++] = K_KILL_NODE;
+    kinds[n++] = K_STOP_RANK;
+    kinds[n++] = K_NAN;
+    if (L->cfg.checkpoint.enable) kinds[n++] = K_ENOSPC;
+    inject(L, kinds[next_u64(L) % (uint64_t)n]);
+    schedule(L, now);
+}
