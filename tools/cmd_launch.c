@@ -18,6 +18,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "launch.h"
+#include "local_tier.h"
 
 static const char USAGE[] =
     "usage: tessera launch -np N [--nodes K] [--min-ranks M] [--max-restarts R] [--hang-timeout S]\n"
@@ -200,6 +201,11 @@ static int extra_args(launch *L, char bufs[LAUNCH_MAX_EXTRA][96], char **extra) 
         snprintf(bufs[n++], 96, "--training.skip_data_steps=%d", L->skip_steps);
     }
     if (rollback_pending(L)) snprintf(bufs[n++], 96, "--checkpoint.load_step=%d", L->rollback_to);
+    if (L->cfg.checkpoint.local_interval > 0 && L->o.nodes > 1) { /* where each rank's node memory is */
+        int k = snprintf(bufs[n], 96, "--checkpoint.local_nodes=");
+        for (int i = 0; i < L->n_alive && k < 90; i++) k += snprintf(bufs[n] + k, (size_t)(96 - k), "%s%d", i ? "," : "", L->alive_nodes[i]);
+        n++;
+    }
     for (int i = 0; i < n; i++) extra[i] = bufs[i];
     return n;
 }
@@ -227,6 +233,17 @@ static int start_launch(launch *L) {
     return launch_spawn(L, extra, n);
 }
 
+/* A dropped node's memory is lost with it: its local tier folder goes (on one
+ * machine, the supervisor removes it, as a lost node would lose it). */
+static void forget_node(launch *L, int node) {
+    char root[PATH_MAX], dir[PATH_MAX], j[PATH_MAX + 8];
+    if (L->cfg.checkpoint.local_interval <= 0 || tsr_local_root(&L->cfg, root, sizeof root, NULL) ||
+        tsr_local_node_dir(root, node, dir, sizeof dir, NULL))
+        return;
+    tsr_remove_tree(dir);
+    launch_event(L, "node_memory_lost", "\"node\": %d, \"folder\": %s", node, launch_json(dir, j, sizeof j));
+}
+
 /* A node whose ranks failed twice is dropped, if the job still fits. */
 static void account_node(launch *L, const tsr_train_config *pristine) {
     if (L->culprit < 0 || L->o.nodes <= 1 || (L->out != OUT_RANK_EXIT && L->out != OUT_HANG)) return;
@@ -246,6 +263,7 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
     L->n_alive--;
     L->np = np;
     launch_event(L, "node_dropped", "\"node\": %d, \"failures\": %d, \"np\": %d", node, L->node_fails[node], np);
+    forget_node(L, node);
     launch_say("node %d failed %d times: dropped; the job goes on with %d ranks", node, L->node_fails[node], np);
 }
 
@@ -341,6 +359,9 @@ static int supervise(launch *L, const tsr_train_config *pristine) {
     }
     launch_close_conns(L);
     launch_kill_all(L);
+    char root[PATH_MAX];
+    if (ok && L->cfg.checkpoint.local_interval > 0 && !tsr_local_root(&L->cfg, root, sizeof root, NULL))
+        tsr_remove_tree(root); /* the run is over: its snapshots in memory are of no more use */
     summary(L, ok, counts);
     return ok ? EXIT_OK : L->out == OUT_USAGE ? EXIT_USAGE : EXIT_FAIL;
 }
