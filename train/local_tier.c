@@ -54,6 +54,8 @@ struct tsr_local_tier {
     pthread_cond_t cv;
     int pending, quit; /* a step to copy is waiting; the thread is to end */
     uint64_t step;
+    int have_staged; /* a snapshot saved, whose copies are not handed over yet */
+    uint64_t staged;
 };
 
 /* checkpoint.local_nodes into ids and *n (one node, 0, when empty). */
@@ -207,7 +209,7 @@ static int copy_step(tsr_local_tier *lt, uint64_t step, tsr_error *err) {
     if (!rc) rc = rc2;
     if (lt->first_of_node) {
         snprintf(pdir, sizeof pdir, "%s/partner", lt->node_dir);
-        prune(lt->node_dir, TSR_LOCAL_KEEP);
+        if (lt->node_idx != 0) prune(lt->node_dir, TSR_LOCAL_KEEP); /* rank 0's engine keeps its own */
         prune(pdir, TSR_LOCAL_KEEP);
     }
     return rc;
@@ -271,7 +273,7 @@ int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **
     tsr_engine_opts eo = tsr_engine_opts_default();
     eo.write.codec = TSR_CODEC_RAW; /* memory is cheap to write and read; compression is not */
     eo.keep_latest = TSR_LOCAL_KEEP;
-    eo.sync = 1; /* the copies start from a committed snapshot */
+    eo.sync = 0; /* the save returns once staged; the next one hands its copies over */
     eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
     if (!rc && !(lt->engine = tsr_engine_new(lt->node_dir, world, &eo, err))) rc = err ? err->code : TSR_EIO;
     if (!rc && lt->n_nodes > 1) rc = start_thread(lt, world, err);
@@ -284,20 +286,43 @@ int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **
     return 0;
 }
 
+/* The snapshot saved last: waits for its commit (the engine's verdict, the
+ * same on every rank) and hands its copies to the thread once the copies of
+ * the one before are done. Every rank calls it at the same point. */
+static void hand_over(tsr_local_tier *lt) {
+    if (!lt->have_staged) return;
+    lt->have_staged = 0;
+    tsr_error e = {0};
+    if (tsr_engine_wait(lt->engine, &e)) {
+        fprintf(stderr, "tessera: rank %d: local tier: the snapshot of step %llu failed: %s\n", lt->rank,
+                (unsigned long long)lt->staged, e.msg);
+        return;
+    }
+    if (!lt->have_thread) return;
+    wait_idle(lt);
+    pthread_mutex_lock(&lt->mu);
+    lt->step = lt->staged;
+    lt->pending = 1;
+    pthread_cond_broadcast(&lt->cv);
+    pthread_mutex_unlock(&lt->mu);
+}
+
 int tsr_local_save(tsr_local_tier *lt, uint64_t step, const tsr_state *st, tsr_error *err) {
-    wait_idle(lt); /* the engine's retention may remove the step being copied */
+    /* the previous snapshot's copies start before this save's retention may
+     * remove the one before it, whose copies are then done */
+    hand_over(lt);
     int rc = tsr_engine_save(lt->engine, step, st, err);
     if (rc) {
         tsr_err_prefix(err, "local tier: step %llu", (unsigned long long)step);
         return rc;
     }
-    if (!lt->have_thread) return 0;
-    pthread_mutex_lock(&lt->mu);
-    lt->step = step;
-    lt->pending = 1;
-    pthread_cond_broadcast(&lt->cv);
-    pthread_mutex_unlock(&lt->mu);
+    lt->staged = step;
+    lt->have_staged = 1;
     return 0;
+}
+
+void tsr_local_flush(tsr_local_tier *lt) {
+    if (lt) hand_over(lt);
 }
 
 void tsr_local_free(tsr_local_tier *lt) {

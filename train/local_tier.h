@@ -49,13 +49,20 @@ typedef struct tsr_local_tier tsr_local_tier;
  * checkpoint.local_nodes that is not a list of node ids dividing the ranks. */
 int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **out, tsr_error *err);
 
-/* tsr_local_save(): collective. Waits for the partner copies of the previous
- * snapshot, saves `st` as the snapshot of `step` and waits for its commit;
- * then, in the background, the MANIFEST goes to every node's folder, each rank
- * sends its data file to its partner (the rank of the same place on the next
- * node, over the comm), and each node keeps TSR_LOCAL_KEEP of each. A failure
- * of the background work is logged by the next save and fails nothing. */
+/* tsr_local_save(): collective. Saves `st` as the snapshot of `step` and
+ * returns once it is staged (the engine's asynchronous save: encoding, writing
+ * and the commit go on in the background). First the previous snapshot's
+ * commit is waited for, and its copies are handed to the copy thread (once
+ * those of the one before are done): the MANIFEST goes to every node's folder,
+ * each rank sends its data file to its partner (the rank of the same place on
+ * the next node, over the comm), and each node keeps TSR_LOCAL_KEEP of each.
+ * A failure of the background work is written to stderr, naming the rank and
+ * the step, and fails nothing. */
 int tsr_local_save(tsr_local_tier *lt, uint64_t step, const tsr_state *st, tsr_error *err);
+
+/* tsr_local_flush(): collective. The last snapshot's commit is waited for
+ * and its copies are handed to the copy thread (at the end of a run). */
+void tsr_local_flush(tsr_local_tier *lt);
 
 /* tsr_local_free(): waits for the copies in flight and releases the tier. The
  * files stay (tessera launch removes them once the run is over). NULL: no-op. */

@@ -289,7 +289,7 @@ static int resume(job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *e
     }
     tsr_ckpt_close(ck);
     if (!rc && log)
-        fprintf(log, "resumed from %s (the %s tier, step %d, saved as %s, loaded as %s%s) in %.2f s\n", dir,
+        fprintf(log, "resumed from %s (the %s tier, step %d, saved as %s, loaded as %s%s) in %.3f s\n", dir,
                 local ? "local" : "durable", *start, lf, lt, model_only ? ", model only" : "", tsr_now() - t0);
     if (!rc && j->local) rc = local_loaded(j, (uint64_t)*start, err);
     return rc;
@@ -544,6 +544,7 @@ static int train_step(job *j, int step, tsr_error *err) {
 static int job_finish(job *j, int rc, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
     tsr_error e2 = {0};
+    if (!rc) tsr_local_flush(j->local);
     int last_rc = tsr_engine_wait(j->engine, &e2);
     if (j->last_save_refused) last_rc = j->last_save_err.code ? j->last_save_err.code : TSR_EIO, e2 = j->last_save_err;
     /* the job's last checkpoint failed: it is not a success, although
