@@ -25,7 +25,8 @@ static const char USAGE[] =
     "                      [--backoff S] [--grace S] -- train --config FILE [--section.key=value ...]\n"
     "Runs the training job on N ranks under mpirun and keeps it alive. Every rank\n"
     "reports to the supervisor over a Unix socket (step, phase, loss, time); it\n"
-    "restarts the job (which resumes from its newest committed checkpoint) when:\n"
+    "restarts the job (which resumes from its newest complete state: a snapshot\n"
+    "in node memory, else its newest committed checkpoint) when:\n"
     "  - a rank exits or is killed (seen within 1 s);\n"
     "  - a rank's heartbeat stops for --hang-timeout seconds (default: 5x the median\n"
     "    step time, at least 5 s; 60 s while starting, loading or saving);\n"
@@ -38,8 +39,12 @@ static const char USAGE[] =
     "R times (default 5). --nodes K groups the ranks into K nodes of N/K ranks (on\n"
     "one machine); a node whose ranks fail twice is dropped and the job restarts on\n"
     "N - N/K ranks, data_parallel_shard_degree -1 and the same global batch, if\n"
-    "that is at least M (default: N). Events go to DUMP/launch.jsonl (JSON lines);\n"
-    "a summary ends the run. Exit status: 0 finished, 1 gave up, 2 bad usage.\n";
+    "that is at least M (default: N), and its memory (its folder of the local\n"
+    "checkpoint tier, checkpoint.local_interval) is removed, as a lost node's would\n"
+    "be; the job's local tier folder goes once the run has finished (the ranks\n"
+    "learn their nodes from --checkpoint.local_nodes, which it passes). Events go\n"
+    "to DUMP/launch.jsonl (JSON lines); a summary ends the run. Exit status: 0\n"
+    "finished, 1 gave up, 2 bad usage.\n";
 
 static volatile sig_atomic_t stop_sig;
 static volatile int stop_flag;

@@ -31,8 +31,9 @@ echo "== tessera launch: small model, 4 ranks as 2 nodes of 2 (dp_shard=2, tp=2)
 echo "   25 steps in $RUN/checkpoint, a local snapshot in node memory (/dev/shm) every step"
 $T launch -np 4 --nodes 2 --min-ranks 2 --backoff 0.5 -- train --config train/configs/small.toml \
     --job.dump_folder="$RUN" --parallelism.data_parallel_shard_degree=2 --parallelism.tensor_parallel_degree=2 \
-    --training.steps=120 --metrics.log_freq=10 --checkpoint.local_interval=1 2>&1 | tee "$RUN/run.log" &
-SUP=$! # the tee: it ends with the supervisor
+    --training.steps=120 --metrics.log_freq=10 --checkpoint.local_interval=1 2>&1 |
+    grep --line-buffered -v ': removed (retention)$' | tee "$RUN/run.log" &
+SUP=$! # the tee: it ends with the supervisor (the local tier's retention, every step, is not shown)
 wait_until reached 30
 wait_until has_pid 1 3
 echo "== run: killing rank 3 (pid $(pid_of 1 3)) at step 30 or so"

@@ -217,26 +217,25 @@ int tsr_train_start_shapes(const tsr_train_config *c, tsr_model_args *a, tsr_err
  * durable tier, or a negative status. */
 static int local_start(job *j, char *dir, size_t len, int *local, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
-    struct {
-        int64_t rc;
-        char dir[PATH_MAX];
-    } m = {0, ""};
+    char found_dir[PATH_MAX] = "";
     if (j->t->rank == 0 && c->checkpoint.load_step < 0) {
         uint64_t durable = 0, step = 0;
+        tsr_error e = {0};
         int have_durable = tsr_latest_step(j->root, &durable, NULL, 0) == 0;
-        int found = tsr_local_assemble(j->local_root, -1, j->log, &step, m.dir, sizeof m.dir, err);
-        if (found < 0) m.rc = found;
-        else if (found && have_durable && durable > step) m.dir[0] = 0;
-        if (found > 0 && !m.dir[0] && j->log)
-            fprintf(j->log, "local tier: step %llu is older than the durable tier's step %llu\n",
-                    (unsigned long long)step, (unsigned long long)durable);
-        if (found < 0 && j->log) fprintf(j->log, "local tier: %s\n", err->msg);
-        if (found < 0) m.rc = 0, m.dir[0] = 0; /* the durable tier then */
+        int found = tsr_local_assemble(j->local_root, -1, j->log, &step, found_dir, sizeof found_dir, &e);
+        if (found < 0 && j->log) fprintf(j->log, "local tier: %s; the durable tier then\n", e.msg);
+        if (found > 0 && have_durable && durable > step) {
+            if (j->log)
+                fprintf(j->log, "local tier: step %llu is older than the durable tier's step %llu\n",
+                        (unsigned long long)step, (unsigned long long)durable);
+            found = 0;
+        }
+        if (found <= 0) found_dir[0] = 0;
     }
-    int rc = tsr_comm_bcast(j->t->world, 0, &m, sizeof m, err);
+    int rc = tsr_comm_bcast(j->t->world, 0, found_dir, sizeof found_dir, err);
     if (rc) return rc;
-    snprintf(dir, len, "%s", m.dir);
-    *local = m.dir[0] != 0;
+    snprintf(dir, len, "%s", found_dir);
+    *local = found_dir[0] != 0;
     return *local;
 }
 
@@ -519,7 +518,14 @@ static int train_step(job *j, int step, tsr_error *err) {
     if (!rc && tsr_heartbeat_fault_nan(first, c->training.global_batch_size)) loss = NAN;
     if (!rc) tsr_heartbeat_send(j->hb, TSR_HB_STEP, step, loss, gnorm, tsr_now() - t0);
     if (!rc && !isfinite(loss)) rc = tsr_err(err, TSR_EINVAL, "step %d: the loss is %g", step, loss);
+    /* the step's line before its checkpoints: a job killed once a checkpoint
+     * of the step has committed has its line (the checkpoints' blocking shows
+     * in the next line) */
     double t1 = tsr_now();
+    j->step_time_total += t1 - t0;
+    j->steps_since++;
+    if (!rc && (step % c->metrics.log_freq == 0 || step == j->start + 1 || step == c->training.steps))
+        log_step(j, step, loss, gnorm);
     if (!rc && c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps)) {
         rc = save_step(j, step, err);
         double b = tsr_now() - t1;
@@ -532,10 +538,7 @@ static int train_step(job *j, int step, tsr_error *err) {
         j->blocked += tsr_now() - t2;
         j->blocked_total += tsr_now() - t2;
     }
-    j->step_time_total += tsr_now() - t0;
-    j->steps_since++;
-    if (!rc && (step % c->metrics.log_freq == 0 || step == j->start + 1 || step == c->training.steps))
-        log_step(j, step, loss, gnorm);
+    j->step_time_total += tsr_now() - t1;
     return rc;
 }
 
