@@ -93,7 +93,7 @@ committed() { n=0; for m in "$1"/step-*/MANIFEST; do [ -e "$m" ] && n=$((n + 1))
 run_np 2 "$T" train $JOB --training.steps=24 --job.dump_folder="$TSR_TMP/ref" >"$TSR_TMP/ref.log" 2>&1 || fail "ref: exit $?"
 
 # under the supervisor the durable tier holds the last step only (partner
-# copies trail the newest snapshot by one: a durable checkpoint every few steps
+# copies trail the newest snapshot by one or two: a durable checkpoint every few steps
 # could be newer than the newest snapshot complete without node 1)
 
 # a rank killed: the relaunch loads the newest snapshot from node memory
