@@ -41,6 +41,11 @@ done
 rm -rf "$OUT/rs"
 
 echo
+echo "== local tier: recovery from node memory against the durable tier, and its cost per step (small model,"
+echo "   4 ranks as 2 nodes of 2 under tessera launch)"
+sh tools/bench_tier.sh "$T" "$OUT"
+
+echo
 echo "== s3: push and pull of a 1 GiB checkpoint to an S3 server on loopback (moto), against aws s3 cp"
 sh tools/bench_s3.sh "$T" "$OUT/s3"
 

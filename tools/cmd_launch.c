@@ -18,13 +18,15 @@
 #include "cli.h"
 #include "commands.h"
 #include "launch.h"
+#include "local_tier.h"
 
 static const char USAGE[] =
     "usage: tessera launch -np N [--nodes K] [--min-ranks M] [--max-restarts R] [--hang-timeout S]\n"
     "                      [--backoff S] [--grace S] [--chaos RATE[,SEED]] -- train --config FILE [--section.key=value ...]\n"
     "Runs the training job on N ranks under mpirun and keeps it alive. Every rank\n"
     "reports to the supervisor over a Unix socket (step, phase, loss, time); it\n"
-    "restarts the job (which resumes from its newest committed checkpoint) when:\n"
+    "restarts the job (which resumes from its newest complete state: a snapshot\n"
+    "in node memory, else its newest committed checkpoint) when:\n"
     "  - a rank exits or is killed (seen within 1 s);\n"
     "  - a rank's heartbeat stops for --hang-timeout seconds (default: 5x the median\n"
     "    step time, at least 5 s; 60 s while starting, loading or saving);\n"
@@ -40,11 +42,14 @@ static const char USAGE[] =
     "R times (default 5). --nodes K groups the ranks into K nodes of N/K ranks (on\n"
     "one machine); a node whose ranks fail twice is dropped and the job restarts on\n"
     "N - N/K ranks, data_parallel_shard_degree -1 and the same global batch, if\n"
-    "that is at least M (default: N). Events go to DUMP/launch.jsonl (JSON lines);\n"
-    "a summary ends the run. --chaos RATE[,SEED] injects faults at random, RATE\n"
-    "seconds apart on average (exponential; SEED 1 by default): a rank killed, a\n"
-    "node killed (--nodes), a rank stopped, a NaN loss, ENOSPC on the next\n"
-    "checkpoint write; each is a \"chaos\" event.\n"
+    "that is at least M (default: N), and its memory (its folder of the local\n"
+    "checkpoint tier, checkpoint.local_interval) is removed, as a lost node's would\n"
+    "be; the job's local tier folder goes once the run has finished (the ranks\n"
+    "learn their nodes from --checkpoint.local_nodes, which it passes). Events go\n"
+    "to DUMP/launch.jsonl (JSON lines); a summary ends the run. --chaos RATE[,SEED]\n"
+    "injects faults at random, RATE seconds apart on average (exponential; SEED 1\n"
+    "by default): a rank killed, a node killed (--nodes), a rank stopped, a NaN\n"
+    "loss, ENOSPC on the next checkpoint write; each is a \"chaos\" event.\n"
     "Exit status: 0 finished, 1 gave up, 2 bad usage.\n";
 
 static volatile sig_atomic_t stop_sig;
@@ -223,6 +228,11 @@ static int extra_args(launch *L, char bufs[LAUNCH_MAX_EXTRA][96], char **extra) 
         snprintf(bufs[n++], 96, "--training.skip_data_steps=%d", L->skip_steps);
     }
     if (rollback_pending(L)) snprintf(bufs[n++], 96, "--checkpoint.load_step=%d", L->rollback_to);
+    if (L->cfg.checkpoint.local_interval > 0 && L->o.nodes > 1) { /* where each rank's node memory is */
+        int k = snprintf(bufs[n], 96, "--checkpoint.local_nodes=");
+        for (int i = 0; i < L->n_alive && k < 90; i++) k += snprintf(bufs[n] + k, (size_t)(96 - k), "%s%d", i ? "," : "", L->alive_nodes[i]);
+        n++;
+    }
     for (int i = 0; i < n; i++) extra[i] = bufs[i];
     return n;
 }
@@ -250,6 +260,17 @@ static int start_launch(launch *L) {
     return launch_spawn(L, extra, n);
 }
 
+/* A dropped node's memory is lost with it: its local tier folder goes (on one
+ * machine, the supervisor removes it, as a lost node would lose it). */
+static void forget_node(launch *L, int node) {
+    char root[PATH_MAX], dir[PATH_MAX], j[PATH_MAX + 8];
+    if (L->cfg.checkpoint.local_interval <= 0 || tsr_local_root(&L->cfg, root, sizeof root, NULL) ||
+        tsr_local_node_dir(root, node, dir, sizeof dir, NULL))
+        return;
+    tsr_remove_tree(dir);
+    launch_event(L, "node_memory_lost", "\"node\": %d, \"folder\": %s", node, launch_json(dir, j, sizeof j));
+}
+
 /* A node whose ranks failed twice is dropped, if the job still fits. */
 static void account_node(launch *L, const tsr_train_config *pristine) {
     if (L->culprit < 0 || L->o.nodes <= 1 || (L->out != OUT_RANK_EXIT && L->out != OUT_HANG)) return;
@@ -269,6 +290,7 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
     L->n_alive--;
     L->np = np;
     launch_event(L, "node_dropped", "\"node\": %d, \"failures\": %d, \"np\": %d", node, L->node_fails[node], np);
+    forget_node(L, node);
     launch_say("node %d failed %d times: dropped; the job goes on with %d ranks", node, L->node_fails[node], np);
 }
 
@@ -367,6 +389,9 @@ static int supervise(launch *L, const tsr_train_config *pristine) {
     }
     launch_close_conns(L);
     launch_kill_all(L);
+    char root[PATH_MAX];
+    if (ok && L->cfg.checkpoint.local_interval > 0 && !tsr_local_root(&L->cfg, root, sizeof root, NULL))
+        tsr_remove_tree(root); /* the run is over: its snapshots in memory are of no more use */
     summary(L, ok, counts);
     return ok ? EXIT_OK : L->out == OUT_USAGE ? EXIT_USAGE : EXIT_FAIL;
 }

@@ -112,6 +112,9 @@ static const keydef keys[] = {
     {"checkpoint", "archive_keep_latest_k", K_INT, OFF(checkpoint.archive_keep_latest_k), 0, BIG, F_OURS, NULL,
      NULL},
     {"checkpoint", "commit_timeout_s", K_FLOAT, OFF(checkpoint.commit_timeout_s), 0, 1e9, F_OURS, NULL, NULL},
+    {"checkpoint", "local_interval", K_INT, OFF(checkpoint.local_interval), 0, BIG, F_OURS, NULL, NULL},
+    {"checkpoint", "local_folder", K_STR, OFF(checkpoint.local_folder), 0, 0, F_OURS, NULL, NULL},
+    {"checkpoint", "local_nodes", K_STR, OFF(checkpoint.local_nodes), 0, 0, F_OURS, NULL, NULL},
 
     {"metrics", "log_freq", K_INT, OFF(metrics.log_freq), 1, BIG, 0, NULL, NULL},
     {"metrics", "file", K_STR, OFF(metrics.file), 0, 0, F_NONEMPTY | F_OURS, NULL, NULL},

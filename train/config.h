@@ -140,6 +140,12 @@ typedef struct tsr_train_config {
         double commit_timeout_s;          /* 1800: seconds rank 0 waits for the other ranks at
                                              the end of a save before it fails the save (0:
                                              forever; TSR_COMMIT_TIMEOUT overrides it) */
+        /* tessera's own: the local tier, snapshots in node memory (train/local_tier.h) */
+        int local_interval;                 /* 0: off; else a snapshot every N steps */
+        char local_folder[TSR_CONFIG_STR];  /* "": /dev/shm/tessera-<hash of job.dump_folder> */
+        char local_nodes[TSR_CONFIG_STR];   /* "": every rank on one node; "0,1,...": the ids of
+                                               the nodes the ranks are spread over, in rank order
+                                               (set by tessera launch) */
     } checkpoint;
     struct {
         int log_freq;               /* 10: log (and write a metrics line) every N steps */

@@ -15,6 +15,7 @@
 #include "data.h"
 #include "data_plane.h"
 #include "heartbeat.h"
+#include "local_tier.h"
 #include "tokens.h"
 #include "trainer_impl.h"
 
@@ -84,6 +85,8 @@ typedef struct job {
     tsr_error last_save_err;
     tsr_heartbeat *hb; /* the supervisor's, under tessera launch; NULL otherwise */
     uint64_t first_sample; /* the step's batch: its first sample over the epochs */
+    tsr_local_tier *local; /* the local tier (checkpoint.local_interval); NULL when off */
+    char local_root[PATH_MAX];
 } job;
 
 /* The state of this rank: model (and unless model_only, optimizer) boxes. */
@@ -209,14 +212,52 @@ int tsr_train_start_shapes(const tsr_train_config *c, tsr_model_args *a, tsr_err
     return rc;
 }
 
+/* With the local tier: rank 0 looks for the newest step complete in the
+ * surviving node memories (local_tier.h) and takes it unless the durable tier
+ * holds a newer one (or checkpoint.load_step names one); every rank learns
+ * which. @return 1 with its path in dir and *local set, 0 to look in the
+ * durable tier, or a negative status. */
+static int local_start(job *j, char *dir, size_t len, int *local, tsr_error *err) {
+    const tsr_train_config *c = &j->t->cfg;
+    char found_dir[PATH_MAX] = "";
+    if (j->t->rank == 0 && c->checkpoint.load_step < 0) {
+        uint64_t durable = 0, step = 0;
+        tsr_error e = {0};
+        int have_durable = tsr_latest_step(j->root, &durable, NULL, 0) == 0;
+        int found = tsr_local_assemble(j->local_root, -1, j->log, &step, found_dir, sizeof found_dir, &e);
+        if (found < 0 && j->log) fprintf(j->log, "local tier: %s; the durable tier then\n", e.msg);
+        if (found > 0 && have_durable && durable > step) {
+            if (j->log)
+                fprintf(j->log, "local tier: step %llu is older than the durable tier's step %llu\n",
+                        (unsigned long long)step, (unsigned long long)durable);
+            found = 0;
+        }
+        if (found <= 0) found_dir[0] = 0;
+    }
+    int rc = tsr_comm_bcast(j->t->world, 0, found_dir, sizeof found_dir, err);
+    if (rc) return rc;
+    snprintf(dir, len, "%s", found_dir);
+    *local = found_dir[0] != 0;
+    return *local;
+}
+
+/* After a load: every rank has read what it needs; rank 0 removes the
+ * assembled step and the local tier's steps after the one loaded. */
+static int local_loaded(job *j, uint64_t step, tsr_error *err) {
+    int rc = tsr_comm_barrier(j->t->world, err);
+    if (!rc && j->t->rank == 0) tsr_local_forget_after(j->local_root, step);
+    return rc;
+}
+
 /* Resume from the checkpoint the job starts from, if any. *start is the step
  * it holds (0: none). */
 static int resume(job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
     char dir[PATH_MAX];
-    int model_only = 0;
+    int model_only = 0, local = 0;
     *start = 0;
-    int found = start_checkpoint(c, j->root, dir, sizeof dir, &model_only, err);
+    int found = j->local ? local_start(j, dir, sizeof dir, &local, err) : 0;
+    if (!found) found = start_checkpoint(c, j->root, dir, sizeof dir, &model_only, err);
     if (found <= 0) return found;
     int rc = check_model(j, dir, err);
     if (!rc) rc = state_boxes(j, model_only, err);
@@ -249,8 +290,9 @@ static int resume(job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *e
     }
     tsr_ckpt_close(ck);
     if (!rc && log)
-        fprintf(log, "resumed from %s (step %d, saved as %s, loaded as %s%s) in %.2f s\n", dir, *start, lf, lt,
-                model_only ? ", model only" : "", tsr_now() - t0);
+        fprintf(log, "resumed from %s (the %s tier, step %d, saved as %s, loaded as %s%s) in %.3f s\n", dir,
+                local ? "local" : "durable", *start, lf, lt, model_only ? ", model only" : "", tsr_now() - t0);
+    if (!rc && j->local) rc = local_loaded(j, (uint64_t)*start, err);
     return rc;
 }
 
@@ -340,6 +382,10 @@ static int open_engine(job *j, tsr_error *err) {
     eo.lock_root = c->checkpoint.enable; /* one writer per checkpoint folder */
     j->engine = tsr_engine_new(j->root, t->world, &eo, err);
     int rc = j->engine ? 0 : err ? err->code : TSR_EIO;
+    if (!rc && c->checkpoint.enable && c->checkpoint.local_interval > 0) {
+        rc = tsr_local_root(c, j->local_root, sizeof j->local_root, err);
+        if (!rc) rc = tsr_local_open(c, t->world, &j->local, err);
+    }
     tsr_heartbeat_send(j->hb, TSR_HB_LOAD, 0, 0, 0, 0);
     if (!rc) rc = resume(j, &j->pos, &j->start, j->log, err);
     /* steps after the one loaded (checkpoint.load_step) are an abandoned
@@ -427,6 +473,18 @@ static int save_step(job *j, int step, tsr_error *err) {
     return 0;
 }
 
+/* The snapshot of `step` in the local tier. A failed one is reported and
+ * training goes on. */
+static void local_step(job *j, int step) {
+    tsr_error e = {0};
+    fill_blobs(j, step, &j->pos);
+    tsr_heartbeat_send(j->hb, TSR_HB_SAVE, step, 0, 0, 0);
+    int rc = state_boxes(j, 0, &e);
+    tsr_state st = make_state(j, 0);
+    if (!rc) rc = tsr_local_save(j->local, (uint64_t)step, &st, &e);
+    if (rc && j->log) fprintf(j->log, "step %d: local snapshot failed: %s\n", step, e.msg);
+}
+
 /* The step's line in the log and in the metrics file; the counters restart. */
 static void log_step(job *j, int step, double loss, double gnorm) {
     tsr_trainer *t = j->t;
@@ -468,17 +526,27 @@ static int train_step(job *j, int step, tsr_error *err) {
     double compute = took - (tsr_data_seconds() - waited);
     if (!rc) tsr_heartbeat_step(j->hb, step, loss, gnorm, took, compute > 0 ? compute : 0);
     if (!rc && !isfinite(loss)) rc = tsr_err(err, TSR_EINVAL, "step %d: the loss is %g", step, loss);
+    /* the step's line before its checkpoints: a job killed once a checkpoint
+     * of the step has committed has its line (the checkpoints' blocking shows
+     * in the next line) */
     double t1 = tsr_now();
+    j->step_time_total += t1 - t0;
+    j->steps_since++;
+    if (!rc && (step % c->metrics.log_freq == 0 || step == j->start + 1 || step == c->training.steps))
+        log_step(j, step, loss, gnorm);
     if (!rc && c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps)) {
         rc = save_step(j, step, err);
         double b = tsr_now() - t1;
         j->blocked += b;
         j->blocked_total += b;
     }
-    j->step_time_total += tsr_now() - t0;
-    j->steps_since++;
-    if (!rc && (step % c->metrics.log_freq == 0 || step == j->start + 1 || step == c->training.steps))
-        log_step(j, step, loss, gnorm);
+    if (!rc && j->local && step % c->checkpoint.local_interval == 0) {
+        double t2 = tsr_now();
+        local_step(j, step);
+        j->blocked += tsr_now() - t2;
+        j->blocked_total += tsr_now() - t2;
+    }
+    j->step_time_total += tsr_now() - t1;
     return rc;
 }
 
@@ -487,6 +555,7 @@ static int train_step(job *j, int step, tsr_error *err) {
 static int job_finish(job *j, int rc, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
     tsr_error e2 = {0};
+    if (!rc) tsr_local_flush(j->local);
     int last_rc = tsr_engine_wait(j->engine, &e2);
     if (j->last_save_refused) last_rc = j->last_save_err.code ? j->last_save_err.code : TSR_EIO, e2 = j->last_save_err;
     /* the job's last checkpoint failed: it is not a success, although
@@ -520,6 +589,7 @@ static void log_done(job *j) {
 
 static void job_close(job *j) {
     if (j->metrics) fclose(j->metrics);
+    tsr_local_free(j->local);
     if (j->engine) tsr_engine_free(j->engine);
     tsr_loader_close(j->loader);
     free(j->inputs);

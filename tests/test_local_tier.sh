@@ -1,0 +1,168 @@
+#!/bin/sh
+# tsr-timeout: 300
+# The local checkpoint tier (checkpoint.local_interval): snapshots in node
+# memory, two per node, with partner copies on the next node; recovery from the
+# newest complete state. A rank killed under tessera launch: the job restarts
+# from the local tier and ends bitwise equal to an uninterrupted run. A node
+# dropped (4 ranks on 2 nodes): its memory folder goes, and the job restarts on
+# 2 ranks from node 0's snapshots and the partner copies of node 1's files,
+# within 1e-4 of the losses. A node's own files and their partner copies both
+# gone: the durable tier. A truncated data file: refused, naming it, and the
+# next older complete snapshot is used. The supervisor removes the tier's
+# folder at the end of a run.
+. "$TSR_ROOT/tests/mpi.sh"
+CFG="$TSR_ROOT/train/configs/debug.toml"
+PY=/usr/bin/python3
+$PY -c 'import json' 2>/dev/null || { echo "FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
+"$T" data prep --out "$TSR_TMP/data" --synthetic 1M >/dev/null || fail "data prep"
+SHM=/dev/shm/tessera-test-$$
+trap 'rm -rf "$SHM"-*' EXIT
+JOB="--config $CFG --training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.warmup_steps=2 \
+--training.global_batch_size=8 --training.local_batch_size=2 --checkpoint.enable --checkpoint.interval=4 \
+--training.dataset=tokens --training.dataset_path=$TSR_TMP/data"
+LOCAL="--checkpoint.local_interval=1"
+FAST="--backoff 0.2 --grace 2"
+
+cat >"$TSR_TMP/ev.py" <<'EOF'
+import json, sys
+es = [json.loads(l) for l in open(sys.argv[1])]
+m = [e for e in es if eval(sys.argv[2], {"e": e})]
+if m: print(m[-1][sys.argv[3]] if len(sys.argv) > 3 else len(m))
+sys.exit(0 if m else 1)
+EOF
+ev() { $PY "$TSR_TMP/ev.py" "$TSR_TMP/$1/launch.jsonl" "$2" $3; }
+sup() {
+    dir=$1 np=$2; shift 2
+    "$T" launch -np "$np" $FAST "$@" -- train $JOB $LOCAL --checkpoint.interval=50 --training.steps=24 \
+        --job.dump_folder="$TSR_TMP/$dir" \
+        --checkpoint.local_folder="$SHM-$dir" >"$TSR_TMP/$dir.log" 2>&1 &
+    SUP=$!
+}
+wait_for() {
+    i=0
+    until ev "$1" "$2" >/dev/null 2>&1; do
+        sleep 0.05; i=$((i + 1))
+        [ $i -lt 1200 ] && kill -0 $SUP 2>/dev/null || { fail "$1: no event $2"; tail -n 5 "$TSR_TMP/$1.log" >&2; return 1; }
+    done
+}
+wait_step() {
+    i=0
+    until grep -q "\"step\": $2," "$TSR_TMP/$1/metrics.jsonl" 2>/dev/null; do
+        sleep 0.05; i=$((i + 1))
+        [ $i -lt 1200 ] && kill -0 $SUP 2>/dev/null || { fail "$1: step $2 not reached"; tail -n 5 "$TSR_TMP/$1.log" >&2; return 1; }
+    done
+}
+rank_pid() {
+    wait_for "$1" "e['event']=='rank_up' and e['launch']==$2 and e['rank']==$3" &&
+        ev "$1" "e['event']=='rank_up' and e['launch']==$2 and e['rank']==$3" pid
+}
+finished() {
+    wait $SUP || { fail "$1: tessera launch exited $?"; tail -15 "$TSR_TMP/$1.log" >&2; }
+    ev "$1" "e['event']=='finish' and e['status']=='ok' and e['restarts']==$2" >/dev/null ||
+        { fail "$1: no finish after $2 restart(s)"; tail -3 "$TSR_TMP/$1/launch.jsonl" >&2; }
+}
+# compare REF NAME TOL: losses and gradient norms of steps 1..24 (TOL 0: the
+# same doubles), and with TOL 0 the final checkpoints' tensors and blobs too
+compare() {
+    $PY - "$TSR_TMP/$1/metrics.jsonl" "$TSR_TMP/$2/metrics.jsonl" "$3" <<'EOF' || fail "$2: losses differ from $1"
+import json, sys
+def values(p, key):
+    d = {}
+    for line in open(p):
+        o = json.loads(line)
+        d[o["step"]] = o[key]
+    return d
+tol = float(sys.argv[3])
+for key in ("loss", "grad_norm"):
+    a, b = values(sys.argv[1], key), values(sys.argv[2], key)
+    assert sorted(a) == sorted(b) == list(range(1, 25)), (sorted(a), sorted(b))
+    worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a)
+    assert worst <= tol, "%s: worst relative difference %g" % (key, worst)
+EOF
+    if [ "$3" = 0 ]; then
+        "$T" ckpt diff "$TSR_TMP/$1/checkpoint/step-00000024" "$TSR_TMP/$2/checkpoint/step-00000024" --json \
+            >"$TSR_TMP/diff.json"
+        $PY -c 'import json, sys; d = json.load(open(sys.argv[1]))["differences"]
+sys.exit(0 if d == ["blob train.config (rank -1): contents differ"] else 1)' "$TSR_TMP/diff.json" ||
+            { fail "$2: the final checkpoint differs from $1's"; cat "$TSR_TMP/diff.json" >&2; }
+    fi
+}
+# committed DIR: how many committed step directories DIR holds
+committed() { n=0; for m in "$1"/step-*/MANIFEST; do [ -e "$m" ] && n=$((n + 1)); done; echo $n; }
+
+run_np 2 "$T" train $JOB --training.steps=24 --job.dump_folder="$TSR_TMP/ref" >"$TSR_TMP/ref.log" 2>&1 || fail "ref: exit $?"
+
+# under the supervisor the durable tier holds the last step only (partner
+# copies trail the newest snapshot by one or two: a durable checkpoint every few steps
+# could be newer than the newest snapshot complete without node 1)
+
+# a rank killed: the relaunch loads the newest snapshot from node memory
+sup kill 2
+wait_step kill 10
+[ "$(committed "$SHM-kill/node-0")" -le 2 ] && [ "$(committed "$SHM-kill/node-0")" -ge 1 ] ||
+    fail "kill: $(committed "$SHM-kill/node-0") snapshots in node memory, not 1 or 2"
+kill -9 "$(rank_pid kill 1 1)"
+finished kill 1
+grep -q "resumed from $SHM-kill/recover/step-[0-9]* (the local tier, step" "$TSR_TMP/kill.log" ||
+    { fail "kill: the relaunch did not resume from the local tier"; grep resumed "$TSR_TMP/kill.log" >&2; }
+[ -e "$SHM-kill" ] && fail "kill: the local tier's folder outlives the run"
+compare ref kill 0
+
+# a node lost: 4 ranks on 2 nodes; rank 3 killed, then node 1 (ranks 2 and 3):
+# node 1 is dropped, its memory with it; the job ends on node 0's 2 ranks,
+# from node 0's snapshots and its partner copies of node 1's files
+sup node 4 --nodes 2 --min-ranks 2
+wait_step node 6
+kill -9 "$(rank_pid node 1 3)"
+wait_for node "e['event']=='rank_up' and e['launch']==2 and e['rank']==3"
+wait_step node 12
+[ "$(committed "$SHM-node/node-0/partner")" -ge 1 ] || fail "node: no partner copies on node 0"
+kill -9 "$(rank_pid node 2 2)" "$(rank_pid node 2 3)"
+finished node 2
+ev node "e['event']=='node_memory_lost' and e['node']==1" >/dev/null || fail "node: node 1's memory not removed"
+ev node "e['event']=='launch' and e['launch']==3 and e['np']==2" >/dev/null || fail "node: no relaunch on 2 ranks"
+tail -n +"$(grep -n 'launch 3:' "$TSR_TMP/node.log" | cut -d: -f1)" "$TSR_TMP/node.log" |
+    grep -q "(the local tier, step [0-9]*, saved as pp=1,dp_replicate=1,dp_shard=4,tp=1,layers=4, loaded as pp=1,dp_replicate=1,dp_shard=2" ||
+    { fail "node: the 2-rank relaunch did not load the 4-rank snapshot from the local tier"; grep resumed "$TSR_TMP/node.log" >&2; }
+compare ref node 1e-4
+
+# without a supervisor, 4 ranks as 2 nodes to step 12; the durable tier then
+# holds step 8 (its step 12 removed), the local tier steps 11 and 12. A
+# constant learning rate after the warmup (decay_ratio 0): a run of 12 steps
+# continued to 24 trains as one of 24 steps does
+JOB="$JOB --lr_scheduler.decay_ratio=0"
+run_np 2 "$T" train $JOB --training.steps=24 --job.dump_folder="$TSR_TMP/refc" >"$TSR_TMP/refc.log" 2>&1 || fail "refc: exit $?"
+run_np 4 "$T" train $JOB $LOCAL --training.steps=12 --job.dump_folder="$TSR_TMP/both" \
+    --checkpoint.local_folder="$SHM-both" --checkpoint.local_nodes=0,1 >"$TSR_TMP/both.log" 2>&1 || fail "both: exit $?"
+rm -rf "$TSR_TMP/both/checkpoint/step-00000012"
+for d in "$SHM-both/node-0" "$SHM-both/node-1" "$SHM-both/node-0/partner" "$SHM-both/node-1/partner"; do
+    [ "$(committed "$d")" = 2 ] || fail "both: $d holds $(committed "$d") snapshots, not 2"
+done
+# node 1's files gone, and node 0's partner copies of them: the durable tier
+rm -rf "$SHM-both/node-1" "$SHM-both/node-0/partner"
+run_np 2 "$T" train $JOB $LOCAL --training.steps=24 --job.dump_folder="$TSR_TMP/both" \
+    --checkpoint.local_folder="$SHM-both" --parallelism.data_parallel_shard_degree=-1 >>"$TSR_TMP/both.log" 2>&1 ||
+    fail "both: the restart exited $?"
+grep -q "local tier: step-00000012 is not complete: a data file is in no surviving node" "$TSR_TMP/both.log" ||
+    fail "both: the incomplete snapshot was not named"
+grep -q "(the durable tier, step 8," "$TSR_TMP/both.log" ||
+    { fail "both: the restart did not load the durable tier's step 8"; grep resumed "$TSR_TMP/both.log" >&2; }
+compare refc both 1e-4
+
+# a truncated data file in the newest snapshot: refused, the one before used
+run_np 2 "$T" train $JOB $LOCAL --training.steps=12 --job.dump_folder="$TSR_TMP/cut" \
+    --checkpoint.local_folder="$SHM-cut" >"$TSR_TMP/cut.log" 2>&1 || fail "cut: exit $?"
+rm -rf "$TSR_TMP/cut/checkpoint/step-00000012"
+f="$SHM-cut/node-0/step-00000012/data-00001.tsd"
+truncate -s $(($(stat -c %s "$f") - 100)) "$f"
+run_np 2 "$T" train $JOB $LOCAL --training.steps=24 --job.dump_folder="$TSR_TMP/cut" \
+    --checkpoint.local_folder="$SHM-cut" >>"$TSR_TMP/cut.log" 2>&1 || fail "cut: the restart exited $?"
+grep -q "local tier: $f is [0-9]* bytes, the MANIFEST names [0-9]*: refused" "$TSR_TMP/cut.log" ||
+    fail "cut: the truncated file was not refused by name"
+grep -q "resumed from $SHM-cut/recover/step-00000011 (the local tier, step 11," "$TSR_TMP/cut.log" ||
+    { fail "cut: the restart did not load the snapshot of step 11"; grep resumed "$TSR_TMP/cut.log" >&2; }
+compare refc cut 0
+
+rm -rf "$SHM"-*
+ls -d "$SHM"-* 2>/dev/null && fail "the tests' folders in /dev/shm remain"
+finish "local tier: rank killed, node lost (partner copies, 2 ranks), both copies lost (durable), truncated snapshot ok"

@@ -1,0 +1,87 @@
+/* local_tier.h: the local checkpoint tier (README, "Keeping a run alive"):
+ * snapshots of the job's state in node memory, with a copy of each rank's part
+ * on a partner node, and the recovery of the newest complete state from what
+ * survives a failure.
+ *
+ * Layout under the tier's folder ROOT (checkpoint.local_folder; by default
+ * /dev/shm/tessera-<hash of job.dump_folder>):
+ *   ROOT/node-<k>/step-N/             the snapshot files written by the ranks of
+ *                                     node k (data-<rank>.tsd) and the MANIFEST
+ *   ROOT/node-<k>/partner/step-N/     copies of the data files of the ranks of
+ *                                     the previous node in the ring, and the
+ *                                     MANIFEST
+ *   ROOT/recover/step-N/              a step assembled from the pieces above
+ *                                     (hard links) to be loaded
+ * A snapshot is a checkpoint in the usual format (raw frames: no compression),
+ * written by a second engine whose root is each rank's node folder and committed
+ * as every checkpoint is (every rank's part written, then rank 0's MANIFEST).
+ * Each node keeps the newest two snapshots, and two partner copies.
+ *
+ * Nodes: checkpoint.local_nodes lists the ids of the nodes the ranks are spread
+ * over, evenly and in rank order ("0,1": ranks 0..W/2-1 on node 0, the rest on
+ * node 1); empty, every rank is on node 0. tessera launch sets it.
+ */
+#ifndef TSR_LOCAL_TIER_H
+#define TSR_LOCAL_TIER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "config.h"
+#include "tsr_ckpt.h"
+
+#define TSR_LOCAL_KEEP 2       /* snapshots kept per node, and partner copies */
+#define TSR_LOCAL_MAX_NODES 256
+
+/* tsr_local_root(): the tier's folder of the job configured by c. The hash
+ * is of job.dump_folder made absolute (against the working directory).
+ * @return 0, or TSR_EINVAL when it does not fit len. */
+int tsr_local_root(const tsr_train_config *c, char *out, size_t len, tsr_error *err);
+
+/* tsr_local_node_dir(): ROOT/node-<node> into out. @return 0, or TSR_EINVAL. */
+int tsr_local_node_dir(const char *root, int node, char *out, size_t len, tsr_error *err);
+
+typedef struct tsr_local_tier tsr_local_tier;
+
+/* tsr_local_open(): collective over world. Opens the tier's engine on this
+ * rank's node folder (created if missing) and, when the ranks span more than
+ * one node, the thread that sends partner copies. @return 0; TSR_EINVAL for a
+ * checkpoint.local_nodes that is not a list of node ids dividing the ranks. */
+int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **out, tsr_error *err);
+
+/* tsr_local_save(): collective. Saves `st` as the snapshot of `step` and
+ * returns once it is staged (the engine's asynchronous save: encoding, writing
+ * and the commit go on in the background). First the previous snapshot's
+ * commit is waited for, and its copies are handed to the copy thread (once
+ * those of the one before are done): the MANIFEST goes to every node's folder,
+ * each rank sends its data file to its partner (the rank of the same place on
+ * the next node, over the comm), and each node keeps TSR_LOCAL_KEEP of each.
+ * A failure of the background work is written to stderr, naming the rank and
+ * the step, and fails nothing. */
+int tsr_local_save(tsr_local_tier *lt, uint64_t step, const tsr_state *st, tsr_error *err);
+
+/* tsr_local_flush(): collective. The last snapshot's commit is waited for
+ * and its copies are handed to the copy thread (at the end of a run). */
+void tsr_local_flush(tsr_local_tier *lt);
+
+/* tsr_local_free(): waits for the copies in flight and releases the tier. The
+ * files stay (tessera launch removes them once the run is over). NULL: no-op. */
+void tsr_local_free(tsr_local_tier *lt);
+
+/* tsr_local_assemble(): rank 0's search, at a (re)start, for the newest step
+ * that the surviving pieces under root hold complete: a MANIFEST (any copy) and
+ * every data file it names at the size it names, from a node's own snapshot or
+ * a partner copy. Steps above `max_step` (-1: none) are not looked at.
+ * A step whose pieces are missing or damaged is passed over, each refusal
+ * written to log (may be NULL) with the file and the reason. The pieces of the
+ * step found are linked into ROOT/recover/step-N, whose path goes to dir.
+ * @return 1 with *step, 0 when no step is complete, or a negative status. */
+int tsr_local_assemble(const char *root, int64_t max_step, FILE *log, uint64_t *step, char *dir, size_t len,
+                       tsr_error *err);
+
+/* tsr_local_forget_after(): removes every snapshot and partner copy under root
+ * of a step after `step` (a future the job abandons on resuming from `step`),
+ * and ROOT/recover. Rank 0's, after a load. */
+void tsr_local_forget_after(const char *root, uint64_t step);
+
+#endif
