@@ -12,22 +12,6 @@
 
 #define ATT_THREADS 128
 
-static __device__ float att_reduce(float v, int is_max) {
-    __shared__ float buf[ATT_THREADS];
-    buf[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned w = ATT_THREADS / 2; w > 0; w /= 2) {
-        if (threadIdx.x < w) {
-            float o = buf[threadIdx.x + w];
-            buf[threadIdx.x] = is_max ? fmaxf(buf[threadIdx.x], o) : buf[threadIdx.x] + o;
-        }
-        __syncthreads();
-    }
-    float r = buf[0];
-    __syncthreads();
-    return r;
-}
-
 /* The dot product of n floats, in order. */
 static __device__ float dot_n(const float *a, const float *b, int n) {
     float s = 0.0f;
@@ -48,10 +32,10 @@ static __global__ void att_fwd_k(float *out, float *att, const float *q, const f
         p[j] = scale * dot_n(qi, kb + (size_t)j * ks, hd);
         mx = fmaxf(mx, p[j]);
     }
-    mx = att_reduce(mx, 1);
+    mx = tsr_cu_block_reduce<ATT_THREADS>(mx, 1);
     float sum = 0.0f;
     for (int j = threadIdx.x; j <= i; j += blockDim.x) sum += (p[j] = expf(p[j] - mx));
-    float inv = 1.0f / att_reduce(sum, 0);
+    float inv = 1.0f / tsr_cu_block_reduce<ATT_THREADS>(sum, 0);
     for (int j = threadIdx.x; j < T; j += blockDim.x) p[j] = j <= i ? p[j] * inv : 0.0f;
     __syncthreads();
     float *o = out + ((size_t)b * T + i) * qs + (size_t)h * hd;
@@ -82,7 +66,7 @@ static __global__ void att_bwd_q_k(float *dq, float *dS, const float *dout, cons
         d[j] = dot_n(doi, vb + (size_t)j * ks, hd);
         dot += p[j] * d[j];
     }
-    dot = att_reduce(dot, 0);
+    dot = tsr_cu_block_reduce<ATT_THREADS>(dot, 0);
     for (int j = threadIdx.x; j < T; j += blockDim.x) d[j] = j <= i ? scale * p[j] * (d[j] - dot) : 0.0f;
     __syncthreads();
     if (!dq) return;

@@ -17,4 +17,26 @@ static inline cudaStream_t tsr_cu_stream(tsr_stream *s) { return (cudaStream_t)s
 /* tsr_cu_blocks(): the blocks of a grid-stride launch over n elements. */
 unsigned tsr_cu_blocks(size_t n, unsigned threads);
 
+#ifdef __CUDACC__
+/* tsr_cu_block_reduce(): the sum (or, with is_max, the maximum) of every thread's
+ * v over a block of THREADS threads, in a fixed tree, so the same every run; every
+ * thread gets it. Every thread of the block must call it. */
+template <unsigned THREADS>
+static __device__ float tsr_cu_block_reduce(float v, int is_max) {
+    __shared__ float buf[THREADS];
+    buf[threadIdx.x] = v;
+    __syncthreads();
+    for (unsigned w = THREADS / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) {
+            float o = buf[threadIdx.x + w];
+            buf[threadIdx.x] = is_max ? fmaxf(buf[threadIdx.x], o) : buf[threadIdx.x] + o;
+        }
+        __syncthreads();
+    }
+    float r = buf[0];
+    __syncthreads();
+    return r;
+}
+#endif
+
 #endif

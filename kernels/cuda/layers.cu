@@ -57,23 +57,6 @@ extern "C" void tsr_cuda_swiglu_bwd(float *dgate, float *dup, const float *dout,
     if (n && (dgate || dup)) swiglu_bwd_k<<<GRID(n)>>>(dgate, dup, dout, gate, up, n);
 }
 
-/* The block's maximum or sum of each thread's v, in a fixed tree. */
-static __device__ float block_reduce(float v, int is_max) {
-    __shared__ float buf[ROW_THREADS];
-    buf[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned w = ROW_THREADS / 2; w > 0; w /= 2) {
-        if (threadIdx.x < w) {
-            float o = buf[threadIdx.x + w];
-            buf[threadIdx.x] = is_max ? fmaxf(buf[threadIdx.x], o) : buf[threadIdx.x] + o;
-        }
-        __syncthreads();
-    }
-    float r = buf[0];
-    __syncthreads();
-    return r;
-}
-
 /* One block per row: max, the exponentials and their sum, probabilities, loss. */
 static __global__ void xent_fwd_k(float *losses, float *probs, const float *logits, const int *targets, int V) {
     const float *x = logits + (size_t)blockIdx.x * V;
@@ -83,14 +66,14 @@ static __global__ void xent_fwd_k(float *losses, float *probs, const float *logi
     __syncthreads();
     float mx = -INFINITY;
     for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, x[j]);
-    mx = block_reduce(mx, 1);
+    mx = tsr_cu_block_reduce<ROW_THREADS>(mx, 1);
     float sum = 0.0f;
     for (int j = threadIdx.x; j < V; j += blockDim.x) {
         float e = expf(x[j] - mx);
         p[j] = e;
         sum += e;
     }
-    sum = block_reduce(sum, 0);
+    sum = tsr_cu_block_reduce<ROW_THREADS>(sum, 0);
     float inv = 1.0f / sum;
     for (int j = threadIdx.x; j < V; j += blockDim.x) p[j] *= inv;
     if (threadIdx.x == 0) losses[blockIdx.x] = counted ? logf(sum) + mx - xt : 0.0f;

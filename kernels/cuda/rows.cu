@@ -8,20 +8,6 @@
 
 #define ROW_THREADS 256
 
-/* The sum over a block of each thread's v, in a fixed tree; every thread gets it. */
-static __device__ float block_sum(float v) {
-    __shared__ float buf[ROW_THREADS];
-    buf[threadIdx.x] = v;
-    __syncthreads();
-    for (unsigned w = ROW_THREADS / 2; w > 0; w /= 2) {
-        if (threadIdx.x < w) buf[threadIdx.x] += buf[threadIdx.x + w];
-        __syncthreads();
-    }
-    float r = buf[0];
-    __syncthreads();
-    return r;
-}
-
 static __global__ void embed_fwd_k(float *out, const int *tokens, const float *wte, int N, int C, int V) {
     size_t total = (size_t)N * C;
     for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < total; k += (size_t)gridDim.x * blockDim.x) {
@@ -55,7 +41,7 @@ static __global__ void rms_fwd_k(float *out, float *rstd, const float *inp, cons
     float *y = out + (size_t)blockIdx.x * C;
     float ss = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) ss += x[c] * x[c];
-    float r = 1.0f / sqrtf(block_sum(ss) / (float)C + eps);
+    float r = 1.0f / sqrtf(tsr_cu_block_reduce<ROW_THREADS>(ss, 0) / (float)C + eps);
     for (int c = threadIdx.x; c < C; c += blockDim.x) y[c] = x[c] * r * w[c];
     if (threadIdx.x == 0) rstd[blockIdx.x] = r;
 }
@@ -71,7 +57,7 @@ static __global__ void rms_bwd_rows_k(float *dinp, const float *dout, const floa
     const float *x = inp + row, *dy = dout + row;
     float r = rstd[blockIdx.x], dot = 0.0f;
     for (int c = threadIdx.x; c < C; c += blockDim.x) dot += dy[c] * w[c] * x[c];
-    float k = r * r * block_sum(dot) / (float)C;
+    float k = r * r * tsr_cu_block_reduce<ROW_THREADS>(dot, 0) / (float)C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) dinp[row + c] += r * (w[c] * dy[c] - k * x[c]);
 }
 /* dw_c += sum over rows, in row order, of dy_c x_c r: one thread per column. */
