@@ -14,6 +14,7 @@
 CFG="$TSR_ROOT/train/configs/debug.toml"
 PY=/usr/bin/python3
 $PY -c 'import json' 2>/dev/null || { echo "FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
+. "$TSR_ROOT/tests/launch.sh"
 "$T" data prep --out "$TSR_TMP/data" --synthetic 1M >/dev/null || fail "data prep"
 SHM=/dev/shm/tessera-test-$$
 trap 'rm -rf "$SHM"-*' EXIT
@@ -23,69 +24,12 @@ JOB="--config $CFG --training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.war
 LOCAL="--checkpoint.local_interval=1"
 FAST="--backoff 0.2 --grace 2"
 
-cat >"$TSR_TMP/ev.py" <<'EOF'
-import json, sys
-es = [json.loads(l) for l in open(sys.argv[1])]
-m = [e for e in es if eval(sys.argv[2], {"e": e})]
-if m: print(m[-1][sys.argv[3]] if len(sys.argv) > 3 else len(m))
-sys.exit(0 if m else 1)
-EOF
-ev() { $PY "$TSR_TMP/ev.py" "$TSR_TMP/$1/launch.jsonl" "$2" $3; }
 sup() {
     dir=$1 np=$2; shift 2
     "$T" launch -np "$np" $FAST "$@" -- train $JOB $LOCAL --checkpoint.interval=50 --training.steps=24 \
         --job.dump_folder="$TSR_TMP/$dir" \
         --checkpoint.local_folder="$SHM-$dir" >"$TSR_TMP/$dir.log" 2>&1 &
     SUP=$!
-}
-wait_for() {
-    i=0
-    until ev "$1" "$2" >/dev/null 2>&1; do
-        sleep 0.05; i=$((i + 1))
-        [ $i -lt 1200 ] && kill -0 $SUP 2>/dev/null || { fail "$1: no event $2"; tail -n 5 "$TSR_TMP/$1.log" >&2; return 1; }
-    done
-}
-wait_step() {
-    i=0
-    until grep -q "\"step\": $2," "$TSR_TMP/$1/metrics.jsonl" 2>/dev/null; do
-        sleep 0.05; i=$((i + 1))
-        [ $i -lt 1200 ] && kill -0 $SUP 2>/dev/null || { fail "$1: step $2 not reached"; tail -n 5 "$TSR_TMP/$1.log" >&2; return 1; }
-    done
-}
-rank_pid() {
-    wait_for "$1" "e['event']=='rank_up' and e['launch']==$2 and e['rank']==$3" &&
-        ev "$1" "e['event']=='rank_up' and e['launch']==$2 and e['rank']==$3" pid
-}
-finished() {
-    wait $SUP || { fail "$1: tessera launch exited $?"; tail -15 "$TSR_TMP/$1.log" >&2; }
-    ev "$1" "e['event']=='finish' and e['status']=='ok' and e['restarts']==$2" >/dev/null ||
-        { fail "$1: no finish after $2 restart(s)"; tail -3 "$TSR_TMP/$1/launch.jsonl" >&2; }
-}
-# compare REF NAME TOL: losses and gradient norms of steps 1..24 (TOL 0: the
-# same doubles), and with TOL 0 the final checkpoints' tensors and blobs too
-compare() {
-    $PY - "$TSR_TMP/$1/metrics.jsonl" "$TSR_TMP/$2/metrics.jsonl" "$3" <<'EOF' || fail "$2: losses differ from $1"
-import json, sys
-def values(p, key):
-    d = {}
-    for line in open(p):
-        o = json.loads(line)
-        d[o["step"]] = o[key]
-    return d
-tol = float(sys.argv[3])
-for key in ("loss", "grad_norm"):
-    a, b = values(sys.argv[1], key), values(sys.argv[2], key)
-    assert sorted(a) == sorted(b) == list(range(1, 25)), (sorted(a), sorted(b))
-    worst = max(abs(a[s] - b[s]) / abs(a[s]) for s in a)
-    assert worst <= tol, "%s: worst relative difference %g" % (key, worst)
-EOF
-    if [ "$3" = 0 ]; then
-        "$T" ckpt diff "$TSR_TMP/$1/checkpoint/step-00000024" "$TSR_TMP/$2/checkpoint/step-00000024" --json \
-            >"$TSR_TMP/diff.json"
-        $PY -c 'import json, sys; d = json.load(open(sys.argv[1]))["differences"]
-sys.exit(0 if d == ["blob train.config (rank -1): contents differ"] else 1)' "$TSR_TMP/diff.json" ||
-            { fail "$2: the final checkpoint differs from $1's"; cat "$TSR_TMP/diff.json" >&2; }
-    fi
 }
 # committed DIR: how many committed step directories DIR holds
 committed() { n=0; for m in "$1"/step-*/MANIFEST; do [ -e "$m" ] && n=$((n + 1)); done; echo $n; }
