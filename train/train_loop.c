@@ -543,8 +543,9 @@ static int train_step(job *j, int step, tsr_error *err) {
     if (!rc && j->local && step % c->checkpoint.local_interval == 0) {
         double t2 = tsr_now();
         local_step(j, step);
-        j->blocked += tsr_now() - t2;
-        j->blocked_total += tsr_now() - t2;
+        double b = tsr_now() - t2;
+        j->blocked += b;
+        j->blocked_total += b;
     }
     j->step_time_total += tsr_now() - t1;
     return rc;
