@@ -54,7 +54,10 @@ static void retention(tsr_engine *e, int before_save) {
         snprintf(path, sizeof path, "%s/%s", e->root, v[i].name);
         if (e->arch && tsr_archiver_holds(e->arch, path)) continue; /* not archived yet */
         tsr_error rerr;
-        if (tsr_remove_step_dir(path, &rerr) == 0)
+        char spare[PATH_MAX + 16];
+        snprintf(spare, sizeof spare, "%s/spare", e->root);
+        int recycle = e->opts.recycle && v[i].committed && !tsr_store_is_remote(e->root);
+        if ((recycle ? tsr_retire_step_dir(path, spare, &rerr) : tsr_remove_step_dir(path, &rerr)) == 0)
             tsr_log(before_save ? 1 : 2, "%s: removed (%s)", path,
                     v[i].committed ? "retention" : "uncommitted: left by a failed or interrupted save");
         else tsr_log(1, "retention: %s", rerr.msg);
@@ -143,6 +146,9 @@ static int write_file(tsr_engine *e, tsr_save **sp, const uint8_t **table, size_
         return tsr_err(err, TSR_EINVAL, "%s: already holds a committed checkpoint", j->dir);
     tsr_write_opts wo = e->opts.write;
     wo.expected_bytes = j->staged_bytes;
+    char spare[PATH_MAX + 16];
+    snprintf(spare, sizeof spare, "%s/spare", e->root);
+    wo.spare_dir = e->opts.recycle ? spare : NULL;
     if (!e->enc) e->enc = tsr_encoder_new(wo.threads, err);
     tsr_save *s = *sp = e->enc ? tsr_save_begin_with(j->dir, e->rank, j->save_id, &wo, e->enc, err) : NULL;
     if (!s) return err->code ? err->code : TSR_EIO;

@@ -129,7 +129,7 @@ static int frame_cuts(const tsr_box *box, size_t es, size_t frame_bytes, uint64_
 }
 
 tsr_write_opts tsr_write_opts_default(void) {
-    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0};
+    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0, NULL};
 }
 
 static uint64_t name_hash(const char *s) { return tsr_hash(s, strlen(s)); }
@@ -197,7 +197,15 @@ tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint
     if (!s->store) goto fail;
     char name[64];
     tsr_data_file_name(file_id, name, sizeof name);
-    if (tsr_store_create(s->store, name, &s->wf, err)) goto fail;
+    int flags = 0;
+    if (s->opts.spare_dir && s->opts.spare_dir[0] && !tsr_store_is_remote(step_dir)) {
+        char from[PATH_MAX + 80], to[PATH_MAX + 80];
+        snprintf(from, sizeof from, "%s/%s", s->opts.spare_dir, name);
+        snprintf(to, sizeof to, "%s/%s", step_dir, name);
+        if (rename(from, to) == 0) flags = TSR_CREATE_OVERWRITE;
+    }
+    s->opts.spare_dir = NULL; /* the caller's string is not kept */
+    if (tsr_store_create(s->store, name, flags, &s->wf, err)) goto fail;
     if (s->opts.expected_bytes) tsr_wfile_reserve(s->wf, TSR_DATA_HEADER_SIZE + s->opts.expected_bytes);
     s->enc = enc;
     if (!s->enc) {

@@ -2,6 +2,7 @@
  * names, whether each is committed (its MANIFEST exists), listing (committed,
  * uncommitted and abandoned), the newest committed one, and removal (MANIFEST
  * first). The engine's retention and the archiver build on these. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -72,6 +73,25 @@ int tsr_remove_step_dir(const char *dir, tsr_error *err) {
     if (!rc && !tsr_store_is_remote(dir) && rmdir(dir) != 0)
         rc = tsr_err(err, TSR_EIO, "%s: cannot remove the directory: %s", dir, strerror(errno));
     return rc;
+}
+
+int tsr_retire_step_dir(const char *dir, const char *spare, tsr_error *err) {
+    char mf[PATH_MAX + 16];
+    snprintf(mf, sizeof mf, "%s/MANIFEST", dir);
+    if (unlink(mf) != 0 && errno != ENOENT)
+        return tsr_err(err, TSR_EIO, "%s: cannot remove: %s", mf, strerror(errno));
+    int e = tsr_mkdir_p(spare);
+    DIR *d = e ? NULL : opendir(dir);
+    for (struct dirent *de; d && (de = readdir(d));) {
+        size_t n = strlen(de->d_name);
+        if (strncmp(de->d_name, "data-", 5) != 0 || n < 9 || strcmp(de->d_name + n - 4, ".tsd") != 0) continue;
+        char from[PATH_MAX + 300], to[PATH_MAX + 300];
+        snprintf(from, sizeof from, "%s/%s", dir, de->d_name);
+        snprintf(to, sizeof to, "%s/%s", spare, de->d_name);
+        rename(from, to); /* a file that cannot move is removed with the rest */
+    }
+    if (d) closedir(d);
+    return tsr_remove_step_dir(dir, err);
 }
 
 static int cmp_steps(const void *a, const void *b) {

@@ -37,8 +37,8 @@ int tsr_store_get(tsr_store *s, const char *name, size_t max, uint8_t **out, siz
 
 /* ------------------------------------------------------------- writing */
 
-int tsr_store_create(tsr_store *s, const char *name, tsr_wfile **out, tsr_error *err) {
-    return s->ops->create(s, name, 0, out, err);
+int tsr_store_create(tsr_store *s, const char *name, int flags, tsr_wfile **out, tsr_error *err) {
+    return s->ops->create(s, name, flags & TSR_CREATE_OVERWRITE, out, err);
 }
 
 int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {

@@ -69,8 +69,8 @@ int tsr_store_open_read(tsr_store *s, const char *name, tsr_rfile **out, uint64_
 int tsr_rfile_read(tsr_rfile *f, void *buf, size_t len, uint64_t off, tsr_error *err);
 void tsr_rfile_close(tsr_rfile *f);
 
-/* Writing. */
-int tsr_store_create(tsr_store *s, const char *name, tsr_wfile **out, tsr_error *err);
+/* Writing. flags: 0 or TSR_CREATE_OVERWRITE. */
+int tsr_store_create(tsr_store *s, const char *name, int flags, tsr_wfile **out, tsr_error *err);
 /* buf aligned to TSR_ALIGN, len and off multiples of TSR_ALIGN. */
 int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
 /* Asynchronous writes (io_uring on files; a plain write where io_uring is not
@@ -115,6 +115,11 @@ int tsr_store_list(tsr_store *s, tsr_store_list_fn fn, void *user, tsr_error *er
  * injection off. @return 0, or TSR_EINVAL for a spec that does not parse (the
  * spec in force stays). */
 int tsr_fault_set(const char *spec, tsr_error *err);
+/* tsr_s3_fault_outage(): an S3 outage in this process for the next `seconds`:
+ * every S3 request whose attempt ends in that time is taken as answered "HTTP
+ * 503 SlowDown" (an injected outage) and goes through the retry loop as that
+ * answer would. 0 ends it. */
+void tsr_s3_fault_outage(double seconds);
 /* tsr_store_fault_wrap(): a store that injects the faults of `spec` into the
  * calls on `inner`, counting its own calls, and otherwise hands each call to
  * `inner`, which it owns from then on (closed with it; closed at once when this
@@ -134,6 +139,11 @@ tsr_store *tsr_store_fault_wrap(tsr_store *inner, const char *spec, tsr_error *e
  * (writes of any size at any offset; no O_DIRECT, no io_uring), as NAME.tmp of
  * an atomic put. */
 #define TSR_CREATE_BUFFERED 1
+/* tsr_store_ops create flag: NAME may exist, and is then written over in place
+ * (not emptied first: a file in memory keeps its pages, which spares allocating
+ * and zeroing them) and cut to its size at finish. Local files only; other stores
+ * ignore it. */
+#define TSR_CREATE_OVERWRITE 2
 
 /* Each store, read file and write file starts with its header below; an
  * implementation extends it (its own struct, with the header first). */

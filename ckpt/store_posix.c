@@ -38,7 +38,7 @@ typedef struct posix_wfile {
     int fd;
     int direct;
     int have_ring;
-    int reserved; /* preallocated: finish sets the final size */
+    int reserved; /* preallocated or written over: finish sets the final size */
     struct io_uring ring;
     pending inflight[RING_DEPTH];
     int n_inflight;
@@ -156,10 +156,12 @@ static int posix_create(tsr_store *s, const char *name, int flags, tsr_wfile **o
     f->base.ops = s->ops;
     tsr_store_join(s, name, f->path, sizeof f->path);
     f->direct = !(flags & TSR_CREATE_BUFFERED);
-    f->fd = open(f->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | (f->direct ? O_DIRECT : 0), 0644);
+    f->reserved = !!(flags & TSR_CREATE_OVERWRITE);
+    int mode = O_WRONLY | O_CREAT | O_CLOEXEC | (f->reserved ? 0 : O_TRUNC);
+    f->fd = open(f->path, mode | (f->direct ? O_DIRECT : 0), 0644);
     if (f->fd < 0 && f->direct && errno == EINVAL) { /* the filesystem refuses O_DIRECT */
         f->direct = 0;
-        f->fd = open(f->path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        f->fd = open(f->path, mode, 0644);
     }
     if (f->fd < 0) {
         int e = errno;

@@ -22,6 +22,11 @@ typedef struct tsr_write_opts {
     uint64_t expected_bytes; /* raw bytes this writer will store, if known (0: unknown):
                                 the data file is preallocated, so that writes do not
                                 extend it one by one */
+    const char *spare_dir;   /* NULL, or a local folder of spare data files
+                                (tsr_retire_step_dir): the data file of the same
+                                name is moved from it and written over in place,
+                                which in memory (/dev/shm) spares the kernel
+                                allocating and zeroing its pages */
 } tsr_write_opts;
 
 /* tsr_write_opts_default(): the defaults above. */
@@ -112,6 +117,10 @@ typedef struct tsr_engine_opts {
      * life, and tsr_engine_new fails on every rank, naming the holder, when
      * another writer holds it. */
     int lock_root;
+    /* 1: retention keeps the data files of the steps it removes in ROOT/spare
+     * (tsr_retire_step_dir), one per rank, and the next saves write over them
+     * (for checkpoints in memory: the local tier). Local roots only. */
+    int recycle;
 } tsr_engine_opts;
 tsr_engine_opts tsr_engine_opts_default(void);
 
@@ -220,6 +229,12 @@ int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len);
 
 /* tsr_remove_step_dir(): removes a step directory, its MANIFEST first. */
 int tsr_remove_step_dir(const char *dir, tsr_error *err);
+
+/* tsr_retire_step_dir(): removes a local step directory as tsr_remove_step_dir
+ * does, but first moves its data files into the folder `spare` (created if
+ * missing; a spare of the same name is replaced), for a later save to write over
+ * (tsr_write_opts.spare_dir). */
+int tsr_retire_step_dir(const char *dir, const char *spare, tsr_error *err);
 
 /* tsr_list_abandoned_steps(): the step directories under root that a rewind
  * moved aside (named step-N.abandoned-<time>, see tsr_engine_continue_from),

@@ -7,7 +7,10 @@
  * save then fails, and never the newest committed step. Rewinding: after
  * tsr_engine_continue_from(4) the next save moves the committed steps after 4
  * aside (here step 5, saved again at once); they are listed as abandoned and not as steps, and retention leaves
- * them alone. */
+ * them alone. Recycling (the local tier's engine): retention keeps each
+ * dropped step's data file in ROOT/spare, and the next save writes over that
+ * very file (the same inode), cut to its new size when the state shrank; every
+ * step read back holds its own values. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +31,18 @@ static int save(tsr_engine *eng, uint64_t step) {
     tsr_state st = {decls, 1, &sb, 1, &blob, 1, {1, 1, 1, 1, 0, 0}};
     stepv = step;
     for (int i = 0; i < 64; i++) w[i] = (float)(i + step);
+    int rc = tsr_engine_save(eng, step, &st, &e);
+    return rc ? rc : tsr_engine_wait(eng, &e);
+}
+
+/* A save of a tensor of n floats (at most 16384), i + step each. */
+static float big[16384];
+static int save_n(tsr_engine *eng, uint64_t step, uint32_t n) {
+    tsr_tensor_decl d = {"model.big", "model", TSR_F32, 1, {n}, {-1, 0, TSR_PP_ALL, -1}};
+    tsr_state_box b = {0, {1, {0}, {n}}, big, TSR_MEM_HOST};
+    tsr_state st = {&d, 1, &b, 1, &blob, 1, {1, 1, 1, 1, 0, 0}};
+    stepv = step;
+    for (uint32_t i = 0; i < n; i++) big[i] = (float)(i + step);
     int rc = tsr_engine_save(eng, step, &st, &e);
     return rc ? rc : tsr_engine_wait(eng, &e);
 }
@@ -129,6 +144,42 @@ int main(void) {
     tsr_ckpt_close(ck);
     CHECK(save(eng, 6) == 0 && save(eng, 7) == 0, "saves after the rewind: %s", e.msg);
     CHECK(count(root, 1, NULL) == 1 && count(root, 0, NULL) == 1, "retention keeps 1 step and the abandoned one");
+    tsr_engine_free(eng);
+
+    /* recycling: a dropped step's data file is written over by the next save */
+    char rroot[600], spare[700];
+    snprintf(rroot, sizeof rroot, "%s/recycle", t ? t : "/tmp/tessera-folder");
+    snprintf(spare, sizeof spare, "%s/spare/data-00000.tsd", rroot);
+    tsr_engine_opts ro = tsr_engine_opts_default();
+    ro.keep_latest = 2;
+    ro.write.threads = 1;
+    ro.write.codec = TSR_CODEC_RAW;
+    ro.sync = 1;
+    ro.recycle = 1;
+    eng = tsr_engine_new(rroot, comm, &ro, &e);
+    REQUIRE(eng, "%s", e.msg);
+    CHECK(save_n(eng, 1, 16384) == 0 && save_n(eng, 2, 16384) == 0, "recycle: saves 1 and 2: %s", e.msg);
+    struct stat s1, s2;
+    CHECK(stat(spare, &s1) != 0, "recycle: no spare before retention dropped a step");
+    CHECK(save_n(eng, 3, 16384) == 0, "recycle: save 3: %s", e.msg);
+    REQUIRE(stat(spare, &s1) == 0, "recycle: step 1's data file kept in spare/");
+    CHECK(!exists(rroot, "step-00000001") && count(rroot, 0, NULL) == 2, "recycle: step 1 dropped, 2 steps kept");
+    CHECK(save_n(eng, 4, 1000) == 0, "recycle: save 4, smaller: %s", e.msg); /* the spare is cut to size */
+    snprintf(path, sizeof path, "%s/step-00000004/data-00000.tsd", rroot);
+    CHECK(stat(path, &s2) == 0 && s2.st_ino == s1.st_ino, "recycle: step 4 wrote over step 1's file (inode %lu, %lu)",
+          (unsigned long)s2.st_ino, (unsigned long)s1.st_ino);
+    CHECK(s2.st_size < s1.st_size, "recycle: cut to its size: %lld bytes, the spare %lld", (long long)s2.st_size,
+          (long long)s1.st_size);
+    for (uint64_t step = 3; step <= 4; step++) {
+        snprintf(path, sizeof path, "%s/step-%08llu", rroot, (unsigned long long)step);
+        ck = tsr_ckpt_open(path, &e);
+        static float back[16384];
+        tsr_box want = {1, {0}, {step == 3 ? 16384u : 1000u}};
+        int ok = ck && tsr_ckpt_verify(ck, NULL, NULL, 1, &e) == 0 && tsr_ckpt_read(ck, 0, &want, back, &e) == 0;
+        for (uint32_t i = 0; ok && i < want.extent[0]; i++) ok = back[i] == (float)(i + step);
+        CHECK(ok, "recycle: step %llu verifies and holds its values: %s", (unsigned long long)step, e.msg);
+        tsr_ckpt_close(ck);
+    }
     tsr_engine_free(eng);
 
     /* a directory not named step-N: no lock file appears in its parent */
