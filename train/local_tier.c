@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -123,7 +124,8 @@ static int put_file(const char *dir, const char *name, const void *buf, uint64_t
 }
 
 /* Removes the step directories of dir but the newest `keep` committed ones
- * and any newer than those. */
+ * and any newer than those, keeping their data files in dir/spare for the
+ * next snapshots to write over. */
 static void prune(const char *dir, size_t keep) {
     tsr_step_info *v = NULL;
     size_t n = 0, seen = 0;
@@ -134,8 +136,10 @@ static void prune(const char *dir, size_t keep) {
     for (size_t i = 0; seen >= keep && i < n; i++)
         if (v[i].step < floor) {
             char p[PATH_MAX + 80];
+            char spare[PATH_MAX + 16];
             snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
-            tsr_remove_tree(p);
+            snprintf(spare, sizeof spare, "%s/spare", dir);
+            if (tsr_retire_step_dir(p, spare, NULL)) tsr_remove_tree(p);
         }
     free(v);
 }
@@ -156,39 +160,88 @@ static int share_manifest(tsr_local_tier *lt, const char *step_name, uint8_t **m
     return tsr_comm_bcast(lt->bg, 0, *mf, n, err);
 }
 
+/* A file's bytes mapped: whole (read) or made `size` bytes long (write). */
+typedef struct mapped {
+    int fd;
+    uint8_t *p;
+    uint64_t size;
+} mapped;
+
+/* Maps `path` to read. @return 0 or errno. */
+static int map_read(const char *path, mapped *m) {
+    m->p = NULL;
+    m->fd = tsr_open_regular(path, &m->size, NULL);
+    if (m->fd < 0) return ENOENT;
+    if (m->size && (m->p = mmap(NULL, m->size, PROT_READ, MAP_SHARED | MAP_POPULATE, m->fd, 0)) == MAP_FAILED) {
+        int e = errno;
+        close(m->fd);
+        return e;
+    }
+    return 0;
+}
+
+/* Makes `path` a file of `size` bytes mapped to write: the spare file of the
+ * same name in `spare` when there is one (its pages reused), else a new one. */
+static int map_write(const char *path, const char *spare, uint64_t size, mapped *m) {
+    m->p = NULL;
+    m->size = size;
+    rename(spare, path); /* no spare: a new file */
+    m->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (m->fd < 0) return errno;
+    if (ftruncate(m->fd, (off_t)size) != 0 ||
+        (size && (m->p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, m->fd, 0)) == MAP_FAILED)) {
+        int e = errno;
+        close(m->fd);
+        unlink(path);
+        return e;
+    }
+    return 0;
+}
+
+static void unmap(mapped *m) {
+    if (m->p && m->p != MAP_FAILED) munmap(m->p, m->size);
+    if (m->fd >= 0) close(m->fd);
+    m->p = NULL, m->fd = -1;
+}
+
 /* This rank's data file of the step to its partner (the same place on the
  * next node); the previous node's to this rank, into this node's partner
- * folder. */
+ * folder. Sent from and received into the files' pages (mapped): the only copy
+ * is the transfer's own. */
 static int swap_with_partner(tsr_local_tier *lt, const char *step_name, const uint8_t *mf, uint64_t mf_len,
                              tsr_error *err) {
     uint32_t to = (uint32_t)((lt->rank + lt->per_node) % lt->world);
     uint32_t from = (uint32_t)((lt->rank - lt->per_node + lt->world) % lt->world);
-    char fname[64], path[PATH_MAX + 160], pdir[PATH_MAX + 100];
+    char fname[64], path[PATH_MAX + 200], pdir[PATH_MAX + 100], tmp[PATH_MAX + 200], spare[PATH_MAX + 200];
     tsr_data_file_name((uint32_t)lt->rank, fname, sizeof fname);
     snprintf(path, sizeof path, "%s/%s/%s", lt->node_dir, step_name, fname);
-    uint8_t *mine = NULL, *theirs = NULL;
-    uint64_t my_size = 0, their_size = 0;
-    if (slurp(path, &mine, &my_size)) my_size = UINT64_MAX; /* none written: nothing to copy */
-    tsr_comm_reqs *r = tsr_comm_reqs_new();
-    if (!r) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    int rc = tsr_comm_isend(lt->bg, to, TAG_SIZE, &my_size, sizeof my_size, r, err);
-    if (!rc) rc = tsr_comm_irecv(lt->bg, from, TAG_SIZE, &their_size, sizeof their_size, r, err);
-    if (!rc) rc = tsr_comm_waitall(lt->bg, r, err);
-    if (!rc && their_size != UINT64_MAX && !(theirs = malloc(their_size ? their_size : 1)))
-        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-    if (!rc && my_size != UINT64_MAX) rc = tsr_comm_isend(lt->bg, to, TAG_DATA, mine, my_size, r, err);
-    if (!rc && theirs) rc = tsr_comm_irecv(lt->bg, from, TAG_DATA, theirs, their_size, r, err);
-    if (!rc) rc = tsr_comm_waitall(lt->bg, r, err);
-    tsr_comm_reqs_free(r);
+    mapped mine = {-1, NULL, 0}, theirs = {-1, NULL, 0};
+    uint64_t my_size = UINT64_MAX, their_size = 0; /* UINT64_MAX: none written, nothing to copy */
+    if (!map_read(path, &mine)) my_size = mine.size;
     snprintf(pdir, sizeof pdir, "%s/partner/%s", lt->node_dir, step_name);
     tsr_data_file_name(from, fname, sizeof fname);
-    int e = 0;
-    if (!rc && theirs && (e = put_file(pdir, fname, theirs, their_size)))
-        rc = tsr_err(err, TSR_EIO, "%s/%s: cannot write the partner copy of rank %u: %s", pdir, fname, from, strerror(e));
+    snprintf(tmp, sizeof tmp, "%s/.%s.tmp", pdir, fname);
+    snprintf(spare, sizeof spare, "%s/partner/spare/%s", lt->node_dir, fname);
+    tsr_comm_reqs *r = tsr_comm_reqs_new();
+    if (!r) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    int rc = tsr_comm_isend(lt->bg, to, TAG_SIZE, &my_size, sizeof my_size, r, err), e = 0;
+    if (!rc) rc = tsr_comm_irecv(lt->bg, from, TAG_SIZE, &their_size, sizeof their_size, r, err);
+    if (!rc) rc = tsr_comm_waitall(lt->bg, r, err);
+    if (!rc && their_size != UINT64_MAX && ((e = tsr_mkdir_p(pdir)) || (e = map_write(tmp, spare, their_size, &theirs))))
+        rc = tsr_err(err, TSR_EIO, "%s: cannot make the partner copy of rank %u: %s", tmp, from, strerror(e));
+    if (!rc && my_size != UINT64_MAX) rc = tsr_comm_isend(lt->bg, to, TAG_DATA, mine.p, my_size, r, err);
+    if (!rc && theirs.fd >= 0) rc = tsr_comm_irecv(lt->bg, from, TAG_DATA, theirs.p, their_size, r, err);
+    if (!rc) rc = tsr_comm_waitall(lt->bg, r, err);
+    tsr_comm_reqs_free(r);
+    int had = theirs.fd >= 0;
+    unmap(&mine);
+    unmap(&theirs);
+    snprintf(path, sizeof path, "%s/%s", pdir, fname);
+    if (had && !rc && rename(tmp, path) != 0)
+        rc = tsr_err(err, TSR_EIO, "%s: cannot write the partner copy of rank %u: %s", path, from, strerror(errno));
+    if (had && rc) unlink(tmp);
     if (!rc && lt->first_of_node && (e = put_file(pdir, "MANIFEST", mf, mf_len)))
         rc = tsr_err(err, TSR_EIO, "%s/MANIFEST: cannot write: %s", pdir, strerror(e));
-    free(mine);
-    free(theirs);
     return rc;
 }
 
@@ -273,6 +326,7 @@ int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **
     tsr_engine_opts eo = tsr_engine_opts_default();
     eo.write.codec = TSR_CODEC_RAW; /* memory is cheap to write and read; compression is not */
     eo.keep_latest = TSR_LOCAL_KEEP;
+    eo.recycle = 1; /* each snapshot writes over the pages of one retired */
     eo.sync = 0; /* the save returns once staged; the next one hands its copies over */
     eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
     if (!rc && !(lt->engine = tsr_engine_new(lt->node_dir, world, &eo, err))) rc = err ? err->code : TSR_EIO;
