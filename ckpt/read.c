@@ -225,6 +225,7 @@ typedef struct frame_buf {
     size_t stored_cap;
     uint8_t *raw;
     size_t raw_cap;
+    const uint8_t *out; /* the frame's elements: raw, or stored for a raw frame */
 } frame_buf;
 
 static void frame_buf_free(frame_buf *b) {
@@ -282,7 +283,7 @@ static void frame_where(const tsr_ckpt *ck, size_t fi, const char *owner, char *
 }
 
 /* Reads frame fi, checks its padding and both checksums, and decodes it into
- * b->raw. `dtype` is its tensor's dtype (TSR_U8 for a blob). */
+ * b->out (b->raw, or b->stored for a raw frame). `dtype` is its tensor's dtype (TSR_U8 for a blob). */
 static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame_buf *b,
                       tsr_codec *codec, tsr_error *err) {
     const tsr_mf_frame *f = &ck->m.frames[fi];
@@ -297,7 +298,8 @@ static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, fra
         b->stored_cap = b->stored ? padded : 0;
         if (!b->stored) return tsr_err(err, TSR_ENOMEM, "out of memory");
     }
-    if (b->raw_cap < f->raw_size) {
+    int as_is = f->codec == TSR_CODEC_RAW && f->stored_size == f->raw_size; /* no decoding copy */
+    if (!as_is && b->raw_cap < f->raw_size) {
         free(b->raw);
         b->raw = malloc(f->raw_size);
         b->raw_cap = b->raw ? f->raw_size : 0;
@@ -314,13 +316,15 @@ static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, fra
             return tsr_err(err, TSR_ECORRUPT, "%s: nonzero padding byte at file offset %llu", where,
                            (unsigned long long)(f->offset + i));
         }
-    rc = tsr_frame_decode(codec, dtype, f->codec, b->stored, f->stored_size, b->raw, f->raw_size, err);
+    rc = as_is ? 0 : tsr_frame_decode(codec, dtype, f->codec, b->stored, f->stored_size, b->raw, f->raw_size, err);
     if (rc) {
         frame_where(ck, fi, owner, where, sizeof where);
         tsr_err_prefix(err, "%s", where);
         return rc;
     }
-    if (tsr_hash(b->raw, f->raw_size) != f->raw_hash) {
+    b->out = as_is ? b->stored : b->raw;
+    /* a raw frame's bytes are checked already when both checksums are one */
+    if ((!as_is || f->raw_hash != f->stored_hash) && tsr_hash(b->out, f->raw_size) != f->raw_hash) {
         frame_where(ck, fi, owner, where, sizeof where);
         return tsr_err(err, TSR_ECORRUPT, "%s: checksum mismatch (decoded bytes)", where);
     }
@@ -349,7 +353,7 @@ static int read_one_frame(void *user, uint64_t k) {
     tsr_box fbox, part;
     tsr_frame_box(r->c, k, &fbox);
     if (tsr_box_intersect(&fbox, r->region, &part))
-        tsr_box_copy(r->dst, r->box, r->fb->raw, &fbox, &part, tsr_dtype_size(r->t->dtype));
+        tsr_box_copy(r->dst, r->box, r->fb->out, &fbox, &part, tsr_dtype_size(r->t->dtype));
     return 0;
 }
 
@@ -474,7 +478,7 @@ int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err) {
     for (uint32_t k = 0; k < b->frame_count && !rc; k++) {
         const tsr_mf_frame *f = &ck->m.frames[b->frame_first + k];
         rc = read_frame(ck, b->frame_first + k, TSR_U8, owner, &rd->fb, rd->codec, err);
-        if (!rc) memcpy((uint8_t *)dst + off, rd->fb.raw, f->raw_size);
+        if (!rc) memcpy((uint8_t *)dst + off, rd->fb.out, f->raw_size);
         off += f->raw_size;
     }
     reader_put(ck, rd);
