@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <openssl/evp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "common.h"
 #include "s3.h"
 #include "s3_impl.h"
+#include "store.h"
 
 /* AWS URI encoding: unreserved bytes kept, '/' kept when keep_slash, the rest %XX. */
 static void uri_encode(tsr_sbuf *b, const char *s, int keep_slash) {
@@ -243,11 +245,20 @@ static int retryable_curl(CURLcode c) {
     }
 }
 
+static _Atomic double outage_until; /* tsr_now() at which an injected outage ends */
+
+void tsr_s3_fault_outage(double seconds) { atomic_store(&outage_until, seconds > 0 ? tsr_now() + seconds : 0); }
+
 /* Judges a finished attempt: 0 success, 1 retry (reason in r->err), or a
  * negative status (fatal, in r->err). */
 static int judge(req *r, CURLcode cc) {
     char where[TSR_S3_MAX_KEY + 64], code[128], msg[512];
     location(r, where, sizeof where);
+    if (tsr_now() < atomic_load(&outage_until)) {
+        tsr_err(&r->err, TSR_EIO, "%s: %s: HTTP 503 SlowDown: an injected S3 outage (tessera launch --chaos)", where,
+                r->method);
+        return 1;
+    }
     if (r->overflow && r->out)
         return tsr_err(&r->err, TSR_ECORRUPT, "%s: %s: the server sent more than the %zu bytes asked for", where,
                        r->method, r->out_cap);

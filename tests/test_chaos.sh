@@ -48,6 +48,10 @@ finished slow
 grep -q "straggler: rank 1 (node 0) computed" "$TSR_TMP/slow.log" || fail "slow: the straggler is not named"
 expect 2 "a TSR_FAULT_SLOW that does not parse" env TSR_FAULT_SLOW=1 "$T" train --config "$CFG"
 grep -q "TSR_FAULT_SLOW: 1: not RANK:MS" err.txt || fail "TSR_FAULT_SLOW=1: not refused with its reason"
+expect 2 "--chaos with a kind that does not exist" "$T" launch -np 2 --chaos 5,1,nan+meteor -- train --config "$CFG"
+grep -q "'nan+meteor' is not a list of kill_rank" err.txt || fail "--chaos KINDS: not refused with its reason"
+expect 2 "--chaos with a seed that is not a number" "$T" launch -np 2 --chaos 5,x,nan -- train --config "$CFG"
+grep -q "the seed 'x' is not a number" err.txt || fail "--chaos SEED: not refused with its reason"
 
 # 2. ENOSPC on the durable tier, against an uninterrupted run
 run_np 2 "$T" train $(job 24) --job.dump_folder="$TSR_TMP/ref" >"$TSR_TMP/ref.log" 2>&1 || fail "ref: exit $?"

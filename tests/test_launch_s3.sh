@@ -6,7 +6,10 @@
 # outage are reported and given up, training never stops (no restart), the
 # archives after it succeed, and nothing is lost: the final checkpoint is
 # archived, the archive equals the local checkpoint, which equals an
-# uninterrupted run's, and every sample was trained once.
+# uninterrupted run's, and every sample was trained once. Then the same with the
+# outages injected by tessera launch --chaos (kind s3: every S3 request of the
+# ranks answered 503 for 3 s), straight to moto: each push retries through the
+# outage, and the run ends as before.
 . "$TSR_ROOT/tests/mpi.sh"
 cd "$TSR_TMP" || exit 1
 . "$TSR_ROOT/tests/s3.sh"
@@ -39,4 +42,25 @@ sys.exit(0 if d == ["blob train.config (rank -1): contents differ"] else 1)' dif
     { fail "arch: the final checkpoint differs from an uninterrupted run's"; cat diff.json >&2; }
 $PY "$TSR_ROOT/tests/samples_check.py" "$TSR_TMP/arch/metrics.jsonl" "$TSR_TMP/arch/launch.jsonl" 24 >/dev/null ||
     fail "arch: samples lost or trained twice"
-finish "launch s3: an S3 outage while archiving reported, the run finished, nothing lost"
+
+# chaos: S3 outages, and nothing else
+"$T" launch -np 2 --backoff 0.2 --chaos 1.5,5,s3 -- train $JOB --job.dump_folder="$TSR_TMP/chaos" \
+    --checkpoint.archive_url=s3://bkt/chaos/ --checkpoint.archive_interval=1 >chaos.log 2>&1 ||
+    { fail "chaos: exit $?"; tail -5 chaos.log >&2; }
+grep -q '"event": "finish", "launch": 1, "status": "ok", "restarts": 0' "$TSR_TMP/chaos/launch.jsonl" ||
+    { fail "chaos: the run did not finish in one launch"; tail -3 "$TSR_TMP/chaos/launch.jsonl" >&2; }
+n=$(grep -c '"event": "chaos", .*"kind": "s3"' "$TSR_TMP/chaos/launch.jsonl")
+[ "$n" -ge 1 ] || fail "chaos: no S3 outage injected"
+grep -v '"kind": "s3"' "$TSR_TMP/chaos/launch.jsonl" | grep -q '"event": "chaos"' && fail "chaos: a fault of another kind"
+grep -q "HTTP 503 SlowDown: an injected S3 outage (tessera launch --chaos) (attempt 1; retrying)" chaos.log ||
+    { fail "chaos: no request retried through an injected outage"; grep -i 's3\|archiv' chaos.log | head >&2; }
+expect 0 "ls the chaos archive" "$T" ls s3://bkt/chaos/ --json
+$PY -c 'import json; v = json.load(open("out.txt")); assert (24, "committed") in [(d["step"], d["status"]) for d in v], v' ||
+    fail "chaos: the final checkpoint was not archived"
+expect 0 "pull the final chaos archive" "$T" pull s3://bkt/chaos/step-00000024 pulled_chaos
+expect 0 "the chaos archive equals the local checkpoint" "$T" ckpt diff "$TSR_TMP/chaos/checkpoint/step-00000024" pulled_chaos
+"$T" ckpt diff "$TSR_TMP/ref/checkpoint/step-00000024" "$TSR_TMP/chaos/checkpoint/step-00000024" --json >diff.json
+$PY -c 'import json, sys; d = json.load(open(sys.argv[1]))["differences"]
+sys.exit(0 if d == ["blob train.config (rank -1): contents differ"] else 1)' diff.json ||
+    { fail "chaos: the final checkpoint differs from an uninterrupted run's"; cat diff.json >&2; }
+finish "launch s3: an S3 outage while archiving reported, the run finished, nothing lost; injected outages (--chaos s3) retried through"

@@ -22,7 +22,7 @@
 
 static const char USAGE[] =
     "usage: tessera launch -np N [--nodes K] [--min-ranks M] [--max-restarts R] [--hang-timeout S]\n"
-    "                      [--backoff S] [--grace S] [--chaos RATE[,SEED]] -- train --config FILE [--section.key=value ...]\n"
+    "                      [--backoff S] [--grace S] [--chaos RATE[,SEED[,KINDS]]] -- train --config FILE [--section.key=value ...]\n"
     "Runs the training job on N ranks under mpirun and keeps it alive. Every rank\n"
     "reports to the supervisor over a Unix socket (step, phase, loss, time); it\n"
     "restarts the job (which resumes from its newest complete state: a snapshot\n"
@@ -49,7 +49,9 @@ static const char USAGE[] =
     "to DUMP/launch.jsonl (JSON lines); a summary ends the run. --chaos RATE[,SEED]\n"
     "injects faults at random, RATE seconds apart on average (exponential; SEED 1\n"
     "by default): a rank killed, a node killed (--nodes), a rank stopped, a NaN\n"
-    "loss, ENOSPC on the next checkpoint write; each is a \"chaos\" event.\n"
+    "loss, ENOSPC on the next checkpoint write, an S3 outage of 3 s (when the job\n"
+    "archives to S3); each is a \"chaos\" event. KINDS (kill_rank, kill_node,\n"
+    "stop_rank, nan, enospc, s3, joined by '+') keeps to those.\n"
     "Exit status: 0 finished, 1 gave up, 2 bad usage.\n";
 
 static volatile sig_atomic_t stop_sig;
@@ -72,16 +74,21 @@ static int num_opt(const char *v, double lo, double *out, const char *name) {
     return 0;
 }
 
-/* --chaos RATE[,SEED] */
+/* --chaos RATE[,SEED[,KINDS]] */
 static int chaos_opt(const char *v, launch_opts *o) {
-    char rate[64];
-    const char *comma = strchr(v, ',');
+    char rate[64], seed_s[64] = "1";
+    const char *comma = strchr(v, ','), *kinds = comma ? strchr(comma + 1, ',') : NULL;
     uint64_t seed = 1;
     snprintf(rate, sizeof rate, "%.*s", comma ? (int)(comma - v) : (int)strlen(v), v);
+    if (comma) snprintf(seed_s, sizeof seed_s, "%.*s", kinds ? (int)(kinds - comma - 1) : (int)strlen(comma + 1), comma + 1);
     if (num_opt(rate, 0.1, &o->chaos_rate, "--chaos")) return -1;
-    if (comma && tsr_parse_u64(comma + 1, &seed))
-        return tsr_usage_error("launch", "--chaos RATE,SEED: the seed '%s' is not a number", comma + 1);
+    if (tsr_parse_u64(seed_s, &seed))
+        return tsr_usage_error("launch", "--chaos RATE,SEED: the seed '%s' is not a number", seed_s);
     o->chaos_seed = seed;
+    o->chaos_kinds = 0;
+    if (kinds && launch_chaos_kinds(kinds + 1, &o->chaos_kinds))
+        return tsr_usage_error("launch", "--chaos RATE,SEED,KINDS: '%s' is not a list of kill_rank, kill_node, "
+                                         "stop_rank, nan, enospc, s3 joined by '+'", kinds + 1);
     return 0;
 }
 

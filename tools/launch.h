@@ -25,6 +25,7 @@ typedef struct launch_opts {
     double grace;        /* seconds between SIGTERM and SIGKILL */
     double chaos_rate;   /* --chaos: mean seconds between injected faults (0: none) */
     uint64_t chaos_seed;
+    unsigned chaos_kinds; /* bit k: fault kind k may be injected (0: every kind) */
     int train_argc;      /* the command after "--": train --config FILE ... */
     char **train_argv;
 } launch_opts;
@@ -165,6 +166,13 @@ void launch_chaos_start(launch *L);
  * next write to the durable tier with ENOSPC; logs it as a "chaos" event (kind, target) and plans the
  * next one. */
 void launch_chaos_tick(launch *L);
+
+/* launch_chaos_kinds(): "kill_rank+s3" (the kinds kill_rank, kill_node,
+ * stop_rank, nan, enospc, s3) into *mask. @return 0, or -1 for a name that is
+ * none of them. */
+int launch_chaos_kinds(const char *s, unsigned *mask);
+
+#define LAUNCH_S3_OUTAGE_S 3.0 /* seconds of an injected S3 outage */
 
 /* launch_watch.c ---------------------------------------------------------- */
 

@@ -1,9 +1,9 @@
-/* launch_chaos.c: tessera launch --chaos RATE[,SEED]: faults injected at
- * random into the job it watches (README, "Keeping a run alive"): a rank or a
- * node killed, a rank stopped, a NaN, ENOSPC on the durable tier. (An S3
- * outage while archiving is not among them: the archiver's S3 client has no
- * fault hook; tests/test_launch_s3.sh makes one with a faulty proxy.) The
- * times between faults are exponential with mean RATE
+/* launch_chaos.c: tessera launch --chaos RATE[,SEED[,KINDS]]: faults injected
+ * at random into the job it watches (README, "Keeping a run alive"): a rank or
+ * a node killed, a rank stopped, a NaN, ENOSPC on the durable tier, an S3
+ * outage (every S3 request of the ranks answered 503 for LAUNCH_S3_OUTAGE_S
+ * seconds, when the job archives to S3). KINDS ("kill_rank+s3") keeps to
+ * those kinds. The times between faults are exponential with mean RATE
  * seconds, from a generator seeded with SEED, and a fault waits until every
  * rank of the launch is training (not starting, loading or saving), and one
  * that ends a launch (a kill, a stop, a NaN) for a launch where none was
@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "common.h"
+#include "s3.h"
 #include "launch.h"
 
 /* splitmix64: the chaos generator (one stream, from the seed). */
@@ -54,8 +55,21 @@ static void tell_all(launch *L, uint32_t kind, uint64_t arg) {
             launch_say("chaos: the command did not reach rank %d", L->conns[i].rank);
 }
 
-enum { K_KILL_RANK, K_KILL_NODE, K_STOP_RANK, K_NAN, K_ENOSPC, K_N };
-static const char *const KIND[K_N] = {"kill_rank", "kill_node", "stop_rank", "nan", "enospc"};
+enum { K_KILL_RANK, K_KILL_NODE, K_STOP_RANK, K_NAN, K_ENOSPC, K_S3, K_N };
+static const char *const KIND[K_N] = {"kill_rank", "kill_node", "stop_rank", "nan", "enospc", "s3"};
+
+int launch_chaos_kinds(const char *s, unsigned *mask) {
+    *mask = 0;
+    while (*s) {
+        size_t n = strcspn(s, "+");
+        int k = 0;
+        while (k < K_N && (strlen(KIND[k]) != n || strncmp(s, KIND[k], n))) k++;
+        if (k == K_N) return -1;
+        *mask |= 1u << k;
+        s += n + (s[n] == '+');
+    }
+    return *mask ? 0 : -1;
+}
 
 static void inject(launch *L, int kind) {
     int rank = (int)(next_u64(L) % (uint64_t)L->np);
@@ -84,9 +98,14 @@ static void inject(launch *L, int kind) {
                      (long long)s, (long long)s);
         tell_all(L, TSR_HB_CMD_NAN, (uint64_t)s);
         break;
-    default: /* the next write of every rank to the durable tier fails */
+    case K_ENOSPC: /* the next write of every rank to the durable tier fails */
         launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"the next checkpoint write\"", KIND[kind]);
         tell_all(L, TSR_HB_CMD_ENOSPC, 0);
+        break;
+    default: /* every S3 request fails for a while: the archiver retries, or gives a push up */
+        launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"S3 requests\", \"seconds\": %.1f", KIND[kind],
+                     LAUNCH_S3_OUTAGE_S);
+        tell_all(L, TSR_HB_CMD_S3, (uint64_t)(LAUNCH_S3_OUTAGE_S * 1000));
         break;
     }
     L->chaos_faults++;
@@ -98,12 +117,10 @@ void launch_chaos_tick(launch *L) {
     if (L->o.chaos_rate <= 0 || (int)L->out >= 0 || L->chaos_fatal == L->attempt) return;
     double now = tsr_now();
     if (now < L->chaos_next || !steady(L)) return;
-    int kinds[K_N], n = 0;
-    kinds[n++] = K_KILL_RANK;
-    if (L->n_alive > 1) kinds[n++] = K_KILL_NODE;
-    kinds[n++] = K_STOP_RANK;
-    kinds[n++] = K_NAN;
-    if (L->cfg.checkpoint.enable) kinds[n++] = K_ENOSPC;
-    inject(L, kinds[next_u64(L) % (uint64_t)n]);
+    int kinds[K_N], n = 0, can[K_N] = {1, L->n_alive > 1, 1, 1, L->cfg.checkpoint.enable,
+                                        L->cfg.checkpoint.enable && tsr_s3_is_url(L->cfg.checkpoint.archive_url)};
+    for (int k = 0; k < K_N; k++)
+        if (can[k] && (!L->o.chaos_kinds || (L->o.chaos_kinds >> k & 1))) kinds[n++] = k;
+    if (n) inject(L, kinds[next_u64(L) % (uint64_t)n]);
     schedule(L, now);
 }

@@ -12,9 +12,9 @@
  * supervisor writes nothing else than commands (TSR_HB_COMMAND bytes: magic
  * u32 "TSHC" | kind u32 | arg u64), which the watchdog carries out: the faults
  * of `tessera launch --chaos`: TSR_HB_CMD_NAN (arg: the step of this launch
- * whose loss is taken as NaN) and TSR_HB_CMD_ENOSPC (through the
+ * whose loss is taken as NaN), TSR_HB_CMD_ENOSPC (through the
  * fault-injecting store, tsr_fault_set: the process's next write to a store
- * fails with ENOSPC). Without TSR_HEARTBEAT every call here is a no-op.
+ * fails with ENOSPC) and TSR_HB_CMD_S3 (an S3 outage: tsr_s3_fault_outage). Without TSR_HEARTBEAT every call here is a no-op.
  *
  * Record layout (80 bytes, version 2): magic u32 "TSHB" | version u16 |
  * phase u16 | token u64 | rank u32 | world u32 | pid u32 | zero u32 | step i64 |
@@ -37,6 +37,7 @@
 #define TSR_HB_COMMAND 16
 #define TSR_HB_CMD_NAN 1     /* arg: a step of this launch whose loss is taken as NaN */
 #define TSR_HB_CMD_ENOSPC 2  /* the next write to the durable tier fails: no space */
+#define TSR_HB_CMD_S3 3      /* arg: milliseconds in which every S3 request fails (HTTP 503) */
 #define TSR_HB_ENV "TSR_HEARTBEAT"
 #define TSR_HB_TOKEN_ENV "TSR_HEARTBEAT_TOKEN"
 
