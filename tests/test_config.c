@@ -98,6 +98,12 @@ static void test_defaults(void) {
     CHECK(c.checkpoint.async_mode == TSR_ASYNC_DISABLED && c.checkpoint.load_step == -1, "ckpt");
     CHECK(c.checkpoint.last_save_model_only && c.checkpoint.export_dtype == TSR_F32, "ckpt");
     CHECK(c.checkpoint.commit_timeout_s == 1800, "commit timeout %g", c.checkpoint.commit_timeout_s);
+    /* the supervisor's keys: no local tier, no skipped data */
+    CHECK(c.checkpoint.local_interval == 0 && !c.checkpoint.local_folder[0] && !c.checkpoint.local_nodes[0],
+          "local tier: %d \"%s\" \"%s\"", c.checkpoint.local_interval, c.checkpoint.local_folder,
+          c.checkpoint.local_nodes);
+    CHECK(c.training.skip_data_after_step == -1 && c.training.skip_data_steps == 0, "skip data: %d %d",
+          c.training.skip_data_after_step, c.training.skip_data_steps);
     CHECK(c.metrics.log_freq == 10 && strcmp(c.metrics.file, "metrics.jsonl") == 0, "metrics");
     CHECK(c.n_warnings == 0 && c.warnings[0] == 0, "warnings: %s", c.warnings);
     CHECK(strcmp(tsr_flavor_name(TSR_FLAVOR_124M), "124m") == 0, "flavor name");
@@ -526,6 +532,10 @@ static void test_overrides(void) {
     BAD_OVERRIDE("--training.=5", "expected --section.key=value");
     BAD_OVERRIDE("--training.steps.x=5", "dotted keys");
     BAD_OVERRIDE("--parallelism.tensor_parallel_degree=0", "parallelism.tensor_parallel_degree", "out of range");
+    BAD_OVERRIDE("--checkpoint.local_interval=-1", "checkpoint.local_interval", "out of range");
+    BAD_OVERRIDE("--checkpoint.local_interval=every", "checkpoint.local_interval", "expected an integer");
+    BAD_OVERRIDE("--training.skip_data_steps=-2", "training.skip_data_steps", "out of range");
+    BAD_OVERRIDE("--training.skip_data_after_step=-2", "training.skip_data_after_step", "out of range");
     /* a failed override leaves the config as it was */
     tsr_config_defaults(&c);
     CHECK(tsr_config_override(&c, "--training.steps=-3", &e) == TSR_EINVAL, "negative steps");
@@ -704,6 +714,11 @@ static void test_round_trip(void) {
     a.checkpoint.initial_load_model_only = false;
     a.metrics.log_freq = 1;
     strcpy(a.metrics.file, "/tmp/m.jsonl");
+    a.checkpoint.local_interval = 3;
+    strcpy(a.checkpoint.local_folder, "/dev/shm/run 7");
+    strcpy(a.checkpoint.local_nodes, "0,5,9");
+    a.training.skip_data_after_step = 120;
+    a.training.skip_data_steps = 4;
     t1 = to_toml(&a);
     CHECK_OK(load_text(&b, "rt2.toml", t1, &e, path, sizeof path));
     t2 = to_toml(&b);
@@ -716,6 +731,10 @@ static void test_round_trip(void) {
     CHECK(b.parallelism.pipeline_parallel_degree == 16 && b.parallelism.pipeline_parallel_microbatch_size == 3, "pp");
     CHECK(b.checkpoint.keep_latest_k == 0 && !b.checkpoint.initial_load_model_only, "ckpt");
     CHECK(strcmp(b.metrics.file, "/tmp/m.jsonl") == 0 && b.metrics.log_freq == 1, "metrics");
+    CHECK(b.checkpoint.local_interval == 3 && !strcmp(b.checkpoint.local_folder, "/dev/shm/run 7") &&
+              !strcmp(b.checkpoint.local_nodes, "0,5,9"),
+          "local tier after the round trip:\n%s", t1);
+    CHECK(b.training.skip_data_after_step == 120 && b.training.skip_data_steps == 4, "skip data after the round trip");
     free(t1);
     free(t2);
 }
