@@ -283,7 +283,8 @@ static void frame_where(const tsr_ckpt *ck, size_t fi, const char *owner, char *
 }
 
 /* Reads frame fi, checks its padding and both checksums, and decodes it into
- * b->out (b->raw, or b->stored for a raw frame). `dtype` is its tensor's dtype (TSR_U8 for a blob). */
+ * b->out (b->raw, or the stored bytes for a raw frame: b->stored, or the file's
+ * own pages where the store maps it). `dtype` is its tensor's dtype (TSR_U8 for a blob). */
 static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame_buf *b,
                       tsr_codec *codec, tsr_error *err) {
     const tsr_mf_frame *f = &ck->m.frames[fi];
@@ -292,7 +293,8 @@ static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, fra
     if (rc) return rc;
     char where[PATH_MAX + 400];
     size_t padded = tsr_align_up(f->stored_size, TSR_ALIGN);
-    if (b->stored_cap < padded) {
+    const uint8_t *st = tsr_rfile_map(rf, f->offset, padded); /* a file in memory: no read */
+    if (!st && b->stored_cap < padded) {
         free(b->stored);
         b->stored = tsr_alloc_aligned(padded);
         b->stored_cap = b->stored ? padded : 0;
@@ -305,24 +307,25 @@ static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, fra
         b->raw_cap = b->raw ? f->raw_size : 0;
         if (!b->raw) return tsr_err(err, TSR_ENOMEM, "out of memory");
     }
-    if ((rc = tsr_rfile_read(rf, b->stored, padded, f->offset, err))) return rc;
-    if (tsr_hash(b->stored, f->stored_size) != f->stored_hash) {
+    if (!st && (rc = tsr_rfile_read(rf, b->stored, padded, f->offset, err))) return rc;
+    if (!st) st = b->stored;
+    if (tsr_hash(st, f->stored_size) != f->stored_hash) {
         frame_where(ck, fi, owner, where, sizeof where);
         return tsr_err(err, TSR_ECORRUPT, "%s: checksum mismatch (stored bytes)", where);
     }
     for (size_t i = f->stored_size; i < padded; i++)
-        if (b->stored[i]) {
+        if (st[i]) {
             frame_where(ck, fi, owner, where, sizeof where);
             return tsr_err(err, TSR_ECORRUPT, "%s: nonzero padding byte at file offset %llu", where,
                            (unsigned long long)(f->offset + i));
         }
-    rc = as_is ? 0 : tsr_frame_decode(codec, dtype, f->codec, b->stored, f->stored_size, b->raw, f->raw_size, err);
+    rc = as_is ? 0 : tsr_frame_decode(codec, dtype, f->codec, st, f->stored_size, b->raw, f->raw_size, err);
     if (rc) {
         frame_where(ck, fi, owner, where, sizeof where);
         tsr_err_prefix(err, "%s", where);
         return rc;
     }
-    b->out = as_is ? b->stored : b->raw;
+    b->out = as_is ? st : b->raw;
     /* a raw frame's bytes are checked already when both checksums are one */
     if ((!as_is || f->raw_hash != f->stored_hash) && tsr_hash(b->out, f->raw_size) != f->raw_hash) {
         frame_where(ck, fi, owner, where, sizeof where);

@@ -27,6 +27,11 @@ int tsr_rfile_read(tsr_rfile *f, void *buf, size_t len, uint64_t off, tsr_error 
     return f->ops->read(f, buf, len, off, err);
 }
 
+const uint8_t *tsr_rfile_map(tsr_rfile *f, uint64_t off, size_t len) {
+    if (!f->map || off > f->map_size || len > f->map_size - off) return NULL;
+    return f->map + off;
+}
+
 void tsr_rfile_close(tsr_rfile *f) {
     if (f) f->ops->read_close(f);
 }

@@ -67,6 +67,11 @@ const char *tsr_store_location(const tsr_store *s);
 int tsr_store_open_read(tsr_store *s, const char *name, tsr_rfile **out, uint64_t *size,
                         tsr_error *err);
 int tsr_rfile_read(tsr_rfile *f, void *buf, size_t len, uint64_t off, tsr_error *err);
+/* tsr_rfile_map(): the bytes [off, off + len) of the object in place, valid until
+ * tsr_rfile_close, when the store maps the object (a local file in memory,
+ * /dev/shm: reading it would only copy it); NULL when it does not, or for a range
+ * outside the object: then tsr_rfile_read. */
+const uint8_t *tsr_rfile_map(tsr_rfile *f, uint64_t off, size_t len);
 void tsr_rfile_close(tsr_rfile *f);
 
 /* Writing. flags: 0 or TSR_CREATE_OVERWRITE. */
@@ -153,6 +158,9 @@ struct tsr_store {
 };
 struct tsr_rfile {
     const tsr_store_ops *ops;
+    const uint8_t *map; /* the whole object mapped, read-only, where that is cheap (a
+                           file in memory: tmpfs); NULL otherwise */
+    uint64_t map_size;
 };
 struct tsr_wfile {
     const tsr_store_ops *ops;
