@@ -42,7 +42,7 @@ rm -rf "$OUT/rs"
 
 echo
 echo "== local tier: recovery from node memory against the durable tier, and its cost per step (small model,"
-echo "   4 ranks as 2 nodes of 2 under tessera launch)"
+echo "   8 ranks as 2 nodes of 4 under tessera launch)"
 sh tools/bench_tier.sh "$T" "$OUT"
 
 echo
