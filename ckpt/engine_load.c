@@ -1,6 +1,7 @@
 /* engine_load.c: a load on any layout, in phases: each needed box read once, by a
  * rank that needs it, and sent to the others that do.
- *   open   rank 0 reads the MANIFEST and broadcasts it; every rank opens it
+ *   open   rank 0 reads the MANIFEST and broadcasts it; every rank opens it (at
+ *          its own step_dir, if given: a copy of the same checkpoint on its node)
  *   plan   the state's tensors matched with the checkpoint's; every rank's boxes
  *          gathered and each distinct box given to one rank that holds it (the
  *          save plan's rule); receives posted for the boxes others read for me
@@ -65,6 +66,7 @@ static tsr_ckpt *open_everywhere(tsr_engine *e, const char *step_dir, tsr_error 
         return NULL;
     }
     if (tsr_comm_bcast(e->comm, 0, dir, sizeof dir, err)) return NULL;
+    if (step_dir) snprintf(dir, sizeof dir, "%s", step_dir); /* the same checkpoint, where this rank sees it */
     if (e->rank != 0 && !(buf = malloc((size_t)hdr[1] + 1))) {
         tsr_err(err, TSR_ENOMEM, "out of memory");
         return NULL; /* the bcast below then hangs the others: MPI aborts the job */

@@ -200,7 +200,9 @@ int tsr_engine_broken(tsr_engine *e);
 void tsr_engine_continue_from(tsr_engine *e, uint64_t step);
 
 /* tsr_engine_load(): collective. Loads the checkpoint in step_dir (NULL: the
- * newest committed one under ROOT) into the boxes of `st`, in whatever layout
+ * newest committed one under ROOT; rank 0's MANIFEST is used, and each rank
+ * reads the data files at its own step_dir, which may be a copy of the same
+ * checkpoint on its node) into the boxes of `st`, in whatever layout
  * they are: each distinct box is read by one of the ranks that need it (only the
  * frames that overlap it, checksums checked) and sent to the others. Tensors are
  * matched by name; a tensor missing from the checkpoint or of another dtype or

@@ -7,7 +7,8 @@
 # dropped (4 ranks on 2 nodes): its memory folder goes, and the job restarts on
 # 2 ranks from node 0's snapshots and the partner copies of node 1's files,
 # within 1e-4 of the losses. A node's own files and their partner copies both
-# gone: the durable tier. A truncated data file: refused, naming it, and the
+# gone: the durable tier. 4 ranks as 4 nodes, 2 of them lost: the nodes left
+# exchange the files each lacks. A truncated data file: refused, naming it, and the
 # next older complete snapshot is used. The supervisor removes the tier's
 # folder at the end of a run.
 . "$TSR_ROOT/tests/mpi.sh"
@@ -47,7 +48,7 @@ wait_step kill 10
     fail "kill: $(committed "$SHM-kill/node-0") snapshots in node memory, not 1 or 2"
 kill -9 "$(rank_pid kill 1 1)"
 finished kill 1
-grep -q "resumed from $SHM-kill/recover/step-[0-9]* (the local tier, step" "$TSR_TMP/kill.log" ||
+grep -q "resumed from $SHM-kill/node-0/recover/step-[0-9]* (the local tier, step" "$TSR_TMP/kill.log" ||
     { fail "kill: the relaunch did not resume from the local tier"; grep resumed "$TSR_TMP/kill.log" >&2; }
 [ -e "$SHM-kill" ] && fail "kill: the local tier's folder outlives the run"
 compare ref kill 0
@@ -93,6 +94,24 @@ grep -q "(the durable tier, step 8," "$TSR_TMP/both.log" ||
     { fail "both: the restart did not load the durable tier's step 8"; grep resumed "$TSR_TMP/both.log" >&2; }
 compare refc both 1e-4
 
+# 4 ranks as 4 nodes (partner copies in a ring: node k's files on node k+1);
+# nodes 1 and 3 lost. Node 0 holds files 0 and 3, node 2 files 2 and 1: each
+# lacks two, which it receives from the other (no rank looks into another
+# node's folder, as on separate machines), and the job goes on on 2 ranks
+run_np 4 "$T" train $JOB $LOCAL --training.steps=12 --job.dump_folder="$TSR_TMP/ring" \
+    --checkpoint.local_folder="$SHM-ring" --checkpoint.local_nodes=0,1,2,3 >"$TSR_TMP/ring.log" 2>&1 || fail "ring: exit $?"
+rm -rf "$TSR_TMP/ring/checkpoint/step-00000012" "$SHM-ring/node-1" "$SHM-ring/node-3"
+run_np 2 "$T" train $JOB $LOCAL --training.steps=24 --job.dump_folder="$TSR_TMP/ring" \
+    --checkpoint.local_folder="$SHM-ring" --checkpoint.local_nodes=0,2 --parallelism.data_parallel_shard_degree=-1 \
+    >>"$TSR_TMP/ring.log" 2>&1 || fail "ring: the restart exited $?"
+for n in 0 2; do
+    grep -q "local tier: step-00000012: node $n received 2 of its 4 data files from other nodes" "$TSR_TMP/ring.log" ||
+        fail "ring: node $n did not receive the 2 files it lacked"
+done
+grep -q "resumed from $SHM-ring/node-0/recover/step-00000012 (the local tier, step 12, saved as pp=1,dp_replicate=1,dp_shard=4" \
+    "$TSR_TMP/ring.log" || { fail "ring: the restart did not load step 12 from the local tier"; grep resumed "$TSR_TMP/ring.log" >&2; }
+compare refc ring 1e-4
+
 # a truncated data file in the newest snapshot: refused, the one before used
 run_np 2 "$T" train $JOB $LOCAL --training.steps=12 --job.dump_folder="$TSR_TMP/cut" \
     --checkpoint.local_folder="$SHM-cut" >"$TSR_TMP/cut.log" 2>&1 || fail "cut: exit $?"
@@ -103,10 +122,10 @@ run_np 2 "$T" train $JOB $LOCAL --training.steps=24 --job.dump_folder="$TSR_TMP/
     --checkpoint.local_folder="$SHM-cut" >>"$TSR_TMP/cut.log" 2>&1 || fail "cut: the restart exited $?"
 grep -q "local tier: $f is [0-9]* bytes, the MANIFEST names [0-9]*: refused" "$TSR_TMP/cut.log" ||
     fail "cut: the truncated file was not refused by name"
-grep -q "resumed from $SHM-cut/recover/step-00000011 (the local tier, step 11," "$TSR_TMP/cut.log" ||
+grep -q "resumed from $SHM-cut/node-0/recover/step-00000011 (the local tier, step 11," "$TSR_TMP/cut.log" ||
     { fail "cut: the restart did not load the snapshot of step 11"; grep resumed "$TSR_TMP/cut.log" >&2; }
 compare refc cut 0
 
 rm -rf "$SHM"-*
 ls -d "$SHM"-* 2>/dev/null && fail "the tests' folders in /dev/shm remain"
-finish "local tier: rank killed, node lost (partner copies, 2 ranks), both copies lost (durable), truncated snapshot ok"
+finish "local tier: rank killed, node lost (partner copies, 2 ranks), both copies lost (durable), 2 of 4 nodes lost (files exchanged), truncated snapshot ok"

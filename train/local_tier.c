@@ -47,6 +47,7 @@ struct tsr_local_tier {
     char root[PATH_MAX], node_dir[PATH_MAX];
     tsr_engine *engine;
     tsr_comm *bg; /* the copy thread's duplicate of the world */
+    tsr_comm *world_comm; /* the job's, for the recovery at a start (tsr_local_recover) */
     int rank, world, n_nodes, per_node, node_idx, first_of_node;
     int ids[TSR_LOCAL_MAX_NODES];
     pthread_t thread;
@@ -185,7 +186,7 @@ static int map_read(const char *path, mapped *m) {
 static int map_write(const char *path, const char *spare, uint64_t size, mapped *m) {
     m->p = NULL;
     m->size = size;
-    rename(spare, path); /* no spare: a new file */
+    if (spare) rename(spare, path); /* no spare: a new file */
     m->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (m->fd < 0) return errno;
     if (ftruncate(m->fd, (off_t)size) != 0 ||
@@ -313,6 +314,7 @@ int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **
     if (!lt) return tsr_err(err, TSR_ENOMEM, "out of memory");
     lt->rank = (int)tsr_comm_rank(world);
     lt->world = (int)tsr_comm_size(world);
+    lt->world_comm = world;
     int rc = parse_nodes(c->checkpoint.local_nodes, lt->world, lt->ids, &lt->n_nodes, err);
     if (!rc) {
         lt->per_node = lt->world / lt->n_nodes;
@@ -397,192 +399,395 @@ void tsr_local_free(tsr_local_tier *lt) {
 
 /* --------------------------------------------------------------- recovery */
 
-/* The places pieces may be: ROOT/node-<k> and ROOT/node-<k>/partner. */
-typedef struct sources {
-    char (*dir)[PATH_MAX];
-    size_t n;
-} sources;
+/* A node's report, from its first rank, of the steps it holds: records of
+ *   u64 step | u32 files | files x (u32 id | u64 size | u8 held)
+ * for each committed step (own snapshot or partner copy) between min_step and
+ * max_step: the data files its MANIFEST names, each held by the node at that
+ * size (own or partner copy) or not. */
+typedef struct bytes {
+    uint8_t *p;
+    size_t n, cap;
+} bytes;
 
-static int list_sources(const char *root, sources *s, tsr_error *err) {
-    s->dir = NULL, s->n = 0;
-    DIR *d = opendir(root);
-    if (!d) return 0;
-    struct dirent *e;
-    size_t cap = 0;
-    int rc = 0;
-    while (!rc && (e = readdir(d))) {
-        int k;
-        char tail;
-        if (sscanf(e->d_name, "node-%d%c", &k, &tail) != 1) continue;
-        if (s->n + 2 > cap) {
-            cap = cap ? 2 * cap : 16;
-            void *p = realloc(s->dir, cap * sizeof *s->dir);
-            if (!p) {
-                rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-                break;
-            }
-            s->dir = p;
-        }
-        snprintf(s->dir[s->n++], PATH_MAX, "%.*s/node-%d", PATH_MAX - 80, root, k);
-        snprintf(s->dir[s->n++], PATH_MAX, "%.*s/node-%d/partner", PATH_MAX - 80, root, k);
+static int put(bytes *b, const void *v, size_t n) {
+    while (b->n + n > b->cap) {
+        size_t c = b->cap ? 2 * b->cap : 4096;
+        void *q = realloc(b->p, c);
+        if (!q) return TSR_ENOMEM;
+        b->p = q, b->cap = c;
     }
-    closedir(d);
-    return rc;
+    memcpy(b->p + b->n, v, n);
+    b->n += n;
+    return 0;
 }
 
-/* The committed steps of every source, newest first, without repeats. */
-static int candidate_steps(const sources *s, uint64_t **out, size_t *n_out) {
-    uint64_t *v = NULL;
-    size_t n = 0, cap = 0;
-    for (size_t i = 0; i < s->n; i++) {
+static int put32(bytes *b, uint32_t v) {
+    uint8_t x[4];
+    tsr_st32(x, v);
+    return put(b, x, 4);
+}
+
+static int put64(bytes *b, uint64_t v) {
+    uint8_t x[8];
+    tsr_st64(x, v);
+    return put(b, x, 8);
+}
+
+/* Where this node holds file `name` of step `sname` at `size` bytes: its own
+ * snapshot, else its partner copy, into path. @return 1 if held. A copy of
+ * another size is refused, named in out. */
+static int held_at(const tsr_local_tier *lt, const char *sname, const char *name, uint64_t size, char *path,
+                   size_t len, FILE *out) {
+    for (int k = 0; k < 2; k++) {
+        struct stat st;
+        snprintf(path, len, "%s%s/%s/%s", lt->node_dir, k ? "/partner" : "", sname, name);
+        if (stat(path, &st)) continue;
+        if ((uint64_t)st.st_size == size) return 1;
+        fprintf(out, "local tier: %s is %lld bytes, the MANIFEST names %llu: refused\n", path, (long long)st.st_size,
+                (unsigned long long)size);
+    }
+    return 0;
+}
+
+/* The committed steps of this node (own and partner), newest first, unique. */
+static size_t node_steps(const tsr_local_tier *lt, uint64_t *v, size_t cap) {
+    size_t n = 0;
+    for (int k = 0; k < 2; k++) {
+        char dir[PATH_MAX + 16];
         tsr_step_info *st = NULL;
-        size_t k = 0;
-        if (tsr_list_steps(s->dir[i], &st, &k)) continue;
-        for (size_t j = 0; j < k; j++) {
-            if (!st[j].committed) continue;
+        size_t m = 0;
+        snprintf(dir, sizeof dir, "%s%s", lt->node_dir, k ? "/partner" : "");
+        if (tsr_list_steps(dir, &st, &m)) continue;
+        for (size_t j = 0; j < m; j++) {
             int dup = 0;
             for (size_t q = 0; q < n && !dup; q++) dup = v[q] == st[j].step;
-            if (dup) continue;
-            if (n == cap) {
-                cap = cap ? 2 * cap : 16;
-                uint64_t *p = realloc(v, cap * sizeof *v);
-                if (!p) break;
-                v = p;
-            }
-            v[n++] = st[j].step;
+            if (st[j].committed && !dup && n < cap) v[n++] = st[j].step;
         }
         free(st);
     }
-    for (size_t i = 1; i < n; i++) /* newest first */
+    for (size_t i = 1; i < n; i++)
         for (size_t j = i; j > 0 && v[j] > v[j - 1]; j--) {
             uint64_t t = v[j];
             v[j] = v[j - 1], v[j - 1] = t;
         }
-    *out = v, *n_out = n;
-    return 0;
+    return n;
 }
 
-/* The open MANIFEST of step `name` from the first source that holds a sound one. */
-static tsr_ckpt *open_any(const sources *s, const char *name, FILE *log) {
-    for (size_t i = 0; i < s->n; i++) {
-        char dir[PATH_MAX + 40];
-        snprintf(dir, sizeof dir, "%s/%s", s->dir[i], name);
+/* The open MANIFEST of step sname in this node (own, else partner). */
+static tsr_ckpt *node_manifest(const tsr_local_tier *lt, const char *sname, char *dir, size_t len, FILE *out) {
+    for (int k = 0; k < 2; k++) {
+        snprintf(dir, len, "%s%s/%s", lt->node_dir, k ? "/partner" : "", sname);
         if (!tsr_ckpt_is_committed(dir)) continue;
         tsr_error e = {0};
         tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
         if (ck) return ck;
-        if (log) fprintf(log, "local tier: %s/MANIFEST refused: %s\n", dir, e.msg);
+        fprintf(out, "local tier: %s/MANIFEST refused: %s\n", dir, e.msg);
     }
     return NULL;
 }
 
-/* Finds each data file of ck at its size in some source, into paths[i].
- * @return 1 when every one is found, else 0 after logging why. */
-static int find_files(const sources *s, const char *name, tsr_ckpt *ck, char (*paths)[PATH_MAX], FILE *log) {
-    size_t nf = tsr_ckpt_n_files(ck);
-    for (size_t f = 0; f < nf; f++) {
-        tsr_file_info fi;
-        char fname[64], bad[PATH_MAX + 200] = "";
-        tsr_ckpt_file(ck, f, &fi);
-        tsr_data_file_name(fi.file_id, fname, sizeof fname);
-        int found = 0;
-        for (size_t i = 0; i < s->n && !found; i++) {
-            char p[PATH_MAX];
-            struct stat st;
-            snprintf(p, sizeof p, "%.*s/%s/%s", PATH_MAX - 120, s->dir[i], name, fname);
-            if (stat(p, &st)) continue;
-            if ((uint64_t)st.st_size == fi.size) {
-                snprintf(paths[f], PATH_MAX, "%s", p);
-                found = 1;
-            } else {
-                snprintf(bad, sizeof bad, "%s is %lld bytes, the MANIFEST names %llu: refused", p,
-                         (long long)st.st_size, (unsigned long long)fi.size);
-                if (log) fprintf(log, "local tier: %s\n", bad);
-            }
-        }
-        if (!found) {
-            if (log)
-                fprintf(log, "local tier: %s is not complete: %s\n", name,
-                        bad[0] ? "no sound copy of its data file" : "a data file is in no surviving node");
-            if (log && !bad[0]) fprintf(log, "local tier: %s: %s is missing\n", name, fname);
-            return 0;
-        }
-    }
-    return 1;
-}
+#define MAX_STEPS 64 /* a node holds 2 snapshots and 2 partner copies, and leftovers */
 
-/* ROOT/recover/NAME made of hard links to the pieces (copies where links fail). */
-static int link_step(const char *root, const char *name, tsr_ckpt *ck, char (*paths)[PATH_MAX], char *dir,
-                     size_t len, tsr_error *err) {
-    char rec[PATH_MAX + 16], mf[PATH_MAX + 16];
-    snprintf(rec, sizeof rec, "%s/recover", root);
-    tsr_remove_tree(rec);
-    if ((size_t)snprintf(dir, len, "%s/%s", rec, name) >= len) return tsr_err(err, TSR_EINVAL, "%s: path too long", rec);
-    int e = tsr_mkdir_p(dir);
-    for (size_t f = 0; !e && f < tsr_ckpt_n_files(ck); f++) {
-        char to[PATH_MAX + 80];
-        snprintf(to, sizeof to, "%s/%s", dir, strrchr(paths[f], '/') + 1);
-        if (link(paths[f], to) == 0) continue;
-        uint8_t *b = NULL;
-        uint64_t n = 0;
-        e = slurp(paths[f], &b, &n);
-        if (!e) e = put_file(dir, strrchr(paths[f], '/') + 1, b, n);
-        free(b);
-    }
-    snprintf(mf, sizeof mf, "%s/MANIFEST", tsr_ckpt_dir(ck));
-    uint8_t *b = NULL;
-    uint64_t n = 0;
-    if (!e) e = slurp(mf, &b, &n); /* the MANIFEST last */
-    if (!e) e = put_file(dir, "MANIFEST", b, n);
-    free(b);
-    return e ? tsr_err(err, TSR_EIO, "%s: cannot assemble the step: %s", dir, strerror(e)) : 0;
-}
-
-int tsr_local_assemble(const char *root, int64_t max_step, FILE *log, uint64_t *step, char *dir, size_t len,
-                       tsr_error *err) {
-    sources s;
-    uint64_t *steps = NULL;
-    size_t n = 0;
-    int rc = list_sources(root, &s, err), found = 0;
-    if (!rc) candidate_steps(&s, &steps, &n);
-    for (size_t i = 0; !rc && !found && i < n; i++) {
-        if (max_step >= 0 && steps[i] > (uint64_t)max_step) continue;
-        char name[32];
-        tsr_step_dir_name(steps[i], name, sizeof name);
-        tsr_ckpt *ck = open_any(&s, name, log);
+static int node_report(const tsr_local_tier *lt, int64_t min_step, int64_t max_step, FILE *out, bytes *b) {
+    uint64_t steps[MAX_STEPS];
+    size_t n = node_steps(lt, steps, MAX_STEPS);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n; i++) {
+        if ((min_step >= 0 && steps[i] < (uint64_t)min_step) || (max_step >= 0 && steps[i] > (uint64_t)max_step))
+            continue;
+        char sname[32], dir[PATH_MAX + 48], path[PATH_MAX + 160];
+        tsr_step_dir_name(steps[i], sname, sizeof sname);
+        tsr_ckpt *ck = node_manifest(lt, sname, dir, sizeof dir, out);
         if (!ck) continue;
-        char (*paths)[PATH_MAX] = calloc(tsr_ckpt_n_files(ck) + 1, sizeof *paths);
-        if (!paths) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-        if (!rc && find_files(&s, name, ck, paths, log)) {
-            rc = link_step(root, name, ck, paths, dir, len, err);
-            found = !rc;
-            *step = steps[i];
+        size_t nf = tsr_ckpt_n_files(ck);
+        rc = put64(b, steps[i]) || put32(b, (uint32_t)nf) ? TSR_ENOMEM : 0;
+        for (size_t f = 0; !rc && f < nf; f++) {
+            tsr_file_info fi;
+            char name[64];
+            tsr_ckpt_file(ck, f, &fi);
+            tsr_data_file_name(fi.file_id, name, sizeof name);
+            uint8_t have = (uint8_t)held_at(lt, sname, name, fi.size, path, sizeof path, out);
+            rc = put32(b, fi.file_id) || put64(b, fi.size) || put(b, &have, 1) ? TSR_ENOMEM : 0;
         }
-        free(paths);
         tsr_ckpt_close(ck);
     }
-    free(steps);
-    free(s.dir);
+    return rc;
+}
+
+/* One node's record of a step, parsed from its report. */
+typedef struct record {
+    const uint8_t *files; /* files x 13 bytes */
+    uint32_t n_files;
+} record;
+
+/* The record of `step` in report r (len bytes). @return 1 if found. */
+static int find_record(const uint8_t *r, size_t len, uint64_t step, record *out) {
+    for (size_t o = 0; o + 12 <= len;) {
+        uint64_t s = tsr_ld64(r + o);
+        uint32_t nf = tsr_ld32(r + o + 8);
+        if ((len - o - 12) / 13 < nf) return 0; /* damaged: nothing further */
+        if (s == step) {
+            *out = (record){r + o + 12, nf};
+            return 1;
+        }
+        o += 12 + (size_t)nf * 13;
+    }
+    return 0;
+}
+
+/* The recovery plan: the step, its files and, for each, the node that holds it
+ * (-1: none). Every rank computes the same from the same reports. */
+typedef struct plan {
+    uint64_t step;
+    record files;   /* from the first node that reported the step */
+    int *holder;    /* node index of each file's holder */
+    int manifest;   /* the node whose MANIFEST goes to the others */
+} plan;
+
+/* The newest step whose every file some node holds. @return 1 with *p, 0 none. */
+static int choose(const tsr_local_tier *lt, const uint8_t *all, const size_t *counts, plan *p, FILE *out) {
+    const uint8_t **rep = calloc((size_t)lt->n_nodes, sizeof *rep);
+    size_t *len = calloc((size_t)lt->n_nodes, sizeof *len), off = 0;
+    uint64_t best_tried = UINT64_MAX;
+    int found = 0;
+    for (int r = 0; rep && len && r < lt->world; off += counts[r], r++)
+        if (r % lt->per_node == 0) rep[r / lt->per_node] = all + off, len[r / lt->per_node] = counts[r];
+    for (;;) { /* the newest step below best_tried that any node reported */
+        uint64_t step = 0;
+        int any = 0;
+        for (int k = 0; rep && len && k < lt->n_nodes; k++)
+            for (size_t o = 0; o + 12 <= len[k]; o += 12 + (size_t)tsr_ld32(rep[k] + o + 8) * 13) {
+                uint64_t s = tsr_ld64(rep[k] + o);
+                if (s < best_tried && (!any || s > step)) step = s, any = 1;
+            }
+        if (!any) break;
+        best_tried = step;
+        int first = -1;
+        for (int k = 0; k < lt->n_nodes && first < 0; k++)
+            if (find_record(rep[k], len[k], step, &p->files)) first = k;
+        free(p->holder);
+        p->holder = malloc((p->files.n_files + 1) * sizeof *p->holder);
+        int complete = p->holder != NULL;
+        for (uint32_t f = 0; complete && f < p->files.n_files; f++) {
+            uint32_t id = tsr_ld32(p->files.files + 13 * f);
+            uint64_t size = tsr_ld64(p->files.files + 13 * f + 4);
+            p->holder[f] = -1;
+            for (int k = 0; k < lt->n_nodes && p->holder[f] < 0; k++) {
+                record rk;
+                if (!find_record(rep[k], len[k], step, &rk)) continue;
+                for (uint32_t g = 0; g < rk.n_files; g++)
+                    if (tsr_ld32(rk.files + 13 * g) == id && tsr_ld64(rk.files + 13 * g + 4) == size &&
+                        rk.files[13 * g + 12])
+                        p->holder[f] = k;
+            }
+            if (p->holder[f] < 0) {
+                char sname[32], name[64];
+                tsr_step_dir_name(step, sname, sizeof sname);
+                tsr_data_file_name(id, name, sizeof name);
+                fprintf(out, "local tier: %s is not complete: a data file is in no surviving node\n", sname);
+                fprintf(out, "local tier: %s: %s is missing\n", sname, name);
+                complete = 0;
+            }
+        }
+        if (complete) {
+            p->step = step, p->manifest = first, found = 1;
+            break;
+        }
+    }
+    free(rep);
+    free(len);
+    return found;
+}
+
+/* Whether node k's report holds file f of the plan's step. */
+static int node_has(const tsr_local_tier *lt, const uint8_t *all, const size_t *counts, int k, const plan *p,
+                    uint32_t f) {
+    size_t off = 0;
+    for (int r = 0; r < k * lt->per_node; r++) off += counts[r];
+    record rk;
+    if (!find_record(all + off, counts[k * lt->per_node], p->step, &rk)) return 0;
+    uint32_t id = tsr_ld32(p->files.files + 13 * f);
+    for (uint32_t g = 0; g < rk.n_files; g++)
+        if (tsr_ld32(rk.files + 13 * g) == id && rk.files[13 * g + 12]) return 1;
+    return 0;
+}
+
+/* The step's MANIFEST, from the first rank of node p->manifest to every rank. */
+static int share_step_manifest(tsr_local_tier *lt, const plan *p, const char *sname, uint8_t **mf, uint64_t *n,
+                               tsr_error *err) {
+    uint32_t root = (uint32_t)(p->manifest * lt->per_node);
+    size_t len = 0;
+    char dir[PATH_MAX + 48];
+    *mf = NULL;
+    *n = 0;
+    if ((uint32_t)lt->rank == root) {
+        tsr_ckpt *ck = node_manifest(lt, sname, dir, sizeof dir, stderr);
+        tsr_ckpt_close(ck);
+        if (ck && !tsr_ckpt_read_manifest(dir, mf, &len, NULL)) *n = len;
+    }
+    int rc = tsr_comm_bcast(lt->world_comm, root, n, sizeof *n, err);
+    if (!rc && !*n) rc = tsr_err(err, TSR_EIO, "local tier: %s: node %d could not read its MANIFEST", sname, p->manifest);
+    if (!rc && !*mf && !(*mf = malloc(*n))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    return rc ? rc : tsr_comm_bcast(lt->world_comm, root, *mf, *n, err);
+}
+
+/* The transfers of a recovery: for each file of the plan, the mapped file this
+ * node sends (m[f]) or receives into (m[nf + f]). */
+typedef struct moves {
+    mapped *m;
+    uint32_t nf;
+} moves;
+
+/* Maps what this node sends and receives, and links what it holds into dir.
+ * Local work only: every rank then learns whether every node got this far. */
+static int prepare_moves(tsr_local_tier *lt, const uint8_t *all, const size_t *counts, const plan *p,
+                         const char *sname, const char *dir, moves *mv, tsr_error *err) {
+    int me = lt->node_idx, e = 0, rc = 0;
+    char path[PATH_MAX + 160], to[PATH_MAX + 200];
+    for (uint32_t f = 0; !rc && f < mv->nf; f++) {
+        char name[64];
+        uint64_t size = tsr_ld64(p->files.files + 13 * f + 4);
+        tsr_data_file_name(tsr_ld32(p->files.files + 13 * f), name, sizeof name);
+        int sends = 0;
+        for (int k = 0; k < lt->n_nodes; k++) sends |= p->holder[f] == me && k != me && !node_has(lt, all, counts, k, p, f);
+        if (node_has(lt, all, counts, me, p, f)) {
+            snprintf(to, sizeof to, "%s/%s", dir, name);
+            if (!held_at(lt, sname, name, size, path, sizeof path, stderr))
+                rc = tsr_err(err, TSR_EIO, "local tier: %s/%s: gone from node %d", sname, name, me);
+            else if (sends && (e = map_read(path, &mv->m[f])))
+                rc = tsr_err(err, TSR_EIO, "%s: cannot map it to send: %s", path, strerror(e));
+            else if (link(path, to) != 0) { /* copied where links fail */
+                uint8_t *b = NULL;
+                uint64_t n = 0;
+                if ((e = slurp(path, &b, &n)) || (e = put_file(dir, name, b, n)))
+                    rc = tsr_err(err, TSR_EIO, "%s: cannot copy it to %s: %s", path, dir, strerror(e));
+                free(b);
+            }
+        } else { /* received from its holder */
+            snprintf(to, sizeof to, "%s/.%s.tmp", dir, name);
+            if ((e = map_write(to, NULL, size, &mv->m[mv->nf + f])))
+                rc = tsr_err(err, TSR_EIO, "%s: cannot create: %s", to, strerror(e));
+        }
+    }
+    return rc;
+}
+
+/* Posts every send and receive of the plan and waits for them (first ranks to
+ * first ranks, from mapped files into mapped files). */
+static int run_moves(tsr_local_tier *lt, const uint8_t *all, const size_t *counts, const plan *p, moves *mv,
+                     tsr_error *err) {
+    int me = lt->node_idx, rc = 0;
+    tsr_comm_reqs *r = tsr_comm_reqs_new();
+    if (!r) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (uint32_t f = 0; !rc && f < mv->nf; f++) {
+        uint64_t size = tsr_ld64(p->files.files + 13 * f + 4);
+        if (p->holder[f] == me)
+            for (int k = 0; !rc && k < lt->n_nodes; k++)
+                if (k != me && !node_has(lt, all, counts, k, p, f))
+                    rc = tsr_comm_isend(lt->world_comm, (uint32_t)(k * lt->per_node), TAG_DATA + 1, mv->m[f].p, size, r,
+                                        err);
+        if (!rc && !node_has(lt, all, counts, me, p, f))
+            rc = tsr_comm_irecv(lt->world_comm, (uint32_t)(p->holder[f] * lt->per_node), TAG_DATA + 1,
+                                mv->m[mv->nf + f].p, size, r, err);
+    }
+    if (!rc) rc = tsr_comm_waitall(lt->world_comm, r, err);
+    tsr_comm_reqs_free(r);
+    return rc;
+}
+
+/* Makes this node's ROOT/node-<id>/recover/S (dir): links to the pieces it
+ * holds, the files it lacks received from the nodes that hold them, the
+ * MANIFEST last. Collective; each node's first rank does the work. */
+static int gather_files(tsr_local_tier *lt, const uint8_t *all, const size_t *counts, const plan *p,
+                        const char *sname, const uint8_t *mf, uint64_t mf_len, char *dir, size_t len, FILE *out,
+                        tsr_error *err) {
+    int first = lt->first_of_node, rc = 0, e = 0;
+    char rec[PATH_MAX + 16], path[PATH_MAX + 160], to[PATH_MAX + 200];
+    snprintf(rec, sizeof rec, "%s/recover", lt->node_dir);
+    if ((size_t)snprintf(dir, len, "%s/%s", rec, sname) >= len) rc = tsr_err(err, TSR_EINVAL, "%s: path too long", rec);
+    moves mv = {calloc(2 * (size_t)p->files.n_files + 1, sizeof(mapped)), first ? p->files.n_files : 0};
+    if (!rc && !mv.m) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (uint32_t f = 0; mv.m && f < 2 * mv.nf; f++) mv.m[f].fd = -1;
+    if (!rc && first) {
+        tsr_remove_tree(rec);
+        if ((e = tsr_mkdir_p(dir))) rc = tsr_err(err, TSR_EIO, "%s: cannot create: %s", dir, strerror(e));
+    }
+    if (!rc && first) rc = prepare_moves(lt, all, counts, p, sname, dir, &mv, err);
+    int64_t ok = !rc; /* every node ready, or none moves anything */
+    int rc2 = tsr_comm_allreduce_min(lt->world_comm, &ok, rc ? NULL : err);
+    if (!rc && (rc2 || !ok)) rc = rc2 ? rc2 : tsr_err(err, TSR_EIO, "local tier: %s: another node could not prepare it", sname);
+    if (!rc && first) rc = run_moves(lt, all, counts, p, &mv, err);
+    for (uint32_t f = 0; mv.m && f < 2 * mv.nf; f++) unmap(&mv.m[f]);
+    for (uint32_t f = 0; !rc && f < mv.nf; f++) {
+        char name[64];
+        if (node_has(lt, all, counts, lt->node_idx, p, f)) continue;
+        tsr_data_file_name(tsr_ld32(p->files.files + 13 * f), name, sizeof name);
+        snprintf(path, sizeof path, "%s/.%s.tmp", dir, name);
+        snprintf(to, sizeof to, "%s/%s", dir, name);
+        if (rename(path, to)) rc = tsr_err(err, TSR_EIO, "%s: cannot rename: %s", path, strerror(errno));
+    }
+    if (!rc && first && (e = put_file(dir, "MANIFEST", mf, mf_len)))
+        rc = tsr_err(err, TSR_EIO, "%s/MANIFEST: cannot write: %s", dir, strerror(e));
+    uint32_t got = 0;
+    for (uint32_t f = 0; f < mv.nf; f++) got += !node_has(lt, all, counts, lt->node_idx, p, f);
+    if (!rc && got)
+        fprintf(lt->rank == 0 && out ? out : stderr, "local tier: %s: node %d received %u of its %u data files from other nodes\n",
+                sname, lt->ids[lt->node_idx], got, mv.nf);
+    free(mv.m);
+    return rc;
+}
+
+int tsr_local_recover(tsr_local_tier *lt, int64_t min_step, FILE *log, uint64_t *step, char *dir, size_t len,
+                      tsr_error *err) {
+    FILE *out = log ? log : stderr;
+    bytes b = {0};
+    if (lt->first_of_node && node_report(lt, min_step, -1, out, &b)) {
+        fprintf(out, "local tier: node %d: out of memory listing its snapshots; it reports none\n", lt->node_idx);
+        b.n = 0;
+    }
+    uint8_t *all = NULL;
+    size_t *counts = NULL;
+    int rc = tsr_comm_allgatherv(lt->world_comm, b.p, b.n, &all, &counts, err), rc2 = 0;
+    free(b.p);
+    if (rc) return rc;
+    plan p = {0};
+    int found = choose(lt, all, counts, &p, out);
+    char sname[32];
+    uint8_t *mf = NULL;
+    uint64_t mf_len = 0;
+    tsr_step_dir_name(p.step, sname, sizeof sname);
+    if (found) rc = share_step_manifest(lt, &p, sname, &mf, &mf_len, err);
+    if (found && !rc) rc = gather_files(lt, all, counts, &p, sname, mf, mf_len, dir, len, log, err);
+    /* every rank learns that every node's step is ready */
+    int64_t ok = !rc;
+    rc2 = found ? tsr_comm_allreduce_min(lt->world_comm, &ok, rc ? NULL : err) : 0;
+    if (!rc && (rc2 || !ok)) rc = rc2 ? rc2 : tsr_err(err, TSR_EIO, "local tier: %s: another node could not assemble it", sname);
+    *step = p.step;
+    free(mf);
+    free(p.holder);
+    free(all);
+    free(counts);
     return rc ? rc : found;
 }
 
-void tsr_local_forget_after(const char *root, uint64_t step) {
-    sources s;
-    char rec[PATH_MAX + 16];
-    if (list_sources(root, &s, NULL)) return;
-    for (size_t i = 0; i < s.n; i++) {
+void tsr_local_forget_after(tsr_local_tier *lt, uint64_t step) {
+    if (!lt->first_of_node) return;
+    for (int k = 0; k < 3; k++) {
+        char d[PATH_MAX + 16];
+        snprintf(d, sizeof d, "%s%s", lt->node_dir, k == 1 ? "/partner" : k == 2 ? "/recover" : "");
+        if (k == 2) {
+            tsr_remove_tree(d);
+            break;
+        }
         tsr_step_info *v = NULL;
         size_t n = 0;
-        if (tsr_list_steps(s.dir[i], &v, &n)) continue;
+        if (tsr_list_steps(d, &v, &n)) continue;
         for (size_t j = 0; j < n; j++)
             if (v[j].step > step) {
                 char p[PATH_MAX + 80];
-                snprintf(p, sizeof p, "%.*s/%s", PATH_MAX - 1, s.dir[i], v[j].name);
+                snprintf(p, sizeof p, "%.*s/%s", PATH_MAX - 1, d, v[j].name);
                 tsr_remove_tree(p);
             }
         free(v);
     }
-    free(s.dir);
-    snprintf(rec, sizeof rec, "%s/recover", root);
-    tsr_remove_tree(rec);
 }

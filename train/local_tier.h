@@ -10,8 +10,9 @@
  *   ROOT/node-<k>/partner/step-N/     copies of the data files of the ranks of
  *                                     the previous node in the ring, and the
  *                                     MANIFEST
- *   ROOT/recover/step-N/              a step assembled from the pieces above
- *                                     (hard links) to be loaded
+ *   ROOT/node-<k>/recover/step-N/     a step assembled on node k to be loaded:
+ *                                     hard links to its pieces, and the files it
+ *                                     lacked, received from other nodes
  * A snapshot is a checkpoint in the usual format (raw frames: no compression),
  * written by a second engine whose root is each rank's node folder and committed
  * as every checkpoint is (every rank's part written, then rank 0's MANIFEST).
@@ -68,20 +69,24 @@ void tsr_local_flush(tsr_local_tier *lt);
  * files stay (tessera launch removes them once the run is over). NULL: no-op. */
 void tsr_local_free(tsr_local_tier *lt);
 
-/* tsr_local_assemble(): rank 0's search, at a (re)start, for the newest step
- * that the surviving pieces under root hold complete: a MANIFEST (any copy) and
- * every data file it names at the size it names, from a node's own snapshot or
- * a partner copy. Steps above `max_step` (-1: none) are not looked at.
- * A step whose pieces are missing or damaged is passed over, each refusal
- * written to log (may be NULL) with the file and the reason. The pieces of the
- * step found are linked into ROOT/recover/step-N, whose path goes to dir.
+/* tsr_local_recover(): collective, at a (re)start. The newest step, not older
+ * than min_step (-1: any), that the surviving nodes hold complete between them: a
+ * MANIFEST and every data file it names, at the size it names, in some node's own
+ * snapshot or partner copy. Each node's first rank reports what its own folder
+ * holds (no rank looks into another node's memory, as on separate machines);
+ * every rank picks the same step from the reports. A step whose pieces are
+ * missing or damaged is passed over, each refusal written to log (NULL: stderr)
+ * with the file and the reason. Then each node's first rank makes
+ * ROOT/node-<id>/recover/step-N: links to the pieces it holds, the files it lacks
+ * received from a node that holds them (over the comm), the MANIFEST last; its
+ * path goes to dir on every rank of the node.
  * @return 1 with *step, 0 when no step is complete, or a negative status. */
-int tsr_local_assemble(const char *root, int64_t max_step, FILE *log, uint64_t *step, char *dir, size_t len,
-                       tsr_error *err);
+int tsr_local_recover(tsr_local_tier *lt, int64_t min_step, FILE *log, uint64_t *step, char *dir, size_t len,
+                      tsr_error *err);
 
-/* tsr_local_forget_after(): removes every snapshot and partner copy under root
- * of a step after `step` (a future the job abandons on resuming from `step`),
- * and ROOT/recover. Rank 0's, after a load. */
-void tsr_local_forget_after(const char *root, uint64_t step);
+/* tsr_local_forget_after(): each node's first rank removes its snapshots and
+ * partner copies of a step after `step` (a future the job abandons on resuming
+ * from `step`), and its recover folder. Called by every rank after a load. */
+void tsr_local_forget_after(tsr_local_tier *lt, uint64_t step);
 
 #endif

@@ -212,40 +212,34 @@ int tsr_train_start_shapes(const tsr_train_config *c, tsr_model_args *a, tsr_err
     return rc;
 }
 
-/* With the local tier: rank 0 looks for the newest step complete in the
- * surviving node memories (local_tier.h) and takes it unless the durable tier
- * holds a newer one (or checkpoint.load_step names one); every rank learns
- * which. @return 1 with its path in dir and *local set, 0 to look in the
- * durable tier, or a negative status. */
+/* With the local tier: the newest step complete in the surviving node
+ * memories (local_tier.h), unless the durable tier holds a newer one (rank 0
+ * looks, every rank learns) or checkpoint.load_step names one. @return 1 with
+ * this node's path of it in dir and *local set, 0 to look in the durable tier,
+ * or a negative status. */
 static int local_start(job *j, char *dir, size_t len, int *local, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
-    char found_dir[PATH_MAX] = "";
-    if (j->t->rank == 0 && c->checkpoint.load_step < 0) {
-        uint64_t durable = 0, step = 0;
-        tsr_error e = {0};
-        int have_durable = tsr_latest_step(j->root, &durable, NULL, 0) == 0;
-        int found = tsr_local_assemble(j->local_root, -1, j->log, &step, found_dir, sizeof found_dir, &e);
-        if (found < 0 && j->log) fprintf(j->log, "local tier: %s; the durable tier then\n", e.msg);
-        if (found > 0 && have_durable && durable > step) {
-            if (j->log)
-                fprintf(j->log, "local tier: step %llu is older than the durable tier's step %llu\n",
-                        (unsigned long long)step, (unsigned long long)durable);
-            found = 0;
-        }
-        if (found <= 0) found_dir[0] = 0;
-    }
-    int rc = tsr_comm_bcast(j->t->world, 0, found_dir, sizeof found_dir, err);
+    *local = 0;
+    if (c->checkpoint.load_step >= 0) return 0;
+    int64_t durable = -1;
+    uint64_t s = 0, step = 0;
+    if (j->t->rank == 0 && tsr_latest_step(j->root, &s, NULL, 0) == 0) durable = (int64_t)s;
+    int rc = tsr_comm_bcast(j->t->world, 0, &durable, sizeof durable, err);
     if (rc) return rc;
-    snprintf(dir, len, "%s", found_dir);
-    *local = found_dir[0] != 0;
+    tsr_error e = {0};
+    int found = tsr_local_recover(j->local, durable, j->log, &step, dir, len, &e);
+    if (found < 0 && j->log) fprintf(j->log, "local tier: %s; the durable tier then\n", e.msg);
+    if (found <= 0 && durable >= 0 && j->log)
+        fprintf(j->log, "local tier: no complete snapshot as new as the durable tier's step %lld\n", (long long)durable);
+    *local = found > 0;
     return *local;
 }
 
-/* After a load: every rank has read what it needs; rank 0 removes the
- * assembled step and the local tier's steps after the one loaded. */
+/* After a load: every rank has read what it needs; each node's first rank
+ * removes its assembled step and the local tier's steps after the one loaded. */
 static int local_loaded(job *j, uint64_t step, tsr_error *err) {
     int rc = tsr_comm_barrier(j->t->world, err);
-    if (!rc && j->t->rank == 0) tsr_local_forget_after(j->local_root, step);
+    if (!rc) tsr_local_forget_after(j->local, step);
     return rc;
 }
 
