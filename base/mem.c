@@ -65,15 +65,16 @@ void tsr_mem_free(tsr_mem_kind kind, void *p) {
     free(p);
 }
 
-void tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind) {
+int tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind, tsr_error *err) {
 #ifdef TSR_CUDA
     if (kind == TSR_MEM_CUDA) {
-        cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost);
-        return;
+        cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost);
+        return e == cudaSuccess ? 0 : cuda_err(err, e, "copy from the device", n);
     }
 #endif
-    (void)kind;
+    (void)kind, (void)err;
     memcpy(dst, src, n);
+    return 0;
 }
 
 int tsr_mem_from_host(void *dst, const void *src, size_t n, tsr_mem_kind kind, tsr_error *err) {

@@ -19,8 +19,9 @@ void *tsr_mem_alloc(tsr_mem_kind kind, size_t n, tsr_error *err);
 /* tsr_mem_free(): frees what tsr_mem_alloc gave for `kind`; NULL is ignored. */
 void tsr_mem_free(tsr_mem_kind kind, void *p);
 /* tsr_mem_to_host(): copies n bytes from src (memory of `kind`, which must be
- * usable) to host memory at dst. The engine's staging copies through it. */
-void tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind);
+ * usable) to host memory at dst. The engine's staging copies through it.
+ * @return 0, or TSR_EIO with the device's reason (dst is then not to be used). */
+int tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind, tsr_error *err);
 /* tsr_mem_from_host(): copies n bytes of host memory at src to dst (memory of
  * `kind`, which must be usable). The engine's load fills device boxes through it.
  * @return 0, or TSR_EIO with the device's reason. */

@@ -354,16 +354,25 @@ typedef struct stage_piece {
     const uint8_t *src;
     size_t len;
     tsr_mem_kind mem; /* of src */
+    const char *tensor;
 } stage_piece;
 typedef struct stage_copy {
     stage_piece *pieces;
     size_t n, cap;
+    pthread_mutex_t mu; /* the first failed copy */
+    int rc;
+    tsr_error err;
 } stage_copy;
 
 static void stage_one(void *ctx, size_t i, int worker) {
     (void)worker;
-    const stage_piece *p = &((stage_copy *)ctx)->pieces[i];
-    tsr_mem_to_host(p->dst, p->src, p->len, p->mem);
+    stage_copy *sc = ctx;
+    const stage_piece *p = &sc->pieces[i];
+    tsr_error e = {0};
+    if (!tsr_mem_to_host(p->dst, p->src, p->len, p->mem, &e)) return;
+    pthread_mutex_lock(&sc->mu);
+    if (!sc->rc) sc->rc = tsr_err(&sc->err, e.code ? e.code : TSR_EIO, "staging %s: %s", p->tensor, e.msg);
+    pthread_mutex_unlock(&sc->mu);
 }
 
 /* The job's identity: where, which step, the layout, a save id unique to this
@@ -426,14 +435,18 @@ static int stage_boxes(tsr_engine *e, const tsr_state *st, size_t *off, tsr_erro
                 return tsr_err(err, TSR_ENOMEM, "out of memory");
             }
             size_t len = bytes - o < STAGE_PIECE ? bytes - o : STAGE_PIECE;
-            sc.pieces[sc.n++] = (stage_piece){e->arena + *off + o, (const uint8_t *)b->data + o, len, b->mem};
+            sc.pieces[sc.n++] = (stage_piece){e->arena + *off + o, (const uint8_t *)b->data + o, len, b->mem,
+                                              st->tensors[b->tensor].name};
         }
         j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, *off};
         *off += tsr_align_up(bytes, TSR_ALIGN);
     }
+    pthread_mutex_init(&sc.mu, NULL);
     tsr_pool_for(tsr_encoder_pool(e->enc), sc.n, stage_one, &sc);
+    pthread_mutex_destroy(&sc.mu);
     free(sc.pieces);
-    return 0;
+    if (sc.rc && err) *err = sc.err;
+    return sc.rc;
 }
 
 /* Copies this rank's blobs after the boxes, from off. @return where they end. */

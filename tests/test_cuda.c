@@ -46,7 +46,7 @@ static void *dev(const void *host, size_t n) {
 static void back(void *host, const void *d, size_t n) {
     tsr_error e = {0};
     REQUIRE(tsr_cuda_sync(NULL, &e) == 0, "%s", e.msg);
-    tsr_mem_to_host(host, d, n, TSR_MEM_CUDA);
+    REQUIRE(tsr_mem_to_host(host, d, n, TSR_MEM_CUDA, &e) == 0, "copy from the device: %s", e.msg);
 }
 static float *randv(size_t n) {
     float *x = malloc(n * sizeof *x + 4);

@@ -72,7 +72,7 @@ static void check_mem(void) {
     tsr_k_copy(a, out, N * sizeof *a);
     CHECK(!memcmp(a, out, N * sizeof *a) && a[N] == 7.0f, "tsr_k_copy: the bytes differ or overran");
     tsr_k_copy(a, NULL, 0); /* nothing to copy */
-    tsr_mem_to_host(b, a, N * sizeof *a, TSR_MEM_HOST);
+    CHECK(tsr_mem_to_host(b, a, N * sizeof *a, TSR_MEM_HOST, NULL) == 0, "tsr_mem_to_host from host memory failed");
     CHECK(!memcmp(b, out, N * sizeof *b), "tsr_mem_to_host from host memory");
     /* the loss sum: in double, in index order */
     double want = 0;
