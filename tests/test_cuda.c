@@ -145,9 +145,11 @@ static void test_rmsnorm(int N, int C) {
     back(gdx, d_dx, nc * 4), back(gdw, d_dw, (size_t)C * 4);
     CHECK(rel(gdx, dx, nc) < 1e-5 && rel(gdw, dw, (size_t)C) < 1e-5, "RMSNorm backward N=%d C=%d: dx %.3g dw %.3g", N, C,
           rel(gdx, dx, nc), rel(gdw, dw, (size_t)C));
-    double s = tsr_sumsq(x, nc), gs = tsr_cuda_sumsq(d_x, nc, NULL);
+    double s = tsr_sumsq(x, nc), gs = -1, gs2 = -2;
+    tsr_error e = {0};
+    CHECK(tsr_cuda_sumsq(d_x, nc, &gs, NULL, &e) == 0, "sum of squares: %s", e.msg);
     CHECK(fabs(gs - s) <= 1e-9 * s, "sum of squares of %zu: %.17g, the CPU %.17g", nc, gs, s);
-    CHECK(tsr_cuda_sumsq(d_x, nc, NULL) == gs, "sum of squares: not the same bits twice");
+    CHECK(tsr_cuda_sumsq(d_x, nc, &gs2, NULL, &e) == 0 && gs2 == gs, "sum of squares: not the same bits twice");
     float *ptrs[] = {d_x, d_w, d_dy, d_y, d_r, d_dx, d_dw};
     for (size_t i = 0; i < sizeof ptrs / sizeof *ptrs; i++) tsr_mem_free(TSR_MEM_CUDA, ptrs[i]);
     free(x), free(w), free(dy), free(y), free(r), free(dx), free(dw), free(gy), free(gr), free(gdx), free(gdw);

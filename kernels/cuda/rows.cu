@@ -94,18 +94,31 @@ static __global__ void sumsq_k(double *part, const float *x, size_t n, size_t le
     }
     if (threadIdx.x == 0) part[blockIdx.x] = buf[0];
 }
-extern "C" double tsr_cuda_sumsq(const float *x, size_t n, tsr_stream *s) {
-    if (n == 0) return 0.0;
+extern "C" int tsr_cuda_sumsq(const float *x, size_t n, double *out, tsr_stream *s, tsr_error *err) {
+    *out = 0.0;
+    if (n == 0) return 0;
     size_t len = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
     if (len < SUMSQ_MIN) len = SUMSQ_MIN;
     int nch = (int)((n + len - 1) / len);
     double *dpart = NULL, part[SUMSQ_CHUNKS], sum = 0.0;
-    if (cudaMalloc((void **)&dpart, (size_t)nch * sizeof *dpart) != cudaSuccess) return NAN;
-    sumsq_k<<<nch, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dpart, x, n, len);
-    cudaError_t e = cudaMemcpyAsync(part, dpart, (size_t)nch * sizeof *part, cudaMemcpyDeviceToHost, tsr_cu_stream(s));
+    cudaError_t e = cudaMalloc((void **)&dpart, (size_t)nch * sizeof *dpart);
+    if (e == cudaSuccess) {
+        sumsq_k<<<nch, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dpart, x, n, len);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(part, dpart, (size_t)nch * sizeof *part, cudaMemcpyDeviceToHost, tsr_cu_stream(s));
     if (e == cudaSuccess) e = cudaStreamSynchronize(tsr_cu_stream(s));
     cudaFree(dpart);
-    if (e != cudaSuccess) return NAN;
+    if (e != cudaSuccess) {
+        int code = e == cudaErrorMemoryAllocation ? TSR_ENOMEM : TSR_EIO;
+        if (err) {
+            err->code = code;
+            snprintf(err->msg, sizeof err->msg, "cuda: sum of squares of %zu floats: %s", n, cudaGetErrorString(e));
+        }
+        return code;
+    }
     for (int k = 0; k < nch; k++) sum += part[k];
-    return sum;
+    *out = sum;
+    return 0;
 }

@@ -42,9 +42,10 @@ void tsr_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float
 /* optim.h */
 void tsr_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                     float eps, float weight_decay, long t, tsr_stream *s);
-/* tsr_cuda_sumsq(): the sum of squares of x (n, device memory) in double,
- * summed in fixed chunks in a fixed order (waits for s). */
-double tsr_cuda_sumsq(const float *x, size_t n, tsr_stream *s);
+/* tsr_cuda_sumsq(): the sum of squares of x (n, device memory) in double into
+ * *out, summed in fixed chunks in a fixed order (waits for s). @return 0, or
+ * TSR_EIO (TSR_ENOMEM) with CUDA's reason. */
+int tsr_cuda_sumsq(const float *x, size_t n, double *out, tsr_stream *s, tsr_error *err);
 
 /* rope.h: cos_t and sin_t are tsr_rope_tables', copied to the device. */
 void tsr_cuda_rope_fwd(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, tsr_stream *s);
