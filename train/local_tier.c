@@ -377,6 +377,16 @@ int tsr_local_save(tsr_local_tier *lt, uint64_t step, const tsr_state *st, tsr_e
     return 0;
 }
 
+void tsr_local_poll(tsr_local_tier *lt) {
+    if (!lt || !lt->have_staged || !lt->have_thread) return;
+    int done = 0, idle;
+    tsr_engine_poll(lt->engine, &done, NULL);
+    pthread_mutex_lock(&lt->mu);
+    idle = !lt->pending;
+    pthread_mutex_unlock(&lt->mu);
+    if (done && idle) hand_over(lt); /* returns at once: nothing to wait for */
+}
+
 void tsr_local_flush(tsr_local_tier *lt) {
     if (lt) hand_over(lt);
 }

@@ -61,6 +61,13 @@ int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **
  * the step, and fails nothing. */
 int tsr_local_save(tsr_local_tier *lt, uint64_t step, const tsr_state *st, tsr_error *err);
 
+/* tsr_local_poll(): not collective; every step. Once the last snapshot has
+ * committed and the copy thread is idle, hands its copies over at once, so
+ * that partner copies follow their snapshot within a step or so, not at the
+ * next snapshot. (Every rank hands over the same snapshots in the same order:
+ * a save hands over any still staged.) */
+void tsr_local_poll(tsr_local_tier *lt);
+
 /* tsr_local_flush(): collective. The last snapshot's commit is waited for
  * and its copies are handed to the copy thread (at the end of a run). */
 void tsr_local_flush(tsr_local_tier *lt);

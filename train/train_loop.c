@@ -540,6 +540,8 @@ static int train_step(job *j, int step, tsr_error *err) {
         double b = tsr_now() - t2;
         j->blocked += b;
         j->blocked_total += b;
+    } else if (!rc) {
+        tsr_local_poll(j->local); /* the last snapshot's partner copies, once it has committed */
     }
     j->step_time_total += tsr_now() - t1;
     return rc;
