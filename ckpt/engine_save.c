@@ -29,6 +29,9 @@ void engine_job_clear(job *j) {
 
 /* ------------------------------------------------------------ retention */
 
+/* ROOT/spare: where a recycling engine's retention keeps data files to write over. */
+static void spare_dir(const tsr_engine *e, char *buf, size_t len) { snprintf(buf, len, "%s/spare", e->root); }
+
 /* Keeps the newest K committed steps; removes older ones, and uncommitted step
  * directories (failed or interrupted saves) older than the newest committed one,
  * or all of them before a save (make_room), when no save of this job is in
@@ -55,7 +58,7 @@ static void retention(tsr_engine *e, int before_save) {
         if (e->arch && tsr_archiver_holds(e->arch, path)) continue; /* not archived yet */
         tsr_error rerr;
         char spare[PATH_MAX + 16];
-        snprintf(spare, sizeof spare, "%s/spare", e->root);
+        spare_dir(e, spare, sizeof spare);
         int recycle = e->opts.recycle && v[i].committed && !tsr_store_is_remote(e->root);
         if ((recycle ? tsr_retire_step_dir(path, spare, &rerr) : tsr_remove_step_dir(path, &rerr)) == 0)
             tsr_log(before_save ? 1 : 2, "%s: removed (%s)", path,
@@ -147,7 +150,7 @@ static int write_file(tsr_engine *e, tsr_save **sp, const uint8_t **table, size_
     tsr_write_opts wo = e->opts.write;
     wo.expected_bytes = j->staged_bytes;
     char spare[PATH_MAX + 16];
-    snprintf(spare, sizeof spare, "%s/spare", e->root);
+    spare_dir(e, spare, sizeof spare);
     wo.spare_dir = e->opts.recycle ? spare : NULL;
     if (!e->enc) e->enc = tsr_encoder_new(wo.threads, err);
     tsr_save *s = *sp = e->enc ? tsr_save_begin_with(j->dir, e->rank, j->save_id, &wo, e->enc, err) : NULL;

@@ -85,7 +85,8 @@ static void posix_close(tsr_store *s) { free(s); }
 
 /* ------------------------------------------------------------- reading */
 
-static int posix_open_read(tsr_store *s, const char *name, tsr_rfile **out, uint64_t *size, tsr_error *err) {
+/* Opens NAME to read; with `map`, a file in memory is mapped too. */
+static int open_read(tsr_store *s, const char *name, int map, tsr_rfile **out, uint64_t *size, tsr_error *err) {
     posix_rfile *f = calloc(1, sizeof *f);
     if (!f) return tsr_err(err, TSR_ENOMEM, "out of memory");
     f->base.ops = s->ops;
@@ -98,12 +99,16 @@ static int posix_open_read(tsr_store *s, const char *name, tsr_rfile **out, uint
     }
     /* a file in memory is mapped: reading it would copy what is already there */
     struct statfs fs;
-    if (*size && fstatfs(f->fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
+    if (map && *size && fstatfs(f->fd, &fs) == 0 && fs.f_type == TMPFS_MAGIC) {
         void *m = mmap(NULL, *size, PROT_READ, MAP_SHARED, f->fd, 0);
         if (m != MAP_FAILED) f->base.map = m, f->base.map_size = *size;
     }
     *out = &f->base;
     return 0;
+}
+
+static int posix_open_read(tsr_store *s, const char *name, tsr_rfile **out, uint64_t *size, tsr_error *err) {
+    return open_read(s, name, 1, out, size, err);
 }
 
 static int posix_read(tsr_rfile *rf, void *buf, size_t len, uint64_t off, tsr_error *err) {
@@ -134,7 +139,7 @@ static void posix_read_close(tsr_rfile *rf) {
 static int posix_get(tsr_store *s, const char *name, size_t max, uint8_t **out, size_t *len, tsr_error *err) {
     tsr_rfile *f;
     uint64_t size;
-    int rc = posix_open_read(s, name, &f, &size, err);
+    int rc = open_read(s, name, 0, &f, &size, err); /* read whole: no mapping */
     if (rc) return rc;
     if (size > max) {
         rc = tsr_err(err, TSR_ECORRUPT, "%s: %llu bytes, over the limit of %zu", ((posix_rfile *)f)->path,

@@ -545,12 +545,14 @@ static int find_record(const uint8_t *r, size_t len, uint64_t step, record *out)
     return 0;
 }
 
-/* The recovery plan: the step, its files and, for each, the node that holds it
- * (-1: none). Every rank computes the same from the same reports. */
+/* The recovery plan: the step, its files, which node holds each at its size,
+ * and the node that sends it to those that do not (-1: none). Every rank
+ * computes the same from the same reports. */
 typedef struct plan {
     uint64_t step;
     record files;   /* from the first node that reported the step */
-    int *holder;    /* node index of each file's holder */
+    uint8_t *has;   /* has[k * files + f]: node k holds file f */
+    int *holder;    /* node index of each file's holder: the first that has it */
     int manifest;   /* the node whose MANIFEST goes to the others */
 } plan;
 
@@ -575,22 +577,26 @@ static int choose(const tsr_local_tier *lt, const uint8_t *all, const size_t *co
         int first = -1;
         for (int k = 0; k < lt->n_nodes && first < 0; k++)
             if (find_record(rep[k], len[k], step, &p->files)) first = k;
+        uint32_t nf = p->files.n_files;
         free(p->holder);
-        p->holder = malloc((p->files.n_files + 1) * sizeof *p->holder);
-        int complete = p->holder != NULL;
-        for (uint32_t f = 0; complete && f < p->files.n_files; f++) {
-            uint32_t id = tsr_ld32(p->files.files + 13 * f);
-            uint64_t size = tsr_ld64(p->files.files + 13 * f + 4);
-            p->holder[f] = -1;
-            for (int k = 0; k < lt->n_nodes && p->holder[f] < 0; k++) {
-                record rk;
-                if (!find_record(rep[k], len[k], step, &rk)) continue;
+        free(p->has);
+        p->holder = malloc((nf + 1) * sizeof *p->holder);
+        p->has = calloc((size_t)lt->n_nodes * nf + 1, 1);
+        int complete = p->holder && p->has;
+        for (int k = 0; complete && k < lt->n_nodes; k++) {
+            record rk;
+            if (!find_record(rep[k], len[k], step, &rk)) continue;
+            for (uint32_t f = 0; f < nf; f++)
                 for (uint32_t g = 0; g < rk.n_files; g++)
-                    if (tsr_ld32(rk.files + 13 * g) == id && tsr_ld64(rk.files + 13 * g + 4) == size &&
-                        rk.files[13 * g + 12])
-                        p->holder[f] = k;
-            }
+                    if (!memcmp(rk.files + 13 * g, p->files.files + 13 * f, 12) && rk.files[13 * g + 12])
+                        p->has[(size_t)k * nf + f] = 1; /* the same id and size, held */
+        }
+        for (uint32_t f = 0; complete && f < nf; f++) {
+            p->holder[f] = -1;
+            for (int k = lt->n_nodes - 1; k >= 0; k--)
+                if (p->has[(size_t)k * nf + f]) p->holder[f] = k;
             if (p->holder[f] < 0) {
+                uint32_t id = tsr_ld32(p->files.files + 13 * f);
                 char sname[32], name[64];
                 tsr_step_dir_name(step, sname, sizeof sname);
                 tsr_data_file_name(id, name, sizeof name);
@@ -609,18 +615,8 @@ static int choose(const tsr_local_tier *lt, const uint8_t *all, const size_t *co
     return found;
 }
 
-/* Whether node k's report holds file f of the plan's step. */
-static int node_has(const tsr_local_tier *lt, const uint8_t *all, const size_t *counts, int k, const plan *p,
-                    uint32_t f) {
-    size_t off = 0;
-    for (int r = 0; r < k * lt->per_node; r++) off += counts[r];
-    record rk;
-    if (!find_record(all + off, counts[k * lt->per_node], p->step, &rk)) return 0;
-    uint32_t id = tsr_ld32(p->files.files + 13 * f);
-    for (uint32_t g = 0; g < rk.n_files; g++)
-        if (tsr_ld32(rk.files + 13 * g) == id && rk.files[13 * g + 12]) return 1;
-    return 0;
-}
+/* Whether node k holds file f of the plan's step. */
+static int node_has(const plan *p, int k, uint32_t f) { return p->has[(size_t)k * p->files.n_files + f]; }
 
 /* The step's MANIFEST, from the first rank of node p->manifest to every rank. */
 static int share_step_manifest(tsr_local_tier *lt, const plan *p, const char *sname, uint8_t **mf, uint64_t *n,
@@ -650,7 +646,7 @@ typedef struct moves {
 
 /* Maps what this node sends and receives, and links what it holds into dir.
  * Local work only: every rank then learns whether every node got this far. */
-static int prepare_moves(tsr_local_tier *lt, const uint8_t *all, const size_t *counts, const plan *p,
+static int prepare_moves(tsr_local_tier *lt, const plan *p,
                          const char *sname, const char *dir, moves *mv, tsr_error *err) {
     int me = lt->node_idx, e = 0, rc = 0;
     char path[PATH_MAX + 160], to[PATH_MAX + 200];
@@ -659,8 +655,8 @@ static int prepare_moves(tsr_local_tier *lt, const uint8_t *all, const size_t *c
         uint64_t size = tsr_ld64(p->files.files + 13 * f + 4);
         tsr_data_file_name(tsr_ld32(p->files.files + 13 * f), name, sizeof name);
         int sends = 0;
-        for (int k = 0; k < lt->n_nodes; k++) sends |= p->holder[f] == me && k != me && !node_has(lt, all, counts, k, p, f);
-        if (node_has(lt, all, counts, me, p, f)) {
+        for (int k = 0; k < lt->n_nodes; k++) sends |= p->holder[f] == me && k != me && !node_has(p, k, f);
+        if (node_has(p, me, f)) {
             snprintf(to, sizeof to, "%s/%s", dir, name);
             if (!held_at(lt, sname, name, size, path, sizeof path, stderr))
                 rc = tsr_err(err, TSR_EIO, "local tier: %s/%s: gone from node %d", sname, name, me);
@@ -684,7 +680,7 @@ static int prepare_moves(tsr_local_tier *lt, const uint8_t *all, const size_t *c
 
 /* Posts every send and receive of the plan and waits for them (first ranks to
  * first ranks, from mapped files into mapped files). */
-static int run_moves(tsr_local_tier *lt, const uint8_t *all, const size_t *counts, const plan *p, moves *mv,
+static int run_moves(tsr_local_tier *lt, const plan *p, moves *mv,
                      tsr_error *err) {
     int me = lt->node_idx, rc = 0;
     tsr_comm_reqs *r = tsr_comm_reqs_new();
@@ -693,10 +689,10 @@ static int run_moves(tsr_local_tier *lt, const uint8_t *all, const size_t *count
         uint64_t size = tsr_ld64(p->files.files + 13 * f + 4);
         if (p->holder[f] == me)
             for (int k = 0; !rc && k < lt->n_nodes; k++)
-                if (k != me && !node_has(lt, all, counts, k, p, f))
+                if (k != me && !node_has(p, k, f))
                     rc = tsr_comm_isend(lt->world_comm, (uint32_t)(k * lt->per_node), TAG_DATA + 1, mv->m[f].p, size, r,
                                         err);
-        if (!rc && !node_has(lt, all, counts, me, p, f))
+        if (!rc && !node_has(p, me, f))
             rc = tsr_comm_irecv(lt->world_comm, (uint32_t)(p->holder[f] * lt->per_node), TAG_DATA + 1,
                                 mv->m[mv->nf + f].p, size, r, err);
     }
@@ -708,7 +704,7 @@ static int run_moves(tsr_local_tier *lt, const uint8_t *all, const size_t *count
 /* Makes this node's ROOT/node-<id>/recover/S (dir): links to the pieces it
  * holds, the files it lacks received from the nodes that hold them, the
  * MANIFEST last. Collective; each node's first rank does the work. */
-static int gather_files(tsr_local_tier *lt, const uint8_t *all, const size_t *counts, const plan *p,
+static int gather_files(tsr_local_tier *lt, const plan *p,
                         const char *sname, const uint8_t *mf, uint64_t mf_len, char *dir, size_t len, FILE *out,
                         tsr_error *err) {
     int first = lt->first_of_node, rc = 0, e = 0;
@@ -722,15 +718,15 @@ static int gather_files(tsr_local_tier *lt, const uint8_t *all, const size_t *co
         tsr_remove_tree(rec);
         if ((e = tsr_mkdir_p(dir))) rc = tsr_err(err, TSR_EIO, "%s: cannot create: %s", dir, strerror(e));
     }
-    if (!rc && first) rc = prepare_moves(lt, all, counts, p, sname, dir, &mv, err);
+    if (!rc && first) rc = prepare_moves(lt, p, sname, dir, &mv, err);
     int64_t ok = !rc; /* every node ready, or none moves anything */
     int rc2 = tsr_comm_allreduce_min(lt->world_comm, &ok, rc ? NULL : err);
     if (!rc && (rc2 || !ok)) rc = rc2 ? rc2 : tsr_err(err, TSR_EIO, "local tier: %s: another node could not prepare it", sname);
-    if (!rc && first) rc = run_moves(lt, all, counts, p, &mv, err);
+    if (!rc && first) rc = run_moves(lt, p, &mv, err);
     for (uint32_t f = 0; mv.m && f < 2 * mv.nf; f++) unmap(&mv.m[f]);
     for (uint32_t f = 0; !rc && f < mv.nf; f++) {
         char name[64];
-        if (node_has(lt, all, counts, lt->node_idx, p, f)) continue;
+        if (node_has(p, lt->node_idx, f)) continue;
         tsr_data_file_name(tsr_ld32(p->files.files + 13 * f), name, sizeof name);
         snprintf(path, sizeof path, "%s/.%s.tmp", dir, name);
         snprintf(to, sizeof to, "%s/%s", dir, name);
@@ -739,7 +735,7 @@ static int gather_files(tsr_local_tier *lt, const uint8_t *all, const size_t *co
     if (!rc && first && (e = put_file(dir, "MANIFEST", mf, mf_len)))
         rc = tsr_err(err, TSR_EIO, "%s/MANIFEST: cannot write: %s", dir, strerror(e));
     uint32_t got = 0;
-    for (uint32_t f = 0; f < mv.nf; f++) got += !node_has(lt, all, counts, lt->node_idx, p, f);
+    for (uint32_t f = 0; f < mv.nf; f++) got += !node_has(p, lt->node_idx, f);
     if (!rc && got)
         fprintf(lt->rank == 0 && out ? out : stderr, "local tier: %s: node %d received %u of its %u data files from other nodes\n",
                 sname, lt->ids[lt->node_idx], got, mv.nf);
@@ -767,7 +763,7 @@ int tsr_local_recover(tsr_local_tier *lt, int64_t min_step, FILE *log, uint64_t 
     uint64_t mf_len = 0;
     tsr_step_dir_name(p.step, sname, sizeof sname);
     if (found) rc = share_step_manifest(lt, &p, sname, &mf, &mf_len, err);
-    if (found && !rc) rc = gather_files(lt, all, counts, &p, sname, mf, mf_len, dir, len, log, err);
+    if (found && !rc) rc = gather_files(lt, &p, sname, mf, mf_len, dir, len, log, err);
     /* every rank learns that every node's step is ready */
     int64_t ok = !rc;
     rc2 = found ? tsr_comm_allreduce_min(lt->world_comm, &ok, rc ? NULL : err) : 0;
@@ -775,6 +771,7 @@ int tsr_local_recover(tsr_local_tier *lt, int64_t min_step, FILE *log, uint64_t 
     *step = p.step;
     free(mf);
     free(p.holder);
+    free(p.has);
     free(all);
     free(counts);
     return rc ? rc : found;
