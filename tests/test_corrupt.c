@@ -3,7 +3,8 @@
  * values (parsed in memory), and every position once more through tsr_ckpt_open and
  * verify from disk; in each data file, every byte position (the new value cycling
  * through all 255 changes across positions), by tsr_ckpt_verify and by reading every
- * tensor and blob. Then each of a frame's two checksums on its own: a frame whose
+ * tensor and blob; the data files once more in memory (/dev/shm), where they
+ * are read through a mapping. Then each of a frame's two checksums on its own: a frame whose
  * stored bytes changed but decode to bytes that match raw_hash is caught by
  * stored_hash alone, and one whose stored bytes match stored_hash but decode to
  * other bytes (a coder's fault) by raw_hash alone. */
@@ -18,6 +19,7 @@
 #include "codec.h"
 #include "common.h"
 #include "manifest.h"
+#include "store.h"
 #include "tessera.h"
 
 static tsr_error e;
@@ -113,6 +115,36 @@ static void collect(void *user, const char *msg) {
     char *all = user;
     size_t n = strlen(all);
     if (n + strlen(msg) + 2 < 4096) snprintf(all + n, 4096 - n, "%s\n", msg);
+}
+
+/* Data files of the checkpoint in dir: every position, by verify and by read;
+ * truncated and extended. */
+static void data_files(const char *dir) {
+    for (int f = 0; f < 2; f++) {
+        char path[700];
+        snprintf(path, sizeof path, "%s/data-%05d.tsd", dir, f);
+        size_t len;
+        uint8_t *d = slurp(path, &len);
+        long v_missed = 0, r_missed = 0;
+        int failures_before = check_failures;
+        for (size_t pos = 0; pos < len; pos++) {
+            poke(path, pos, (uint8_t)(d[pos] ^ (1 + pos % 255)));
+            if (verify_ok(dir) && v_missed++ < 5) CHECK(0, "%s byte %zu: verify passed", path, pos);
+            if (read_ok(dir) && r_missed++ < 5) CHECK(0, "%s byte %zu: read passed", path, pos);
+            poke(path, pos, d[pos]);
+        }
+        CHECK(v_missed == 0 && r_missed == 0, "%s: %ld corruptions missed by verify, %ld by read", path, v_missed,
+              r_missed);
+        /* truncated and extended */
+        CHECK(truncate(path, (off_t)len - 1) == 0, "truncate");
+        CHECK(!verify_ok(dir) && !read_ok(dir), "%s truncated by one byte: not detected", path);
+        CHECK(truncate(path, (off_t)len + 1) == 0, "extend");
+        CHECK(!verify_ok(dir), "%s extended by one byte: not detected", path);
+        CHECK(truncate(path, (off_t)len) == 0, "restore");
+        poke(path, len - 1, d[len - 1]);
+        if (check_failures == failures_before) printf("%s: %zu positions, all detected\n", path, len);
+        free(d);
+    }
 }
 
 /* A checkpoint of one compressible f32 tensor in 4 zstd frames of 1 KiB. */
@@ -245,32 +277,23 @@ int main(void) {
     }
     free(m);
 
-    /* Data files: every position, by verify and by read. */
-    for (int f = 0; f < 2; f++) {
-        char path[700];
-        snprintf(path, sizeof path, "%s/data-%05d.tsd", dir, f);
-        size_t len;
-        uint8_t *d = slurp(path, &len);
-        long v_missed = 0, r_missed = 0;
-        int failures_before = check_failures;
-        for (size_t pos = 0; pos < len; pos++) {
-            poke(path, pos, (uint8_t)(d[pos] ^ (1 + pos % 255)));
-            if (verify_ok(dir) && v_missed++ < 5) CHECK(0, "%s byte %zu: verify passed", path, pos);
-            if (read_ok(dir) && r_missed++ < 5) CHECK(0, "%s byte %zu: read passed", path, pos);
-            poke(path, pos, d[pos]);
-        }
-        CHECK(v_missed == 0 && r_missed == 0, "%s: %ld corruptions missed by verify, %ld by read", path, v_missed,
-              r_missed);
-        /* truncated and extended */
-        CHECK(truncate(path, (off_t)len - 1) == 0, "truncate");
-        CHECK(!verify_ok(dir) && !read_ok(dir), "%s truncated by one byte: not detected", path);
-        CHECK(truncate(path, (off_t)len + 1) == 0, "extend");
-        CHECK(!verify_ok(dir), "%s extended by one byte: not detected", path);
-        CHECK(truncate(path, (off_t)len) == 0, "restore");
-        poke(path, len - 1, d[len - 1]);
-        if (check_failures == failures_before) printf("%s: %zu positions, all detected\n", path, len);
-        free(d);
-    }
+    data_files(dir);
+    /* the same in memory (/dev/shm, tmpfs), where the reader maps the data files
+     * and checks the frames in the file's own pages */
+    char shm[128], cmd[900];
+    snprintf(shm, sizeof shm, "/dev/shm/tessera-corrupt-%d", (int)getpid());
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", shm, dir, shm);
+    REQUIRE(system(cmd) == 0, "%s", cmd);
+    tsr_store *st = tsr_store_open(shm, 0, &e);
+    tsr_rfile *rf = NULL;
+    uint64_t size = 0;
+    REQUIRE(st && tsr_store_open_read(st, "data-00000.tsd", &rf, &size, &e) == 0, "%s: %s", shm, e.msg);
+    CHECK(tsr_rfile_map(rf, 0, size) != NULL, "%s/data-00000.tsd is not mapped", shm);
+    tsr_rfile_close(rf);
+    tsr_store_close(st);
+    data_files(shm);
+    snprintf(cmd, sizeof cmd, "rm -rf %s", shm);
+    CHECK(system(cmd) == 0, "%s", cmd);
     CHECK(verify_ok(dir) && read_ok(dir), "restored checkpoint is sound again: %s", e.msg);
     if (!check_failures) printf("MANIFEST: %zu positions x 255 values, all detected\n", mlen);
     one_checksum(t ? t : "/tmp", 0);
