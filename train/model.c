@@ -151,6 +151,7 @@ void tsr_model_init_box(const tsr_model_args *a, const tsr_model_decls *d, size_
     }
     uint64_t key = tsr_splitmix64(seed) ^ tsr_hash(t->name, strlen(t->name));
     uint64_t cols = box->extent[1], gcols = t->shape[1];
+#pragma omp parallel for schedule(static)
     for (uint64_t r = 0; r < box->extent[0]; r++) {
         uint64_t base = (box->offset[0] + r) * gcols + box->offset[1];
         float *row = dst + r * cols;

@@ -252,7 +252,10 @@ static int resume(job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *e
     *start = 0;
     int found = j->local ? local_start(j, dir, sizeof dir, &local, err) : 0;
     if (!found) found = start_checkpoint(c, j->root, dir, sizeof dir, &model_only, err);
-    if (found <= 0) return found;
+    if (found <= 0) {
+        if (!found) tsr_trainer_init_params(j->t); /* a fresh run: nothing will overwrite them */
+        return found;
+    }
     int rc = check_model(j, dir, err);
     if (!rc) rc = state_boxes(j, model_only, err);
     tsr_state st = make_state(j, model_only);
@@ -418,6 +421,7 @@ static int job_open(job *j, tsr_error *err) {
     j->pos = (tsr_data_pos){0, 0, (uint64_t)c->training.seed};
     if (!rc) rc = root_of(c, j->root, sizeof j->root, err);
     if (!rc && (c->checkpoint.enable || c->checkpoint.initial_load_path[0])) rc = open_engine(j, err);
+    else if (!rc) tsr_trainer_init_params(t);
     if (!rc && t->rank == 0) rc = open_metrics(j, err);
     return rc;
 }

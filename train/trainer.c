@@ -181,9 +181,16 @@ static int params_alloc(tsr_trainer *t, tsr_error *err) {
             q->wf = q->w;
             q->gf = q->g;
         }
-        if (q->shard_n) tsr_model_init_box(&t->args, &t->decls, p, &q->box, q->w, (uint64_t)t->cfg.training.seed);
     }
     return 0;
+}
+
+void tsr_trainer_init_params(tsr_trainer *t) {
+    for (size_t p = 0; p < t->decls.n_params; p++) {
+        param *q = &t->par[p];
+        if (q->on_stage && q->shard_n)
+            tsr_model_init_box(&t->args, &t->decls, p, &q->box, q->w, (uint64_t)t->cfg.training.seed);
+    }
 }
 
 /* ------------------------------------------------------------ activations */

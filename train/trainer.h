@@ -23,13 +23,18 @@ typedef struct tsr_trainer tsr_trainer;
 
 /* tsr_trainer_new(): collective over `world`. `cfg` must be validated for the
  * world size. Allocates the rank's parameters, gradients, optimizer state and
- * activations, and initializes the parameters (tsr_model_init_box). */
+ * activations, all zero: the parameters are then either loaded (a resumed job:
+ * no time spent drawing values the load overwrites) or initialized with
+ * tsr_trainer_init_params(). */
 int tsr_trainer_new(const tsr_train_config *cfg, tsr_comm *world, tsr_trainer **out, tsr_error *err);
 /* tsr_trainer_new_args(): the same for the model shapes `args` instead of the
  * config's flavor (a checkpoint's own shapes, an imported model). */
 int tsr_trainer_new_args(const tsr_train_config *cfg, const tsr_model_args *args, tsr_comm *world,
                          tsr_trainer **out, tsr_error *err);
 void tsr_trainer_free(tsr_trainer *t);
+/* tsr_trainer_init_params(): this rank's parameter shards as a fresh model's
+ * (tsr_model_init_box with training.seed: the same values in any layout). */
+void tsr_trainer_init_params(tsr_trainer *t);
 
 /* tsr_trainer_step(): one optimizer step on this rank's part of a global batch:
  * inputs and targets (B_rank, T) with B_rank = global_batch / dp samples (every
