@@ -115,6 +115,39 @@ static uint64_t tp_local(const tsr_trainer *t, const size_t *counts, size_t p) {
     return sum;
 }
 
+static void units_free(tsr_trainer *t) {
+    for (int u = 0; t->units && u < t->n_units; u++) free(t->units[u].counts);
+    free(t->units);
+    t->units = NULL;
+}
+
+/* The FSDP units (the embedding, each layer, the final norm with the output),
+ * their sizes on this stage, and the floats of the unit buffers. */
+static int units_init(tsr_trainer *t, tsr_error *err) {
+    uint32_t S = t->layout.dp_shard;
+    size_t np = t->decls.n_params;
+    t->n_units = t->args.n_layers + 2;
+    if (!(t->units = calloc((size_t)t->n_units, sizeof *t->units))) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    t->unit_max = t->unit_shard_max = 0;
+    for (int u = 0; u < t->n_units; u++) {
+        fsdp_unit *U = &t->units[u];
+        U->p0 = u == 0 ? 0 : u == t->n_units - 1 ? np - 2 : tsr_model_param_index(u - 1, 0);
+        U->p1 = u == 0 ? 1 : u == t->n_units - 1 ? np : U->p0 + TSR_LAYER_PARAMS;
+        U->on_stage = t->par[U->p0].on_stage;
+        if (!U->on_stage) continue;
+        if (!(U->counts = calloc(S, sizeof *U->counts))) return tsr_err(err, TSR_ENOMEM, "out of memory");
+        for (size_t p = U->p0; p < U->p1; p++) {
+            U->full_n += t->par[p].full_n;
+            U->shard_n += t->par[p].shard_n;
+            for (uint32_t r = 0; r < S; r++) U->counts[r] += t->par[p].counts[r];
+        }
+        if (U->full_n > t->unit_max) t->unit_max = U->full_n;
+        if (U->shard_n > t->unit_shard_max) t->unit_shard_max = U->shard_n;
+    }
+    t->n_full_elems = S > 1 ? 2 * t->unit_max + t->unit_shard_max : 0;
+    return 0;
+}
+
 /* Which parameters this rank holds, and how: its shard (its box, as the layout
  * algebra gives it) and the TP-local piece of each that FSDP gathers. */
 static int params_init(tsr_trainer *t, tsr_error *err) {
@@ -125,7 +158,7 @@ static int params_init(tsr_trainer *t, tsr_error *err) {
     int rc = !counts ? (err ? err->code : TSR_ENOMEM)
                      : tsr_layout_boxes(&t->layout, t->decls.decls, n, t->rank, &boxes, &nb, err);
     if (!rc && !(t->par = calloc(n, sizeof *t->par))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-    size_t total_shard = 0, total_full = 0;
+    size_t total_shard = 0;
     for (size_t p = 0; p < n && !rc; p++) {
         param *q = &t->par[p];
         const tsr_placement *pl = &t->decls.decls[p].placement;
@@ -147,42 +180,106 @@ static int params_init(tsr_trainer *t, tsr_error *err) {
         /* norms contribute to the gradient norm once per tp group; tp-split ones from every tp rank */
         q->norm_counts = (pl->tp_dim >= 0 || t->co.tp == 0) && t->co.dp_replicate == 0;
         total_shard += q->shard_n;
-        total_full += S > 1 ? q->full_n : 0;
     }
     free(boxes);
     t->n_shard_elems = total_shard;
-    t->n_full_elems = total_full;
+    if (!rc) rc = units_init(t, err);
     return rc;
 }
 
-/* One allocation of the trainer's memory kind: w, g, m, v shards, then the
- * gathered weights and full gradients (FSDP); the weights initialized. */
+/* One allocation of the trainer's memory kind: the weight, gradient and both
+ * moment shards (each a block in parameter order: a unit's shards are
+ * contiguous), then with FSDP the unit buffers. */
 static int params_alloc(tsr_trainer *t, tsr_error *err) {
     size_t n = t->decls.n_params, total_shard = t->n_shard_elems;
-    uint32_t S = t->layout.dp_shard;
-    size_t total = 4 * total_shard + 2 * t->n_full_elems;
+    size_t total = 4 * total_shard + t->n_full_elems;
     t->arena = tsr_mem_alloc(t->mem, (total ? total : 1) * sizeof(float), err);
     if (!t->arena) {
         tsr_err_prefix(err, "%zu parameters", total_shard);
         return err ? err->code : TSR_ENOMEM;
     }
     float *a = t->arena;
+    size_t at = 0;
     for (size_t p = 0; p < n; p++) {
         param *q = &t->par[p];
         if (!q->on_stage) continue;
-        q->w = a, a += q->shard_n;
-        q->g = a, a += q->shard_n;
-        q->m = a, a += q->shard_n;
-        q->v = a, a += q->shard_n;
-        if (S > 1) {
-            q->wf = a, a += q->full_n;
-            q->gf = a, a += q->full_n;
-        } else {
-            q->wf = q->w;
-            q->gf = q->g;
+        q->w = a + at, q->g = a + total_shard + at;
+        q->m = a + 2 * total_shard + at, q->v = a + 3 * total_shard + at;
+        q->wf = q->w, q->gf = q->g;
+        at += q->shard_n;
+    }
+    t->w_unit = -1;
+    if (t->layout.dp_shard == 1) return 0;
+    t->wunit = a + 4 * total_shard;
+    t->gunit = t->wunit + t->unit_max;
+    t->rs = t->gunit + t->unit_max;
+    for (int u = 0; u < t->n_units; u++) {
+        const fsdp_unit *U = &t->units[u];
+        size_t off = 0;
+        for (size_t p = U->p0; U->on_stage && p < U->p1; p++) {
+            t->par[p].wf = t->wunit + off, t->par[p].gf = t->gunit + off;
+            off += t->par[p].full_n;
         }
     }
     return 0;
+}
+
+/* -------------------------------------------------------------- FSDP units */
+
+enum { MAX_UNIT_PARAMS = TSR_LAYER_PARAMS };
+
+static int layer_unit(int layer) { return 1 + layer; }
+static int head_unit(const tsr_trainer *t) { return t->n_units - 1; }
+
+/* Unit u's weights into wunit (each parameter's TP-local piece at its wf), unless
+ * they are there: one all-gather of the unit's shards, rank-major into gunit
+ * (free outside a unit's backward), then each rank's piece of each parameter in
+ * place. */
+static int unit_gather(tsr_trainer *t, int u, tsr_error *err) {
+    uint32_t S = t->layout.dp_shard;
+    if (S == 1 || t->w_unit == u) return 0;
+    const fsdp_unit *U = &t->units[u];
+    int rc = tsr_data_allgatherv(t->shard, TSR_F32, t->par[U->p0].w, t->gunit, U->counts, NULL, err);
+    if (rc) return rc;
+    uint64_t at[MAX_UNIT_PARAMS] = {0};
+    const float *src = t->gunit;
+    for (uint32_t r = 0; r < S; r++) {
+        for (size_t p = U->p0; p < U->p1; p++) {
+            size_t c = t->par[p].counts[r];
+            tsr_k_copy(t->par[p].wf + at[p - U->p0], src, c * sizeof(float));
+            at[p - U->p0] += c, src += c;
+        }
+    }
+    t->w_unit = u;
+    return 0;
+}
+
+/* Before unit u's backward: its gradient buffers zeroed (with FSDP; without,
+ * the gradients accumulate in the shards, zeroed once a step). */
+static void unit_grads_zero(tsr_trainer *t, int u) {
+    if (t->layout.dp_shard > 1) tsr_k_fill(t->gunit, t->units[u].full_n, 0);
+}
+
+/* After unit u's backward: its gradients reduce-scattered over dp_shard (packed
+ * rank-major into wunit, whose weights the next unit replaces anyway) and added
+ * to this rank's gradient shards. */
+static int unit_grads_reduce(tsr_trainer *t, int u, tsr_error *err) {
+    uint32_t S = t->layout.dp_shard;
+    if (S == 1) return 0;
+    const fsdp_unit *U = &t->units[u];
+    uint64_t at[MAX_UNIT_PARAMS] = {0};
+    float *dst = t->wunit;
+    t->w_unit = -1;
+    for (uint32_t r = 0; r < S; r++) {
+        for (size_t p = U->p0; p < U->p1; p++) {
+            size_t c = t->par[p].counts[r];
+            tsr_k_copy(dst, t->par[p].gf + at[p - U->p0], c * sizeof(float));
+            at[p - U->p0] += c, dst += c;
+        }
+    }
+    int rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, t->wunit, t->rs, U->counts, NULL, err);
+    if (!rc) tsr_k_add(t->par[U->p0].g, t->par[U->p0].g, t->rs, U->shard_n);
+    return rc;
 }
 
 void tsr_trainer_init_params(tsr_trainer *t) {
@@ -427,18 +524,23 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     size_t N = t->N, C = (size_t)t->args.dim, V = (size_t)t->args.vocab_size;
     const int *tok = t->tokens + (size_t)j * N, *tgt = t->tokens + (size_t)t->B * t->T + (size_t)j * N;
     int rc = 0;
-    if (t->first)
+    if (t->first) {
+        if ((rc = unit_gather(t, 0, err))) return rc;
         tsr_embed_fwd(s->xs, tok, t->par[0].wf, (int)N, (int)C, (int)V);
-    else if ((rc = tsr_data_recv(t->world, t->prev, 2 * j + TAG_FWD, TSR_F32, s->xs, N * C, NULL, err)))
+    } else if ((rc = tsr_data_recv(t->world, t->prev, 2 * j + TAG_FWD, TSR_F32, s->xs, N * C, NULL, err))) {
         return rc;
+    }
     int L = t->l1 - t->l0;
     for (int l = 0; l < L && !rc; l++)
-        rc = layer_fwd(t, t->l0 + l, &s->layers[l], s->xs + (size_t)l * N * C, s->xs + (size_t)(l + 1) * N * C, err);
+        if (!(rc = unit_gather(t, layer_unit(t->l0 + l), err)))
+            rc = layer_fwd(t, t->l0 + l, &s->layers[l], s->xs + (size_t)l * N * C, s->xs + (size_t)(l + 1) * N * C,
+                           err);
     if (rc) return rc;
     float *xL = s->xs + (size_t)L * N * C;
     if (!t->last)
         return tsr_data_send(t->world, t->next, 2 * j + TAG_FWD, TSR_F32, xL, N * C, t->reqs, NULL, err);
     size_t np = t->decls.n_params;
+    if ((rc = unit_gather(t, head_unit(t), err))) return rc;
     tsr_rmsnorm_fwd(s->hf, s->rstdf, xL, t->par[np - 2].wf, (int)N, (int)C, t->args.norm_eps);
     tsr_matmul_fwd(s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
     if (t->keep_logits && j == t->M - 1) tsr_k_copy(t->keep_logits, s->probs, (size_t)t->T * V * sizeof(float));
@@ -454,6 +556,8 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
     int L = t->l1 - t->l0, rc = 0;
     float *xL = s->xs + (size_t)L * N * C;
     if (t->last) {
+        if ((rc = unit_gather(t, head_unit(t), err))) return rc;
+        unit_grads_zero(t, head_unit(t));
         tsr_k_fill(t->dloss, N, (float)t->inv_count);
         tsr_k_fill(t->dlogits, N * V, 0);
         tsr_xent_bwd(t->dlogits, s->probs, tgt, t->dloss, (int)N, (int)V);
@@ -461,15 +565,22 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
         tsr_matmul_bwd(t->dh, t->par[np - 1].gf, t->dlogits, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
         tsr_k_fill(t->dres, N * C, 0);
         tsr_rmsnorm_bwd(t->dres, t->par[np - 2].gf, t->dh, xL, t->par[np - 2].wf, s->rstdf, (int)N, (int)C);
+        if ((rc = unit_grads_reduce(t, head_unit(t), err))) return rc;
     } else if ((rc = tsr_data_recv(t->world, t->next, 2 * j + TAG_BWD, TSR_F32, t->dres, N * C, NULL, err))) {
         return rc;
     }
-    for (int l = L - 1; l >= 0 && !rc; l--)
+    for (int l = L - 1; l >= 0 && !rc; l--) {
+        int u = layer_unit(t->l0 + l);
+        if ((rc = unit_gather(t, u, err))) break;
+        unit_grads_zero(t, u);
         rc = layer_bwd(t, t->l0 + l, &s->layers[l], s->xs + (size_t)l * N * C, err);
+        if (!rc) rc = unit_grads_reduce(t, u, err);
+    }
     if (rc) return rc;
     if (t->first) {
+        unit_grads_zero(t, 0);
         tsr_embed_bwd(t->par[0].gf, t->dres, tok, (int)N, (int)C, (int)V);
-        return 0;
+        return unit_grads_reduce(t, 0, err);
     }
     float *send = t->dsend + (size_t)j * N * C;
     tsr_k_copy(send, t->dres, N * C * sizeof(float));
@@ -510,7 +621,6 @@ static int run_schedule(tsr_trainer *t, tsr_error *err) {
 int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *targets, int optimize,
                      double *loss, double *grad_norm, tsr_error *err) {
     size_t n = t->decls.n_params, bt = (size_t)t->B * t->T;
-    uint32_t S = t->layout.dp_shard;
     int rc = 0;
     tsr_k_copy(t->tokens, inputs, bt * sizeof *inputs);
     tsr_k_copy(t->tokens + bt, targets, bt * sizeof *targets);
@@ -521,22 +631,16 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
         for (size_t i = 0; i < bt; i++) cnt += targets[i] >= 0;
     if ((rc = tsr_data_allreduce_sum(t->world, TSR_F64, &cnt, 1, NULL, err))) return rc;
     t->inv_count = cnt > 0 ? 1.0 / cnt : 0.0;
-    /* FSDP: gather the stage's weights; zero the gradients */
-    for (size_t p = 0; p < n && !rc; p++) {
-        param *q = &t->par[p];
-        if (!q->on_stage) continue;
-        if (S > 1) rc = tsr_data_allgatherv(t->shard, TSR_F32, q->w, q->wf, q->counts, NULL, err);
-        tsr_k_fill(q->gf, q->full_n, 0);
-    }
+    /* the gradient shards accumulate the step's micro-batches (with FSDP, each
+     * unit's reduced right after its backward); the weights changed since the
+     * last gather */
+    tsr_k_fill(t->arena + t->n_shard_elems, t->n_shard_elems, 0);
+    t->w_unit = -1;
     t->loss_sum = 0;
-    if (!rc) rc = run_schedule(t, err);
-    /* gradients: reduce-scatter over dp_shard, all-reduce over dp_replicate */
-    for (size_t p = 0; p < n && !rc; p++) {
-        param *q = &t->par[p];
-        if (!q->on_stage) continue;
-        if (S > 1) rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, q->gf, q->g, q->counts, NULL, err);
-        if (!rc && t->layout.dp_replicate > 1) rc = tsr_data_allreduce_sum(t->rep, TSR_F32, q->g, q->shard_n, NULL, err);
-    }
+    rc = run_schedule(t, err);
+    /* HSDP: the shards' gradients all-reduced over dp_replicate */
+    if (!rc && t->layout.dp_replicate > 1)
+        rc = tsr_data_allreduce_sum(t->rep, TSR_F32, t->arena + t->n_shard_elems, t->n_shard_elems, NULL, err);
     if (rc) return rc;
     /* the loss and the gradient norm, each counted once */
     double red[2] = {t->last && t->co.tp == 0 ? t->loss_sum : 0, 0};
@@ -606,6 +710,7 @@ void tsr_trainer_free(tsr_trainer *t) {
     if (t->shard) tsr_comm_free(t->shard);
     if (t->rep) tsr_comm_free(t->rep);
     group_counts_free(t);
+    units_free(t);
     tsr_model_decls_free(&t->decls);
     free(t);
 }
@@ -640,15 +745,16 @@ int tsr_model_report(const tsr_train_config *cfg, FILE *out, tsr_error *err) {
         fprintf(out, "model %s: %llu parameters (%.3f B); layout %s on %u ranks\n", t.args.flavor,
                 (unsigned long long)tsr_model_param_count(&t.args), tsr_model_param_count(&t.args) / 1e9, lt,
                 tsr_layout_size(&t.layout));
-        fprintf(out, "per rank, f32: parameters + gradients + AdamW moments (shards), gathered weights and "
-                     "gradients (FSDP), activations of a step:\n");
+        fprintf(out, "per rank, f32: parameters + gradients + AdamW moments (shards), FSDP's buffers "
+                     "(one unit's gathered weights and gradients: the largest of the embedding, a layer, the output; "
+                     "and its reduced shards), activations of a step:\n");
     }
     double worst = 0;
     uint32_t worst_rank = 0, n = tsr_layout_size(&t.layout);
     for (uint32_t r = 0; !rc && r < n; r++) {
         t.rank = r;
         if ((rc = mesh_coords(&t, err)) || (rc = params_init(&t, err)) || (rc = shapes_init(&t, err))) break;
-        double state = 16.0 * t.n_shard_elems, full = 8.0 * t.n_full_elems;
+        double state = 16.0 * t.n_shard_elems, full = 4.0 * t.n_full_elems;
         double acts = 4.0 * (double)t.act_floats;
         if (state + full + acts > worst) worst = state + full + acts, worst_rank = r;
         if (r < 8 || r == n - 1)
@@ -657,6 +763,7 @@ int tsr_model_report(const tsr_train_config *cfg, FILE *out, tsr_error *err) {
         for (size_t p = 0; p < t.decls.n_params; p++) free(t.par[p].counts);
         free(t.par);
         t.par = NULL;
+        units_free(&t);
     }
     if (!rc) fprintf(out, "largest: rank %u, %.2f GiB\n", worst_rank, worst / (1 << 30));
     group_counts_free(&t);

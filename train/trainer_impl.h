@@ -15,8 +15,20 @@ typedef struct param {
     size_t *counts;     /* elements per dp_shard rank */
     tsr_box box;        /* the rank's shard in global indices (volume shard_n) */
     float *w, *g, *m, *v; /* shard: weights, gradient, AdamW moments */
-    float *wf, *gf;       /* TP-local piece: gathered weights, unreduced gradient (== w, g without FSDP) */
+    float *wf, *gf;       /* TP-local piece: gathered weights, unreduced gradient (== w, g without FSDP;
+                             with it, in the unit buffers: valid while its unit is gathered) */
 } param;
+
+/* An FSDP unit: parameters gathered and reduced together, [p0, p1): the
+ * embedding, each layer, the final norm with the output. With dp_shard > 1 one
+ * unit at a time is gathered (its weights into wunit, its gradients into gunit),
+ * so that a rank holds its shards plus about two layers, not the stage. */
+typedef struct fsdp_unit {
+    size_t p0, p1;
+    int on_stage;
+    uint64_t full_n, shard_n; /* floats of the unit's TP-local pieces, and of this rank's shards */
+    size_t *counts;           /* the unit's floats per dp_shard rank */
+} fsdp_unit;
 
 /* Activations of one layer for one micro-batch (N tokens): what backward needs. */
 typedef struct layer_act {
@@ -54,7 +66,12 @@ struct tsr_trainer {
         size_t **by_tp; /* per tp rank: elements of each parameter per dp_shard rank, or NULL */
     } group;
     float *arena;
-    size_t n_shard_elems, n_full_elems; /* floats of the shards, and of the gathered pieces (FSDP) */
+    size_t n_shard_elems, n_full_elems; /* floats of the shards, and of FSDP's unit buffers */
+    fsdp_unit *units;   /* n_layers + 2 of them */
+    int n_units;
+    uint64_t unit_max, unit_shard_max; /* the largest unit on the stage: TP-local, and my shards */
+    float *wunit, *gunit, *rs;         /* a unit's gathered weights, unreduced gradients; my reduced shards */
+    int w_unit;         /* the unit whose weights wunit holds, or -1 */
     /* shapes of a step */
     int T, B, mbs, M;   /* seq len, samples per dp rank, micro-batch size and count */
     size_t N;           /* tokens per micro-batch */
