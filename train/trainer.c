@@ -115,39 +115,6 @@ static uint64_t tp_local(const tsr_trainer *t, const size_t *counts, size_t p) {
     return sum;
 }
 
-static void units_free(tsr_trainer *t) {
-    for (int u = 0; t->units && u < t->n_units; u++) free(t->units[u].counts);
-    free(t->units);
-    t->units = NULL;
-}
-
-/* The FSDP units (the embedding, each layer, the final norm with the output),
- * their sizes on this stage, and the floats of the unit buffers. */
-static int units_init(tsr_trainer *t, tsr_error *err) {
-    uint32_t S = t->layout.dp_shard;
-    size_t np = t->decls.n_params;
-    t->n_units = t->args.n_layers + 2;
-    if (!(t->units = calloc((size_t)t->n_units, sizeof *t->units))) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    t->unit_max = t->unit_shard_max = 0;
-    for (int u = 0; u < t->n_units; u++) {
-        fsdp_unit *U = &t->units[u];
-        U->p0 = u == 0 ? 0 : u == t->n_units - 1 ? np - 2 : tsr_model_param_index(u - 1, 0);
-        U->p1 = u == 0 ? 1 : u == t->n_units - 1 ? np : U->p0 + TSR_LAYER_PARAMS;
-        U->on_stage = t->par[U->p0].on_stage;
-        if (!U->on_stage) continue;
-        if (!(U->counts = calloc(S, sizeof *U->counts))) return tsr_err(err, TSR_ENOMEM, "out of memory");
-        for (size_t p = U->p0; p < U->p1; p++) {
-            U->full_n += t->par[p].full_n;
-            U->shard_n += t->par[p].shard_n;
-            for (uint32_t r = 0; r < S; r++) U->counts[r] += t->par[p].counts[r];
-        }
-        if (U->full_n > t->unit_max) t->unit_max = U->full_n;
-        if (U->shard_n > t->unit_shard_max) t->unit_shard_max = U->shard_n;
-    }
-    t->n_full_elems = S > 1 ? 2 * t->unit_max + t->unit_shard_max : 0;
-    return 0;
-}
-
 /* Which parameters this rank holds, and how: its shard (its box, as the layout
  * algebra gives it) and the TP-local piece of each that FSDP gathers. */
 static int params_init(tsr_trainer *t, tsr_error *err) {
@@ -183,7 +150,7 @@ static int params_init(tsr_trainer *t, tsr_error *err) {
     }
     free(boxes);
     t->n_shard_elems = total_shard;
-    if (!rc) rc = units_init(t, err);
+    if (!rc) rc = tsr_fsdp_units_init(t, err);
     return rc;
 }
 
@@ -224,64 +191,6 @@ static int params_alloc(tsr_trainer *t, tsr_error *err) {
     return 0;
 }
 
-/* -------------------------------------------------------------- FSDP units */
-
-enum { MAX_UNIT_PARAMS = TSR_LAYER_PARAMS };
-
-static int layer_unit(int layer) { return 1 + layer; }
-static int head_unit(const tsr_trainer *t) { return t->n_units - 1; }
-
-/* Unit u's weights into wunit (each parameter's TP-local piece at its wf), unless
- * they are there: one all-gather of the unit's shards, rank-major into gunit
- * (free outside a unit's backward), then each rank's piece of each parameter in
- * place. */
-static int unit_gather(tsr_trainer *t, int u, tsr_error *err) {
-    uint32_t S = t->layout.dp_shard;
-    if (S == 1 || t->w_unit == u) return 0;
-    const fsdp_unit *U = &t->units[u];
-    int rc = tsr_data_allgatherv(t->shard, TSR_F32, t->par[U->p0].w, t->gunit, U->counts, NULL, err);
-    if (rc) return rc;
-    uint64_t at[MAX_UNIT_PARAMS] = {0};
-    const float *src = t->gunit;
-    for (uint32_t r = 0; r < S; r++) {
-        for (size_t p = U->p0; p < U->p1; p++) {
-            size_t c = t->par[p].counts[r];
-            tsr_k_copy(t->par[p].wf + at[p - U->p0], src, c * sizeof(float));
-            at[p - U->p0] += c, src += c;
-        }
-    }
-    t->w_unit = u;
-    return 0;
-}
-
-/* Before unit u's backward: its gradient buffers zeroed (with FSDP; without,
- * the gradients accumulate in the shards, zeroed once a step). */
-static void unit_grads_zero(tsr_trainer *t, int u) {
-    if (t->layout.dp_shard > 1) tsr_k_fill(t->gunit, t->units[u].full_n, 0);
-}
-
-/* After unit u's backward: its gradients reduce-scattered over dp_shard (packed
- * rank-major into wunit, whose weights the next unit replaces anyway) and added
- * to this rank's gradient shards. */
-static int unit_grads_reduce(tsr_trainer *t, int u, tsr_error *err) {
-    uint32_t S = t->layout.dp_shard;
-    if (S == 1) return 0;
-    const fsdp_unit *U = &t->units[u];
-    uint64_t at[MAX_UNIT_PARAMS] = {0};
-    float *dst = t->wunit;
-    t->w_unit = -1;
-    for (uint32_t r = 0; r < S; r++) {
-        for (size_t p = U->p0; p < U->p1; p++) {
-            size_t c = t->par[p].counts[r];
-            tsr_k_copy(dst, t->par[p].gf + at[p - U->p0], c * sizeof(float));
-            at[p - U->p0] += c, dst += c;
-        }
-    }
-    int rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, t->wunit, t->rs, U->counts, NULL, err);
-    if (!rc) tsr_k_add(t->par[U->p0].g, t->par[U->p0].g, t->rs, U->shard_n);
-    return rc;
-}
-
 void tsr_trainer_init_params(tsr_trainer *t) {
     for (size_t p = 0; p < t->decls.n_params; p++) {
         param *q = &t->par[p];
@@ -302,7 +211,7 @@ enum {
     ACT_H1, ACT_RSTD1, ACT_Q, ACT_K, ACT_V, ACT_ATT, ACT_A, ACT_X2, ACT_H2, ACT_RSTD2, ACT_G, ACT_U, ACT_S,
     ACT_HF, ACT_RSTDF, ACT_PROBS, ACT_LOSSES,
     ACT_DRES, ACT_DH, ACT_DQ, ACT_DA, ACT_DK, ACT_DV, ACT_DS, ACT_DG, ACT_DU, ACT_ATT_SCRATCH, ACT_DLOGITS,
-    ACT_DLOSS, ACT_DSEND, ACT_ROPE_COS, ACT_ROPE_SIN,
+    ACT_DLOSS, ACT_DSEND, ACT_ROPE_COS, ACT_ROPE_SIN, ACT_LOGIT_TMP,
     N_ACT
 };
 static const struct act_row {
@@ -342,6 +251,7 @@ static const struct act_row {
     [ACT_DSEND] = {SCRATCH, offsetof(tsr_trainer, dsend)},
     [ACT_ROPE_COS] = {SCRATCH, offsetof(tsr_trainer, rope_cos)},
     [ACT_ROPE_SIN] = {SCRATCH, offsetof(tsr_trainer, rope_sin)},
+    [ACT_LOGIT_TMP] = {SCRATCH, offsetof(tsr_trainer, logit_tmp)},
 };
 
 /* The floats of each buffer (0: this rank has none). N = mbs * T tokens of a
@@ -362,6 +272,7 @@ static void act_sizes(const tsr_trainer *t, size_t sz[N_ACT]) {
         [ACT_DU] = N * t->Ft, [ACT_ATT_SCRATCH] = tsr_attention_scratch(t->mbs, t->T, t->NHt, (int)hd),
         [ACT_DLOGITS] = last * N * V, [ACT_DLOSS] = last * N, [ACT_DSEND] = pp_send * (size_t)t->M * N * C,
         [ACT_ROPE_COS] = (size_t)t->T * hd / 2, [ACT_ROPE_SIN] = (size_t)t->T * hd / 2,
+        [ACT_LOGIT_TMP] = last * (t->layout.dp_shard > 1) * N * t->chunk_rows,
     };
     memcpy(sz, v, sizeof v);
 }
@@ -423,8 +334,9 @@ static int shapes_init(tsr_trainer *t, tsr_error *err) {
 static int acts_alloc(tsr_trainer *t, tsr_error *err) {
     int hd = tsr_model_head_dim(&t->args), L = t->l1 - t->l0;
     t->sets = calloc((size_t)t->n_sets, sizeof *t->sets);
+    t->tok_map = malloc(t->N * sizeof *t->tok_map);
     t->tokens = tsr_mem_alloc(t->mem, 2 * (size_t)t->B * t->T * sizeof *t->tokens, err);
-    if (!t->sets || !t->tokens) return t->tokens ? tsr_err(err, TSR_ENOMEM, "out of memory") : err ? err->code : TSR_ENOMEM;
+    if (!t->sets || !t->tok_map || !t->tokens) return t->tokens ? tsr_err(err, TSR_ENOMEM, "out of memory") : err ? err->code : TSR_ENOMEM;
     for (int j = 0; j < t->n_sets; j++)
         if (!(t->sets[j].layers = calloc((size_t)(L > 0 ? L : 1), sizeof *t->sets[j].layers)))
             return tsr_err(err, TSR_ENOMEM, "out of memory");
@@ -524,15 +436,16 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     size_t N = t->N, C = (size_t)t->args.dim, V = (size_t)t->args.vocab_size;
     const int *tok = t->tokens + (size_t)j * N, *tgt = t->tokens + (size_t)t->B * t->T + (size_t)j * N;
     int rc = 0;
-    if (t->first) {
-        if ((rc = unit_gather(t, 0, err))) return rc;
+    if (t->first && t->layout.dp_shard > 1) {
+        if ((rc = tsr_fsdp_embed_fwd(t, s->xs, tok, err))) return rc;
+    } else if (t->first) {
         tsr_embed_fwd(s->xs, tok, t->par[0].wf, (int)N, (int)C, (int)V);
     } else if ((rc = tsr_data_recv(t->world, t->prev, 2 * j + TAG_FWD, TSR_F32, s->xs, N * C, NULL, err))) {
         return rc;
     }
     int L = t->l1 - t->l0;
     for (int l = 0; l < L && !rc; l++)
-        if (!(rc = unit_gather(t, layer_unit(t->l0 + l), err)))
+        if (!(rc = tsr_fsdp_gather(t, tsr_fsdp_layer_unit(t->l0 + l), err)))
             rc = layer_fwd(t, t->l0 + l, &s->layers[l], s->xs + (size_t)l * N * C, s->xs + (size_t)(l + 1) * N * C,
                            err);
     if (rc) return rc;
@@ -540,9 +453,11 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     if (!t->last)
         return tsr_data_send(t->world, t->next, 2 * j + TAG_FWD, TSR_F32, xL, N * C, t->reqs, NULL, err);
     size_t np = t->decls.n_params;
-    if ((rc = unit_gather(t, head_unit(t), err))) return rc;
+    if ((rc = tsr_fsdp_norm_gather(t, err))) return rc;
     tsr_rmsnorm_fwd(s->hf, s->rstdf, xL, t->par[np - 2].wf, (int)N, (int)C, t->args.norm_eps);
-    tsr_matmul_fwd(s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
+    if (t->layout.dp_shard > 1) rc = tsr_fsdp_head_fwd(t, s->probs, s->hf, err);
+    else tsr_matmul_fwd(s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
+    if (rc) return rc;
     if (t->keep_logits && j == t->M - 1) tsr_k_copy(t->keep_logits, s->probs, (size_t)t->T * V * sizeof(float));
     tsr_xent_fwd(s->losses, s->probs, s->probs, tgt, (int)N, (int)V);
     t->loss_sum += tsr_xent_sum(s->losses, (int)N);
@@ -556,31 +471,33 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
     int L = t->l1 - t->l0, rc = 0;
     float *xL = s->xs + (size_t)L * N * C;
     if (t->last) {
-        if ((rc = unit_gather(t, head_unit(t), err))) return rc;
-        unit_grads_zero(t, head_unit(t));
         tsr_k_fill(t->dloss, N, (float)t->inv_count);
         tsr_k_fill(t->dlogits, N * V, 0);
         tsr_xent_bwd(t->dlogits, s->probs, tgt, t->dloss, (int)N, (int)V);
         tsr_k_fill(t->dh, N * C, 0);
-        tsr_matmul_bwd(t->dh, t->par[np - 1].gf, t->dlogits, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
+        if (t->layout.dp_shard > 1) rc = tsr_fsdp_head_bwd(t, t->dh, t->dlogits, s->hf, err);
+        else tsr_matmul_bwd(t->dh, t->par[np - 1].gf, t->dlogits, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
+        if (!rc) rc = tsr_fsdp_norm_gather(t, err);
+        if (rc) return rc;
+        if (t->layout.dp_shard > 1) tsr_k_fill(t->par[np - 2].gf, C, 0);
         tsr_k_fill(t->dres, N * C, 0);
         tsr_rmsnorm_bwd(t->dres, t->par[np - 2].gf, t->dh, xL, t->par[np - 2].wf, s->rstdf, (int)N, (int)C);
-        if ((rc = unit_grads_reduce(t, head_unit(t), err))) return rc;
+        if ((rc = tsr_fsdp_norm_reduce(t, err))) return rc;
     } else if ((rc = tsr_data_recv(t->world, t->next, 2 * j + TAG_BWD, TSR_F32, t->dres, N * C, NULL, err))) {
         return rc;
     }
     for (int l = L - 1; l >= 0 && !rc; l--) {
-        int u = layer_unit(t->l0 + l);
-        if ((rc = unit_gather(t, u, err))) break;
-        unit_grads_zero(t, u);
+        int u = tsr_fsdp_layer_unit(t->l0 + l);
+        if ((rc = tsr_fsdp_gather(t, u, err))) break;
+        tsr_fsdp_grads_zero(t, u);
         rc = layer_bwd(t, t->l0 + l, &s->layers[l], s->xs + (size_t)l * N * C, err);
-        if (!rc) rc = unit_grads_reduce(t, u, err);
+        if (!rc) rc = tsr_fsdp_grads_reduce(t, u, err);
     }
     if (rc) return rc;
+    if (t->first && t->layout.dp_shard > 1) return tsr_fsdp_embed_bwd(t, t->dres, tok, err);
     if (t->first) {
-        unit_grads_zero(t, 0);
         tsr_embed_bwd(t->par[0].gf, t->dres, tok, (int)N, (int)C, (int)V);
-        return unit_grads_reduce(t, 0, err);
+        return 0;
     }
     float *send = t->dsend + (size_t)j * N * C;
     tsr_k_copy(send, t->dres, N * C * sizeof(float));
@@ -705,12 +622,13 @@ void tsr_trainer_free(tsr_trainer *t) {
     free(t->sets);
     tsr_mem_free(t->mem, t->act_arena);
     tsr_mem_free(t->mem, t->tokens);
+    free(t->tok_map);
     tsr_comm_reqs_free(t->reqs);
     if (t->tp) tsr_comm_free(t->tp);
     if (t->shard) tsr_comm_free(t->shard);
     if (t->rep) tsr_comm_free(t->rep);
     group_counts_free(t);
-    units_free(t);
+    tsr_fsdp_units_free(t);
     tsr_model_decls_free(&t->decls);
     free(t);
 }
@@ -763,7 +681,7 @@ int tsr_model_report(const tsr_train_config *cfg, FILE *out, tsr_error *err) {
         for (size_t p = 0; p < t.decls.n_params; p++) free(t.par[p].counts);
         free(t.par);
         t.par = NULL;
-        units_free(&t);
+        tsr_fsdp_units_free(&t);
     }
     if (!rc) fprintf(out, "largest: rank %u, %.2f GiB\n", worst_rank, worst / (1 << 30));
     group_counts_free(&t);

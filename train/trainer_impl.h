@@ -72,6 +72,12 @@ struct tsr_trainer {
     uint64_t unit_max, unit_shard_max; /* the largest unit on the stage: TP-local, and my shards */
     float *wunit, *gunit, *rs;         /* a unit's gathered weights, unreduced gradients; my reduced shards */
     int w_unit;         /* the unit whose weights wunit holds, or -1 */
+    /* the embedding and the output (V rows each) go through wunit in rounds of
+     * chunk_rows rows of every rank's shard, so that they need no more than a
+     * layer does */
+    uint64_t chunk_rows, rounds, *vrow0; /* rows per round; rounds; first row of each dp_shard rank (S+1) */
+    float *logit_tmp;   /* (N, chunk_rows): a block of logits or of their gradients */
+    int *tok_map;       /* (N): each token's row in the round's chunk, or -1 */
     /* shapes of a step */
     int T, B, mbs, M;   /* seq len, samples per dp rank, micro-batch size and count */
     size_t N;           /* tokens per micro-batch */
@@ -90,5 +96,28 @@ struct tsr_trainer {
     float last_lr;
     float *keep_logits;
 };
+
+/* fsdp.c: FSDP by units (dp_shard > 1; with dp_shard = 1 the gathers and
+ * reductions are no-ops). Unit u: 0 the embedding, 1 + l layer l, the last the
+ * final norm with the output. */
+static inline int tsr_fsdp_layer_unit(int layer) { return 1 + layer; }
+/* tsr_fsdp_units_init(): after the parameters' counts: the units, the rounds of
+ * the embedding and the output, t->n_full_elems. */
+int tsr_fsdp_units_init(tsr_trainer *t, tsr_error *err);
+void tsr_fsdp_units_free(tsr_trainer *t);
+/* A layer unit: its weights gathered (nothing when they are there); its
+ * gradient buffers zeroed before its backward; reduced into the shards after. */
+int tsr_fsdp_gather(tsr_trainer *t, int u, tsr_error *err);
+void tsr_fsdp_grads_zero(tsr_trainer *t, int u);
+int tsr_fsdp_grads_reduce(tsr_trainer *t, int u, tsr_error *err);
+/* The embedding and the output in rounds: forward, and backward with each
+ * round's gradient reduced into the shards (dh accumulates). */
+int tsr_fsdp_embed_fwd(tsr_trainer *t, float *out, const int *tok, tsr_error *err);
+int tsr_fsdp_embed_bwd(tsr_trainer *t, const float *dout, const int *tok, tsr_error *err);
+int tsr_fsdp_head_fwd(tsr_trainer *t, float *logits, const float *h, tsr_error *err);
+int tsr_fsdp_head_bwd(tsr_trainer *t, float *dh, const float *dlogits, const float *h, tsr_error *err);
+/* The final norm's weight gathered; its gradient reduced. */
+int tsr_fsdp_norm_gather(tsr_trainer *t, tsr_error *err);
+int tsr_fsdp_norm_reduce(tsr_trainer *t, tsr_error *err);
 
 #endif

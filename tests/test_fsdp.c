@@ -1,0 +1,120 @@
+/* test_fsdp.c: FSDP by units (train/fsdp.c). A model whose vocabulary is large
+ * beside its layers (dim 16, 2 layers, 1000 tokens) trains 3 steps on 3 ranks
+ * with dp_shard=3 (1000 rows: 334, 333, 333 per rank; 2 micro-batches per
+ * rank), and each rank trains the same global batch alone (dp_shard=1) as the
+ * reference. The embedding and the output then go through the unit buffer in
+ * several rounds of rows (checked), each layer is gathered whole, and
+ * gradients are reduced unit by unit and micro-batch by micro-batch:
+ *   - every step's loss and gradient norm equal the reference's (1e-5);
+ *   - every weight of every rank's shard equals the reference's element at the
+ *     same global index after the 3 steps (1e-5 relative, 1e-6 absolute);
+ *   - the FSDP buffers hold no more than about two layers (not the model).
+ * Run alone, the program starts itself on 3 ranks under mpirun. */
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "config.h"
+#include "tessera.h"
+#include "trainer_impl.h"
+
+enum { RANKS = 3, T = 8, GLOBAL = 12, LOCAL = 2, STEPS = 3 };
+
+static tsr_model_args model(void) {
+    tsr_model_args a = {.flavor = "wide-vocab", .dim = 16, .n_layers = 2, .n_heads = 2, .n_kv_heads = 1,
+                        .ffn_dim = 32, .vocab_size = 1000, .norm_eps = 1e-5f, .rope_theta = 500000.0f,
+                        .max_seq_len = T};
+    return a;
+}
+
+static tsr_trainer *trainer(tsr_comm *c, int shard) {
+    tsr_error e = {0};
+    tsr_train_config cfg;
+    tsr_config_defaults(&cfg);
+    cfg.model.flavor = TSR_FLAVOR_DEBUG;
+    cfg.training.seq_len = T;
+    cfg.training.global_batch_size = GLOBAL;
+    cfg.training.local_batch_size = LOCAL;
+    cfg.training.seed = 7;
+    cfg.parallelism.data_parallel_shard_degree = shard;
+    REQUIRE(tsr_config_validate(&cfg, shard, &e) == 0, "tsr_config_validate: %s", e.msg);
+    tsr_model_args a = model();
+    tsr_trainer *t = NULL;
+    REQUIRE(tsr_trainer_new_args(&cfg, &a, c, &t, &e) == 0, "tsr_trainer_new_args: %s", e.msg);
+    tsr_trainer_init_params(t);
+    return t;
+}
+
+static int relaunch(void) {
+    REQUIRE(system("command -v mpirun >/dev/null 2>&1") == 0, "mpirun is not installed (make deps)");
+    char me[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", me, sizeof me - 1);
+    REQUIRE(n > 0, "cannot find this program");
+    me[n] = 0;
+    setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1", 1);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    execlp("timeout", "timeout", "300", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", me,
+           (char *)NULL);
+    perror("timeout mpirun");
+    return 1;
+}
+
+int main(void) {
+    if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE")) return relaunch();
+    tsr_error e = {0};
+    tsr_comm *world = tsr_comm_mpi_world(&e), *self = tsr_comm_self();
+    REQUIRE(world && self, "%s", e.msg);
+    REQUIRE(tsr_comm_size(world) == RANKS, "run on %d ranks", RANKS);
+    uint32_t me = tsr_comm_rank(world);
+    int inputs[GLOBAL * T], targets[GLOBAL * T];
+    uint32_t x = 2024;
+    for (int i = 0; i < GLOBAL * T; i++) {
+        x = x * 1664525u + 1013904223u;
+        inputs[i] = (int)((x >> 8) % 1000);
+        x = x * 1664525u + 1013904223u;
+        targets[i] = (int)((x >> 8) % 1000);
+    }
+    tsr_trainer *ref = trainer(self, 1), *t = trainer(world, RANKS);
+    CHECK(t->rounds >= 5, "the embedding and the output went through %llu rounds, not several",
+          (unsigned long long)t->rounds);
+    uint64_t layer = t->units[1].full_n, model_floats = 0;
+    for (size_t p = 0; p < t->decls.n_params; p++) model_floats += t->par[p].full_n;
+    CHECK(t->n_full_elems <= 3 * layer && t->n_full_elems < model_floats / 4,
+          "FSDP buffers of %zu floats: a layer is %llu, the model %llu", t->n_full_elems, (unsigned long long)layer,
+          (unsigned long long)model_floats);
+    size_t per = (size_t)(GLOBAL / RANKS) * T;
+    for (int s = 1; s <= STEPS; s++) {
+        double l0, g0, l1, g1;
+        REQUIRE(tsr_trainer_step(ref, s, inputs, targets, 1, &l0, &g0, &e) == 0, "reference step: %s", e.msg);
+        REQUIRE(tsr_trainer_step(t, s, inputs + me * per, targets + me * per, 1, &l1, &g1, &e) == 0, "step: %s",
+                e.msg);
+        CHECK(fabs(l0 - l1) <= 1e-5 * fabs(l0) && fabs(g0 - g1) <= 1e-5 * fabs(g0),
+              "step %d: loss %.9g and gradient norm %.9g with FSDP, %.9g and %.9g alone", s, l1, g1, l0, g0);
+    }
+    int bad = 0;
+    for (size_t p = 0; p < t->decls.n_params; p++) {
+        tsr_box b, rb;
+        const float *w = tsr_trainer_param(t, p, &b), *rw = tsr_trainer_param(ref, p, &rb);
+        if (!w) continue;
+        const tsr_tensor_decl *d = &t->decls.decls[p];
+        uint64_t cols = d->ndim == 2 ? b.extent[1] : 1, gcols = d->ndim == 2 ? d->shape[1] : 1;
+        for (uint64_t i = 0; i < b.extent[0]; i++)
+            for (uint64_t j = 0; j < cols; j++) {
+                float got = w[i * cols + j];
+                float want = rw[(b.offset[0] + i) * gcols + (d->ndim == 2 ? b.offset[1] : 0) + j];
+                if (fabsf(got - want) > 1e-6f + 1e-5f * fabsf(want) && bad++ < 3)
+                    fprintf(stderr, "rank %u: %s[%llu,%llu] is %.9g, %.9g alone\n", me, d->name,
+                            (unsigned long long)(b.offset[0] + i), (unsigned long long)j, got, want);
+            }
+    }
+    CHECK(bad == 0, "rank %u: %d weights differ from the reference's", me, bad);
+    tsr_trainer_free(ref);
+    tsr_trainer_free(t);
+    tsr_comm_free(self);
+    tsr_comm_free(world);
+    return check_done();
+}

@@ -1,0 +1,267 @@
+/* fsdp.c: FSDP by units. With dp_shard > 1 a rank holds its shards and gathers
+ * one unit at a time: each layer whole (one all-gather, resharded after its
+ * forward and gathered again for its backward, its gradients reduce-scattered
+ * right after its backward); the embedding and the output, the largest
+ * parameters, in rounds of rows that fit in the space of a layer. */
+#include "trainer_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "buffers.h"
+#include "common.h"
+#include "data_plane.h"
+#include "embed.h"
+#include "matmul.h"
+
+void tsr_fsdp_units_free(tsr_trainer *t) {
+    for (int u = 0; t->units && u < t->n_units; u++) free(t->units[u].counts);
+    free(t->units);
+    free(t->vrow0);
+    t->units = NULL;
+    t->vrow0 = NULL;
+}
+
+/* The FSDP units (the embedding, each layer, the final norm with the output),
+ * their sizes on this stage, and the floats of the unit buffers. */
+int tsr_fsdp_units_init(tsr_trainer *t, tsr_error *err) {
+    uint32_t S = t->layout.dp_shard;
+    size_t np = t->decls.n_params;
+    t->n_units = t->args.n_layers + 2;
+    if (!(t->units = calloc((size_t)t->n_units, sizeof *t->units))) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    t->unit_max = t->unit_shard_max = 0;
+    for (int u = 0; u < t->n_units; u++) {
+        fsdp_unit *U = &t->units[u];
+        U->p0 = u == 0 ? 0 : u == t->n_units - 1 ? np - 2 : tsr_model_param_index(u - 1, 0);
+        U->p1 = u == 0 ? 1 : u == t->n_units - 1 ? np : U->p0 + TSR_LAYER_PARAMS;
+        U->on_stage = t->par[U->p0].on_stage;
+        if (!U->on_stage) continue;
+        if (!(U->counts = calloc(S, sizeof *U->counts))) return tsr_err(err, TSR_ENOMEM, "out of memory");
+        for (size_t p = U->p0; p < U->p1; p++) {
+            U->full_n += t->par[p].full_n;
+            U->shard_n += t->par[p].shard_n;
+            for (uint32_t r = 0; r < S; r++) U->counts[r] += t->par[p].counts[r];
+        }
+        if (u == 0 || u == t->n_units - 1) continue; /* in rounds: below */
+        if (U->full_n > t->unit_max) t->unit_max = U->full_n;
+        if (U->shard_n > t->unit_shard_max) t->unit_shard_max = U->shard_n;
+    }
+    t->n_full_elems = 0;
+    if (S == 1) return 0;
+    /* the embedding and the output: (V, C), dim 0 split over dp_shard; rounds
+     * of chunk_rows rows of each rank's shard fit in the largest layer */
+    uint64_t C = (uint64_t)t->args.dim, V = (uint64_t)t->args.vocab_size, most = 0;
+    const param *q = t->par[0].on_stage ? &t->par[0] : t->par[np - 1].on_stage ? &t->par[np - 1] : NULL;
+    if (!(t->vrow0 = calloc(S + 1, sizeof *t->vrow0))) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (uint32_t r = 0; q && r < S; r++) {
+        uint64_t rows = q->counts[r] / C;
+        t->vrow0[r + 1] = t->vrow0[r] + rows;
+        if (rows > most) most = rows;
+    }
+    if (q && t->vrow0[S] != V) return tsr_err(err, TSR_EINVAL, "FSDP: the embedding's shards hold %llu of %llu rows",
+                                             (unsigned long long)t->vrow0[S], (unsigned long long)V);
+    t->chunk_rows = t->unit_max / (S * C);
+    if (t->chunk_rows < 1) t->chunk_rows = t->unit_max ? 1 : (most ? most : 1);
+    if (t->chunk_rows > most && most) t->chunk_rows = most;
+    t->rounds = q ? (most + t->chunk_rows - 1) / t->chunk_rows : 0;
+    uint64_t chunk = C + S * t->chunk_rows * C; /* the final norm, then a round of the output */
+    if (chunk > t->unit_max) t->unit_max = chunk;
+    if (t->chunk_rows * C > t->unit_shard_max) t->unit_shard_max = t->chunk_rows * C;
+    if (C > t->unit_shard_max) t->unit_shard_max = C;
+    t->n_full_elems = 2 * t->unit_max + t->unit_shard_max;
+    return 0;
+}
+
+enum { MAX_UNIT_PARAMS = TSR_LAYER_PARAMS };
+
+
+/* Unit u's weights into wunit (each parameter's TP-local piece at its wf), unless
+ * they are there: one all-gather of the unit's shards, rank-major into gunit
+ * (free outside a unit's backward), then each rank's piece of each parameter in
+ * place. */
+int tsr_fsdp_gather(tsr_trainer *t, int u, tsr_error *err) {
+    uint32_t S = t->layout.dp_shard;
+    if (S == 1 || t->w_unit == u) return 0;
+    const fsdp_unit *U = &t->units[u];
+    int rc = tsr_data_allgatherv(t->shard, TSR_F32, t->par[U->p0].w, t->gunit, U->counts, NULL, err);
+    if (rc) return rc;
+    uint64_t at[MAX_UNIT_PARAMS] = {0};
+    const float *src = t->gunit;
+    for (uint32_t r = 0; r < S; r++) {
+        for (size_t p = U->p0; p < U->p1; p++) {
+            size_t c = t->par[p].counts[r];
+            tsr_k_copy(t->par[p].wf + at[p - U->p0], src, c * sizeof(float));
+            at[p - U->p0] += c, src += c;
+        }
+    }
+    t->w_unit = u;
+    return 0;
+}
+
+/* Before unit u's backward: its gradient buffers zeroed (with FSDP; without,
+ * the gradients accumulate in the shards, zeroed once a step). */
+void tsr_fsdp_grads_zero(tsr_trainer *t, int u) {
+    if (t->layout.dp_shard > 1) tsr_k_fill(t->gunit, t->units[u].full_n, 0);
+}
+
+/* After unit u's backward: its gradients reduce-scattered over dp_shard (packed
+ * rank-major into wunit, whose weights the next unit replaces anyway) and added
+ * to this rank's gradient shards. */
+int tsr_fsdp_grads_reduce(tsr_trainer *t, int u, tsr_error *err) {
+    uint32_t S = t->layout.dp_shard;
+    if (S == 1) return 0;
+    const fsdp_unit *U = &t->units[u];
+    uint64_t at[MAX_UNIT_PARAMS] = {0};
+    float *dst = t->wunit;
+    t->w_unit = -1;
+    for (uint32_t r = 0; r < S; r++) {
+        for (size_t p = U->p0; p < U->p1; p++) {
+            size_t c = t->par[p].counts[r];
+            tsr_k_copy(dst, t->par[p].gf + at[p - U->p0], c * sizeof(float));
+            at[p - U->p0] += c, dst += c;
+        }
+    }
+    int rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, t->wunit, t->rs, U->counts, NULL, err);
+    if (!rc) tsr_k_add(t->par[U->p0].g, t->par[U->p0].g, t->rs, U->shard_n);
+    return rc;
+}
+
+/* Round k of a (V, C) parameter p in rounds: each rank's rows [k R, k R + R) of
+ * its shard (fewer at its end), gathered rank-major into dst; counts[] gets
+ * each rank's floats, base[] each rank's first row in the chunk. */
+static int round_gather(tsr_trainer *t, size_t p, uint64_t k, float *dst, size_t *counts, uint64_t *base,
+                        tsr_error *err) {
+    uint32_t S = t->layout.dp_shard;
+    uint64_t C = (uint64_t)t->args.dim, R = t->chunk_rows, at = 0;
+    for (uint32_t r = 0; r < S; r++) {
+        uint64_t rows = t->vrow0[r + 1] - t->vrow0[r], lo = k * R < rows ? k * R : rows;
+        uint64_t n = rows - lo < R ? rows - lo : R;
+        counts[r] = n * C, base[r] = at, at += n;
+    }
+    uint64_t mine = (k * R < t->par[p].counts[t->co.dp_shard] / C ? k * R : 0) * C;
+    return dst ? tsr_data_allgatherv(t->shard, TSR_F32, t->par[p].w + mine, dst, counts, NULL, err) : 0;
+}
+
+/* Round k's gradient of parameter p (in src, rank-major as round_gather
+ * placed its rows) reduce-scattered and added to this rank's rows of it. */
+static int round_reduce(tsr_trainer *t, size_t p, uint64_t k, const float *src, const size_t *counts,
+                        tsr_error *err) {
+    uint64_t C = (uint64_t)t->args.dim, me = t->co.dp_shard;
+    int rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, src, t->rs, counts, NULL, err);
+    if (!rc && counts[me]) tsr_k_add(t->par[p].g + k * t->chunk_rows * C, t->par[p].g + k * t->chunk_rows * C, t->rs,
+                                     counts[me]);
+    return rc;
+}
+
+/* Each token's row in round k's chunk (base[] as round_gather gave it), or
+ * -1 when it is not in this round (or not a token of the vocabulary). */
+static void round_tokens(tsr_trainer *t, const int *tok, uint64_t k, const uint64_t *base) {
+    uint32_t S = t->layout.dp_shard;
+    uint64_t R = t->chunk_rows, V = (uint64_t)t->args.vocab_size;
+    for (size_t i = 0; i < t->N; i++) {
+        int64_t row = -1;
+        if (tok[i] >= 0 && (uint64_t)tok[i] < V) {
+            uint32_t lo = 0, hi = S; /* the rank whose rows hold the token */
+            while (hi - lo > 1) {
+                uint32_t mid = (lo + hi) / 2;
+                if (t->vrow0[mid] <= (uint64_t)tok[i]) lo = mid;
+                else hi = mid;
+            }
+            uint64_t local = (uint64_t)tok[i] - t->vrow0[lo];
+            if (local >= k * R && local < k * R + R) row = (int64_t)(base[lo] + local - k * R);
+        }
+        t->tok_map[i] = (int)row;
+    }
+}
+
+/* The embedding with FSDP, in rounds: out (N,C) holds each token's row. */
+int tsr_fsdp_embed_fwd(tsr_trainer *t, float *out, const int *tok, tsr_error *err) {
+    size_t counts[t->layout.dp_shard];
+    uint64_t base[t->layout.dp_shard], C = (uint64_t)t->args.dim;
+    tsr_k_fill(out, t->N * C, 0);
+    for (uint64_t k = 0; k < t->rounds; k++) {
+        int rc = round_gather(t, 0, k, t->wunit, counts, base, err);
+        if (rc) return rc;
+        round_tokens(t, tok, k, base);
+#pragma omp parallel for schedule(static)
+        for (size_t i = 0; i < t->N; i++)
+            if (t->tok_map[i] >= 0) memcpy(out + i * C, t->wunit + (uint64_t)t->tok_map[i] * C, C * sizeof(float));
+    }
+    t->w_unit = -1;
+    return 0;
+}
+
+/* Its backward: each round's rows of d(embedding) from dout (N,C), reduced. */
+int tsr_fsdp_embed_bwd(tsr_trainer *t, const float *dout, const int *tok, tsr_error *err) {
+    size_t counts[t->layout.dp_shard];
+    uint64_t base[t->layout.dp_shard], C = (uint64_t)t->args.dim;
+    int rc = 0;
+    for (uint64_t k = 0; k < t->rounds && !rc; k++) {
+        round_gather(t, 0, k, NULL, counts, base, err);
+        uint64_t rows = base[t->layout.dp_shard - 1] + counts[t->layout.dp_shard - 1] / C;
+        tsr_k_fill(t->gunit, rows * C, 0);
+        round_tokens(t, tok, k, base);
+        tsr_embed_bwd(t->gunit, dout, t->tok_map, (int)t->N, (int)C, (int)rows);
+        rc = round_reduce(t, 0, k, t->gunit, counts, err);
+    }
+    return rc;
+}
+
+/* The output with FSDP, in rounds: logits (N,V) = h (N,C) @ output^T, each
+ * rank's block of a round into its columns. */
+int tsr_fsdp_head_fwd(tsr_trainer *t, float *logits, const float *h, tsr_error *err) {
+    uint32_t S = t->layout.dp_shard;
+    size_t counts[S], np = t->decls.n_params, N = t->N;
+    uint64_t base[S], C = (uint64_t)t->args.dim, V = (uint64_t)t->args.vocab_size;
+    for (uint64_t k = 0; k < t->rounds; k++) {
+        int rc = round_gather(t, np - 1, k, t->wunit + C, counts, base, err);
+        if (rc) return rc;
+        for (uint32_t r = 0; r < S; r++) {
+            uint64_t n = counts[r] / C, col = t->vrow0[r] + k * t->chunk_rows;
+            if (!n) continue;
+            tsr_matmul_fwd(t->logit_tmp, h, t->wunit + C + base[r] * C, (int)N, (int)C, (int)n);
+            for (size_t i = 0; i < N; i++) tsr_k_copy(logits + i * V + col, t->logit_tmp + i * n, n * sizeof(float));
+        }
+    }
+    t->w_unit = -1;
+    return 0;
+}
+
+/* Its backward: dh (N,C) += dlogits @ output, and each round's d(output) rows
+ * reduced. */
+int tsr_fsdp_head_bwd(tsr_trainer *t, float *dh, const float *dlogits, const float *h, tsr_error *err) {
+    uint32_t S = t->layout.dp_shard;
+    size_t counts[S], np = t->decls.n_params, N = t->N;
+    uint64_t base[S], C = (uint64_t)t->args.dim, V = (uint64_t)t->args.vocab_size;
+    int rc = 0;
+    for (uint64_t k = 0; k < t->rounds && !rc; k++) {
+        if ((rc = round_gather(t, np - 1, k, t->wunit + C, counts, base, err))) break;
+        uint64_t rows = base[S - 1] + counts[S - 1] / C;
+        tsr_k_fill(t->gunit + C, rows * C, 0);
+        for (uint32_t r = 0; r < S; r++) {
+            uint64_t n = counts[r] / C, col = t->vrow0[r] + k * t->chunk_rows;
+            if (!n) continue;
+            for (size_t i = 0; i < N; i++) tsr_k_copy(t->logit_tmp + i * n, dlogits + i * V + col, n * sizeof(float));
+            tsr_matmul_bwd(dh, t->gunit + C + base[r] * C, t->logit_tmp, h, t->wunit + C + base[r] * C, (int)N,
+                           (int)C, (int)n);
+        }
+        rc = round_reduce(t, np - 1, k, t->gunit + C, counts, err);
+    }
+    t->w_unit = -1;
+    return rc;
+}
+
+/* The final norm's weight with FSDP (C floats) gathered into wunit, or its
+ * gradient (in gunit) reduced. */
+int tsr_fsdp_norm_gather(tsr_trainer *t, tsr_error *err) {
+    const param *q = &t->par[t->decls.n_params - 2];
+    return t->layout.dp_shard > 1 ? tsr_data_allgatherv(t->shard, TSR_F32, q->w, q->wf, q->counts, NULL, err) : 0;
+}
+
+int tsr_fsdp_norm_reduce(tsr_trainer *t, tsr_error *err) {
+    param *q = &t->par[t->decls.n_params - 2];
+    if (t->layout.dp_shard == 1) return 0;
+    int rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, q->gf, t->rs, q->counts, NULL, err);
+    if (!rc) tsr_k_add(q->g, q->g, t->rs, q->shard_n);
+    return rc;
+}
