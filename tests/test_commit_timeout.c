@@ -70,21 +70,8 @@ static int verifies(const char *dir) {
 
 /* Run alone: the same program on RANKS ranks (as tests/mpi.sh runs MPI jobs). */
 static int relaunch(void) {
-    /* mpirun comes with the set-up (tools/deps.sh): missing, it is a failure */
-    REQUIRE(system("command -v mpirun >/dev/null 2>&1") == 0, "mpirun is not installed (make deps)");
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    REQUIRE(n > 0, "cannot find this program");
-    self[n] = 0;
-    /* Open MPI's own allocations outlive MPI_Finalize: no leak checking */
-    setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1", 1);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
     unsetenv("TSR_COMMIT_TIMEOUT");
-    /* a hang anywhere, MPI_Finalize included, fails the test (exit 124) */
-    execlp("timeout", "timeout", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", self,
-           (char *)NULL);
-    perror("timeout mpirun");
-    return 1;
+    return check_mpi_relaunch("3", "120");
 }
 
 int main(void) {

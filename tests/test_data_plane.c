@@ -170,20 +170,7 @@ static void self(void) {
 }
 
 /* Run alone: the same program on RANKS ranks (as tests/mpi.sh runs MPI jobs). */
-static int relaunch(void) {
-    REQUIRE(system("command -v mpirun >/dev/null 2>&1") == 0, "mpirun is not installed (make deps)");
-    char me[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", me, sizeof me - 1);
-    REQUIRE(n > 0, "cannot find this program");
-    me[n] = 0;
-    /* Open MPI's own allocations outlive MPI_Finalize: no leak checking */
-    setenv("ASAN_OPTIONS", "detect_leaks=0:abort_on_error=1", 1);
-    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
-    execlp("timeout", "timeout", "120", "mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "3", me,
-           (char *)NULL);
-    perror("timeout mpirun");
-    return 1;
-}
+static int relaunch(void) { return check_mpi_relaunch("3", "120"); }
 
 int main(void) {
     if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE")) {
