@@ -21,6 +21,7 @@
 
 typedef struct slot {
     uint8_t *buf; /* aligned, cap bytes */
+    int want;     /* the codec asked for: the save's, or raw (adaptive) */
     const uint8_t *direct; /* a raw frame written from the caller's memory, or NULL */
     const void *submitted; /* the buffer of its last queued write */
     size_t cap;
@@ -59,6 +60,7 @@ struct tsr_encoder {
     tsr_codec **codecs;
     slot *slots;
     size_t n_slots;
+    double share, credit; /* adaptive encoding: the share of frames encoded; the fraction owed */
 };
 
 tsr_encoder *tsr_encoder_new(int threads, tsr_error *err) {
@@ -74,6 +76,7 @@ tsr_encoder *tsr_encoder_new(int threads, tsr_error *err) {
     enc->codecs = calloc((size_t)nt, sizeof *enc->codecs);
     enc->n_slots = SLOT_GROUPS * (size_t)nt * BATCH_PER_THREAD;
     enc->slots = calloc(enc->n_slots, sizeof *enc->slots);
+    enc->share = 1;
     if (!enc->codecs || !enc->slots) goto nomem;
     for (int i = 0; i < nt; i++)
         if (!(enc->codecs[i] = tsr_codec_new())) goto nomem;
@@ -129,7 +132,7 @@ static int frame_cuts(const tsr_box *box, size_t es, size_t frame_bytes, uint64_
 }
 
 tsr_write_opts tsr_write_opts_default(void) {
-    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0, NULL};
+    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0, NULL, 0};
 }
 
 static uint64_t name_hash(const char *s) { return tsr_hash(s, strlen(s)); }
@@ -265,7 +268,6 @@ typedef struct encode_job {
     tsr_save *s;
     int stable;             /* raw stays untouched until the save finishes */
     int dtype;
-    int codec;
     const uint8_t *raw;     /* the first frame's raw bytes */
     const uint64_t *offs;   /* raw offset of each frame in the batch */
     const uint64_t *sizes;  /* raw size of each frame */
@@ -291,7 +293,7 @@ static void encode_one(void *ctx, size_t i, int worker) {
     /* a frame stored as it is, aligned in memory that outlives the writes, is
      * written from there: no copy (a copy slows the writes it overlaps) */
     if (j->stable && n % TSR_ALIGN == 0 && (uintptr_t)raw % TSR_ALIGN == 0 &&
-        tsr_frame_stores_raw(j->dtype, j->codec, raw, n)) {
+        tsr_frame_stores_raw(j->dtype, sl->want, raw, n)) {
         sl->direct = raw;
         sl->stored = n;
         sl->codec = TSR_CODEC_RAW;
@@ -303,13 +305,45 @@ static void encode_one(void *ctx, size_t i, int worker) {
         return;
     }
     sl->raw_hash = tsr_hash(raw, n);
-    sl->rc = tsr_frame_encode(j->s->enc->codecs[worker], j->dtype, j->codec, j->s->opts.level, raw, n,
+    sl->rc = tsr_frame_encode(j->s->enc->codecs[worker], j->dtype, sl->want, j->s->opts.level, raw, n,
                               sl->buf, sl->cap, &sl->stored, &sl->codec, &sl->err);
     if (sl->rc) return;
     /* a raw frame's stored bytes are its raw bytes: one hash serves both */
     sl->stored_hash = sl->codec == TSR_CODEC_RAW ? sl->raw_hash : tsr_hash(sl->buf, sl->stored);
     size_t padded = tsr_align_up(sl->stored, TSR_ALIGN);
     memset(sl->buf + sl->stored, 0, padded - sl->stored);
+}
+
+/* Adaptive encoding (codec AUTO): the writer busy first. Encoding shrinks what
+ * the writer has to write but costs the encoder's time; a save is fastest when
+ * neither waits for the other. After each batch the share of frames encoded
+ * moves by one step: up when the batch waited for the writer (earlier writes of
+ * its slots still in flight, a full queue, or a store that writes as it is
+ * called: the writer is the slower, smaller frames help), down when it did not (the writer idled
+ * while the encoder worked: raw frames, which cost a hash, keep it fed). It
+ * settles where the writer is just kept busy, and is kept in the encoder from
+ * one save to the next. */
+#define SHARE_STEP 0.0625
+#define WAITED 0.05  /* the writer's share of a batch's time above which it counts as waited for */
+#define QUEUED 0.5e-3 /* seconds: a submit that takes longer waited for the writer */
+
+/* The codec of each frame of a batch: the save's, or raw for those the share
+ * leaves out (spread evenly: every 1/share-th frame encoded). */
+static void batch_codecs(tsr_save *s, int codec, int adaptive, slot *slots, size_t batch) {
+    tsr_encoder *enc = s->enc;
+    double share = s->opts.encode_share > 0 ? s->opts.encode_share : enc->share;
+    for (size_t i = 0; i < batch; i++) {
+        slots[i].want = codec;
+        if (!adaptive) continue;
+        enc->credit += share;
+        if (enc->credit >= 1 - 1e-9) enc->credit -= 1;
+        else slots[i].want = TSR_CODEC_RAW;
+    }
+}
+
+static void share_update(tsr_encoder *enc, double t_io, double t_enc) {
+    if (t_io > WAITED * (t_io + t_enc)) enc->share = enc->share + SHARE_STEP > 1 ? 1 : enc->share + SHARE_STEP;
+    else enc->share = enc->share - SHARE_STEP < 0 ? 0 : enc->share - SHARE_STEP;
 }
 
 /* Encodes the frames (raw + offs[k], sizes[k]) for k < n and appends them to the
@@ -319,19 +353,24 @@ static void encode_one(void *ctx, size_t i, int worker) {
  * several in flight) while the thread pool encodes, and the disk never idles
  * between batches. The last writes stay in flight when this returns (the frames
  * are in the slots, not in the caller's memory), so that the next box's encoding
- * overlaps them; tsr_save_finish waits for them. */
-static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
+ * overlaps them; tsr_save_finish waits for them. `adaptive`: codec AUTO, each
+ * frame encoded or raw as the share says. */
+static int write_frames(tsr_save *s, int dtype, int codec, int adaptive, const uint8_t *raw, const uint64_t *offs,
                         const uint64_t *sizes, int stable, size_t n, const char *what, tsr_error *err) {
     size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
     int rc = 0;
     for (size_t done = 0; done < n && !rc; s->group = (s->group + 1) % SLOT_GROUPS) {
         size_t batch = n - done < group_slots ? n - done : group_slots;
         slot *slots = s->enc->slots + (size_t)s->group * group_slots;
+        double t0 = tsr_now(), t_io = 0;
         for (size_t i = 0; i < batch && !rc; i++)
             if (slots[i].submitted) rc = tsr_wfile_release(s->wf, slots[i].submitted, err);
         if (rc) break;
-        encode_job job = {s, stable, dtype, codec, raw, offs + done, sizes + done, slots};
+        batch_codecs(s, codec, adaptive, slots, batch);
+        encode_job job = {s, stable, dtype, raw, offs + done, sizes + done, slots};
+        double t1 = tsr_now();
         tsr_pool_for(s->enc->pool, batch, encode_one, &job);
+        double t2 = tsr_now();
         for (size_t i = 0; i < batch; i++) {
             slot *sl = &slots[i];
             if (sl->rc) {
@@ -342,7 +381,10 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
             }
             size_t padded = tsr_align_up(sl->stored, TSR_ALIGN);
             sl->submitted = sl->direct ? (const void *)sl->direct : sl->buf;
+            double ts = tsr_now();
             if ((rc = tsr_wfile_submit(s->wf, sl->submitted, padded, s->pos, err))) break;
+            ts = tsr_now() - ts;
+            if (ts > QUEUED) t_io += ts; /* the writer was full, or writes as it is called */
             tsr_mf_frame f = {.offset = s->pos, .stored_size = sl->stored, .raw_size = sizes[done + i],
                               .raw_hash = sl->raw_hash, .stored_hash = sl->stored_hash,
                               .codec = sl->codec, .file_id = s->file_id};
@@ -352,6 +394,7 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
             }
             s->pos += padded;
         }
+        if (adaptive) share_update(s->enc, t_io + (t1 - t0), t2 - t1);
         done += batch;
     }
     return rc;
@@ -402,7 +445,7 @@ static int save_box(tsr_save *s, const char *name, const tsr_box *box, const voi
     uint64_t *offs = NULL, *sizes = NULL;
     if (frame_cuts(box, es, s->opts.frame_bytes, &offs, &sizes, &nf))
         return tsr_err(err, TSR_ENOMEM, "out of memory");
-    rc = write_frames(s, t->dtype, codec, data, offs, sizes, stable, nf, name, err);
+    rc = write_frames(s, t->dtype, codec, s->opts.codec == TSR_CODEC_AUTO, data, offs, sizes, stable, nf, name, err);
     free(offs), free(sizes);
     if (!rc && tsr_manifest_add_chunk(&s->tab, &c)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;
@@ -435,7 +478,7 @@ int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data,
     int codec = s->opts.codec == TSR_CODEC_RAW ? TSR_CODEC_RAW : TSR_CODEC_ZSTD;
     char what[300];
     snprintf(what, sizeof what, "blob %s", name);
-    rc = write_frames(s, TSR_U8, codec, data, offs, sizes, 0, nf, what, err);
+    rc = write_frames(s, TSR_U8, codec, s->opts.codec == TSR_CODEC_AUTO, data, offs, sizes, 0, nf, what, err);
     free(offs), free(sizes);
     if (!rc && tsr_manifest_add_blob(&s->tab, &b)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;

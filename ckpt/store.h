@@ -28,7 +28,10 @@
  * (crash tests use it to widen the window in which a save is in progress);
  * "delay:USEC:OP:TEXT" only the calls on paths that contain TEXT
  * ("delay:4000000:fsync:data-00002" makes rank 2 report its part of a save 4 s
- * late: the commit deadline's tests). A path is LOCATION/NAME. On POSIX an
+ * late: the commit deadline's tests). "rate:MBPS:write[:TEXT]" makes every
+ * write take its bytes at MBPS megabytes a second longer, in the calling thread:
+ * a disk (or network) of about that speed, for benchmarks of a slow writer. A
+ * path is LOCATION/NAME. On POSIX an
  * atomic put is NAME.tmp's write and fsync, its rename, and the directory's
  * fsync; on S3 an upload's completion counts as the fsync of its object, and an
  * atomic put is one PUT, which counts as the rename. The tessera command sets

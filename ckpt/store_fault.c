@@ -3,6 +3,7 @@
  * other call to the store it wraps. Read files are those of the wrapped store:
  * reads have no faults. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -17,7 +18,7 @@
 
 enum { F_WRITE, F_FSYNC, F_RENAME, F_DATASYNC, N_OPS };
 static const char *const op_names[N_OPS] = {"write", "fsync", "rename", "datasync"};
-enum { K_ENOSPC, K_EIO, K_SHORT, K_KILL, K_KILLAFTER, N_KINDS, K_DELAY = N_KINDS };
+enum { K_ENOSPC, K_EIO, K_SHORT, K_KILL, K_KILLAFTER, N_KINDS, K_DELAY = N_KINDS, K_RATE };
 static const char *const kind_names[N_KINDS] = {"ENOSPC", "EIO", "short", "kill", "killafter"};
 
 /* A parsed spec and its count of the calls it names; shared by the stores that
@@ -26,7 +27,8 @@ typedef struct fault_plan {
     atomic_int refs;
     atomic_long calls;
     int op, kind;
-    long n;               /* the call that fails, counted from 1; or the delay in microseconds */
+    long n;               /* the call that fails, counted from 1; the delay in microseconds; or the
+                             rate in MB/s (each write sleeps its bytes at that rate: a slow disk) */
     char text[PATH_MAX];  /* only calls on paths that contain it count ("": all) */
 } fault_plan;
 
@@ -36,10 +38,19 @@ typedef struct fault_store {
     fault_plan *plan;
 } fault_store;
 
+enum { RATE_PENDING = 64 };
+
 typedef struct fault_wfile {
     tsr_wfile base;
     tsr_wfile *inner;
     fault_plan *plan;
+    /* a rate fault: a device that takes one write after another at the rate,
+     * while the caller goes on (a queued write is done when the device is) */
+    double busy_until;
+    struct {
+        const void *buf;
+        double done;
+    } pend[RATE_PENDING];
     int failed;     /* an injected failure: its status, reported by every later call */
     tsr_error ferr; /* and its message */
     char path[PATH_MAX + 64];
@@ -55,8 +66,11 @@ static int plan_parse(const char *spec, fault_plan **out, tsr_error *err) {
     int end = 0;
     if (sscanf(spec, "%15[a-z]:%ld:%15[A-Za-z]%n", a, &n, b, &end) != 3 || !end || (spec[end] && spec[end] != ':') ||
         n < 1)
-        return tsr_err(err, TSR_EINVAL, "fault spec \"%s\": expected OP:N:KIND[:TEXT] or delay:USEC:OP[:TEXT]", spec);
-    int delay = strcmp(a, "delay") == 0, op = -1, kind = delay ? K_DELAY : -1;
+        return tsr_err(err, TSR_EINVAL,
+                       "fault spec \"%s\": expected OP:N:KIND[:TEXT], delay:USEC:OP[:TEXT] or rate:MBPS:write[:TEXT]",
+                       spec);
+    int delay = strcmp(a, "delay") == 0 || strcmp(a, "rate") == 0, op = -1;
+    int kind = !delay ? -1 : a[0] == 'd' ? K_DELAY : K_RATE;
     const char *opname = delay ? b : a;
     for (int i = 0; i < N_OPS; i++)
         if (!strcmp(opname, op_names[i])) op = i;
@@ -110,8 +124,9 @@ static _Thread_local int kill_after;
 /* @return 0 (no fault), ENOSPC, EIO, or -1 (short write) for this call of op on
  * `path`; a delay sleeps here, and a "kill" fault ends the process here, before
  * the call. */
-static int fault_check(fault_plan *p, int op, const char *path) {
+static int fault_check(fault_plan *p, int op, const char *path, size_t len) {
     if (p->op != op || (p->text[0] && !strstr(path, p->text))) return 0;
+    if (p->kind == K_RATE) return 0; /* rate_write() */
     if (p->kind == K_DELAY) {
         struct timespec ts = {(time_t)(p->n / 1000000), (long)(p->n % 1000000) * 1000};
         nanosleep(&ts, NULL);
@@ -124,6 +139,44 @@ static int fault_check(fault_plan *p, int op, const char *path) {
     case K_SHORT: return -1;
     case K_KILL: kill(getpid(), SIGKILL); return 0; /* a crash: nothing after this runs */
     default: kill_after = 1; return 0;
+    }
+}
+
+static void sleep_until(double t) {
+    double d = t - tsr_now();
+    if (d <= 0) return;
+    struct timespec ts = {(time_t)d, (long)(fmod(d, 1.0) * 1e9)};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
+    }
+}
+
+/* A rate fault on a write of len bytes from buf: the emulated device takes it
+ * after what it was given before. A plain write returns when the device is done
+ * with it; a submitted one at once, and tsr_wfile_release/complete wait. */
+static void rate_write(fault_wfile *f, const void *buf, size_t len, int submit) {
+    fault_plan *p = f->plan;
+    if (p->kind != K_RATE || p->op != F_WRITE || (p->text[0] && !strstr(f->path, p->text))) return;
+    double now = tsr_now(), t = (f->busy_until > now ? f->busy_until : now) + (double)len / ((double)p->n * 1e6);
+    f->busy_until = t;
+    int k = -1;
+    for (int i = 0; submit && i < RATE_PENDING && k < 0; i++)
+        if (!f->pend[i].buf || f->pend[i].buf == buf) k = i;
+    if (k < 0) { /* a plain write, or no room to track it */
+        sleep_until(t);
+        return;
+    }
+    f->pend[k].buf = buf;
+    f->pend[k].done = t;
+}
+
+/* The emulated device done with the writes from buf (NULL: with every write). */
+static void rate_wait(fault_wfile *f, const void *buf) {
+    if (f->plan->kind != K_RATE) return;
+    if (!buf) sleep_until(f->busy_until);
+    for (int i = 0; i < RATE_PENDING; i++) {
+        if (!f->pend[i].buf || (buf && f->pend[i].buf != buf)) continue;
+        sleep_until(f->pend[i].done);
+        f->pend[i].buf = NULL;
     }
 }
 
@@ -223,10 +276,11 @@ static int fault_write_or_submit(tsr_wfile *wf, const void *buf, size_t len, uin
                                  tsr_error *err) {
     fault_wfile *f = (fault_wfile *)wf;
     if (f->failed) return failed(f, err);
-    int fault = fault_check(f->plan, F_WRITE, f->path);
+    int fault = fault_check(f->plan, F_WRITE, f->path, len);
     if (fault) return injected_write(f, fault, buf, len, off, err);
     int rc = submit ? f->inner->ops->submit(f->inner, buf, len, off, err)
                     : f->inner->ops->write(f->inner, buf, len, off, err);
+    if (!rc) rate_write(f, buf, len, submit);
     fault_done();
     return rc;
 }
@@ -242,12 +296,14 @@ static int fault_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off,
 static int fault_complete(tsr_wfile *wf, tsr_error *err) {
     fault_wfile *f = (fault_wfile *)wf;
     int rc = f->inner->ops->complete(f->inner, err);
+    rate_wait(f, NULL);
     return f->failed ? failed(f, err) : rc;
 }
 
 static int fault_release(tsr_wfile *wf, const void *buf, tsr_error *err) {
     fault_wfile *f = (fault_wfile *)wf;
     int rc = f->inner->ops->release(f->inner, buf, err);
+    rate_wait(f, buf);
     return f->failed ? failed(f, err) : rc;
 }
 
@@ -261,7 +317,7 @@ static void fault_reserve(tsr_wfile *wf, uint64_t bytes) {
 static int fault_datasync(tsr_wfile *wf) {
     fault_wfile *f = (fault_wfile *)wf;
     if (!f->inner->ops->datasync) return 0;
-    int fault = fault_check(f->plan, F_DATASYNC, f->path);
+    int fault = fault_check(f->plan, F_DATASYNC, f->path, 0);
     if (fault > 0) {
         if (!f->failed)
             f->failed =
@@ -283,8 +339,9 @@ static void fault_abort(tsr_wfile *wf) {
 static int fault_finish(tsr_wfile *wf, uint64_t size, tsr_error *err) {
     fault_wfile *f = (fault_wfile *)wf;
     int rc = f->inner->ops->complete(f->inner, err);
+    rate_wait(f, NULL);
     if (f->failed) rc = failed(f, err);
-    int fault = rc ? 0 : fault_check(f->plan, F_FSYNC, f->path);
+    int fault = rc ? 0 : fault_check(f->plan, F_FSYNC, f->path, 0);
     if (fault > 0) rc = tsr_err(err, errno_status(fault), "%s: fsync: %s (injected)", f->path, strerror(fault));
     if (rc) {
         fault_abort(wf);
@@ -306,7 +363,7 @@ static int fault_put(tsr_store *st, const char *name, const void *buf, size_t le
     if (!s->inner->ops->put) return tsr_store_put_staged(st, name, buf, len, err);
     char path[PATH_MAX + 64];
     tsr_store_join(st, name, path, sizeof path);
-    int fault = fault_check(s->plan, F_RENAME, path);
+    int fault = fault_check(s->plan, F_RENAME, path, 0);
     if (fault > 0) return tsr_err(err, errno_status(fault), "%s: put: %s (injected)", path, strerror(fault));
     int rc = s->inner->ops->put(s->inner, name, buf, len, err);
     fault_done();
@@ -317,7 +374,7 @@ static int fault_rename(tsr_store *st, const char *from, const char *to, tsr_err
     fault_store *s = (fault_store *)st;
     char path[PATH_MAX + 64];
     tsr_store_join(st, from, path, sizeof path);
-    int fault = fault_check(s->plan, F_RENAME, path);
+    int fault = fault_check(s->plan, F_RENAME, path, 0);
     if (fault > 0)
         return tsr_err(err, errno_status(fault), "%s: rename to %s: %s (injected)", path, to, strerror(fault));
     int rc = s->inner->ops->rename(s->inner, from, to, err);
@@ -328,7 +385,7 @@ static int fault_rename(tsr_store *st, const char *from, const char *to, tsr_err
 /* The directory's fsync: its path is the location's. */
 static int fault_sync(tsr_store *st, const char *name, tsr_error *err) {
     fault_store *s = (fault_store *)st;
-    int fault = fault_check(s->plan, F_FSYNC, st->location);
+    int fault = fault_check(s->plan, F_FSYNC, st->location, 0);
     if (fault > 0)
         return tsr_err(err, errno_status(fault), "%s: fsync of the directory after renaming %s: %s (injected)",
                        st->location, name, strerror(fault));

@@ -1,4 +1,5 @@
-/* test_roundtrip.c: what is written is what is read, for every dtype and codec;
+/* test_roundtrip.c: what is written is what is read, for every dtype and codec
+ * (adaptive encoding too: raw and encoded frames mixed);
  * 0-d, 1-d, 8-d and empty tensors; reads of every box of a small tensor stored as a
  * grid of chunks; read plans; tensors of many frames, split along inner dims; thousands of
  * tensors; blobs; several writers committed by one; and the caller's mistakes. */
@@ -9,6 +10,8 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "common.h"
+#include "store.h"
 #include "tessera.h"
 
 static tsr_error e;
@@ -564,6 +567,62 @@ static void test_misuse(void) {
     CHECK(tsr_ckpt_open("/nonexistent/tessera", &e) == NULL && e.code == TSR_ENOTFOUND, "open of a missing dir");
 }
 
+/* Adaptive encoding (codec AUTO): a save of compressible f32 data in frames of
+ * 64 KiB (128 of them) into dir, with the share of frames encoded pinned
+ * (share > 0), or learned with a zstd level that makes the encoder slow or a
+ * store fault that makes every write slow. Returns how many frames are raw and
+ * how many encoded; every box reads back exactly and the checkpoint verifies. */
+static void adaptive_save(const char *dir, double share, int level, size_t *raw, size_t *encoded) {
+    tsr_write_opts o = tsr_write_opts_default();
+    o.frame_bytes = 64 << 10;
+    o.threads = 2;
+    o.level = level;
+    o.encode_share = share;
+    tsr_save *sv = tsr_save_begin(dir, 0, NULL, &o, &e);
+    REQUIRE(sv, "tsr_save_begin(%s): %s", dir, e.msg);
+    spec sp = {"w", TSR_F32, 2, {2048, 1024}, NULL};
+    sp.data = malloc(2048 * 1024 * sizeof(float));
+    REQUIRE(sp.data, "out of memory");
+    for (size_t i = 0; i < 2048 * 1024; i++) ((float *)sp.data)[i] = (float)(next() % 16) * 0.25f;
+    CHECK_OK(tsr_save_tensor(sv, sp.name, NULL, sp.dtype, 2, sp.shape, NULL, &e));
+    uint32_t cuts[] = {1, 1};
+    put_grid(sv, &sp, cuts);
+    commit(sv, 3);
+    tsr_ckpt *ck = open_ok(dir);
+    tsr_box w = whole_box(&sp);
+    check_box(ck, &sp, &w);
+    *raw = *encoded = 0;
+    for (size_t f = 0; f < tsr_ckpt_n_frames(ck); f++) {
+        tsr_frame_info fi;
+        CHECK_OK(tsr_ckpt_frame(ck, f, &fi));
+        if (fi.raw_size == (64 << 10)) ++*(fi.codec == TSR_CODEC_RAW ? raw : encoded);
+    }
+    tsr_ckpt_close(ck);
+    free(sp.data);
+}
+
+static void test_adaptive(void) {
+    char dir[600];
+    size_t raw, enc;
+    /* pinned at one half: every other frame raw */
+    new_dir(dir, sizeof dir);
+    adaptive_save(dir, 0.5, 1, &raw, &enc);
+    CHECK(raw + enc == 128 && raw >= 63 && enc >= 63, "share 0.5: %zu raw and %zu encoded frames", raw, enc);
+    /* a writer far slower than the encoder (50 ms a write): everything encoded */
+    new_dir(dir, sizeof dir);
+    REQUIRE(tsr_fault_set("delay:50000:write", &e) == 0, "%s", e.msg);
+    adaptive_save(dir, 0, 1, &raw, &enc);
+    tsr_fault_set(NULL, NULL);
+    CHECK(enc >= 120, "a slow writer: only %zu of 128 frames encoded (%zu raw)", enc, raw);
+    /* an encoder far slower than the writer (zstd level 19 into memory): mostly raw */
+    char shm[600];
+    snprintf(shm, sizeof shm, "/dev/shm/tessera-roundtrip-%d", (int)getpid());
+    tsr_remove_tree(shm);
+    adaptive_save(shm, 0, 19, &raw, &enc);
+    tsr_remove_tree(shm);
+    CHECK(raw >= 64, "a slow encoder: only %zu of 128 frames raw (%zu encoded)", raw, enc);
+}
+
 int main(void) {
     const char *t = getenv("TSR_TMP");
     snprintf(tmp, sizeof tmp, "%s", t ? t : "/tmp");
@@ -579,5 +638,6 @@ int main(void) {
     test_blobs();
     test_writers();
     test_misuse();
+    test_adaptive();
     return check_done();
 }
