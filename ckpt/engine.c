@@ -180,6 +180,12 @@ int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err) {
     return engine_arena_reserve(e, bytes, err);
 }
 
+void tsr_engine_staged(tsr_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    while (e->staging) pthread_cond_wait(&e->cv, &e->mu);
+    pthread_mutex_unlock(&e->mu);
+}
+
 int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error *err) {
     char name[32], dir[PATH_MAX + 40];
     tsr_step_dir_name(step, name, sizeof name);
@@ -206,6 +212,7 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
     pthread_mutex_lock(&e->mu);
     e->busy = 1;
     e->pending = 1;
+    e->staging = e->job.deferred != NULL;
     e->last_status = 0;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);

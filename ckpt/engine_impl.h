@@ -56,6 +56,7 @@ typedef struct job {
     staged_blob *blobs;
     size_t n_blobs;
     uint64_t staged_bytes; /* raw bytes of the boxes and blobs */
+    struct stage_copy *deferred; /* overlap_staging: the boxes' copy, for the background */
 } job;
 
 struct tsr_engine {
@@ -80,6 +81,7 @@ struct tsr_engine {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int pending, busy, stop;
+    int staging;        /* overlap_staging: the job's copy of the boxes not done yet */
     job job;
     int last_status;
     tsr_error last_err;

@@ -18,7 +18,11 @@
 #define TAG_VERDICT 2
 #define VERDICT_BROKEN 1u /* flag: a rank missed the exchange; its message may come later */
 
+static void deferred_free(job *j);
+static int deferred_copy(tsr_engine *e, tsr_error *err);
+
 void engine_job_clear(job *j) {
+    deferred_free(j);
     free(j->tensors);
     free(j->names);
     free(j->boxes);
@@ -281,7 +285,8 @@ int engine_run_job(tsr_engine *e, tsr_error *err, int *broken) {
     size_t table_len = 0;
     *err = (tsr_error){0};
     *broken = 0;
-    int rc = write_file(e, &s, &table, &table_len, err);
+    int rc = deferred_copy(e, err);
+    if (!rc) rc = write_file(e, &s, &table, &table_len, err);
 
     double timeout = e->opts.commit_timeout_s > 0 ? e->opts.commit_timeout_s : 0;
     uint8_t *all = NULL;
@@ -423,33 +428,75 @@ static int stage_size(tsr_engine *e, const tsr_state *st, size_t *need, tsr_erro
     return 0;
 }
 
-/* Copies this rank's boxes to the start of the arena; *off: where they end. */
-static int stage_boxes(tsr_engine *e, const tsr_state *st, size_t *off, tsr_error *err) {
+/* The copy of this rank's boxes to the start of the arena, planned (*off: where
+ * they end) into sc. */
+static int plan_copy(tsr_engine *e, const tsr_state *st, stage_copy *sc, size_t *off, tsr_error *err) {
     job *j = &e->job;
     if (!e->enc && !(e->enc = tsr_encoder_new(e->opts.write.threads, err))) return err ? err->code : TSR_ENOMEM;
-    stage_copy sc = {0};
     *off = 0;
     for (size_t i = 0; i < e->n_mine; i++) {
         const tsr_state_box *b = &st->boxes[e->mine[i]];
         size_t bytes = tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype);
         for (size_t o = 0; o < bytes; o += STAGE_PIECE) {
-            if (tsr_grow((void **)&sc.pieces, &sc.cap, sc.n, sizeof *sc.pieces)) {
-                free(sc.pieces);
+            if (tsr_grow((void **)&sc->pieces, &sc->cap, sc->n, sizeof *sc->pieces))
                 return tsr_err(err, TSR_ENOMEM, "out of memory");
-            }
             size_t len = bytes - o < STAGE_PIECE ? bytes - o : STAGE_PIECE;
-            sc.pieces[sc.n++] = (stage_piece){e->arena + *off + o, (const uint8_t *)b->data + o, len, b->mem,
-                                              st->tensors[b->tensor].name};
+            /* the job's copy of the name: it outlives the caller's state */
+            sc->pieces[sc->n++] = (stage_piece){e->arena + *off + o, (const uint8_t *)b->data + o, len, b->mem,
+                                                j->tensors[b->tensor].name};
         }
         j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, *off};
         *off += tsr_align_up(bytes, TSR_ALIGN);
     }
-    pthread_mutex_init(&sc.mu, NULL);
-    tsr_pool_for(tsr_encoder_pool(e->enc), sc.n, stage_one, &sc);
-    pthread_mutex_destroy(&sc.mu);
-    free(sc.pieces);
-    if (sc.rc && err) *err = sc.err;
-    return sc.rc;
+    return 0;
+}
+
+/* Runs a planned copy over the encoder's threads; frees its pieces. */
+static int run_copy(tsr_engine *e, stage_copy *sc, tsr_error *err) {
+    pthread_mutex_init(&sc->mu, NULL);
+    tsr_pool_for(tsr_encoder_pool(e->enc), sc->n, stage_one, sc);
+    pthread_mutex_destroy(&sc->mu);
+    free(sc->pieces);
+    sc->pieces = NULL;
+    if (sc->rc && err) *err = sc->err;
+    return sc->rc;
+}
+
+static void deferred_free(job *j) {
+    if (j->deferred) free(j->deferred->pieces);
+    free(j->deferred);
+    j->deferred = NULL;
+}
+
+/* In the background, first: the copy that overlap_staging deferred; then the
+ * caller may change its state (tsr_engine_staged returns). */
+static int deferred_copy(tsr_engine *e, tsr_error *err) {
+    stage_copy *sc = e->job.deferred;
+    if (!sc) return 0;
+    int rc = run_copy(e, sc, err);
+    free(sc);
+    e->job.deferred = NULL;
+    pthread_mutex_lock(&e->mu);
+    e->staging = 0;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    return rc;
+}
+
+/* Copies this rank's boxes to the start of the arena (*off: where they end),
+ * or with overlap_staging plans the copy for the background. */
+static int stage_boxes(tsr_engine *e, const tsr_state *st, size_t *off, tsr_error *err) {
+    stage_copy *sc = calloc(1, sizeof *sc);
+    if (!sc) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    int rc = plan_copy(e, st, sc, off, err);
+    if (!rc && e->opts.overlap_staging && !e->opts.sync) {
+        e->job.deferred = sc;
+        return 0;
+    }
+    if (!rc) rc = run_copy(e, sc, err);
+    free(sc->pieces);
+    free(sc);
+    return rc;
 }
 
 /* Copies this rank's blobs after the boxes, from off. @return where they end. */

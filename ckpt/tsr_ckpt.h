@@ -15,7 +15,10 @@ extern "C" {
 /* ------------------------------------------------------------------ saving */
 
 typedef struct tsr_write_opts {
-    int codec;          /* TSR_CODEC_*; default TSR_CODEC_AUTO */
+    int codec;          /* TSR_CODEC_*; default TSR_CODEC_AUTO: adaptive, each frame
+                           encoded (bytegroup for floats, zstd otherwise) or stored
+                           raw, so that neither the encoder nor the writer idles
+                           (below); another value forces that codec */
     int level;          /* zstd level; default 1 */
     size_t frame_bytes; /* target raw bytes per frame; default 4 MiB */
     int threads;        /* encoder threads; default: the online cores */
@@ -27,6 +30,9 @@ typedef struct tsr_write_opts {
                                 name is moved from it and written over in place,
                                 which in memory (/dev/shm) spares the kernel
                                 allocating and zeroing its pages */
+    double encode_share;     /* with TSR_CODEC_AUTO: 0 (default) learns the share of
+                                frames to encode from who waits, the writer threads
+                                or the encoder's; in (0, 1] pins it (tests) */
 } tsr_write_opts;
 
 /* tsr_write_opts_default(): the defaults above. */
@@ -121,6 +127,12 @@ typedef struct tsr_engine_opts {
      * (tsr_retire_step_dir), one per rank, and the next saves write over them
      * (for checkpoints in memory: the local tier). Local roots only. */
     int recycle;
+    /* 1: tsr_engine_save returns before this rank's boxes are copied: the copy
+     * runs first in the background, overlapping what the caller does next, and
+     * the caller calls tsr_engine_staged() before it changes the boxes' memory
+     * (a training loop: before its next optimizer step; forward and backward only
+     * read the weights). Blobs are copied before tsr_engine_save returns. */
+    int overlap_staging;
 } tsr_engine_opts;
 tsr_engine_opts tsr_engine_opts_default(void);
 
@@ -174,6 +186,10 @@ int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error
  * ROOT/step-<step> (retention still applies to ROOT). */
 int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st,
                         tsr_error *err);
+/* tsr_engine_staged(): with overlap_staging, waits until the last save's copy of
+ * this rank's boxes is done (at once when it is, or without one in flight).
+ * Not collective. */
+void tsr_engine_staged(tsr_engine *e);
 /* tsr_engine_reserve(): allocates (and populates) the staging arena for saves
  * of up to `bytes` of this rank's state now, so that the first save costs a
  * save's memcpy and no allocation. Not collective. */

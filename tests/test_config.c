@@ -98,6 +98,7 @@ static void test_defaults(void) {
     CHECK(c.checkpoint.async_mode == TSR_ASYNC_DISABLED && c.checkpoint.load_step == -1, "ckpt");
     CHECK(c.checkpoint.last_save_model_only && c.checkpoint.export_dtype == TSR_F32, "ckpt");
     CHECK(c.checkpoint.commit_timeout_s == 1800, "commit timeout %g", c.checkpoint.commit_timeout_s);
+    CHECK(c.checkpoint.codec == TSR_CODEC_AUTO, "codec %d: adaptive by default", c.checkpoint.codec);
     /* the supervisor's keys: no local tier, no skipped data */
     CHECK(c.checkpoint.local_interval == 0 && !c.checkpoint.local_folder[0] && !c.checkpoint.local_nodes[0],
           "local tier: %d \"%s\" \"%s\"", c.checkpoint.local_interval, c.checkpoint.local_folder,
@@ -163,6 +164,7 @@ static void test_value_kinds(void) {
         "initial_load_path = \"/seed/step-00000100\"\n"
         "initial_load_model_only = false\n"
         "commit_timeout_s = 2.5\n"
+        "codec = \"zstd\"\n"
         "[metrics]\n"
         "log_freq = 3\n"
         "file = \"m.jsonl\"";  /* no newline at the end */
@@ -196,6 +198,7 @@ static void test_value_kinds(void) {
     CHECK(strcmp(c.checkpoint.initial_load_path, "/seed/step-00000100") == 0 && !c.checkpoint.initial_load_model_only,
           "initial load");
     CHECK(c.checkpoint.commit_timeout_s == 2.5, "commit timeout %g", c.checkpoint.commit_timeout_s);
+    CHECK(c.checkpoint.codec == TSR_CODEC_ZSTD, "codec %d", c.checkpoint.codec);
     CHECK(c.metrics.log_freq == 3 && strcmp(c.metrics.file, "m.jsonl") == 0, "metrics");
     CHECK(c.n_warnings == 0, "no warnings expected: %s", c.warnings);
 

@@ -3,7 +3,9 @@
  * poll and wait report completion; retention keeps the newest K; a load fills
  * boxes of any shape; a mismatched checkpoint is refused before any data is read;
  * storage faults during a background save are reported, leave no files and no
- * MANIFEST, and leave earlier checkpoints and the caller's state intact. */
+ * MANIFEST, and leave earlier checkpoints and the caller's state intact; with
+ * overlap_staging the copy runs after save returns and the state may change once
+ * tsr_engine_staged has returned. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +107,33 @@ int main(void) {
     snprintf(dir, sizeof dir, "%s/step-00000020", root);
     CHECK(load_matches(eng, dir, 2), "step 20 holds the state as it was at its save");
     CHECK(load_matches(eng, NULL, 3), "the newest (step 30) holds state 3: %s", e.msg);
+
+    /* overlap_staging: save returns before the copy, which overlaps what the
+     * caller does next; once tsr_engine_staged returns, the state may change
+     * (a training loop's optimizer step) and the save still holds the old. */
+    {
+        char root2[600];
+        snprintf(root2, sizeof root2, "%s-overlap", root);
+        tsr_engine_opts o2 = o;
+        o2.overlap_staging = 1;
+        tsr_engine *e2 = tsr_engine_new(root2, comm, &o2, &e);
+        REQUIRE(e2, "%s", e.msg);
+        for (int s = 1; s <= 3; s++) {
+            fill(s);
+            stepv = (uint64_t)s;
+            tsr_state st2 = whole_state(sb, &blob, &stepv);
+            CHECK_OK(tsr_engine_save(e2, (uint64_t)s * 10, &st2, &e));
+            stepv = 999; /* blobs are copied before save returns */
+            tsr_engine_staged(e2);
+            fill(2000 + s); /* the optimizer step */
+        }
+        CHECK_OK(tsr_engine_wait(e2, &e));
+        snprintf(dir, sizeof dir, "%s/step-00000020", root2);
+        CHECK(load_matches(e2, dir, 2), "overlapped: step 20 holds the state as it was at its save");
+        CHECK(load_matches(e2, NULL, 3), "overlapped: step 30 holds state 3: %s", e.msg);
+        tsr_engine_staged(e2); /* nothing in flight: returns at once */
+        tsr_engine_free(e2);
+    }
 
     /* A save while one is in flight waits for it. */
     fill(4);

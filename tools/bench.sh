@@ -13,8 +13,13 @@ echo
 echo "== plan: sort-and-sweep resharding planner, one core"
 $T bench plan --grid 1000
 echo
-echo "== save: stall against memcpy, background write throughput against the disk"
+echo "== save: a step overlapping a save's copy blocked, against memcpy; background write throughput (adaptive"
+echo "   encoding) against the disk, and against a slower disk (a rate-limited store)"
 $T bench save --dir "$OUT/save" --bytes 1G
+echo
+echo "== overlap: checkpoints every 5 steps against none, blocked per save and step time (124m on one rank,"
+echo "   the small model on 4 ranks)"
+sh tools/bench_overlap.sh "$T" "$OUT/overlap"
 echo
 echo "== load: 1 GiB saved on 4 ranks (dp_shard=2,tp=2), loaded there and on 3 ranks (dp_shard=3)"
 rm -rf "$OUT/load"

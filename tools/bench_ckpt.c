@@ -1,6 +1,7 @@
 /* bench_ckpt.c: tessera bench save | load: the engine's figures, each a ratio
  * against a baseline measured in the same run on the same machine.
- *   save: stall = time the caller is blocked by a save / a memcpy of the same bytes;
+ *   save: stall = time a stand-in step overlapping the save is blocked by it / a
+ *         memcpy of the same bytes;
  *         write throughput = raw bytes per second of the background save / the
  *         sequential O_DIRECT write bandwidth of the same disk (1 MiB writes, same
  *         directory), for incompressible and for bf16 Gaussian-like data.
@@ -17,6 +18,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "store.h"
 #include "tessera.h"
 
 /* Memory touched and locked, so that page faults and reclaim stay out of the
@@ -77,13 +79,43 @@ static double disk_bandwidth(const char *dir, const uint8_t *noise, size_t bytes
     return best;
 }
 
+/* Write bandwidth through tessera's store of dir, with the fault spec in force
+ * (a rate-limited store: rate:MBPS:write): `bytes` of noise in 4 MiB writes,
+ * then the file's finish; bytes/s, or 0 when it cannot write. */
+static double store_bandwidth(const char *dir, const uint8_t *noise, size_t bytes) {
+    tsr_error e;
+    tsr_store *s = tsr_store_open(dir, 1, &e);
+    tsr_wfile *f = NULL;
+    if (!s || tsr_store_create(s, "disk-probe-0.tmp", 0, &f, &e)) {
+        tsr_store_close(s);
+        return 0;
+    }
+    size_t chunk = 4u << 20, done = 0;
+    double t0 = tsr_now();
+    for (; done + chunk <= bytes; done += chunk)
+        if (tsr_wfile_write(f, noise + done, chunk, done, &e)) break;
+    int rc = tsr_wfile_finish(f, done, &e);
+    double bw = rc ? 0 : (double)done / (tsr_now() - t0);
+    tsr_store_close(s);
+    return bw;
+}
+
+#define SLOW_MBPS 400
+#define SLOW_MBPS_S "400"
+
 static const char save_help[] =
     "usage: tessera bench save --dir DIR [--bytes SIZE] [--json]\n"
-    "Measures, on one rank, in DIR: the stall of an asynchronous save against a\n"
-    "memcpy of the same bytes (goal: at most 1.2), and the raw bytes per second of the\n"
+    "Measures, on one rank, in DIR: the time a training step is blocked by an\n"
+    "asynchronous save whose copy overlaps it (a stand-in step reads the state while\n"
+    "the copy runs, waits for it, then writes the state) against a memcpy of the same\n"
+    "bytes (goal: at most 0.1), and the raw bytes per second of the\n"
     "background save against the disk's sequential O_DIRECT write bandwidth, for\n"
-    "incompressible data (goal: at least 0.9) and for bf16 Gaussian-like weights\n"
-    "(goal: at least 1.2). SIZE defaults to 1G.\n";
+    "incompressible data (goal: at least 0.9: raw bytes, the disk's own limit) and\n"
+    "for bf16 Gaussian-like weights (goal: at least 1.0, never slower than writing\n"
+    "them raw); and for the weights on a slower disk, emulated by a store that\n"
+    "takes every write at " SLOW_MBPS_S " MB/s (rate:" SLOW_MBPS_S ":write), slower than the encoder,\n"
+    "against raw writes through the same store (goal: at least 1.3). SIZE defaults\n"
+    "to 1G (a quarter of it on the slow store).\n";
 
 typedef struct save_result {
     double stall_ratio, write_ratio; /* medians over the measured rounds */
@@ -95,20 +127,42 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* The stand-in for a training step that overlaps a save's copy: forward and
+ * backward read the state (a sum of every 8-byte word), then, once the save's
+ * copy is done (tsr_engine_staged: the wait is what the step is blocked), the
+ * optimizer writes it (a byte of every cache line). @return the seconds blocked. */
+static double stand_in_step(tsr_engine *eng, uint8_t *data, size_t bytes) {
+    uint64_t sum = 0, x;
+    for (size_t i = 0; i + 8 <= bytes; i += 8) {
+        memcpy(&x, data + i, 8);
+        sum += x;
+    }
+    double t0 = tsr_now();
+    tsr_engine_staged(eng);
+    double blocked = tsr_now() - t0;
+    for (size_t i = 0; i < bytes; i += 64) data[i] = (uint8_t)(data[i] + 1 + (sum & 1));
+    return blocked;
+}
+
 /* Rounds of: a memcpy of the state and the disk's bandwidth, measured just
  * before a save, so that each ratio compares like with like on this (noisy,
  * shared) machine; then the save. The first save warms up and is not counted. */
 static int run_saves(const char *dir, int dtype, uint8_t *data, uint8_t *scratch, const uint8_t *noise, size_t bytes,
-                     save_result *out, tsr_error *e) {
+                     int slow_mbps, save_result *out, tsr_error *e) {
     enum { NT = 16, ROUNDS = 5 };
     tsr_remove_tree(dir);
     mkdir(dir, 0755);
+    char spec[64];
+    snprintf(spec, sizeof spec, "rate:%d:write", slow_mbps);
+    if (slow_mbps && tsr_fault_set(spec, e)) return -1;
     tsr_comm *comm = tsr_comm_self();
     tsr_engine_opts o = tsr_engine_opts_default();
     o.keep_latest = 0; /* deleting old steps would compete with the measured saves */
+    o.overlap_staging = 1; /* as the trainer saves: the copy overlaps the stand-in step */
     tsr_engine *eng = comm ? tsr_engine_new(dir, comm, &o, e) : NULL;
     if (!eng) {
         tsr_comm_free(comm);
+        tsr_fault_set(NULL, NULL);
         return -1;
     }
     size_t es = tsr_dtype_size(dtype), per = bytes / NT / es;
@@ -128,14 +182,16 @@ static int run_saves(const char *dir, int dtype, uint8_t *data, uint8_t *scratch
         double t0 = tsr_now();
         memcpy(scratch, data, state_bytes);
         double m = tsr_now() - t0;
-        double d = disk_bandwidth(dir, noise, state_bytes);
+        double d = slow_mbps ? store_bandwidth(dir, noise, state_bytes) : disk_bandwidth(dir, noise, state_bytes);
         rc = tsr_engine_save(eng, (uint64_t)r + 2, &st, e);
         double t1 = tsr_now(); /* the background save starts when save returns */
+        double blocked = tsr_engine_last_stall(eng); /* the save call */
+        if (!rc) blocked += stand_in_step(eng, data, state_bytes);
         if (!rc) rc = tsr_engine_wait(eng, e);
         double t2 = tsr_now();
         probe_cleanup(dir);
         if (r < 0) continue;
-        stall[r] = tsr_engine_last_stall(eng);
+        stall[r] = blocked;
         mc[r] = m;
         bps[r] = (double)state_bytes / (t2 - t1);
         disk[r] = d;
@@ -144,6 +200,7 @@ static int run_saves(const char *dir, int dtype, uint8_t *data, uint8_t *scratch
     }
     tsr_engine_free(eng);
     tsr_comm_free(comm);
+    tsr_fault_set(NULL, NULL);
     tsr_remove_tree(dir);
     if (rc) return rc;
     out->stall_ratio = median(stall_r, ROUNDS);
@@ -183,7 +240,7 @@ int tsr_cmd_bench_save(int argc, char **argv) {
         return EXIT_FAIL;
     }
     tsr_error e = {0};
-    save_result inc, bf;
+    save_result inc, bf, slow;
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (size_t i = 0; i + 8 <= n; i += 8) { /* xorshift: incompressible bytes */
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
@@ -192,7 +249,7 @@ int tsr_cmd_bench_save(int argc, char **argv) {
     memcpy(data, noise, n);
     char sub[PATH_MAX];
     snprintf(sub, sizeof sub, "%s/incompressible", dir);
-    if (run_saves(sub, TSR_U8, data, copy, noise, n, &inc, &e)) {
+    if (run_saves(sub, TSR_U8, data, copy, noise, n, 0, &inc, &e)) {
         fprintf(stderr, "tessera bench save: %s\n", e.msg);
         return EXIT_FAIL;
     }
@@ -200,7 +257,12 @@ int tsr_cmd_bench_save(int argc, char **argv) {
     tsr_box all = {1, {0}, {n / 2}};
     tsr_synth_fill("bench.bf16", TSR_BF16, 1, shape, &all, data);
     snprintf(sub, sizeof sub, "%s/bf16", dir);
-    if (run_saves(sub, TSR_BF16, data, copy, noise, n, &bf, &e)) {
+    if (run_saves(sub, TSR_BF16, data, copy, noise, n, 0, &bf, &e)) {
+        fprintf(stderr, "tessera bench save: %s\n", e.msg);
+        return EXIT_FAIL;
+    }
+    snprintf(sub, sizeof sub, "%s/bf16-slow", dir);
+    if (run_saves(sub, TSR_BF16, data, copy, noise, n / 4, SLOW_MBPS, &slow, &e)) {
         fprintf(stderr, "tessera bench save: %s\n", e.msg);
         return EXIT_FAIL;
     }
@@ -208,24 +270,29 @@ int tsr_cmd_bench_save(int argc, char **argv) {
     munmap(copy, n);
     munmap(noise, n);
     double stall = inc.stall_ratio > bf.stall_ratio ? inc.stall_ratio : bf.stall_ratio;
-    int ok = stall <= 1.2 && inc.write_ratio >= 0.9 && bf.write_ratio >= 1.2;
+    int ok = stall <= 0.1 && inc.write_ratio >= 0.9 && bf.write_ratio >= 1.0 && slow.write_ratio >= 1.3;
     if (json) {
         printf("{\"bytes\":%zu,\"stall_ratio\":%.3f,\"incompressible_ratio\":%.3f,\"bf16_ratio\":%.3f,"
-               "\"stall_s\":%.6f,\"memcpy_s\":%.6f,\"incompressible_Bps\":%.0f,\"bf16_Bps\":%.0f,"
-               "\"disk_Bps\":%.0f,\"goals_met\":%s}\n",
-               n, stall, inc.write_ratio, bf.write_ratio, bf.stall, bf.memcpy_s, inc.write_bps, bf.write_bps,
-               bf.disk_bps, ok ? "true" : "false");
+               "\"bf16_slow_ratio\":%.3f,\"stall_s\":%.6f,\"memcpy_s\":%.6f,\"incompressible_Bps\":%.0f,"
+               "\"bf16_Bps\":%.0f,\"disk_Bps\":%.0f,\"bf16_slow_Bps\":%.0f,\"slow_disk_Bps\":%.0f,"
+               "\"goals_met\":%s}\n",
+               n, stall, inc.write_ratio, bf.write_ratio, slow.write_ratio, bf.stall, bf.memcpy_s, inc.write_bps,
+               bf.write_bps, bf.disk_bps, slow.write_bps, slow.disk_bps, ok ? "true" : "false");
     } else {
         char a[32];
         printf("tessera bench save: %s of state on one rank, in %s; medians of 5 rounds, each against a memcpy\n"
                "and a disk write (O_DIRECT, 1 MiB writes of random bytes, fsync) measured just before it\n",
                tsr_fmt_bytes(n, a, sizeof a), dir);
-        printf("stall: blocked %.1f ms (memcpy %.1f ms): %.2fx memcpy, worst of both data kinds (goal <= 1.2)  %s\n",
-               bf.stall * 1e3, bf.memcpy_s * 1e3, stall, stall <= 1.2 ? "ok" : "MISSED");
+        printf("stall: a step overlapping the save's copy blocked %.1f ms (memcpy %.1f ms): %.2fx memcpy, worst of "
+               "both data kinds (goal <= 0.1)  %s\n",
+               bf.stall * 1e3, bf.memcpy_s * 1e3, stall, stall <= 0.1 ? "ok" : "MISSED");
         printf("write, incompressible: %.0f MB/s raw, disk %.0f MB/s: %.2fx (goal >= 0.9)  %s\n", inc.write_bps / 1e6,
                inc.disk_bps / 1e6, inc.write_ratio, inc.write_ratio >= 0.9 ? "ok" : "MISSED");
-        printf("write, bf16 weights:   %.0f MB/s raw, disk %.0f MB/s: %.2fx (goal >= 1.2)  %s\n", bf.write_bps / 1e6,
-               bf.disk_bps / 1e6, bf.write_ratio, bf.write_ratio >= 1.2 ? "ok" : "MISSED");
+        printf("write, bf16 weights:   %.0f MB/s raw, disk %.0f MB/s: %.2fx (goal >= 1.0)  %s\n", bf.write_bps / 1e6,
+               bf.disk_bps / 1e6, bf.write_ratio, bf.write_ratio >= 1.0 ? "ok" : "MISSED");
+        printf("write, bf16 weights, slow disk (a store at " SLOW_MBPS_S " MB/s): %.0f MB/s raw, raw writes through it "
+               "%.0f MB/s: %.2fx (goal >= 1.3)  %s\n",
+               slow.write_bps / 1e6, slow.disk_bps / 1e6, slow.write_ratio, slow.write_ratio >= 1.3 ? "ok" : "MISSED");
     }
     return EXIT_OK;
 }
@@ -399,7 +466,8 @@ static const char disk_help[] =
     "usage: tessera bench disk --dir DIR [--bytes SIZE] [--json]\n"
     "The disk's sequential O_DIRECT bandwidth in DIR, as the other benchmarks'\n"
     "baseline: SIZE (default 1G) of random bytes written in 1 MiB writes and\n"
-    "fsynced (best of two), then read back in 1 MiB reads.\n";
+    "fsynced (best of two), then read back in 1 MiB reads; and the memory's: a\n"
+    "memcpy of the same bytes on one thread (best of three).\n";
 
 /* Sequential O_DIRECT read bandwidth of the probe file disk_bandwidth left. */
 static double read_bandwidth(const char *dir, uint8_t *buf, size_t bytes) {
@@ -449,10 +517,20 @@ int tsr_cmd_bench_disk(int argc, char **argv) {
         x ^= x << 13, x ^= x >> 7, x ^= x << 17;
         memcpy(noise + i, &x, 8);
     }
-    double w = disk_bandwidth(dir, noise, n), r = read_bandwidth(dir, noise, n);
+    double w = disk_bandwidth(dir, noise, n), r = read_bandwidth(dir, noise, n), m = 0;
     probe_cleanup(dir);
+    uint8_t *copy = alloc_populated(n);
+    for (int k = 0; copy && k < 3; k++) {
+        double t0 = tsr_now();
+        memcpy(copy, noise, n);
+        double bw = (double)n / (tsr_now() - t0);
+        if (bw > m) m = bw;
+    }
+    if (copy) munmap(copy, n);
     munmap(noise, n);
-    if (json) printf("{\"bytes\":%zu,\"write_Bps\":%.0f,\"read_Bps\":%.0f}\n", n, w, r);
-    else printf("disk in %s: write %.0f MB/s, read %.0f MB/s (O_DIRECT, 1 MiB, %zu MiB)\n", dir, w / 1e6, r / 1e6, n >> 20);
-    return w > 0 && r > 0 ? EXIT_OK : EXIT_FAIL;
+    if (json) printf("{\"bytes\":%zu,\"write_Bps\":%.0f,\"read_Bps\":%.0f,\"memcpy_Bps\":%.0f}\n", n, w, r, m);
+    else
+        printf("disk in %s: write %.0f MB/s, read %.0f MB/s (O_DIRECT, 1 MiB, %zu MiB); memcpy %.0f MB/s\n", dir,
+               w / 1e6, r / 1e6, n >> 20, m / 1e6);
+    return w > 0 && r > 0 && m > 0 ? EXIT_OK : EXIT_FAIL;
 }

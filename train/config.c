@@ -33,6 +33,10 @@ static const choice async_choices[] = {
 static const choice sched_choices[] = {
     {"1F1B", TSR_SCHED_1F1B}, {"GPipe", TSR_SCHED_GPIPE}, {NULL, 0},
 };
+static const choice codec_choices[] = {
+    {"auto", TSR_CODEC_AUTO}, {"raw", TSR_CODEC_RAW}, {"zstd", TSR_CODEC_ZSTD}, {"bytegroup", TSR_CODEC_BYTEGROUP},
+    {NULL, 0},
+};
 static const choice dtype_choices[] = {
     {"float32", TSR_F32}, {"bfloat16", TSR_BF16}, {NULL, 0},
 };
@@ -112,6 +116,7 @@ static const keydef keys[] = {
     {"checkpoint", "archive_keep_latest_k", K_INT, OFF(checkpoint.archive_keep_latest_k), 0, BIG, F_OURS, NULL,
      NULL},
     {"checkpoint", "commit_timeout_s", K_FLOAT, OFF(checkpoint.commit_timeout_s), 0, 1e9, F_OURS, NULL, NULL},
+    {"checkpoint", "codec", K_CHOICE, OFF(checkpoint.codec), 0, 0, F_OURS, codec_choices, NULL},
     {"checkpoint", "local_interval", K_INT, OFF(checkpoint.local_interval), 0, BIG, F_OURS, NULL, NULL},
     {"checkpoint", "local_folder", K_STR, OFF(checkpoint.local_folder), 0, 0, F_OURS, NULL, NULL},
     {"checkpoint", "local_nodes", K_STR, OFF(checkpoint.local_nodes), 0, 0, F_OURS, NULL, NULL},

@@ -140,6 +140,9 @@ typedef struct tsr_train_config {
         double commit_timeout_s;          /* 1800: seconds rank 0 waits for the other ranks at
                                              the end of a save before it fails the save (0:
                                              forever; TSR_COMMIT_TIMEOUT overrides it) */
+        int codec;                        /* TSR_CODEC_AUTO ("auto"): each frame encoded or stored
+                                             raw, whichever keeps the writer busy; "raw", "zstd"
+                                             or "bytegroup" force that codec */
         /* tessera's own: the local tier, snapshots in node memory (train/local_tier.h) */
         int local_interval;                 /* 0: off; else a snapshot every N steps */
         char local_folder[TSR_CONFIG_STR];  /* "": /dev/shm/tessera-<hash of job.dump_folder> */

@@ -51,6 +51,7 @@ void tsr_config_defaults(tsr_train_config *c) {
     c->checkpoint.initial_load_model_only = true;
     c->checkpoint.archive_interval = 1;
     c->checkpoint.commit_timeout_s = 1800;
+    c->checkpoint.codec = TSR_CODEC_AUTO;
     c->metrics.log_freq = 10;
     strcpy(c->metrics.file, "metrics.jsonl");
 }

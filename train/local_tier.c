@@ -330,6 +330,7 @@ int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **
     eo.keep_latest = TSR_LOCAL_KEEP;
     eo.recycle = 1; /* each snapshot writes over the pages of one retired */
     eo.sync = 0; /* the save returns once staged; the next one hands its copies over */
+    eo.overlap_staging = 1; /* the copy overlaps the next step (tsr_local_staged) */
     eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
     if (!rc && !(lt->engine = tsr_engine_new(lt->node_dir, world, &eo, err))) rc = err ? err->code : TSR_EIO;
     if (!rc && lt->n_nodes > 1) rc = start_thread(lt, world, err);
@@ -375,6 +376,10 @@ int tsr_local_save(tsr_local_tier *lt, uint64_t step, const tsr_state *st, tsr_e
     lt->staged = step;
     lt->have_staged = 1;
     return 0;
+}
+
+void tsr_local_staged(tsr_local_tier *lt) {
+    if (lt) tsr_engine_staged(lt->engine);
 }
 
 void tsr_local_poll(tsr_local_tier *lt) {

@@ -61,6 +61,10 @@ int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **
  * the step, and fails nothing. */
 int tsr_local_save(tsr_local_tier *lt, uint64_t step, const tsr_state *st, tsr_error *err);
 
+/* tsr_local_staged(): the last snapshot's copy of this rank's state done (its
+ * engine overlaps the copy with the next step: tsr_engine_staged). Not
+ * collective; NULL: nothing. */
+void tsr_local_staged(tsr_local_tier *lt);
 /* tsr_local_poll(): not collective; every step. Once the last snapshot has
  * committed and the copy thread is idle, hands its copies over at once, so
  * that partner copies follow their snapshot within a step or so, not at the

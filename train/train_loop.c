@@ -377,6 +377,8 @@ static int open_engine(job *j, tsr_error *err) {
     eo.archive_keep = (uint32_t)c->checkpoint.archive_keep_latest_k;
     eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
     eo.lock_root = c->checkpoint.enable; /* one writer per checkpoint folder */
+    eo.overlap_staging = 1; /* the copy overlaps the next step: staged() before its update */
+    eo.write.codec = c->checkpoint.codec;
     j->engine = tsr_engine_new(j->root, t->world, &eo, err);
     int rc = j->engine ? 0 : err ? err->code : TSR_EIO;
     if (!rc && c->checkpoint.enable && c->checkpoint.local_interval > 0) {
@@ -599,16 +601,30 @@ static void job_close(job *j) {
     free(j->config_text);
 }
 
+/* Before each optimizer step: the copies of the last checkpoint and snapshot,
+ * which overlap forward and backward, done; the wait counts as blocked. */
+static void staged(void *ctx) {
+    job *j = ctx;
+    double t0 = tsr_now();
+    if (j->engine) tsr_engine_staged(j->engine);
+    tsr_local_staged(j->local);
+    double b = tsr_now() - t0;
+    j->blocked += b;
+    j->blocked_total += b;
+}
+
 int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
     job j = {.t = t, .log = t->rank == 0 ? log : NULL};
     int rc = tsr_heartbeat_open(t->rank, (int)tsr_comm_size(t->world), &j.hb, err);
     if (!rc) rc = job_open(&j, err);
+    tsr_trainer_before_update(t, staged, &j);
     rc = all_ready(&j, rc, err);
     if (!rc && j.log) log_start(&j);
     j.t_log = tsr_now();
     for (int step = j.start + 1; !rc && step <= t->cfg.training.steps; step++) rc = train_step(&j, step, err);
     if (j.engine) rc = job_finish(&j, rc, err);
     if (!rc && j.log && j.step_time_total > 0) log_done(&j);
+    tsr_trainer_before_update(t, NULL, NULL);
     job_close(&j);
     if (!rc) tsr_heartbeat_send(j.hb, TSR_HB_DONE, t->cfg.training.steps, 0, 0, 0);
     tsr_heartbeat_close(j.hb);

@@ -567,6 +567,7 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     *loss = red[0] * t->inv_count;
     *grad_norm = sqrt(red[1]);
     if (!optimize) return 0;
+    if (t->before_update) t->before_update(t->before_update_ctx);
     const tsr_train_config *c = &t->cfg;
     double clip = c->training.max_norm / (*grad_norm + 1e-6);
     float lr = (float)tsr_config_lr_at(c, step);
@@ -646,6 +647,10 @@ float *tsr_trainer_grad(tsr_trainer *t, size_t p, tsr_box *box) {
 }
 
 void tsr_trainer_keep_logits(tsr_trainer *t, float *dst) { t->keep_logits = dst; }
+void tsr_trainer_before_update(tsr_trainer *t, void (*fn)(void *ctx), void *ctx) {
+    t->before_update = fn;
+    t->before_update_ctx = ctx;
+}
 const tsr_model_args *tsr_trainer_model(const tsr_trainer *t) { return &t->args; }
 const tsr_model_decls *tsr_trainer_decls(const tsr_trainer *t) { return &t->decls; }
 

@@ -32,6 +32,11 @@ int tsr_trainer_new(const tsr_train_config *cfg, tsr_comm *world, tsr_trainer **
 int tsr_trainer_new_args(const tsr_train_config *cfg, const tsr_model_args *args, tsr_comm *world,
                          tsr_trainer **out, tsr_error *err);
 void tsr_trainer_free(tsr_trainer *t);
+/* tsr_trainer_before_update(): fn(ctx) runs in every tsr_trainer_step that
+ * optimizes, right before the optimizer changes the weights and moments (after
+ * forward and backward, which only read them): where a checkpoint whose copy
+ * overlaps the step waits for it (tsr_engine_staged). NULL: nothing. */
+void tsr_trainer_before_update(tsr_trainer *t, void (*fn)(void *ctx), void *ctx);
 /* tsr_trainer_init_params(): this rank's parameter shards as a fresh model's
  * (tsr_model_init_box with training.seed: the same values in any layout). */
 void tsr_trainer_init_params(tsr_trainer *t);

@@ -95,6 +95,8 @@ struct tsr_trainer {
     double inv_count, loss_sum;
     float last_lr;
     float *keep_logits;
+    void (*before_update)(void *ctx); /* tsr_trainer_before_update */
+    void *before_update_ctx;
 };
 
 /* fsdp.c: FSDP by units (dp_shard > 1; with dp_shard = 1 the gathers and

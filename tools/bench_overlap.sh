@@ -1,0 +1,66 @@
+#!/bin/sh
+# bench_overlap.sh TESSERA OUT: what checkpoints cost a training loop whose save
+# copies overlap the next step (make bench). Two jobs, the same steps with a
+# save every 5 steps and without checkpoints: 124m on one rank, and the small
+# model on 4 ranks (dp_shard=4). Prints, for each:
+#  - blocked per save: the loop's time in the save calls and in the waits
+#    before the optimizer steps (ckpt_blocked_s, summed over the run, over the
+#    saves), against a memcpy of the rank's saved bytes (parameters and both
+#    AdamW moments in f32), from `tessera bench disk`'s one-thread memcpy
+#    bandwidth measured in the same run; goal <= 0.1;
+#  - the mean step time (after the first 5) against the run without saves;
+#    goal <= 5% above.
+set -e
+T=$1
+OUT=$2
+PY=python3
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
+mkdir -p "$OUT"
+memcpy=$($T bench disk --dir "$OUT/probe" --bytes 1G --json | sed 's/.*"memcpy_Bps":\([0-9.]*\).*/\1/')
+rm -rf "$OUT/probe"
+
+# run NAME NP ARGS...: a job into $OUT/NAME
+run() {
+    name=$1 np=$2
+    shift 2
+    rm -rf "$OUT/$name"
+    $MPIRUN -np "$np" $T train --job.dump_folder="$OUT/$name" --metrics.log_freq=1 "$@" >"$OUT/$name.log" 2>&1 ||
+        { echo "bench overlap: $name failed ($OUT/$name.log)" >&2; exit 1; }
+}
+
+# report LABEL SAVED NOSAVE PARAMS RANKS
+report() {
+    $PY - "$OUT/$2/metrics.jsonl" "$OUT/$3/metrics.jsonl" "$4" "$5" "$memcpy" "$1" <<'EOF'
+import json, sys
+def load(p):
+    return [json.loads(l) for l in open(p)]
+saved, plain = load(sys.argv[1]), load(sys.argv[2])
+params, ranks, memcpy, label = float(sys.argv[3]), int(sys.argv[4]), float(sys.argv[5]), sys.argv[6]
+def mean_step(ms):
+    # seconds a step from tokens/s: every line is one step (log_freq = 1)
+    ts = [1.0 / m["tokens_per_s"] for m in ms if m["step"] > 5]
+    return sum(ts) / len(ts)
+# tokens per step are the same in both runs: the ratio of the means of 1/(tokens/s)
+ratio = mean_step(saved) / mean_step(plain)
+saves = len([m for m in saved if m["step"] % 5 == 0])
+blocked = sum(m["ckpt_blocked_s"] for m in saved) / saves
+state = 12.0 * params / ranks  # f32 parameters and both moments, per rank
+copy = state / memcpy
+print("%s: blocked %.1f ms per save (%d saves) against a memcpy of the rank's %.0f MB of state (%.1f ms): %.3fx (goal <= 0.1)  %s"
+      % (label, blocked * 1e3, saves, state / 1e6, copy * 1e3, blocked / copy, "ok" if blocked / copy <= 0.1 else "MISSED"))
+print("%s: mean step %.2f%% above the run without checkpoints (goal <= 5%%)  %s"
+      % (label, (ratio - 1) * 100, "ok" if ratio <= 1.05 else "MISSED"))
+EOF
+}
+
+run o124_saved 1 --config train/configs/124m.toml --training.steps=30 --checkpoint.interval=5 --checkpoint.keep_latest_k=2
+run o124_plain 1 --config train/configs/124m.toml --training.steps=30 --checkpoint.enable=false
+p124=$($T train --config train/configs/124m.toml --model-info | sed -n 's/^model [^:]*: \([0-9]*\) parameters.*/\1/p')
+report "124m, one rank" o124_saved o124_plain "$p124" 1
+run osmall_saved 4 --config train/configs/small.toml --parallelism.data_parallel_shard_degree=4 --training.steps=60 \
+    --checkpoint.interval=5 --checkpoint.keep_latest_k=2
+run osmall_plain 4 --config train/configs/small.toml --parallelism.data_parallel_shard_degree=4 --training.steps=60 \
+    --checkpoint.enable=false
+psmall=$($T train --config train/configs/small.toml --model-info | sed -n 's/^model [^:]*: \([0-9]*\) parameters.*/\1/p')
+report "small, 4 ranks" osmall_saved osmall_plain "$psmall" 4
+rm -rf "$OUT"/o124_* "$OUT"/osmall_*
