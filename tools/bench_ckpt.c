@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -300,11 +301,33 @@ int tsr_cmd_bench_save(int argc, char **argv) {
 /* ------------------------------------------------------------------ load */
 
 static const char load_help[] =
-    "usage: mpirun -np N tessera bench load DIR --layout L [--rounds R] [--json]\n"
+    "usage: mpirun -np N tessera bench load DIR --layout L [--rounds R] [--cold] [--json]\n"
     "Loads the checkpoint in DIR in the layout it was saved in, on the ranks it was\n"
     "saved on, and in layout L on L's rank count (both at most N; the other ranks\n"
     "wait), alternately, R times (default 5) after one warm-up load; prints the best\n"
-    "times and their ratio (goal: at most 1.15).\n";
+    "times and their ratio (goal: at most 1.15). --cold: the checkpoint's files are\n"
+    "dropped from the page cache before every load (as after a restart on another\n"
+    "machine), so that it is read from the disk.\n";
+
+/* The checkpoint's files out of the page cache: all of them where the kernel
+ * lets this process drop caches, else each file's pages (fadvise). */
+static void drop_cached(const char *dir) {
+    sync();
+    FILE *f = fopen("/proc/sys/vm/drop_caches", "w");
+    if (f && fputs("3", f) >= 0 && fclose(f) == 0) return;
+    if (f) fclose(f);
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d))) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0) continue;
+        posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+        close(fd);
+    }
+    if (d) closedir(d);
+}
 
 typedef struct layout_run {
     tsr_layout l;
@@ -335,9 +358,10 @@ static int prepare(layout_run *lr, tsr_comm *world, const tsr_tensor_decl *t, si
 /* One timed load on the ranks of lr (all ranks of world take part in the
  * barriers); the time is the slowest rank's. */
 static int timed_load(layout_run *lr, tsr_comm *world, const char *dir, const tsr_tensor_decl *t, size_t nt,
-                      double *secs, tsr_error *e) {
+                      int cold, double *secs, tsr_error *e) {
     tsr_engine *eng = NULL;
     int rc = 0;
+    if (cold && tsr_comm_rank(world) == 0) drop_cached(dir);
     /* each layout as a job of its own rank count would run: the cores shared out */
     tsr_engine_opts o = tsr_engine_opts_default();
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -363,10 +387,14 @@ static int timed_load(layout_run *lr, tsr_comm *world, const char *dir, const ts
 int tsr_cmd_bench_load(int argc, char **argv) {
     const char *dir = NULL, *layout = NULL, *v;
     uint64_t rounds = 5;
-    int json = 0;
+    int json = 0, cold = 0;
     for (int i = 1; i < argc; i++) {
         int r;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(load_help, stdout), EXIT_OK;
+        if (tsr_opt(argc, argv, &i, "cold", 0, &v)) {
+            cold = 1;
+            continue;
+        }
         if ((r = tsr_opt(argc, argv, &i, "layout", 1, &v))) {
             if (r < 0) return EXIT_USAGE;
             layout = v;
@@ -409,7 +437,11 @@ int tsr_cmd_bench_load(int argc, char **argv) {
     }
     size_t nt = tsr_ckpt_n_tensors(ck);
     tsr_tensor_decl *t = calloc(nt + 1, sizeof *t);
-    uint64_t total = 0;
+    uint64_t total = 0, stored = 0;
+    for (size_t f = 0; f < tsr_ckpt_n_frames(ck); f++) {
+        tsr_frame_info fi;
+        if (!tsr_ckpt_frame(ck, f, &fi)) stored += fi.stored_size;
+    }
     for (size_t i = 0; t && i < nt; i++) {
         tsr_tensor_info ti;
         tsr_ckpt_tensor(ck, i, &ti);
@@ -422,11 +454,11 @@ int tsr_cmd_bench_load(int argc, char **argv) {
     int64_t ok = rc == 0;
     tsr_comm_allreduce_min(world, &ok, NULL);
     double warm = 0;
-    if (ok && timed_load(&runs[0], world, dir, t, nt, &warm, &e)) ok = 0;
+    if (ok && timed_load(&runs[0], world, dir, t, nt, cold, &warm, &e)) ok = 0;
     for (uint64_t r = 0; ok && r < rounds; r++)
         for (int k = 0; k < 2 && ok; k++) {
             double s;
-            if (timed_load(&runs[k], world, dir, t, nt, &s, &e)) ok = 0;
+            if (timed_load(&runs[k], world, dir, t, nt, cold, &s, &e)) ok = 0;
             else if (s < runs[k].best) runs[k].best = s;
         }
     if (!ok) fprintf(stderr, "tessera bench load: rank %u: %s\n", rank, e.msg[0] ? e.msg : "failed");
@@ -436,9 +468,10 @@ int tsr_cmd_bench_load(int argc, char **argv) {
         tsr_layout_format(&runs[1].l, b, sizeof b);
         double ratio = runs[1].best / runs[0].best;
         if (json)
-            printf("{\"bytes\":%llu,\"saved_layout\":\"%s\",\"saved_s\":%.4f,\"other_layout\":\"%s\",\"other_s\":%.4f,"
-                   "\"ratio\":%.3f}\n",
-                   (unsigned long long)total, a, runs[0].best, b, runs[1].best, ratio);
+            printf("{\"bytes\":%llu,\"stored_bytes\":%llu,\"cold\":%s,\"saved_layout\":\"%s\",\"saved_s\":%.4f,"
+                   "\"other_layout\":\"%s\",\"other_s\":%.4f,\"ratio\":%.3f}\n",
+                   (unsigned long long)total, (unsigned long long)stored, cold ? "true" : "false", a, runs[0].best,
+                   b, runs[1].best, ratio);
         else
             printf("load of %s: saved layout %s on %u ranks %.3f s; layout %s on %u ranks %.3f s: "
                    "%.2fx (goal <= 1.15)  %s\n",
