@@ -25,4 +25,12 @@ tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint
  * call. */
 int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const void *data, tsr_error *err);
 
+/* tsr_save_chunk_copy(): chunk `chunk` of the open checkpoint src, of a tensor
+ * declared here as `name` with the same dtype, stored as a chunk of this save
+ * exactly as it is stored there: the same box and frame geometry, each frame's
+ * stored bytes and checksums copied (read and checked, never decoded or
+ * encoded). A reshard whose target boxes are made of whole source chunks costs
+ * a read and a write. */
+int tsr_save_chunk_copy(tsr_save *s, const char *name, tsr_ckpt *src, size_t chunk, tsr_error *err);
+
 #endif

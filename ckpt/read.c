@@ -334,6 +334,27 @@ static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, fra
     return 0;
 }
 
+int tsr_ckpt_read_stored(tsr_ckpt *ck, size_t fi, void *dst, tsr_error *err) {
+    if (fi >= ck->m.n_frames) return tsr_err(err, TSR_EINVAL, "%s: no frame %zu", ck->dir, fi);
+    const tsr_mf_frame *f = &ck->m.frames[fi];
+    tsr_rfile *rf;
+    int rc = open_file(ck, file_index(ck, f->file_id), &rf, err);
+    if (rc) return rc;
+    size_t padded = tsr_align_up(f->stored_size, TSR_ALIGN);
+    const uint8_t *st = tsr_rfile_map(rf, f->offset, padded);
+    if (st) memcpy(dst, st, padded);
+    else if ((rc = tsr_rfile_read(rf, dst, padded, f->offset, err))) return rc;
+    char where[PATH_MAX + 400];
+    const uint8_t *d = dst;
+    int bad = tsr_hash(d, f->stored_size) != f->stored_hash;
+    for (size_t i = f->stored_size; i < padded && !bad; i++) bad = d[i] != 0;
+    if (bad) {
+        frame_where(ck, fi, "a frame copied as it is stored", where, sizeof where);
+        return tsr_err(err, TSR_ECORRUPT, "%s: checksum mismatch or nonzero padding (stored bytes)", where);
+    }
+    return 0;
+}
+
 /* ------------------------------------------------------------- reading */
 
 typedef struct read_ctx {

@@ -452,6 +452,58 @@ static int save_box(tsr_save *s, const char *name, const tsr_box *box, const voi
     return rc;
 }
 
+int tsr_save_chunk_copy(tsr_save *s, const char *name, tsr_ckpt *src, size_t chunk, tsr_error *err) {
+    int rc = check_open(s, name, err);
+    if (rc) return rc;
+    long ti = index_find(s, name);
+    if (ti < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: tensor not declared", name);
+    const tsr_mf_tensor *t = &s->tab.tensors[ti];
+    tsr_chunk_info ci;
+    tsr_tensor_info si;
+    if ((rc = tsr_ckpt_chunk(src, chunk, &ci)) || (rc = tsr_ckpt_tensor(src, ci.tensor, &si)))
+        return tsr_err(err, rc, "%s: no chunk %zu in %s", name, chunk, tsr_ckpt_dir(src));
+    if (si.dtype != t->dtype || ci.box.ndim != t->ndim)
+        return tsr_err(err, TSR_EINVAL, "%s: chunk %zu of %s is %s with %u dims, the tensor here %s with %u", name,
+                       chunk, tsr_ckpt_dir(src), tsr_dtype_name(si.dtype), ci.box.ndim, tsr_dtype_name(t->dtype),
+                       t->ndim);
+    for (uint32_t d = 0; d < t->ndim; d++)
+        if (ci.box.offset[d] > t->shape[d] || ci.box.extent[d] > t->shape[d] - ci.box.offset[d])
+            return tsr_err(err, TSR_EINVAL, "%s: chunk %zu outside the tensor's shape in dim %u", name, chunk, d);
+    tsr_mf_chunk c = {.tensor = (uint32_t)ti, .file_id = s->file_id, .box = ci.box, .split_dim = ci.split_dim,
+                      .frame_rows = ci.frame_rows, .frame_first = (uint32_t)s->tab.n_frames,
+                      .frame_count = ci.n_frames};
+    size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
+    for (uint32_t k = 0; k < ci.n_frames && !rc; k++) {
+        /* the slots in the order write_frames uses them: a slot's earlier write released first */
+        size_t at = k % group_slots;
+        slot *sl = s->enc->slots + (size_t)s->group * group_slots + at;
+        if (at == group_slots - 1 || k == ci.n_frames - 1) s->group = (s->group + 1) % SLOT_GROUPS;
+        tsr_frame_info fi;
+        if ((rc = tsr_ckpt_frame(src, ci.first_frame + k, &fi))) break;
+        size_t padded = tsr_align_up(fi.stored_size, TSR_ALIGN);
+        if (sl->submitted && (rc = tsr_wfile_release(s->wf, sl->submitted, err))) break;
+        sl->submitted = NULL;
+        if (slot_reserve(sl, padded)) {
+            rc = tsr_err(err, TSR_ENOMEM, "out of memory for a frame buffer");
+            break;
+        }
+        if ((rc = tsr_ckpt_read_stored(src, ci.first_frame + k, sl->buf, err))) break;
+        sl->submitted = sl->buf;
+        if ((rc = tsr_wfile_submit(s->wf, sl->buf, padded, s->pos, err))) break;
+        tsr_mf_frame f = {.offset = s->pos, .stored_size = fi.stored_size, .raw_size = fi.raw_size,
+                          .raw_hash = fi.raw_hash, .stored_hash = fi.stored_hash, .codec = fi.codec,
+                          .file_id = s->file_id};
+        if (tsr_manifest_add_frame(&s->tab, &f)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+        s->pos += padded;
+    }
+    if (!rc && tsr_manifest_add_chunk(&s->tab, &c)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (rc) {
+        tsr_err_prefix(err, "%s: chunk copied from %s", name, tsr_ckpt_dir(src));
+        s->failed = 1;
+    }
+    return rc;
+}
+
 int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data, size_t size,
                   tsr_error *err) {
     int rc = check_open(s, name, err);

@@ -391,6 +391,11 @@ typedef struct tsr_read_piece {
 int tsr_ckpt_plan_read(const tsr_ckpt *ck, size_t tensor, const tsr_box *need, size_t n_need,
                        tsr_read_piece **out, size_t *n_out, tsr_error *err);
 
+/* tsr_ckpt_read_stored(): frame `i` as it is stored (tsr_frame_info: its
+ * stored_size bytes then zero padding to a multiple of TSR_ALIGN, all copied
+ * into dst, which must hold that much), its stored checksum and padding
+ * checked; not decoded. Thread-safe. */
+int tsr_ckpt_read_stored(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err);
 /* tsr_ckpt_read_blob(): copies blob `i` (size bytes) into dst. Thread-safe. */
 int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err);
 

@@ -1,7 +1,8 @@
 #!/bin/sh
 # tessera reshard: offline rewrites between layouts (FSDP, TP, PP, replicated,
 # flat, one consolidated set) load exactly in the new layout on its rank count
-# and compare equal to the source with ckpt diff; --dtype conversions are exact
+# and compare equal to the source with ckpt diff; whole source chunks are copied
+# as they are stored; --dtype conversions are exact
 # where the target holds the value (bf16 -> f32 -> bf16); --only model drops the
 # other groups; bad input fails clearly; an interrupted reshard commits nothing.
 . "$TSR_ROOT/tests/mpi.sh"
@@ -30,6 +31,30 @@ to_layout A A8 pp=2,dp_replicate=2,tp=2 8 --piece 64k --threads 3
 to_layout A A4f dp_shard=4,flat 4
 to_layout A3 A6 dp_shard=2,tp=3 6
 for c in A1 A3 A8 A4f A6; do "$T" ckpt diff A $c >/dev/null || fail "ckpt diff A $c"; done
+
+# passthrough: target boxes made of whole source chunks keep the source's
+# frames as they are stored (same bytes, same checksums): consolidation (FSDP 4
+# -> 1) copies every frame; FSDP 4 -> 2 those of the tensors whose halves are
+# whole quarters (4097 rows: quarters of 1025 rows, halves of 2049, do not);
+# a codec asked for that differs from theirs re-encodes (--codec raw: all raw)
+run_np 4 "$T" ckpt synth P --layout dp_shard=4 --bytes 16M --dtype bf16 >/dev/null || fail "synth P"
+to_layout P P2 dp_shard=2 2
+to_layout P P1 dp_shard=1 1
+to_layout P P1r dp_shard=1 1 --codec raw
+for c in P2 P1 P1r; do "$T" ckpt diff P $c >/dev/null || fail "ckpt diff P $c"; done
+TESSERA_BIN="$T" $PY - P P2 P1 P1r <<'PYEOF' || fail "passthrough frames"
+import json, os, subprocess, sys
+def frames(d):
+    info = json.loads(subprocess.check_output([os.environ["TESSERA_BIN"], "ckpt", "info", d, "--json"]))
+    return sorted((f["stored_hash"], f["stored_size"], f["codec"])
+                  for t in info["tensors"] for c in t["chunks"] for f in c["frames"])
+src = frames("P")
+assert any(f[2] != "raw" for f in src), "the source has no encoded frame"
+assert frames("P1") == src, "P1: frames not copied as stored"
+p2 = frames("P2")
+assert any(f in src for f in p2) and any(f not in src for f in p2), "P2: expected some frames copied, some not"
+assert all(f[2] == "raw" for f in frames("P1r")), "P1r: --codec raw left encoded frames"
+PYEOF
 run_np 3 "$T" ckpt check A8 --layout dp_shard=3 >/dev/null || fail "A8 loaded on 3 ranks"
 
 # dtypes: bf16 -> f32 -> bf16 is exact
