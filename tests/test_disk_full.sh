@@ -1,6 +1,7 @@
 #!/bin/sh
-# A full disk, for real: checkpoints of the debug model (about 8.4 MB each) go to
-# a 30 MiB tmpfs.
+# A full disk, for real: checkpoints of the debug model (about 8.4 MB each, every
+# frame encoded: checkpoint.codec=bytegroup, so that their size does not depend on
+# adaptive encoding's timing) go to a 30 MiB tmpfs.
 # 1. keep_latest_k=0 (keep all), a save every step: steps 1-3 commit, the saves
 #    of steps 4 and 5 fail with ENOSPC; training goes on to step 5, but the job
 #    whose last checkpoint failed exits 1 and says so, naming the step.
@@ -23,7 +24,7 @@ train() { # NAME ARGS...
     name=$1; shift
     "$T" train --config "$CFG" --training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.warmup_steps=2 \
         --training.dataset=tokens --training.dataset_path="$TSR_TMP/data" --job.dump_folder="$TSR_TMP/run" \
-        --checkpoint.enable=true --checkpoint.folder="$CK" --checkpoint.interval=1 \
+        --checkpoint.enable=true --checkpoint.folder="$CK" --checkpoint.interval=1 --checkpoint.codec=bytegroup \
         --checkpoint.last_save_model_only=false "$@" >"$TSR_TMP/$name.log" 2>&1
 }
 committed() { [ -f "$CK/$1/MANIFEST" ]; }

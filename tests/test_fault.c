@@ -34,6 +34,7 @@ static int save(const char *dir, int with_noise) {
     tsr_write_opts o = tsr_write_opts_default();
     if (!with_noise) o.frame_bytes = 8192; /* 8 frames */
     o.threads = 2;
+    o.encode_share = 1; /* the same files whatever the timing (adaptive encoding would vary them) */
     e = (tsr_error){0};
     tsr_save *s = tsr_save_begin(dir, 0, NULL, &o, &e);
     int rc = s ? 0 : e.code;

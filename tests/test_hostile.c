@@ -139,6 +139,7 @@ static void write_ckpt(const char *dir, const uint8_t sid[16]) {
     tsr_write_opts o = tsr_write_opts_default();
     o.frame_bytes = 4096;
     o.threads = 2;
+    o.encode_share = 1; /* every frame encoded as auto picks, whatever the timing: the mutations name frames */
     tsr_save *s[2];
     for (uint32_t w = 0; w < 2; w++) {
         s[w] = tsr_save_begin(dir, w, sid, &o, &e);
