@@ -452,6 +452,31 @@ static int save_box(tsr_save *s, const char *name, const tsr_box *box, const voi
     return rc;
 }
 
+/* A batch of a chunk copy: frame first + i of src read into slot i. */
+typedef struct copy_job {
+    tsr_ckpt *src;
+    size_t first;
+    slot *slots;
+} copy_job;
+
+static void copy_one(void *ctx, size_t i, int worker) {
+    (void)worker;
+    copy_job *j = ctx;
+    slot *sl = &j->slots[i];
+    tsr_frame_info fi;
+    sl->rc = tsr_ckpt_frame(j->src, j->first + i, &fi);
+    if (sl->rc) {
+        tsr_err(&sl->err, sl->rc, "no frame %zu", j->first + i);
+        return;
+    }
+    if (slot_reserve(sl, tsr_align_up(fi.stored_size, TSR_ALIGN))) {
+        sl->rc = tsr_err(&sl->err, TSR_ENOMEM, "out of memory for a frame buffer");
+        return;
+    }
+    sl->direct = NULL;
+    sl->rc = tsr_ckpt_read_stored(j->src, j->first + i, sl->buf, &sl->err);
+}
+
 int tsr_save_chunk_copy(tsr_save *s, const char *name, tsr_ckpt *src, size_t chunk, tsr_error *err) {
     int rc = check_open(s, name, err);
     if (rc) return rc;
@@ -473,28 +498,36 @@ int tsr_save_chunk_copy(tsr_save *s, const char *name, tsr_ckpt *src, size_t chu
                       .frame_rows = ci.frame_rows, .frame_first = (uint32_t)s->tab.n_frames,
                       .frame_count = ci.n_frames};
     size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
-    for (uint32_t k = 0; k < ci.n_frames && !rc; k++) {
-        /* the slots in the order write_frames uses them: a slot's earlier write released first */
-        size_t at = k % group_slots;
-        slot *sl = s->enc->slots + (size_t)s->group * group_slots + at;
-        if (at == group_slots - 1 || k == ci.n_frames - 1) s->group = (s->group + 1) % SLOT_GROUPS;
-        tsr_frame_info fi;
-        if ((rc = tsr_ckpt_frame(src, ci.first_frame + k, &fi))) break;
-        size_t padded = tsr_align_up(fi.stored_size, TSR_ALIGN);
-        if (sl->submitted && (rc = tsr_wfile_release(s->wf, sl->submitted, err))) break;
-        sl->submitted = NULL;
-        if (slot_reserve(sl, padded)) {
-            rc = tsr_err(err, TSR_ENOMEM, "out of memory for a frame buffer");
-            break;
+    for (uint32_t done = 0; done < ci.n_frames && !rc; s->group = (s->group + 1) % SLOT_GROUPS) {
+        /* a batch into the next group of slots, as write_frames fills them: the
+         * group's earlier writes released, the frames read on the encoder's
+         * threads at once (the disk serves several reads), then queued in order */
+        size_t batch = ci.n_frames - done < group_slots ? ci.n_frames - done : group_slots;
+        slot *slots = s->enc->slots + (size_t)s->group * group_slots;
+        for (size_t i = 0; i < batch && !rc; i++) {
+            if (slots[i].submitted) rc = tsr_wfile_release(s->wf, slots[i].submitted, err);
+            slots[i].submitted = NULL;
         }
-        if ((rc = tsr_ckpt_read_stored(src, ci.first_frame + k, sl->buf, err))) break;
-        sl->submitted = sl->buf;
-        if ((rc = tsr_wfile_submit(s->wf, sl->buf, padded, s->pos, err))) break;
-        tsr_mf_frame f = {.offset = s->pos, .stored_size = fi.stored_size, .raw_size = fi.raw_size,
-                          .raw_hash = fi.raw_hash, .stored_hash = fi.stored_hash, .codec = fi.codec,
-                          .file_id = s->file_id};
-        if (tsr_manifest_add_frame(&s->tab, &f)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-        s->pos += padded;
+        copy_job job = {src, ci.first_frame + done, slots};
+        if (!rc) tsr_pool_for(s->enc->pool, batch, copy_one, &job);
+        for (size_t i = 0; i < batch && !rc; i++) {
+            slot *sl = &slots[i];
+            tsr_frame_info fi;
+            if ((rc = sl->rc)) {
+                if (err) *err = sl->err;
+                break;
+            }
+            tsr_ckpt_frame(src, ci.first_frame + done + i, &fi);
+            size_t padded = tsr_align_up(fi.stored_size, TSR_ALIGN);
+            sl->submitted = sl->buf;
+            if ((rc = tsr_wfile_submit(s->wf, sl->buf, padded, s->pos, err))) break;
+            tsr_mf_frame f = {.offset = s->pos, .stored_size = fi.stored_size, .raw_size = fi.raw_size,
+                              .raw_hash = fi.raw_hash, .stored_hash = fi.stored_hash, .codec = fi.codec,
+                              .file_id = s->file_id};
+            if (tsr_manifest_add_frame(&s->tab, &f)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+            s->pos += padded;
+        }
+        done += (uint32_t)batch;
     }
     if (!rc && tsr_manifest_add_chunk(&s->tab, &c)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) {

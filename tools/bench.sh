@@ -66,11 +66,15 @@ sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
 raw=$($T reshard "$OUT/rs/src" "$OUT/rs/raw" --layout dp_shard=1 --codec raw --json)
 disk=$($T bench disk --dir "$OUT/rs" --bytes 1G --json)
 stored=$(du -sb "$OUT/rs/src" | cut -f1)
+# the floor of any rewrite on this disk: a copy of the source's files (cp, then sync)
+sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+t0=$(date +%s.%N); cp -r "$OUT/rs/src" "$OUT/rs/cp"; sync; t1=$(date +%s.%N)
 awk -v b="$(num "$res" bytes)" -v s="$(num "$res" seconds)" -v rs="$(num "$raw" seconds)" -v st="$stored" \
-    -v r="$(num "$disk" read_Bps)" 'BEGIN {
+    -v r="$(num "$disk" read_Bps)" -v cp="$(echo "$t1 - $t0" | bc)" 'BEGIN {
     printf "reshard dp_shard=4 -> 1: %.2f s, %.0f MB/s of the source'"'"'s stored bytes (%.0f MB/s raw): %.2fx the disk read bandwidth (%.0f MB/s) (goal >= 0.8)  %s\n",
         s, st / s / 1e6, b / s / 1e6, st / s / r, r / 1e6, (st / s / r >= 0.8) ? "ok" : "MISSED"
-    printf "reshard dp_shard=4 -> 1: %.2fx the time of a raw-codec reshard (%.2f s) (goal <= 1)  %s\n", s / rs, rs, (s <= rs) ? "ok" : "MISSED" }'
+    printf "reshard dp_shard=4 -> 1: %.2fx the time of a raw-codec reshard (%.2f s) (goal <= 1)  %s\n", s / rs, rs, (s <= rs) ? "ok" : "MISSED"
+    printf "reshard dp_shard=4 -> 1: %.2fx the time of a plain copy of the source'"'"'s files on the same disk (cp -r, then sync: %.2f s)\n", s / cp, cp }'
 rm -rf "$OUT/rs"
 
 echo
