@@ -124,6 +124,7 @@ int tsr_ckpt_tensor(const tsr_ckpt *ck, size_t i, tsr_tensor_info *out) {
     memcpy(out->shape, t->shape, sizeof out->shape);
     out->placement = t->placement;
     out->n_chunks = t->chunk_count;
+    out->first_chunk = t->chunk_first;
     out->raw_bytes = tsr_dtype_size(t->dtype);
     for (uint32_t d = 0; d < t->ndim; d++) out->raw_bytes *= t->shape[d];
     out->stored_bytes = ck->tensor_stored[i];
@@ -282,6 +283,24 @@ static void frame_where(const tsr_ckpt *ck, size_t fi, const char *owner, char *
              (unsigned long long)f->offset, owner);
 }
 
+/* Frame fi's stored bytes at st (padded to TSR_ALIGN): their checksum and the
+ * zero padding checked. */
+static int check_stored(const tsr_ckpt *ck, size_t fi, const char *owner, const uint8_t *st, tsr_error *err) {
+    const tsr_mf_frame *f = &ck->m.frames[fi];
+    char where[PATH_MAX + 400];
+    if (tsr_hash(st, f->stored_size) != f->stored_hash) {
+        frame_where(ck, fi, owner, where, sizeof where);
+        return tsr_err(err, TSR_ECORRUPT, "%s: checksum mismatch (stored bytes)", where);
+    }
+    for (size_t i = f->stored_size; i < tsr_align_up(f->stored_size, TSR_ALIGN); i++)
+        if (st[i]) {
+            frame_where(ck, fi, owner, where, sizeof where);
+            return tsr_err(err, TSR_ECORRUPT, "%s: nonzero padding byte at file offset %llu", where,
+                           (unsigned long long)(f->offset + i));
+        }
+    return 0;
+}
+
 /* Reads frame fi, checks its padding and both checksums, and decodes it into
  * b->out (b->raw, or the stored bytes for a raw frame: b->stored, or the file's
  * own pages where the store maps it). `dtype` is its tensor's dtype (TSR_U8 for a blob). */
@@ -309,16 +328,7 @@ static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, fra
     }
     if (!st && (rc = tsr_rfile_read(rf, b->stored, padded, f->offset, err))) return rc;
     if (!st) st = b->stored;
-    if (tsr_hash(st, f->stored_size) != f->stored_hash) {
-        frame_where(ck, fi, owner, where, sizeof where);
-        return tsr_err(err, TSR_ECORRUPT, "%s: checksum mismatch (stored bytes)", where);
-    }
-    for (size_t i = f->stored_size; i < padded; i++)
-        if (st[i]) {
-            frame_where(ck, fi, owner, where, sizeof where);
-            return tsr_err(err, TSR_ECORRUPT, "%s: nonzero padding byte at file offset %llu", where,
-                           (unsigned long long)(f->offset + i));
-        }
+    if ((rc = check_stored(ck, fi, owner, st, err))) return rc;
     rc = as_is ? 0 : tsr_frame_decode(codec, dtype, f->codec, st, f->stored_size, b->raw, f->raw_size, err);
     if (rc) {
         frame_where(ck, fi, owner, where, sizeof where);
@@ -344,15 +354,7 @@ int tsr_ckpt_read_stored(tsr_ckpt *ck, size_t fi, void *dst, tsr_error *err) {
     const uint8_t *st = tsr_rfile_map(rf, f->offset, padded);
     if (st) memcpy(dst, st, padded);
     else if ((rc = tsr_rfile_read(rf, dst, padded, f->offset, err))) return rc;
-    char where[PATH_MAX + 400];
-    const uint8_t *d = dst;
-    int bad = tsr_hash(d, f->stored_size) != f->stored_hash;
-    for (size_t i = f->stored_size; i < padded && !bad; i++) bad = d[i] != 0;
-    if (bad) {
-        frame_where(ck, fi, "a frame copied as it is stored", where, sizeof where);
-        return tsr_err(err, TSR_ECORRUPT, "%s: checksum mismatch or nonzero padding (stored bytes)", where);
-    }
-    return 0;
+    return check_stored(ck, fi, "a chunk copied as it is stored", dst, err);
 }
 
 /* ------------------------------------------------------------- reading */

@@ -329,12 +329,12 @@ static void encode_one(void *ctx, size_t i, int worker) {
 
 /* The codec of each frame of a batch: the save's, or raw for those the share
  * leaves out (spread evenly: every 1/share-th frame encoded). */
-static void batch_codecs(tsr_save *s, int codec, int adaptive, slot *slots, size_t batch) {
+static void batch_codecs(tsr_save *s, int codec, slot *slots, size_t batch) {
     tsr_encoder *enc = s->enc;
     double share = s->opts.encode_share > 0 ? s->opts.encode_share : enc->share;
     for (size_t i = 0; i < batch; i++) {
         slots[i].want = codec;
-        if (!adaptive) continue;
+        if (s->opts.codec != TSR_CODEC_AUTO) continue;
         enc->credit += share;
         if (enc->credit >= 1 - 1e-9) enc->credit -= 1;
         else slots[i].want = TSR_CODEC_RAW;
@@ -353,11 +353,12 @@ static void share_update(tsr_encoder *enc, double t_io, double t_enc) {
  * several in flight) while the thread pool encodes, and the disk never idles
  * between batches. The last writes stay in flight when this returns (the frames
  * are in the slots, not in the caller's memory), so that the next box's encoding
- * overlaps them; tsr_save_finish waits for them. `adaptive`: codec AUTO, each
- * frame encoded or raw as the share says. */
-static int write_frames(tsr_save *s, int dtype, int codec, int adaptive, const uint8_t *raw, const uint64_t *offs,
+ * overlaps them; tsr_save_finish waits for them. With codec AUTO each frame is
+ * encoded or raw as the share says. */
+static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
                         const uint64_t *sizes, int stable, size_t n, const char *what, tsr_error *err) {
     size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
+    int adaptive = s->opts.codec == TSR_CODEC_AUTO;
     int rc = 0;
     for (size_t done = 0; done < n && !rc; s->group = (s->group + 1) % SLOT_GROUPS) {
         size_t batch = n - done < group_slots ? n - done : group_slots;
@@ -366,7 +367,7 @@ static int write_frames(tsr_save *s, int dtype, int codec, int adaptive, const u
         for (size_t i = 0; i < batch && !rc; i++)
             if (slots[i].submitted) rc = tsr_wfile_release(s->wf, slots[i].submitted, err);
         if (rc) break;
-        batch_codecs(s, codec, adaptive, slots, batch);
+        batch_codecs(s, codec, slots, batch);
         encode_job job = {s, stable, dtype, raw, offs + done, sizes + done, slots};
         double t1 = tsr_now();
         tsr_pool_for(s->enc->pool, batch, encode_one, &job);
@@ -445,7 +446,7 @@ static int save_box(tsr_save *s, const char *name, const tsr_box *box, const voi
     uint64_t *offs = NULL, *sizes = NULL;
     if (frame_cuts(box, es, s->opts.frame_bytes, &offs, &sizes, &nf))
         return tsr_err(err, TSR_ENOMEM, "out of memory");
-    rc = write_frames(s, t->dtype, codec, s->opts.codec == TSR_CODEC_AUTO, data, offs, sizes, stable, nf, name, err);
+    rc = write_frames(s, t->dtype, codec, data, offs, sizes, stable, nf, name, err);
     free(offs), free(sizes);
     if (!rc && tsr_manifest_add_chunk(&s->tab, &c)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;
@@ -563,7 +564,7 @@ int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data,
     int codec = s->opts.codec == TSR_CODEC_RAW ? TSR_CODEC_RAW : TSR_CODEC_ZSTD;
     char what[300];
     snprintf(what, sizeof what, "blob %s", name);
-    rc = write_frames(s, TSR_U8, codec, s->opts.codec == TSR_CODEC_AUTO, data, offs, sizes, 0, nf, what, err);
+    rc = write_frames(s, TSR_U8, codec, data, offs, sizes, 0, nf, what, err);
     free(offs), free(sizes);
     if (!rc && tsr_manifest_add_blob(&s->tab, &b)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;

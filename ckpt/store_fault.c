@@ -82,6 +82,8 @@ static int plan_parse(const char *spec, fault_plan **out, tsr_error *err) {
     if (kind < 0)
         return tsr_err(err, TSR_EINVAL, "fault spec \"%s\": unknown kind %s (ENOSPC, EIO, short, kill or killafter)",
                        spec, b);
+    if (kind == K_RATE && op != F_WRITE)
+        return tsr_err(err, TSR_EINVAL, "fault spec \"%s\": a rate limits writes only (rate:MBPS:write)", spec);
     const char *text = spec[end] == ':' ? spec + end + 1 : "";
     if (strlen(text) >= PATH_MAX) return tsr_err(err, TSR_EINVAL, "fault spec: path text too long");
     fault_plan *p = calloc(1, sizeof *p);
@@ -124,7 +126,7 @@ static _Thread_local int kill_after;
 /* @return 0 (no fault), ENOSPC, EIO, or -1 (short write) for this call of op on
  * `path`; a delay sleeps here, and a "kill" fault ends the process here, before
  * the call. */
-static int fault_check(fault_plan *p, int op, const char *path, size_t len) {
+static int fault_check(fault_plan *p, int op, const char *path) {
     if (p->op != op || (p->text[0] && !strstr(path, p->text))) return 0;
     if (p->kind == K_RATE) return 0; /* rate_write() */
     if (p->kind == K_DELAY) {
@@ -155,7 +157,7 @@ static void sleep_until(double t) {
  * with it; a submitted one at once, and tsr_wfile_release/complete wait. */
 static void rate_write(fault_wfile *f, const void *buf, size_t len, int submit) {
     fault_plan *p = f->plan;
-    if (p->kind != K_RATE || p->op != F_WRITE || (p->text[0] && !strstr(f->path, p->text))) return;
+    if (p->kind != K_RATE || (p->text[0] && !strstr(f->path, p->text))) return;
     double now = tsr_now(), t = (f->busy_until > now ? f->busy_until : now) + (double)len / ((double)p->n * 1e6);
     f->busy_until = t;
     int k = -1;
@@ -276,7 +278,7 @@ static int fault_write_or_submit(tsr_wfile *wf, const void *buf, size_t len, uin
                                  tsr_error *err) {
     fault_wfile *f = (fault_wfile *)wf;
     if (f->failed) return failed(f, err);
-    int fault = fault_check(f->plan, F_WRITE, f->path, len);
+    int fault = fault_check(f->plan, F_WRITE, f->path);
     if (fault) return injected_write(f, fault, buf, len, off, err);
     int rc = submit ? f->inner->ops->submit(f->inner, buf, len, off, err)
                     : f->inner->ops->write(f->inner, buf, len, off, err);
@@ -317,7 +319,7 @@ static void fault_reserve(tsr_wfile *wf, uint64_t bytes) {
 static int fault_datasync(tsr_wfile *wf) {
     fault_wfile *f = (fault_wfile *)wf;
     if (!f->inner->ops->datasync) return 0;
-    int fault = fault_check(f->plan, F_DATASYNC, f->path, 0);
+    int fault = fault_check(f->plan, F_DATASYNC, f->path);
     if (fault > 0) {
         if (!f->failed)
             f->failed =
@@ -341,7 +343,7 @@ static int fault_finish(tsr_wfile *wf, uint64_t size, tsr_error *err) {
     int rc = f->inner->ops->complete(f->inner, err);
     rate_wait(f, NULL);
     if (f->failed) rc = failed(f, err);
-    int fault = rc ? 0 : fault_check(f->plan, F_FSYNC, f->path, 0);
+    int fault = rc ? 0 : fault_check(f->plan, F_FSYNC, f->path);
     if (fault > 0) rc = tsr_err(err, errno_status(fault), "%s: fsync: %s (injected)", f->path, strerror(fault));
     if (rc) {
         fault_abort(wf);
@@ -363,7 +365,7 @@ static int fault_put(tsr_store *st, const char *name, const void *buf, size_t le
     if (!s->inner->ops->put) return tsr_store_put_staged(st, name, buf, len, err);
     char path[PATH_MAX + 64];
     tsr_store_join(st, name, path, sizeof path);
-    int fault = fault_check(s->plan, F_RENAME, path, 0);
+    int fault = fault_check(s->plan, F_RENAME, path);
     if (fault > 0) return tsr_err(err, errno_status(fault), "%s: put: %s (injected)", path, strerror(fault));
     int rc = s->inner->ops->put(s->inner, name, buf, len, err);
     fault_done();
@@ -374,7 +376,7 @@ static int fault_rename(tsr_store *st, const char *from, const char *to, tsr_err
     fault_store *s = (fault_store *)st;
     char path[PATH_MAX + 64];
     tsr_store_join(st, from, path, sizeof path);
-    int fault = fault_check(s->plan, F_RENAME, path, 0);
+    int fault = fault_check(s->plan, F_RENAME, path);
     if (fault > 0)
         return tsr_err(err, errno_status(fault), "%s: rename to %s: %s (injected)", path, to, strerror(fault));
     int rc = s->inner->ops->rename(s->inner, from, to, err);
@@ -385,7 +387,7 @@ static int fault_rename(tsr_store *st, const char *from, const char *to, tsr_err
 /* The directory's fsync: its path is the location's. */
 static int fault_sync(tsr_store *st, const char *name, tsr_error *err) {
     fault_store *s = (fault_store *)st;
-    int fault = fault_check(s->plan, F_FSYNC, st->location, 0);
+    int fault = fault_check(s->plan, F_FSYNC, st->location);
     if (fault > 0)
         return tsr_err(err, errno_status(fault), "%s: fsync of the directory after renaming %s: %s (injected)",
                        st->location, name, strerror(fault));

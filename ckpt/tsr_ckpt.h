@@ -285,7 +285,7 @@ typedef struct tsr_tensor_info {
     uint32_t ndim;
     uint64_t shape[TSR_MAX_DIMS];
     tsr_placement placement;
-    uint32_t n_chunks;
+    uint32_t n_chunks, first_chunk; /* its chunks: first_chunk .. + n_chunks (tsr_ckpt_chunk) */
     uint64_t raw_bytes;    /* volume * element size */
     uint64_t stored_bytes; /* sum of the stored sizes of its frames */
 } tsr_tensor_info;

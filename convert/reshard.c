@@ -38,41 +38,24 @@ typedef struct job {
     const uint8_t **tables; /* each writer's table, from tsr_save_finish */
     size_t *table_lens;
     uint64_t total, done; /* raw bytes of the target, and written so far */
-    size_t **chunks, *n_chunks; /* each source tensor's chunks (indices in the source) */
     pthread_mutex_t mu;
     int rc;
     tsr_error err;
 } job;
 
-/* Writer w (target rank w's data file), start to finish on one worker: its
- * tensors declared, its boxes piece by piece (read in the source dtype,
- * converted, written), its blobs, its table. */
-static int box_inside(const tsr_box *a, const tsr_box *b) {
-    for (uint32_t d = 0; d < a->ndim; d++)
-        if (a->offset[d] < b->offset[d] || a->offset[d] + a->extent[d] > b->offset[d] + b->extent[d]) return 0;
-    return 1;
-}
-
-static int box_meets(const tsr_box *a, const tsr_box *b) {
-    for (uint32_t d = 0; d < a->ndim; d++)
-        if (a->offset[d] >= b->offset[d] + b->extent[d] || b->offset[d] >= a->offset[d] + a->extent[d]) return 0;
-    return 1;
-}
-
 /* Whether target box rb is made of whole chunks of the source, in the same
  * dtype and in a codec the target accepts: then they are copied as they are
  * stored (tsr_save_chunk_copy), neither decoded nor encoded. */
 static int passthrough(const job *j, const tsr_rank_box *rb) {
-    long st = j->src_index[rb->tensor];
     tsr_tensor_info si;
-    tsr_ckpt_tensor(j->src, (size_t)st, &si);
+    tsr_ckpt_tensor(j->src, (size_t)j->src_index[rb->tensor], &si);
     if (si.dtype != j->decls[rb->tensor].dtype) return 0;
     uint64_t covered = 0;
-    for (size_t k = 0; k < j->n_chunks[st]; k++) {
+    for (uint32_t k = si.first_chunk; k < si.first_chunk + si.n_chunks; k++) {
         tsr_chunk_info ci;
-        tsr_ckpt_chunk(j->src, j->chunks[st][k], &ci);
-        if (!box_meets(&ci.box, &rb->box)) continue;
-        if (!box_inside(&ci.box, &rb->box)) return 0;
+        tsr_ckpt_chunk(j->src, k, &ci);
+        if (!tsr_box_intersect(&ci.box, &rb->box, NULL)) continue;
+        if (!tsr_box_contains(&rb->box, &ci.box)) return 0;
         for (uint32_t f = 0; f < ci.n_frames && j->o->write.codec != TSR_CODEC_AUTO; f++) {
             tsr_frame_info fi;
             tsr_ckpt_frame(j->src, ci.first_frame + f, &fi);
@@ -85,12 +68,13 @@ static int passthrough(const job *j, const tsr_rank_box *rb) {
 
 /* Copies the source chunks that make up target box rb (passthrough() said so). */
 static int copy_chunks(job *j, tsr_save *s, const tsr_rank_box *rb, tsr_error *e) {
-    long st = j->src_index[rb->tensor];
+    tsr_tensor_info si;
+    tsr_ckpt_tensor(j->src, (size_t)j->src_index[rb->tensor], &si);
     int rc = 0;
-    for (size_t k = 0; k < j->n_chunks[st] && !rc; k++) {
+    for (uint32_t k = si.first_chunk; k < si.first_chunk + si.n_chunks && !rc; k++) {
         tsr_chunk_info ci;
-        tsr_ckpt_chunk(j->src, j->chunks[st][k], &ci);
-        if (box_meets(&ci.box, &rb->box)) rc = tsr_save_chunk_copy(s, j->decls[rb->tensor].name, j->src, j->chunks[st][k], e);
+        tsr_ckpt_chunk(j->src, k, &ci);
+        if (tsr_box_intersect(&ci.box, &rb->box, NULL)) rc = tsr_save_chunk_copy(s, j->decls[rb->tensor].name, j->src, k, e);
     }
     return rc;
 }
@@ -103,6 +87,9 @@ static void progress(job *j, uint64_t bytes) {
     pthread_mutex_unlock(&j->mu);
 }
 
+/* Writer w (target rank w's data file), start to finish on one worker: its
+ * tensors declared, its boxes piece by piece (read in the source dtype,
+ * converted, written), its blobs, its table. */
 static int write_writer(job *j, uint32_t w, int worker, uint8_t *in, uint8_t *out, tsr_error *e) {
     tsr_save *s = tsr_save_begin_with(j->dst, w, j->save_id, &j->o->write, j->enc[worker], e);
     if (!s) return e->code ? e->code : TSR_EIO;
@@ -117,8 +104,7 @@ static int write_writer(job *j, uint32_t w, int worker, uint8_t *in, uint8_t *ou
         const tsr_rank_box *rb = &j->plan->boxes[i];
         const tsr_tensor_decl *d = &j->decls[rb->tensor];
         if (passthrough(j, rb)) {
-            rc = copy_chunks(j, s, rb, e);
-            progress(j, tsr_box_volume(&rb->box) * tsr_dtype_size(d->dtype));
+            if (!(rc = copy_chunks(j, s, rb, e))) progress(j, tsr_box_volume(&rb->box) * tsr_dtype_size(d->dtype));
             continue;
         }
         tsr_tensor_info si;
@@ -196,25 +182,6 @@ static int target_decls(job *j, size_t *n_out, tsr_error *err) {
     return 0;
 }
 
-/* Each source tensor's chunks (indices in the source), for passthrough(). */
-static int chunk_lists(job *j, size_t nst, tsr_error *err) {
-    j->chunks = calloc(nst + 1, sizeof *j->chunks);
-    j->n_chunks = calloc(nst + 1, sizeof *j->n_chunks);
-    if (!j->chunks || !j->n_chunks) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    for (size_t k = 0; k < tsr_ckpt_n_chunks(j->src); k++) {
-        tsr_chunk_info ci;
-        tsr_ckpt_chunk(j->src, k, &ci);
-        size_t n = j->n_chunks[ci.tensor];
-        if (!(n & (n - 1))) { /* grown to twice its count whenever the count is a power of two */
-            size_t *p = realloc(j->chunks[ci.tensor], (n ? 2 * n : 1) * sizeof *p);
-            if (!p) return tsr_err(err, TSR_ENOMEM, "out of memory");
-            j->chunks[ci.tensor] = p;
-        }
-        j->chunks[ci.tensor][j->n_chunks[ci.tensor]++] = k;
-    }
-    return 0;
-}
-
 int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts *o, tsr_error *err) {
     if (o->dtype && !tsr_dtype_is_float(o->dtype))
         return tsr_err(err, TSR_EINVAL, "reshard: --dtype must be a floating type, not %s", tsr_dtype_name(o->dtype));
@@ -226,7 +193,7 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
     pthread_mutex_init(&j.mu, NULL);
     tsr_save_plan plan = {0};
     tsr_rank_box **held = NULL;
-    size_t *n_held = NULL, *esz = NULL, nt = 0, nst = 0;
+    size_t *n_held = NULL, *esz = NULL, nt = 0;
     int rc = 0;
     if (!(j.src = tsr_ckpt_open(src_dir, err))) {
         pthread_mutex_destroy(&j.mu);
@@ -237,9 +204,6 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
     if (!l.n_layers) l.n_layers = from.n_layers;
     uint32_t nr = tsr_layout_size(&l);
     if ((rc = target_decls(&j, &nt, err))) goto out;
-    nst = tsr_ckpt_n_tensors(j.src);
-    rc = chunk_lists(&j, nst, err);
-    if (rc) goto out;
     held = calloc(nr, sizeof *held);
     n_held = calloc(nr, sizeof *n_held);
     esz = calloc(nt + 1, sizeof *esz);
@@ -310,9 +274,6 @@ out:
     free(j.writers);
     free(j.decls);
     free(j.src_index);
-    for (size_t t = 0; j.chunks && t < nst; t++) free(j.chunks[t]);
-    free(j.chunks);
-    free(j.n_chunks);
     tsr_save_plan_free(&plan);
     for (int w = 0; j.enc && w < (pool ? tsr_pool_size(pool) : 0); w++) tsr_encoder_free(j.enc[w]);
     free(j.enc);

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "common.h"
 #include "store.h"
 #include "tessera.h"
 
@@ -203,11 +204,22 @@ int main(int argc, char **argv) {
     CHECK(tsr_fault_set("write:1000:EIO", &e) == 0, "%s", e.msg);
     CHECK(save(dir, 0) == 0 && verifies(dir), "no fault reached: %s", e.msg);
     tsr_fault_set(NULL, NULL);
+    /* a rate: every write takes its bytes at 1 MB/s, and the save is done only
+     * once the emulated device is (64 KiB of state: at least 0.065 s), intact */
+    snprintf(dir, sizeof dir, "%s/step-00000998", base);
+    CHECK(tsr_fault_set("rate:1:write", &e) == 0, "%s", e.msg);
+    double t0 = tsr_now();
+    CHECK(save(dir, 0) == 0 && verifies(dir), "a save at a rate: %s", e.msg);
+    double took = tsr_now() - t0;
+    tsr_fault_set(NULL, NULL);
+    CHECK(took >= sizeof state / 1e6, "a save of %zu bytes at 1 MB/s took %.3f s", sizeof state, took);
     wrapped_store(base);
     /* a spec that does not parse is refused, naming it */
     CHECK(tsr_fault_set("write:0:EIO", &e) == TSR_EINVAL && strstr(e.msg, "write:0:EIO"), "N of 0: %s", e.msg);
     CHECK(tsr_fault_set("read:1:EIO", &e) == TSR_EINVAL && strstr(e.msg, "read"), "unknown op: %s", e.msg);
     CHECK(tsr_fault_set("write:1:EPERM", &e) == TSR_EINVAL && strstr(e.msg, "EPERM"), "unknown kind: %s", e.msg);
+    CHECK(tsr_fault_set("rate:100:fsync", &e) == TSR_EINVAL && strstr(e.msg, "writes only"), "a rate on fsync: %s",
+          e.msg);
     if (!check_failures) printf("%s: %d injected faults, each reported and cleaned up\n", base, faults);
     return check_done();
 }

@@ -88,6 +88,19 @@ expect 2 "integer --dtype" "$T" reshard A X --layout tp=2 --dtype i32
 expect 2 "bad layout" "$T" reshard A X --layout tq=2
 expect 2 "no layout" "$T" reshard A X
 [ -e X ] && fail "a failed reshard left X"
+# a damaged frame in a chunk that would be copied as it is stored: refused, named
+cp -r P Pbad
+$PY - Pbad/data-00000.tsd <<'PYEOF' || fail "damaging Pbad"
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(4096 + 100)  # inside the first frame's stored bytes
+    b = f.read(1)
+    f.seek(4096 + 100)
+    f.write(bytes([b[0] ^ 0xFF]))
+PYEOF
+expect 1 "a damaged frame copied as stored" "$T" reshard Pbad PbadX --layout dp_shard=1
+grep -q "data-00000.tsd: frame 0 (offset 4096) of a chunk copied as it is stored: checksum mismatch (stored bytes)" err.txt || fail "the damaged frame is not named: $(cat err.txt)"
+[ -e PbadX/MANIFEST ] && fail "a reshard of a damaged source committed"
 
 # interrupted: killed midway, nothing committed
 run_np 1 "$T" ckpt synth BIG --bytes 512M --dtype bf16 >/dev/null || fail "synth BIG"

@@ -74,7 +74,6 @@ int tsr_fsdp_units_init(tsr_trainer *t, tsr_error *err) {
 
 enum { MAX_UNIT_PARAMS = TSR_LAYER_PARAMS };
 
-
 /* Unit u's weights into wunit (each parameter's TP-local piece at its wf), unless
  * they are there: one all-gather of the unit's shards, rank-major into gunit
  * (free outside a unit's backward), then each rank's piece of each parameter in
