@@ -9,7 +9,8 @@
 # within 1e-4 of the losses. A node's own files and their partner copies both
 # gone: the durable tier. 4 ranks as 4 nodes, 2 of them lost: the nodes left
 # exchange the files each lacks. A truncated data file: refused, naming it, and the
-# next older complete snapshot is used. The supervisor removes the tier's
+# next older complete snapshot is used. Node memory full: ENOSPC named, no
+# crash. The supervisor removes the tier's
 # folder at the end of a run.
 . "$TSR_ROOT/tests/mpi.sh"
 CFG="$TSR_ROOT/train/configs/debug.toml"
@@ -125,6 +126,25 @@ grep -q "local tier: $f is [0-9]* bytes, the MANIFEST names [0-9]*: refused" "$T
 grep -q "resumed from $SHM-cut/node-0/recover/step-00000011 (the local tier, step 11," "$TSR_TMP/cut.log" ||
     { fail "cut: the restart did not load the snapshot of step 11"; grep resumed "$TSR_TMP/cut.log" >&2; }
 compare refc cut 0
+
+# node memory full (a tmpfs of 14 MiB for both nodes' snapshots and partner
+# copies): the partner copies and snapshots that do not fit fail with ENOSPC,
+# naming the file, and the job goes on (before, the partner copy's mapped pages
+# killed both ranks with SIGBUS, and the supervisor relaunched them in a loop)
+MEM="$TSR_TMP/full-mem"
+if [ "$(id -u)" = 0 ] && mkdir -p "$MEM" && mount -t tmpfs -o size=14m tessera-test "$MEM" 2>/dev/null; then
+    "$T" launch -np 2 --nodes 2 $FAST -- train $JOB $LOCAL --checkpoint.interval=50 --training.steps=24 \
+        --job.dump_folder="$TSR_TMP/full" --checkpoint.local_folder="$MEM/t" >"$TSR_TMP/full.log" 2>&1 ||
+        fail "full: tessera launch exited $?"
+    umount "$MEM"
+    grep -q "local tier: the partner copy of step [0-9]* failed: $MEM/t/node-[01]/partner/step-[0-9]*/.data-0000[01].tsd.tmp: cannot make the partner copy of rank [01]: No space left on device" \
+        "$TSR_TMP/full.log" || fail "full: no partner copy failed with ENOSPC, naming its file"
+    grep -q "launch 2:" "$TSR_TMP/full.log" && fail "full: the job was relaunched"
+    grep -q "Bus error" "$TSR_TMP/full.log" && fail "full: a rank died of SIGBUS"
+    compare refc full 0
+else
+    echo "note: node memory full: skipped (mounting a tmpfs needs root)" >&2
+fi
 
 rm -rf "$SHM"-*
 ls -d "$SHM"-* 2>/dev/null && fail "the tests' folders in /dev/shm remain"

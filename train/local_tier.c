@@ -19,6 +19,7 @@
 
 #define TAG_SIZE 7101
 #define TAG_DATA 7102
+#define TAG_ROOM 7109
 
 int tsr_local_root(const tsr_train_config *c, char *out, size_t len, tsr_error *err) {
     int n;
@@ -176,6 +177,7 @@ static int map_read(const char *path, mapped *m) {
     if (m->size && (m->p = mmap(NULL, m->size, PROT_READ, MAP_SHARED | MAP_POPULATE, m->fd, 0)) == MAP_FAILED) {
         int e = errno;
         close(m->fd);
+        m->fd = -1;
         return e;
     }
     return 0;
@@ -189,10 +191,13 @@ static int map_write(const char *path, const char *spare, uint64_t size, mapped 
     if (spare) rename(spare, path); /* no spare: a new file */
     m->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (m->fd < 0) return errno;
-    if (ftruncate(m->fd, (off_t)size) != 0 ||
-        (size && (m->p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, m->fd, 0)) == MAP_FAILED)) {
-        int e = errno;
+    /* the pages are reserved before they are mapped: a tmpfs without room for
+     * them fails here (ENOSPC), not with SIGBUS at the first store */
+    int e = ftruncate(m->fd, (off_t)size) != 0 ? errno : size ? posix_fallocate(m->fd, 0, (off_t)size) : 0;
+    if (e || (size && (m->p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, m->fd, 0)) == MAP_FAILED)) {
+        if (!e) e = errno;
         close(m->fd);
+        m->fd = -1;
         unlink(path);
         return e;
     }
@@ -228,8 +233,17 @@ static int swap_with_partner(tsr_local_tier *lt, const char *step_name, const ui
     int rc = tsr_comm_isend(lt->bg, to, TAG_SIZE, &my_size, sizeof my_size, r, err), e = 0;
     if (!rc) rc = tsr_comm_irecv(lt->bg, from, TAG_SIZE, &their_size, sizeof their_size, r, err);
     if (!rc) rc = tsr_comm_waitall(lt->bg, r, err);
-    if (!rc && their_size != UINT64_MAX && ((e = tsr_mkdir_p(pdir)) || (e = map_write(tmp, spare, their_size, &theirs))))
-        rc = tsr_err(err, TSR_EIO, "%s: cannot make the partner copy of rank %u: %s", tmp, from, strerror(e));
+    int room = 1, their_room = 1; /* the copy's space is there: the receiver tells the sender */
+    if (!rc && their_size != UINT64_MAX && ((e = tsr_mkdir_p(pdir)) || (e = map_write(tmp, spare, their_size, &theirs)))) {
+        tsr_err(err, TSR_EIO, "%s: cannot make the partner copy of rank %u: %s", tmp, from, strerror(e));
+        room = 0;
+    }
+    if (!rc) rc = tsr_comm_isend(lt->bg, from, TAG_ROOM, &room, sizeof room, r, err);
+    if (!rc) rc = tsr_comm_irecv(lt->bg, to, TAG_ROOM, &their_room, sizeof their_room, r, err);
+    if (!rc) rc = tsr_comm_waitall(lt->bg, r, err);
+    if (!rc && !room) rc = TSR_EIO; /* the message above */
+    if (!rc && !their_room)
+        rc = tsr_err(err, TSR_EIO, "rank %u has no room for the partner copy of this rank's file", to);
     if (!rc && my_size != UINT64_MAX) rc = tsr_comm_isend(lt->bg, to, TAG_DATA, mine.p, my_size, r, err);
     if (!rc && theirs.fd >= 0) rc = tsr_comm_irecv(lt->bg, from, TAG_DATA, theirs.p, their_size, r, err);
     if (!rc) rc = tsr_comm_waitall(lt->bg, r, err);
