@@ -677,6 +677,43 @@ out:
     return rc;
 }
 
+int tsr_manifest_merge(const uint8_t *const *tables, const size_t *table_lens, size_t n, const uint8_t save_id[16],
+                       uint64_t step, const tsr_layout *layout, uint8_t **bytes, size_t *len, tsr_error *err) {
+    tsr_manifest *parts = calloc(n + 1, sizeof *parts);
+    tsr_manifest m;
+    tsr_manifest_init(&m);
+    int rc = 0;
+    size_t parsed = 0;
+    if (!parts) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (; parsed < n; parsed++) {
+        char what[64];
+        snprintf(what, sizeof what, "table of writer %zu", parsed);
+        if ((rc = tsr_manifest_parse(tables[parsed], table_lens[parsed], what, TSR_MF_PARTIAL, &parts[parsed], err)))
+            goto out;
+        if (memcmp(parts[parsed].save_id, save_id, 16) != 0) {
+            rc = tsr_err(err, TSR_EINVAL, "table of writer %zu belongs to another save", parsed);
+            goto out;
+        }
+    }
+    if ((rc = merge_tables(&m, parts, n, err))) goto out;
+    for (size_t i = 0; i < parsed; i++) tsr_manifest_free(&parts[i]); /* before the sort: the peak */
+    parsed = 0;
+    m.step = step;
+    memcpy(m.save_id, save_id, 16);
+    m.layout = layout ? *layout : (tsr_layout){1, 1, 1, 1, 0, 0};
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    m.created = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    if ((rc = tsr_manifest_sort(&m, err))) goto out;
+    if ((rc = tsr_manifest_validate(&m, "MANIFEST", 0, err))) goto out;
+    rc = tsr_manifest_encode(&m, bytes, len, err);
+out:
+    for (size_t i = 0; i < parsed; i++) tsr_manifest_free(&parts[i]);
+    free(parts);
+    tsr_manifest_free(&m);
+    return rc;
+}
+
 int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *table_lens, size_t n,
                     uint64_t step, const tsr_layout *layout, tsr_error *err) {
     if (!s->finished) return tsr_err(err, TSR_EINVAL, "commit before tsr_save_finish");
@@ -687,42 +724,11 @@ int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *tab
         table_lens = &own_len;
         n = 1;
     }
-    tsr_manifest *parts = calloc(n, sizeof *parts);
-    tsr_manifest m;
-    tsr_manifest_init(&m);
-    int rc = 0;
-    size_t parsed = 0;
     uint8_t *bytes = NULL;
     size_t len = 0;
-    if (!parts) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    for (; parsed < n; parsed++) {
-        char what[64];
-        snprintf(what, sizeof what, "table of writer %zu", parsed);
-        if ((rc = tsr_manifest_parse(tables[parsed], table_lens[parsed], what, TSR_MF_PARTIAL, &parts[parsed], err)))
-            goto out;
-        if (memcmp(parts[parsed].save_id, s->save_id, 16) != 0) {
-            rc = tsr_err(err, TSR_EINVAL, "table of writer %zu belongs to another save", parsed);
-            goto out;
-        }
-    }
-    if ((rc = merge_tables(&m, parts, n, err))) goto out;
-    m.step = step;
-    memcpy(m.save_id, s->save_id, 16);
-    m.layout = layout ? *layout : (tsr_layout){1, 1, 1, 1, 0, 0};
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    m.created = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    if ((rc = tsr_manifest_sort(&m, err))) goto out;
-    if ((rc = tsr_manifest_validate(&m, "MANIFEST", 0, err))) {
-        tsr_err_prefix(err, "%s: cannot commit", s->dir);
-        goto out;
-    }
-    if ((rc = tsr_manifest_encode(&m, &bytes, &len, err))) goto out;
-    rc = tsr_store_put_atomic(s->store, "MANIFEST", bytes, len, err);
-out:
-    for (size_t i = 0; i < parsed; i++) tsr_manifest_free(&parts[i]);
-    free(parts);
-    tsr_manifest_free(&m);
+    int rc = tsr_manifest_merge(tables, table_lens, n, s->save_id, step, layout, &bytes, &len, err);
+    if (rc == TSR_ECORRUPT || rc == TSR_EINVAL) tsr_err_prefix(err, "%s: cannot commit", s->dir);
+    if (!rc) rc = tsr_store_put_atomic(s->store, "MANIFEST", bytes, len, err);
     free(bytes);
     return rc;
 }

@@ -76,6 +76,13 @@ int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data,
  * bytes in *table / *table_len (owned by `s`, valid until tsr_save_free). */
 int tsr_save_finish(tsr_save *s, const uint8_t **table, size_t *table_len, tsr_error *err);
 
+/* tsr_manifest_merge(): the MANIFEST's bytes (*bytes, malloc'ed) from the tables
+ * of all writers (tables[i], from tsr_save_finish, of the save `save_id`):
+ * parsed, merged, put in canonical order and validated (every tensor covered
+ * exactly once). What rank 0 does at a commit before it writes the file. */
+int tsr_manifest_merge(const uint8_t *const *tables, const size_t *table_lens, size_t n, const uint8_t save_id[16],
+                       uint64_t step, const tsr_layout *layout, uint8_t **bytes, size_t *len, tsr_error *err);
+
 /* tsr_save_commit(): merges the tables of all writers (tables[i] from writer i;
  * n == 0 uses this save's own table), checks that the chunks of every tensor
  * cover it exactly once, and writes the MANIFEST atomically: temporary name,

@@ -13,6 +13,10 @@ echo
 echo "== plan: sort-and-sweep resharding planner, one core"
 $T bench plan --grid 1000
 echo
+echo "== scale: the save plan, the MANIFEST and a load plan onto 0.75x the ranks of a Llama 3 405B-shaped job"
+echo "   (AdamW state) at 1024, 4096 and 16384 ranks, simulated on one core (no processes started)"
+$T bench scale
+echo
 echo "== save: a step overlapping a save's copy blocked, against memcpy; background write throughput (adaptive"
 echo "   encoding) against the disk, and against a slower disk (a rate-limited store)"
 $T bench save --dir "$OUT/save" --bytes 1G

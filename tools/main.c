@@ -34,6 +34,7 @@ static const command commands[] = {
     {"ckpt", "check", tsr_cmd_ckpt_check, "load a synthetic checkpoint in any layout and check it"},
     {"bench", "codec", tsr_cmd_bench_codec, "frame codec against plain zstd"},
     {"bench", "plan", tsr_cmd_bench_plan, "resharding planner: 1M stored x 1M needed boxes"},
+    {"bench", "scale", tsr_cmd_bench_scale, "save plan, MANIFEST and load plan of a 405B job at 1k-16k ranks, simulated"},
     {"bench", "save", tsr_cmd_bench_save, "save stall and write throughput against memcpy and the disk"},
     {"bench", "load", tsr_cmd_bench_load, "resharded load time against the saved layout's"},
     {"bench", "disk", tsr_cmd_bench_disk, "the disk's O_DIRECT write and read bandwidth (the baseline of the others)"},

@@ -16,6 +16,7 @@ static const tsr_model_args FLAVORS[] = {
     {"124m", 768, 12, 12, 12, 2048, 50304, 1e-5f, 500000.0f, {0, 0, 0, 0}, TSR_MODEL_DEFAULT_MAX_SEQ_LEN},
     {"1b", 2048, 16, 32, 8, 8192, 128256, 1e-5f, 500000.0f, {32.0f, 1.0f, 4.0f, 8192}, TSR_MODEL_DEFAULT_MAX_SEQ_LEN},
     {"8b", 4096, 32, 32, 8, 14336, 128256, 1e-5f, 500000.0f, {8.0f, 1.0f, 4.0f, 8192}, TSR_MODEL_DEFAULT_MAX_SEQ_LEN},
+    {"405b", 16384, 126, 128, 8, 53248, 128256, 1e-5f, 500000.0f, {8.0f, 1.0f, 4.0f, 8192}, TSR_MODEL_DEFAULT_MAX_SEQ_LEN},
 };
 
 const char *tsr_model_flavor_of(const tsr_model_args *a) {
@@ -34,7 +35,7 @@ int tsr_model_args_get(const char *flavor, tsr_model_args *a, tsr_error *err) {
             *a = FLAVORS[i];
             return 0;
         }
-    return tsr_err(err, TSR_EINVAL, "model flavor '%s': unknown (debug, small, 124m, 1b, 8b)", flavor);
+    return tsr_err(err, TSR_EINVAL, "model flavor '%s': unknown (debug, small, 124m, 1b, 8b, 405b)", flavor);
 }
 
 static const char *const LAYER_NAMES[TSR_LAYER_PARAMS] = {

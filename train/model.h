@@ -58,7 +58,7 @@ enum {
 
 /* tsr_model_args_get(): the named shapes "debug" (about 1M parameters), "small"
  * (about 10M), "124m" (GPT-2 124M's shapes: 12 layers, 768 wide, 12 heads,
- * vocabulary 50304), "1b" (Llama 3.2 1B) and "8b" (Llama 3.1 8B), with
+ * vocabulary 50304), "1b" (Llama 3.2 1B), "8b" (Llama 3.1 8B) and "405b" (Llama 3.1 405B), with
  * max_seq_len TSR_MODEL_DEFAULT_MAX_SEQ_LEN (the trainer sets its training.seq_len). */
 int tsr_model_args_get(const char *flavor, tsr_model_args *a, tsr_error *err);
 /* tsr_model_flavor_of(): the name of the named shapes equal to a (whatever
