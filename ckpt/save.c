@@ -19,6 +19,12 @@
 #define BATCH_PER_THREAD 2 /* frames encoded per thread between writes */
 #define SLOT_GROUPS 4      /* batches in the ring: one encoding, the rest writing */
 
+/* The tensors of a manifest by name: open addressing over their indices. */
+typedef struct name_index {
+    uint32_t *slot; /* UINT32_MAX: empty */
+    size_t cap;     /* a power of two, or 0 */
+} name_index;
+
 typedef struct slot {
     uint8_t *buf; /* aligned, cap bytes */
     int want;     /* the codec asked for: the save's, or raw (adaptive) */
@@ -41,9 +47,7 @@ struct tsr_save {
     tsr_wfile *wf;
     uint64_t pos;     /* where the next frame goes */
     tsr_manifest tab; /* this writer's table */
-    /* name -> tensor index: open addressing over tab.tensors */
-    uint32_t *index;
-    size_t index_cap;
+    name_index index; /* tab's tensors by name */
     tsr_encoder *enc;    /* threads, codecs and frame buffers */
     int own_enc;         /* created by (and freed with) this save */
     uint8_t *table_bytes;
@@ -137,36 +141,37 @@ tsr_write_opts tsr_write_opts_default(void) {
 
 static uint64_t name_hash(const char *s) { return tsr_hash(s, strlen(s)); }
 
-static long index_find(const tsr_save *s, const char *name) {
-    if (!s->index_cap) return -1;
-    size_t mask = s->index_cap - 1;
+static long index_find(const name_index *x, const tsr_manifest *m, const char *name) {
+    if (!x->cap) return -1;
+    size_t mask = x->cap - 1;
     for (size_t h = name_hash(name) & mask;; h = (h + 1) & mask) {
-        uint32_t v = s->index[h];
+        uint32_t v = x->slot[h];
         if (v == UINT32_MAX) return -1;
-        if (strcmp(s->tab.tensors[v].name, name) == 0) return v;
+        if (strcmp(m->tensors[v].name, name) == 0) return v;
     }
 }
 
-static int index_insert(tsr_save *s, uint32_t v) {
-    if ((s->tab.n_tensors + 1) * 2 > s->index_cap) {
-        size_t cap = s->index_cap ? s->index_cap * 2 : 64;
+/* Adds tensor v of m (its name not in the index yet). */
+static int index_insert(name_index *x, const tsr_manifest *m, uint32_t v) {
+    if ((m->n_tensors + 1) * 2 > x->cap) {
+        size_t cap = x->cap ? x->cap * 2 : 64;
         uint32_t *idx = malloc(cap * sizeof *idx);
         if (!idx) return TSR_ENOMEM;
         memset(idx, 0xff, cap * sizeof *idx);
-        for (size_t i = 0; i < s->index_cap; i++) {
-            uint32_t w = s->index[i];
+        for (size_t i = 0; i < x->cap; i++) {
+            uint32_t w = x->slot[i];
             if (w == UINT32_MAX) continue;
-            size_t h = name_hash(s->tab.tensors[w].name) & (cap - 1);
+            size_t h = name_hash(m->tensors[w].name) & (cap - 1);
             while (idx[h] != UINT32_MAX) h = (h + 1) & (cap - 1);
             idx[h] = w;
         }
-        free(s->index);
-        s->index = idx;
-        s->index_cap = cap;
+        free(x->slot);
+        x->slot = idx;
+        x->cap = cap;
     }
-    size_t h = name_hash(s->tab.tensors[v].name) & (s->index_cap - 1);
-    while (s->index[h] != UINT32_MAX) h = (h + 1) & (s->index_cap - 1);
-    s->index[h] = v;
+    size_t h = name_hash(m->tensors[v].name) & (x->cap - 1);
+    while (x->slot[h] != UINT32_MAX) h = (h + 1) & (x->cap - 1);
+    x->slot[h] = v;
     return 0;
 }
 
@@ -244,7 +249,7 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
         return tsr_err(err, TSR_EINVAL, "%s: invalid group name \"%.64s\"", name, group);
     if (!tsr_dtype_size(dtype)) return tsr_err(err, TSR_EINVAL, "%s: unknown dtype %d", name, dtype);
     if (ndim > TSR_MAX_DIMS) return tsr_err(err, TSR_EINVAL, "%s: %u dims, over the limit of 8", name, ndim);
-    if (index_find(s, name) >= 0) return tsr_err(err, TSR_EINVAL, "%s: declared twice", name);
+    if (index_find(&s->index, &s->tab, name) >= 0) return tsr_err(err, TSR_EINVAL, "%s: declared twice", name);
     tsr_mf_tensor t = {.name = name, .group = group, .dtype = dtype, .ndim = ndim};
     uint64_t bytes = tsr_dtype_size(dtype);
     for (uint32_t d = 0; d < ndim; d++) {
@@ -257,7 +262,7 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
     if (pl->tp_dim < -1 || pl->tp_dim >= (int)ndim || pl->fsdp > 1 || pl->pp_role > 3 ||
         (pl->pp_role == TSR_PP_LAYER ? pl->layer < 0 : pl->layer != -1))
         return tsr_err(err, TSR_EINVAL, "%s: placement out of range", name);
-    if (tsr_manifest_add_tensor(&s->tab, &t) || index_insert(s, (uint32_t)(s->tab.n_tensors - 1)))
+    if (tsr_manifest_add_tensor(&s->tab, &t) || index_insert(&s->index, &s->tab, (uint32_t)(s->tab.n_tensors - 1)))
         return tsr_err(err, TSR_ENOMEM, "out of memory");
     return 0;
 }
@@ -423,7 +428,7 @@ static int save_box(tsr_save *s, const char *name, const tsr_box *box, const voi
                     tsr_error *err) {
     int rc = check_open(s, name, err);
     if (rc) return rc;
-    long ti = index_find(s, name);
+    long ti = index_find(&s->index, &s->tab, name);
     if (ti < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: tensor not declared", name);
     const tsr_mf_tensor *t = &s->tab.tensors[ti];
     if (box->ndim != t->ndim)
@@ -481,7 +486,7 @@ static void copy_one(void *ctx, size_t i, int worker) {
 int tsr_save_chunk_copy(tsr_save *s, const char *name, tsr_ckpt *src, size_t chunk, tsr_error *err) {
     int rc = check_open(s, name, err);
     if (rc) return rc;
-    long ti = index_find(s, name);
+    long ti = index_find(&s->index, &s->tab, name);
     if (ti < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: tensor not declared", name);
     const tsr_mf_tensor *t = &s->tab.tensors[ti];
     tsr_chunk_info ci;
@@ -597,20 +602,6 @@ fail:
     return rc;
 }
 
-/* Merges parsed partial tables into one manifest. Declarations of one tensor by
- * several writers must agree. */
-typedef struct tensor_ref {
-    const tsr_mf_tensor *t;
-    uint32_t part, idx;
-} tensor_ref;
-
-static int cmp_ref(const void *pa, const void *pb) {
-    const tensor_ref *a = pa, *b = pb;
-    int c = strcmp(a->t->name, b->t->name);
-    if (c) return c;
-    return (a->part > b->part) - (a->part < b->part);
-}
-
 static int same_decl(const tsr_mf_tensor *u, const tsr_mf_tensor *t) {
     return u->dtype == t->dtype && u->ndim == t->ndim && strcmp(u->group, t->group) == 0 &&
            memcmp(u->shape, t->shape, sizeof u->shape) == 0 &&
@@ -618,86 +609,83 @@ static int same_decl(const tsr_mf_tensor *u, const tsr_mf_tensor *t) {
            u->placement.pp_role == t->placement.pp_role && u->placement.layer == t->placement.layer;
 }
 
-static int merge_tables(tsr_manifest *out, tsr_manifest *parts, size_t n, tsr_error *err) {
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++) total += parts[i].n_tensors;
-    tensor_ref *refs = malloc((total + 1) * sizeof *refs);
-    uint32_t **remap = calloc(n, sizeof *remap);
-    int rc = 0;
-    if (!refs || !remap) goto nomem;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++) {
-        remap[i] = malloc((parts[i].n_tensors + 1) * sizeof **remap);
-        if (!remap[i]) goto nomem;
-        for (size_t j = 0; j < parts[i].n_tensors; j++)
-            refs[k++] = (tensor_ref){&parts[i].tensors[j], (uint32_t)i, (uint32_t)j};
-    }
-    tsr_sort(refs, total, sizeof *refs, cmp_ref);
-    for (size_t a = 0; a < total; a++) {
-        const tsr_mf_tensor *t = refs[a].t;
-        if (a == 0 || strcmp(refs[a - 1].t->name, t->name) != 0) {
+/* The merge of the writers' tables, one table at a time: each parsed, added
+ * and freed before the next, so that the merged manifest is the only copy. */
+typedef struct merger {
+    tsr_manifest *out;
+    name_index names;      /* out's tensors */
+    uint32_t *first;       /* the writer that first declared each of out's tensors */
+    size_t cap_first;
+} merger;
+
+/* Adds writer w's table p to the merged manifest. Declarations of one tensor
+ * by several writers must agree. */
+static int merge_table(merger *g, const tsr_manifest *p, uint32_t w, tsr_error *err) {
+    tsr_manifest *out = g->out;
+    uint32_t *remap = malloc((p->n_tensors + 1) * sizeof *remap);
+    if (!remap) goto nomem;
+    for (size_t j = 0; j < p->n_tensors; j++) {
+        const tsr_mf_tensor *t = &p->tensors[j];
+        long v = index_find(&g->names, out, t->name);
+        if (v >= 0 && !same_decl(&out->tensors[v], t)) {
+            free(remap);
+            return tsr_err(err, TSR_EINVAL,
+                           "tensor %s: writers %u and %u declare it differently (dtype, shape, group or placement)",
+                           t->name, g->first[v], w);
+        }
+        if (v < 0) {
             tsr_mf_tensor c = *t;
             c.chunk_first = c.chunk_count = 0;
-            if (tsr_manifest_add_tensor(out, &c)) goto nomem;
-        } else if (!same_decl(&out->tensors[out->n_tensors - 1], t)) {
-            rc = tsr_err(err, TSR_EINVAL,
-                         "tensor %s: writers %u and %u declare it differently (dtype, shape, group or placement)",
-                         t->name, refs[a - 1].part, refs[a].part);
-            goto out;
+            v = (long)out->n_tensors;
+            if (tsr_manifest_add_tensor(out, &c) || index_insert(&g->names, out, (uint32_t)v) ||
+                tsr_grow((void **)&g->first, &g->cap_first, (size_t)v, sizeof *g->first))
+                goto nomem;
+            g->first[v] = w;
         }
-        remap[refs[a].part][refs[a].idx] = (uint32_t)(out->n_tensors - 1);
+        remap[j] = (uint32_t)v;
     }
-    for (size_t i = 0; i < n; i++) {
-        tsr_manifest *p = &parts[i];
-        uint32_t fbase = (uint32_t)out->n_frames;
-        for (size_t j = 0; j < p->n_frames; j++)
-            if (tsr_manifest_add_frame(out, &p->frames[j])) goto nomem;
-        for (size_t j = 0; j < p->n_chunks; j++) {
-            tsr_mf_chunk c = p->chunks[j];
-            c.tensor = remap[i][c.tensor];
-            c.frame_first += fbase;
-            if (tsr_manifest_add_chunk(out, &c)) goto nomem;
-        }
-        for (size_t j = 0; j < p->n_blobs; j++) {
-            tsr_mf_blob b = p->blobs[j];
-            b.frame_first += fbase;
-            if (tsr_manifest_add_blob(out, &b)) goto nomem;
-        }
-        for (size_t j = 0; j < p->n_files; j++)
-            if (tsr_manifest_add_file(out, &p->files[j])) goto nomem;
+    uint32_t fbase = (uint32_t)out->n_frames;
+    for (size_t j = 0; j < p->n_frames; j++)
+        if (tsr_manifest_add_frame(out, &p->frames[j])) goto nomem;
+    for (size_t j = 0; j < p->n_chunks; j++) {
+        tsr_mf_chunk c = p->chunks[j];
+        c.tensor = remap[c.tensor];
+        c.frame_first += fbase;
+        if (tsr_manifest_add_chunk(out, &c)) goto nomem;
     }
-    goto out;
-nomem:
-    rc = tsr_err(err, TSR_ENOMEM, "out of memory merging tables");
-out:
-    if (remap)
-        for (size_t i = 0; i < n; i++) free(remap[i]);
+    for (size_t j = 0; j < p->n_blobs; j++) {
+        tsr_mf_blob b = p->blobs[j];
+        b.frame_first += fbase;
+        if (tsr_manifest_add_blob(out, &b)) goto nomem;
+    }
+    for (size_t j = 0; j < p->n_files; j++)
+        if (tsr_manifest_add_file(out, &p->files[j])) goto nomem;
     free(remap);
-    free(refs);
-    return rc;
+    return 0;
+nomem:
+    free(remap);
+    return tsr_err(err, TSR_ENOMEM, "out of memory merging tables");
 }
 
 int tsr_manifest_merge(const uint8_t *const *tables, const size_t *table_lens, size_t n, const uint8_t save_id[16],
                        uint64_t step, const tsr_layout *layout, uint8_t **bytes, size_t *len, tsr_error *err) {
-    tsr_manifest *parts = calloc(n + 1, sizeof *parts);
     tsr_manifest m;
     tsr_manifest_init(&m);
+    merger g = {&m, {NULL, 0}, NULL, 0};
     int rc = 0;
-    size_t parsed = 0;
-    if (!parts) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    for (; parsed < n; parsed++) {
+    for (size_t i = 0; i < n && !rc; i++) {
         char what[64];
-        snprintf(what, sizeof what, "table of writer %zu", parsed);
-        if ((rc = tsr_manifest_parse(tables[parsed], table_lens[parsed], what, TSR_MF_PARTIAL, &parts[parsed], err)))
-            goto out;
-        if (memcmp(parts[parsed].save_id, save_id, 16) != 0) {
-            rc = tsr_err(err, TSR_EINVAL, "table of writer %zu belongs to another save", parsed);
-            goto out;
-        }
+        tsr_manifest part;
+        snprintf(what, sizeof what, "table of writer %zu", i);
+        if ((rc = tsr_manifest_parse(tables[i], table_lens[i], what, TSR_MF_PARTIAL, &part, err))) break;
+        if (memcmp(part.save_id, save_id, 16) != 0)
+            rc = tsr_err(err, TSR_EINVAL, "table of writer %zu belongs to another save", i);
+        if (!rc) rc = merge_table(&g, &part, (uint32_t)i, err);
+        tsr_manifest_free(&part);
     }
-    if ((rc = merge_tables(&m, parts, n, err))) goto out;
-    for (size_t i = 0; i < parsed; i++) tsr_manifest_free(&parts[i]); /* before the sort: the peak */
-    parsed = 0;
+    free(g.names.slot);
+    free(g.first);
+    if (rc) goto out;
     m.step = step;
     memcpy(m.save_id, save_id, 16);
     m.layout = layout ? *layout : (tsr_layout){1, 1, 1, 1, 0, 0};
@@ -708,11 +696,10 @@ int tsr_manifest_merge(const uint8_t *const *tables, const size_t *table_lens, s
     if ((rc = tsr_manifest_validate(&m, "MANIFEST", 0, err))) goto out;
     rc = tsr_manifest_encode(&m, bytes, len, err);
 out:
-    for (size_t i = 0; i < parsed; i++) tsr_manifest_free(&parts[i]);
-    free(parts);
     tsr_manifest_free(&m);
     return rc;
 }
+
 
 int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *table_lens, size_t n,
                     uint64_t step, const tsr_layout *layout, tsr_error *err) {
@@ -750,7 +737,7 @@ void tsr_save_free(tsr_save *s) {
     if (!s) return;
     if (s->wf) tsr_wfile_abort(s->wf);
     if (s->own_enc) tsr_encoder_free(s->enc);
-    free(s->index);
+    free(s->index.slot);
     free(s->table_bytes);
     tsr_manifest_free(&s->tab);
     tsr_store_close(s->store);

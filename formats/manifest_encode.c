@@ -158,13 +158,15 @@ static void put_header(const tsr_manifest *m, uint8_t *buf, size_t total) {
 }
 
 /* Lays out the header, the section table and the sections (each 8-aligned), then
- * the checksum, into one malloc'ed buffer. */
+ * the checksum, into one malloc'ed buffer. The small sections come in `recs`;
+ * CHUNKS and FRAMES, the large ones, are written in place. */
 static int assemble(const tsr_manifest *m, const sbuf recs[N_SEC], const size_t counts[N_SEC], uint8_t **out,
                     size_t *out_len, tsr_error *err) {
-    size_t off = tsr_align_up(TSR_MF_HEADER_SIZE + N_SEC * 32, 8), offs[N_SEC];
+    size_t off = tsr_align_up(TSR_MF_HEADER_SIZE + N_SEC * 32, 8), offs[N_SEC], lens[N_SEC];
     for (int s = 0; s < N_SEC; s++) {
         offs[s] = off;
-        off = tsr_align_up(off + recs[s].len, 8);
+        lens[s] = s == TSR_SEC_CHUNKS - 1 || s == TSR_SEC_FRAMES - 1 ? counts[s] * rec_size[s] : recs[s].len;
+        off = tsr_align_up(off + lens[s], 8);
     }
     size_t total = off + 8;
     if (total > TSR_MF_MAX_SIZE)
@@ -177,11 +179,13 @@ static int assemble(const tsr_manifest *m, const sbuf recs[N_SEC], const size_t 
         tsr_st32(e, (uint32_t)(s + 1));
         tsr_st32(e + 4, 1); /* every v1 section is required */
         tsr_st64(e + 8, offs[s]);
-        tsr_st64(e + 16, recs[s].len);
+        tsr_st64(e + 16, lens[s]);
         tsr_st32(e + 24, rec_size[s]);
         tsr_st32(e + 28, (uint32_t)counts[s]);
         if (recs[s].len) memcpy(buf + offs[s], recs[s].p, recs[s].len);
     }
+    put_chunks(m, buf + offs[TSR_SEC_CHUNKS - 1]);
+    put_frames(m, buf + offs[TSR_SEC_FRAMES - 1]);
     tsr_st64(buf + total - 8, tsr_hash(buf, total - 8));
     *out = buf;
     *out_len = total;
@@ -195,13 +199,12 @@ int tsr_manifest_encode(const tsr_manifest *m, uint8_t **out, size_t *out_len, t
     int rc = 0, nomem = 0;
     for (int s = 1; s < N_SEC && !rc && !nomem; s++) {
         if (counts[s] > UINT32_MAX) rc = tsr_err(err, TSR_EINVAL, "too many records for one manifest section");
-        else nomem = sbuf_zero(&recs[s], counts[s] * rec_size[s]) != 0;
+        else if (s != TSR_SEC_CHUNKS - 1 && s != TSR_SEC_FRAMES - 1) /* those two: in place */
+            nomem = sbuf_zero(&recs[s], counts[s] * rec_size[s]) != 0;
     }
     if (!rc && !nomem) {
         put_files(m, recs[1].p);
         nomem = put_tensors(m, &st, recs[2].p) || put_blobs(m, &st, recs[5].p); /* names in this order */
-        put_chunks(m, recs[3].p);
-        put_frames(m, recs[4].p);
     }
     if (nomem) rc = tsr_err(err, TSR_ENOMEM, "out of memory encoding the manifest");
     recs[0] = st.b; /* the STRINGS section: one byte records */

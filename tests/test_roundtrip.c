@@ -502,7 +502,8 @@ static void test_writers(void) {
         CHECK_OK(tsr_save_tensor(w[k], s.name, NULL, s.dtype, 2, shape, NULL, &e));
         CHECK_OK(tsr_save_finish(w[k], &tables[k], &lens[k], &e));
     }
-    CHECK(tsr_save_commit(w[0], tables, lens, 2, 1, NULL, &e) == TSR_EINVAL && strstr(e.msg, "shared.w"),
+    CHECK(tsr_save_commit(w[0], tables, lens, 2, 1, NULL, &e) == TSR_EINVAL && strstr(e.msg, "shared.w") &&
+              strstr(e.msg, "writers 0 and 1"),
           "disagreeing declarations: %s", e.msg);
     CHECK(!tsr_ckpt_is_committed(dir), "nothing committed");
     for (int k = 0; k < 2; k++) tsr_save_abort(w[k]), tsr_save_free(w[k]);
