@@ -178,8 +178,9 @@ static int write_file(tsr_engine *e, tsr_save **sp, const uint8_t **table, size_
 /* --------------------------------------------------------------- commit */
 
 /* Every rank reports [i32 status][its table, or its error message] to rank 0,
- * which waits `timeout` for the reports; the others wait twice as long for its
- * verdict, so that they hear of a timeout from it rather than race it. On rank 0
+ * through the gather's tree, which rank 0 waits `timeout` for; the others wait
+ * twice as long for its verdict, so that they hear of a timeout from it rather
+ * than race it. On rank 0
  * *all and *counts receive the reports. @return the exchange's status (cerr). */
 static int report(tsr_engine *e, double timeout, int rc, const tsr_error *err, const uint8_t *table,
                   size_t table_len, uint8_t **all, size_t **counts, tsr_error *cerr) {
@@ -194,8 +195,7 @@ static int report(tsr_engine *e, double timeout, int rc, const tsr_error *err, c
     /* a verdict already here: rank 0 gave up on this rank, and a report now would
      * only wait for a receive that never comes */
     if (e->rank == 0 || !tsr_comm_iprobe(e->bg, 0, TAG_VERDICT))
-        comm_rc = tsr_comm_gatherv_deadline(e->bg, 0, TAG_REPORT, msg, msg ? mlen : 0, e->rank ? 2 * timeout : timeout,
-                                            all, counts, cerr);
+        comm_rc = tsr_comm_gatherv_deadline(e->bg, 0, TAG_REPORT, msg, msg ? mlen : 0, timeout, all, counts, cerr);
     free(msg);
     return comm_rc;
 }

@@ -375,68 +375,175 @@ static int poll_part(tsr_comm *c, uint32_t r, int tag, gather_part *p, tsr_error
     return 0;
 }
 
+/* The gather tree. Ranks are numbered from the root (v = (rank - root) mod
+ * size); v's children are v*k+1 .. v*k+k with k = ceil(sqrt(size)), so that no
+ * rank receives more than about sqrt(size) messages and the tree is at most two
+ * levels deep. */
+typedef struct gather_tree {
+    uint32_t n, root, k, depth; /* depth: that of the deepest rank */
+} gather_tree;
+
+static gather_tree tree_of(uint32_t n, uint32_t root) {
+    gather_tree t = {n, root, 2, 0};
+    while ((uint64_t)t.k * t.k < n) t.k++;
+    for (uint32_t v = n - 1; v; v = (v - 1) / t.k) t.depth++;
+    return t;
+}
+uint32_t tsr_comm_gather_fanin(uint32_t size) { return size > 1 ? tree_of(size, 0).k : 0; }
+
+static uint32_t tree_rank(const gather_tree *t, uint32_t v) { return (uint32_t)(((uint64_t)v + t->root) % t->n); }
+static uint32_t tree_v(const gather_tree *t, uint32_t r) { return (uint32_t)(((uint64_t)r + t->n - t->root) % t->n); }
+static uint32_t tree_depth(const gather_tree *t, uint32_t v) {
+    uint32_t d = 0;
+    for (; v; v = (v - 1) / t->k) d++;
+    return d;
+}
+/* The first child of v and the count of its children. */
+static uint32_t tree_children(const gather_tree *t, uint32_t v, uint32_t *first) {
+    uint64_t f = (uint64_t)v * t->k + 1;
+    *first = (uint32_t)(f < t->n ? f : t->n);
+    return f >= t->n ? 0 : (uint32_t)(f + t->k <= t->n ? t->k : t->n - f);
+}
+
+/* A report travelling up the tree: per rank of a subtree [u32 rank][u32 here]
+ * [u64 len][len bytes]; here = 0 for a rank whose report did not come. */
+#define REC_HEAD 16
+
+static int rec_put(tsr_sbuf *sb, uint32_t rank, int here, const void *buf, size_t n) {
+    uint8_t h[REC_HEAD];
+    tsr_st32(h, rank);
+    tsr_st32(h + 4, (uint32_t)here);
+    tsr_st64(h + 8, n);
+    tsr_sb_put(sb, h, REC_HEAD);
+    if (n) tsr_sb_put(sb, buf, n);
+    return sb->oom ? TSR_ENOMEM : 0;
+}
+
+/* Records "not here" for every rank of v's subtree; flags them in gone. */
+static int put_missing(const gather_tree *t, uint32_t v, tsr_sbuf *sb, uint8_t *gone) {
+    if (gone) gone[tree_rank(t, v)] = 1;
+    if (rec_put(sb, tree_rank(t, v), 0, NULL, 0)) return TSR_ENOMEM;
+    uint32_t first, nc = tree_children(t, v, &first);
+    for (uint32_t i = 0; i < nc; i++)
+        if (put_missing(t, first + i, sb, gone)) return TSR_ENOMEM;
+    return 0;
+}
+
+/* Waits until `deadline` for the reports of v's children (into p[0..nc)).
+ * @return the count that did not come, or a negative status. */
+static int wait_children(tsr_comm *c, const gather_tree *t, uint32_t first, uint32_t nc, int tag, double deadline,
+                         gather_part *p, tsr_error *err) {
+    uint32_t left = nc;
+    while (left) {
+        for (uint32_t i = 0; i < nc; i++) {
+            int was = p[i].state, rc = poll_part(c, tree_rank(t, first + i), tag, &p[i], err);
+            if (rc) return rc;
+            if (p[i].state == 2 && was != 2) left--;
+        }
+        if (!left || past(deadline)) break;
+        poll_sleep();
+    }
+    return (int)left;
+}
+
+/* The root's reports in rank order: *all and *counts; every rank must be here. */
+static int unpack_reports(const gather_tree *t, const uint8_t *msg, size_t len, uint8_t **all, size_t **counts,
+                          tsr_error *err) {
+    size_t *sizes = calloc(t->n, sizeof *sizes), *at = calloc(t->n, sizeof *at), total = 0;
+    uint8_t *out = NULL;
+    int rc = sizes && at ? 0 : tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t off = 0; !rc && off + REC_HEAD <= len;) { /* built by this file: well formed */
+        uint32_t r = tsr_ld32(msg + off);
+        sizes[r] = tsr_ld64(msg + off + 8);
+        at[r] = off + REC_HEAD;
+        off += REC_HEAD + sizes[r];
+        total += sizes[r];
+    }
+    if (!rc && !(out = malloc(total ? total : 1))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t r = 0, o = 0; !rc && r < t->n; o += sizes[r], r++)
+        if (sizes[r]) memcpy(out + o, msg + at[r], sizes[r]);
+    free(at);
+    if (rc) {
+        free(sizes), free(out);
+        return rc;
+    }
+    *all = out;
+    *counts = sizes;
+    return 0;
+}
+
+/* The root's error for the ranks whose reports did not come: late[r] for a rank
+ * that did not report, via[r] for one whose report would have come through a
+ * late rank. */
+static int late_error(const uint8_t *late, const uint8_t *via, uint32_t n, double timeout_s, tsr_error *err) {
+    char who[256], also[256] = "";
+    rank_list(late, n, who, sizeof who);
+    int any = 0;
+    for (uint32_t r = 0; r < n; r++) any |= via[r];
+    if (any) {
+        char list[200];
+        rank_list(via, n, list, sizeof list);
+        snprintf(also, sizeof also, " (nor %s, whose reports go through it)", list);
+    }
+    return tsr_err(err, TSR_EIO, "%s did not report within %.1f s%s", who, timeout_s, also);
+}
+
 int tsr_comm_gatherv_deadline(tsr_comm *c, uint32_t root, int tag, const void *buf, size_t n, double timeout_s,
                               uint8_t **all, size_t **counts, tsr_error *err) {
     *all = NULL;
     *counts = NULL;
     if (!c->is_mpi) return tsr_comm_allgatherv(c, buf, n, all, counts, err);
     if (n > INT_MAX) return tsr_err(err, TSR_EINVAL, "gather of %zu bytes from one rank: over 2 GiB", n);
-    if (c->rank != root) return send_owned(c, root, tag, buf, n, err);
-    double deadline = timeout_s > 0 ? tsr_now() + timeout_s : 0;
-    /* root: each rank's message as it arrives (a matched probe, then a
-     * nonblocking receive of its size); nothing is posted for a rank that has not
-     * sent, so nothing is left to cancel when one never does */
-    gather_part *p = calloc(c->size, sizeof *p);
-    if (!p) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    int rc = 0;
-    uint32_t left = c->size - 1;
-    if (!(p[root].data = malloc(n ? n : 1))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-    else {
-        if (n) memcpy(p[root].data, buf, n);
-        p[root].size = n;
-        p[root].state = 2;
-    }
-    while (!rc && left) {
-        for (uint32_t r = 0; r < c->size && !rc; r++) {
-            int was = p[r].state;
-            rc = poll_part(c, r, tag, &p[r], err);
-            if (p[r].state == 2 && was != 2) left--;
+    gather_tree t = tree_of(c->size, root);
+    uint32_t v = tree_v(&t, c->rank), first, nc = tree_children(&t, v, &first);
+    /* a rank at depth d waits for its children until (depth - d) / depth of the
+     * timeout, so that its report, with whatever did not come marked, reaches
+     * its parent before the parent gives up on it */
+    double deadline = timeout_s > 0 ? tsr_now() + timeout_s * (t.depth - tree_depth(&t, v)) / t.depth : 0;
+    /* each child's message as it arrives (a matched probe, then a nonblocking
+     * receive of its size); nothing is posted for a child that has not sent,
+     * so nothing is left to cancel when one never does */
+    gather_part *p = calloc(nc + 1, sizeof *p);
+    uint8_t *late = v == 0 ? calloc(c->size, 2) : NULL;
+    tsr_sbuf sb = {0};
+    int rc = !p || (v == 0 && !late) ? tsr_err(err, TSR_ENOMEM, "out of memory") : 0;
+    int missing = rc ? 0 : wait_children(c, &t, first, nc, tag, deadline, p, err);
+    if (missing < 0) rc = missing;
+    if (!rc && rec_put(&sb, c->rank, 1, buf, n)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (uint32_t i = 0; !rc && i < nc; i++) {
+        if (p[i].state == 2) {
+            tsr_sb_put(&sb, p[i].data, p[i].size);
+            if (sb.oom) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+            continue;
         }
-        if (rc || !left) break;
-        if (past(deadline)) {
-            char who[256];
-            uint8_t *late = calloc(c->size, 1);
-            for (uint32_t r = 0; late && r < c->size; r++) late[r] = p[r].state != 2;
-            if (late) rank_list(late, c->size, who, sizeof who);
-            rc = tsr_err(err, TSR_EIO, "%s did not report within %.1f s", late ? who : "some ranks", timeout_s);
-            free(late);
-            break;
-        }
-        poll_sleep();
+        if (late) late[tree_rank(&t, first + i)] = 1;
+        uint32_t cf, cn = tree_children(&t, first + i, &cf);
+        for (uint32_t j = 0; !rc && j < cn; j++)
+            if (put_missing(&t, cf + j, &sb, late ? late + c->size : NULL)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+        if (!rc && rec_put(&sb, tree_rank(&t, first + i), 0, NULL, 0)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     }
-    uint8_t *out = NULL;
-    size_t *sizes = NULL, total = 0;
-    for (uint32_t r = 0; !rc && r < c->size; r++) total += p[r].size;
-    if (!rc && (!(out = malloc(total ? total : 1)) || !(sizes = calloc(c->size, sizeof *sizes))))
-        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-    for (size_t r = 0, off = 0; !rc && r < c->size; off += p[r].size, r++) {
-        if (p[r].size) memcpy(out + off, p[r].data, p[r].size);
-        sizes[r] = p[r].size;
-    }
-    for (uint32_t r = 0; r < c->size; r++) {
+    for (uint32_t i = 0; p && i < nc; i++) {
         /* a matched receive still in flight cannot be cancelled: its request is
          * freed and its buffer left to MPI */
-        if (p[r].state == 1) MPI_Request_free(&p[r].q);
-        else free(p[r].data);
+        if (p[i].state == 1) MPI_Request_free(&p[i].q);
+        else free(p[i].data);
     }
     free(p);
-    if (rc) {
-        free(out), free(sizes);
-        return rc;
+    if (!rc && v != 0) {
+        rc = sb.n > INT_MAX ? tsr_err(err, TSR_EINVAL, "gather of %zu bytes through rank %u: over 2 GiB", sb.n, c->rank)
+                              : send_owned(c, tree_rank(&t, (v - 1) / t.k), tag, sb.p, sb.n, err);
+    } else if (!rc) {
+        /* ranks marked missing by the children's reports are late too */
+        for (size_t off = 0; off + REC_HEAD <= sb.n; off += REC_HEAD + tsr_ld64((uint8_t *)sb.p + off + 8))
+            if (!tsr_ld32((uint8_t *)sb.p + off + 4) && !late[c->size + tsr_ld32((uint8_t *)sb.p + off)])
+                late[tsr_ld32((uint8_t *)sb.p + off)] = 1;
+        for (uint32_t r = 0; r < c->size && !rc; r++)
+            if (late[r]) rc = late_error(late, late + c->size, c->size, timeout_s, err);
+        if (!rc) rc = unpack_reports(&t, (uint8_t *)sb.p, sb.n, all, counts, err);
     }
-    *all = out;
-    *counts = sizes;
-    return 0;
+    free(late);
+    free(sb.p);
+    return rc;
 }
 
 int tsr_comm_bcast_deadline(tsr_comm *c, uint32_t root, int tag, void *buf, size_t n, double timeout_s,

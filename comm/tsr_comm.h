@@ -63,10 +63,18 @@ int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint
  * receiver gave up is never received: a group that timed out should not run
  * such an exchange again (the engine stops saving). A timeout is TSR_EIO with a
  * message naming the ranks, e.g. "ranks 3, 5 did not report within 2.0 s".
- * tsr_comm_gatherv_deadline(): as tsr_comm_gatherv; the root waits until
- * timeout_s for the others' messages. */
+ * tsr_comm_gatherv_deadline(): as tsr_comm_gatherv, gathered in a tree: each
+ * rank forwards its own message and those of the ranks below it, so that no
+ * rank receives more than about sqrt(size) messages. The root waits until
+ * timeout_s for all; a rank with ranks below it waits a share of timeout_s
+ * (every rank must pass the same), then forwards what came, marking the rest
+ * late. The root's error names the late ranks, and those whose messages would
+ * have come through them. */
 int tsr_comm_gatherv_deadline(tsr_comm *c, uint32_t root, int tag, const void *buf, size_t n,
                               double timeout_s, uint8_t **all, size_t **counts, tsr_error *err);
+/* tsr_comm_gather_fanin(): how many ranks send to each rank of that tree (the
+ * most messages one rank receives) in a group of `size`. */
+uint32_t tsr_comm_gather_fanin(uint32_t size);
 /* tsr_comm_bcast_deadline(): root's n bytes at buf to every rank; the others
  * wait until timeout_s for them ("rank 0 did not answer within 2.0 s"). */
 int tsr_comm_bcast_deadline(tsr_comm *c, uint32_t root, int tag, void *buf, size_t n, double timeout_s,

@@ -30,6 +30,7 @@
 #include "manifest.h"
 #include "model.h"
 #include "tessera.h"
+#include "tsr_comm.h"
 
 #define MAX_SCALES 8
 #define GOAL_SECONDS 10.0
@@ -311,6 +312,10 @@ static void print_text(const char *model, const scale_result *res, int n) {
     printf("goal: rank 0's peak memory at %u ranks %s (goal < %s): %s\n", r->ranks,
            tsr_fmt_bytes(r->save_peak, a, sizeof a), tsr_fmt_bytes(GOAL_PEAK, b, sizeof b),
            r->save_peak < GOAL_PEAK ? "ok" : "MISSED");
+    uint32_t k = tsr_comm_gather_fanin(r->ranks);
+    printf("goal: the commit's gather at %u ranks: a tree, rank 0 receives %u messages, each with up to %u ranks' "
+           "tables (goal: not one message per rank): %s\n",
+           r->ranks, k, k + 1, k < r->ranks - 1 ? "ok" : "MISSED");
     printf("goal: MANIFEST at %u ranks %s (goal < %s): %s\n", r->ranks,
            tsr_fmt_bytes(r->manifest_bytes, a, sizeof a), tsr_fmt_bytes(GOAL_MANIFEST, b, sizeof b),
            r->manifest_bytes < GOAL_MANIFEST ? "ok" : "MISSED");
