@@ -592,7 +592,7 @@ int tsr_save_finish(tsr_save *s, const uint8_t **table, size_t *table_len, tsr_e
     memcpy(s->tab.save_id, s->save_id, 16);
     if ((rc = tsr_manifest_sort(&s->tab, err))) goto fail;
     if ((rc = tsr_manifest_validate(&s->tab, name, TSR_MF_PARTIAL, err))) goto fail;
-    if ((rc = tsr_manifest_encode(&s->tab, &s->table_bytes, &s->table_len, err))) goto fail;
+    if ((rc = tsr_manifest_encode(&s->tab, TSR_MF_PLAIN, &s->table_bytes, &s->table_len, err))) goto fail;
     s->finished = 1;
     if (table) *table = s->table_bytes;
     if (table_len) *table_len = s->table_len;
@@ -694,7 +694,7 @@ int tsr_manifest_merge(const uint8_t *const *tables, const size_t *table_lens, s
     m.created = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
     if ((rc = tsr_manifest_sort(&m, err))) goto out;
     if ((rc = tsr_manifest_validate(&m, "MANIFEST", 0, err))) goto out;
-    rc = tsr_manifest_encode(&m, bytes, len, err);
+    rc = tsr_manifest_encode(&m, 0, bytes, len, err);
 out:
     tsr_manifest_free(&m);
     return rc;

@@ -116,7 +116,7 @@ void tsr_data_header_encode(uint8_t *hdr, uint32_t file_id, const uint8_t save_i
     memset(hdr, 0, TSR_DATA_HEADER_SIZE);
     memcpy(hdr, TSR_DATA_MAGIC, 8);
     tsr_st16(hdr + 8, TSR_FORMAT_MAJOR);
-    tsr_st16(hdr + 10, TSR_FORMAT_MINOR);
+    tsr_st16(hdr + 10, TSR_DATA_MINOR);
     tsr_st32(hdr + 12, file_id);
     memcpy(hdr + 16, save_id, 16);
     tsr_st64(hdr + 32, tsr_hash(hdr, 32));

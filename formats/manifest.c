@@ -223,3 +223,24 @@ int tsr_manifest_sort(tsr_manifest *m, tsr_error *err) {
     m->cap_frames = m->n_frames + 1;
     return 0;
 }
+
+/* ------------------------------------------------------- packed sections */
+
+/* In tiles of TILE x TILE bytes, so that both the reads and the writes of a
+ * tile stay in cache. */
+#define TILE 64
+
+void tsr_mf_transpose(const uint8_t *in, size_t rows, size_t cols, uint8_t *out) {
+    for (size_t r0 = 0; r0 < rows; r0 += TILE) {
+        size_t r1 = rows - r0 < TILE ? rows : r0 + TILE;
+        for (size_t c0 = 0; c0 < cols; c0 += TILE) {
+            size_t c1 = cols - c0 < TILE ? cols : c0 + TILE;
+            if (rows < cols) /* the inner loop along the side with the shorter stride */
+                for (size_t r = r0; r < r1; r++)
+                    for (size_t c = c0; c < c1; c++) out[c * rows + r] = in[r * cols + c];
+            else
+                for (size_t c = c0; c < c1; c++)
+                    for (size_t r = r0; r < r1; r++) out[c * rows + r] = in[r * cols + c];
+        }
+    }
+}

@@ -14,7 +14,8 @@
 #define TSR_MF_MAGIC "TSRMNFST"
 #define TSR_DATA_MAGIC "TSRDATA1"
 #define TSR_FORMAT_MAJOR 1
-#define TSR_FORMAT_MINOR 0
+#define TSR_FORMAT_MINOR 1 /* the MANIFEST's: 1.1 packs its CHUNKS and FRAMES */
+#define TSR_DATA_MINOR 0   /* the data files' */
 #define TSR_MF_HEADER_SIZE 128
 #define TSR_MF_MAX_SIZE (4ull << 30)
 #define TSR_DATA_HEADER_SIZE 4096
@@ -25,6 +26,12 @@
 
 enum { TSR_SEC_STRINGS = 1, TSR_SEC_FILES, TSR_SEC_TENSORS, TSR_SEC_CHUNKS, TSR_SEC_FRAMES,
        TSR_SEC_BLOBS };
+/* Section type TSR_SEC_PACKED + T (v1.1, T of FILES to BLOBS) holds section T's
+ * records byte-shuffled and zstd-compressed (FORMAT.md 4.3), at most
+ * TSR_MF_MAX_PACKED bytes of them. */
+#define TSR_SEC_PACKED 16
+#define TSR_MF_MAX_PACKED (4ull << 30)
+#define TSR_MF_PACK_BLOCK 65536 /* records shuffled together */
 enum { TSR_REC_FILE = 16, TSR_REC_TENSOR = 104, TSR_REC_CHUNK = 160, TSR_REC_FRAME = 48,
        TSR_REC_BLOB = 32 };
 
@@ -101,8 +108,18 @@ int tsr_manifest_sort(tsr_manifest *m, tsr_error *err);
  * of the manifest ctx by where the frames lie: file id, then offset. */
 int tsr_mf_cmp_frame_pos(const void *a, const void *b, void *ctx);
 
-/* tsr_manifest_encode(): the bytes of the MANIFEST (malloc'ed into *out). */
-int tsr_manifest_encode(const tsr_manifest *m, uint8_t **out, size_t *out_len, tsr_error *err);
+/* tsr_manifest_encode(): the bytes of the MANIFEST (malloc'ed into *out): v1.1,
+ * CHUNKS and FRAMES packed (FORMAT.md 4.3); with TSR_MF_PLAIN every section as
+ * plain records (a writer's table on its way to rank 0: quicker to make and to
+ * take apart than to carry). */
+#define TSR_MF_PLAIN 2u
+
+/* tsr_mf_transpose(): out[c * rows + r] = in[r * cols + c]: the byte shuffle of
+ * a block of a packed section (FORMAT.md 4.3) is the transpose of its `n`
+ * records of `rec` bytes (rows = n, cols = rec); the transpose with rows = rec,
+ * cols = n undoes it. */
+void tsr_mf_transpose(const uint8_t *in, size_t rows, size_t cols, uint8_t *out);
+int tsr_manifest_encode(const tsr_manifest *m, unsigned flags, uint8_t **out, size_t *out_len, tsr_error *err);
 
 /* tsr_manifest_parse(): parses and validates `len` bytes read from `path` (used in
  * messages only). On success *m owns everything; on failure *m is freed. */

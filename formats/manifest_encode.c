@@ -1,12 +1,17 @@
 /* manifest_encode.c: the bytes of a MANIFEST (FORMAT.md section 4.1): the header,
- * the section table, then the six sections, STRINGS first. */
+ * the section table, then the six sections, STRINGS first, CHUNKS and FRAMES
+ * packed (4.3). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
 #include "manifest.h"
+#include "manifest_impl.h"
+
+#include <zstd.h>
 
 #define N_SEC 6 /* STRINGS, FILES, TENSORS, CHUNKS, FRAMES, BLOBS: types 1..6 */
+#define PACK_LEVEL 3 /* zstd's level for packed sections */
 
 static const uint32_t rec_size[N_SEC] = {1, TSR_REC_FILE, TSR_REC_TENSOR, TSR_REC_CHUNK, TSR_REC_FRAME,
                                          TSR_REC_BLOB};
@@ -92,8 +97,9 @@ static int put_tensors(const tsr_manifest *m, strtab *st, uint8_t *p) {
     return 0;
 }
 
-static void put_chunks(const tsr_manifest *m, uint8_t *p) {
-    for (size_t i = 0; i < m->n_chunks; i++, p += TSR_REC_CHUNK) {
+/* Records first .. first + n - 1 of CHUNKS (and below, of FRAMES). */
+static void put_chunks(const tsr_manifest *m, size_t first, size_t n, uint8_t *p) {
+    for (size_t i = first; i < first + n; i++, p += TSR_REC_CHUNK) {
         const tsr_mf_chunk *c = &m->chunks[i];
         tsr_st32(p, c->tensor);
         tsr_st32(p + 4, c->file_id);
@@ -108,8 +114,8 @@ static void put_chunks(const tsr_manifest *m, uint8_t *p) {
     }
 }
 
-static void put_frames(const tsr_manifest *m, uint8_t *p) {
-    for (size_t i = 0; i < m->n_frames; i++, p += TSR_REC_FRAME) {
+static void put_frames(const tsr_manifest *m, size_t first, size_t n, uint8_t *p) {
+    for (size_t i = first; i < first + n; i++, p += TSR_REC_FRAME) {
         const tsr_mf_frame *f = &m->frames[i];
         tsr_st64(p, f->offset);
         tsr_st64(p + 8, f->stored_size);
@@ -157,16 +163,14 @@ static void put_header(const tsr_manifest *m, uint8_t *buf, size_t total) {
     tsr_st32(buf + 84, m->layout.flags);
 }
 
-/* Lays out the header, the section table and the sections (each 8-aligned), then
- * the checksum, into one malloc'ed buffer. The small sections come in `recs`;
- * CHUNKS and FRAMES, the large ones, are written in place. */
-static int assemble(const tsr_manifest *m, const sbuf recs[N_SEC], const size_t counts[N_SEC], uint8_t **out,
-                    size_t *out_len, tsr_error *err) {
-    size_t off = tsr_align_up(TSR_MF_HEADER_SIZE + N_SEC * 32, 8), offs[N_SEC], lens[N_SEC];
+/* Lays out the header, the section table and the sections (each 8-aligned, of
+ * types types[s]), then the checksum, into one malloc'ed buffer. */
+static int assemble(const tsr_manifest *m, const sbuf recs[N_SEC], const uint32_t types[N_SEC],
+                    const size_t counts[N_SEC], uint8_t **out, size_t *out_len, tsr_error *err) {
+    size_t off = tsr_align_up(TSR_MF_HEADER_SIZE + N_SEC * 32, 8), offs[N_SEC];
     for (int s = 0; s < N_SEC; s++) {
         offs[s] = off;
-        lens[s] = s == TSR_SEC_CHUNKS - 1 || s == TSR_SEC_FRAMES - 1 ? counts[s] * rec_size[s] : recs[s].len;
-        off = tsr_align_up(off + lens[s], 8);
+        off = tsr_align_up(off + recs[s].len, 8);
     }
     size_t total = off + 8;
     if (total > TSR_MF_MAX_SIZE)
@@ -176,40 +180,85 @@ static int assemble(const tsr_manifest *m, const sbuf recs[N_SEC], const size_t 
     put_header(m, buf, total);
     for (int s = 0; s < N_SEC; s++) {
         uint8_t *e = buf + TSR_MF_HEADER_SIZE + 32 * s;
-        tsr_st32(e, (uint32_t)(s + 1));
+        tsr_st32(e, types[s]);
         tsr_st32(e + 4, 1); /* every v1 section is required */
         tsr_st64(e + 8, offs[s]);
-        tsr_st64(e + 16, lens[s]);
+        tsr_st64(e + 16, recs[s].len);
         tsr_st32(e + 24, rec_size[s]);
         tsr_st32(e + 28, (uint32_t)counts[s]);
         if (recs[s].len) memcpy(buf + offs[s], recs[s].p, recs[s].len);
     }
-    put_chunks(m, buf + offs[TSR_SEC_CHUNKS - 1]);
-    put_frames(m, buf + offs[TSR_SEC_FRAMES - 1]);
     tsr_st64(buf + total - 8, tsr_hash(buf, total - 8));
     *out = buf;
     *out_len = total;
     return 0;
 }
 
-int tsr_manifest_encode(const tsr_manifest *m, uint8_t **out, size_t *out_len, tsr_error *err) {
+typedef void (*put_fn)(const tsr_manifest *m, size_t first, size_t n, uint8_t *p);
+
+/* Section records made by `put` (count records of rec bytes), packed into *out
+ * (FORMAT.md 4.3): block by block, each byte-shuffled and fed to one zstd
+ * frame, so that neither the records nor their shuffle are ever whole in memory. */
+static int pack_section(const tsr_manifest *m, put_fn put, size_t rec, size_t count, sbuf *out, tsr_error *err) {
+    size_t n = rec * count, bn = TSR_MF_PACK_BLOCK * rec;
+    if (n > TSR_MF_MAX_PACKED)
+        return tsr_err(err, TSR_EINVAL, "%zu bytes of manifest records, over the 4 GiB limit", n);
+    ZSTD_CCtx *z = ZSTD_createCCtx();
+    uint8_t *blk = malloc(bn), *shuf = malloc(bn);
+    size_t r = z && blk && shuf ? ZSTD_CCtx_setParameter(z, ZSTD_c_compressionLevel, PACK_LEVEL) : 0;
+    if (z && !ZSTD_isError(r)) r = ZSTD_CCtx_setPledgedSrcSize(z, n); /* the frame declares it */
+    int rc = !z || !blk || !shuf ? tsr_err(err, TSR_ENOMEM, "out of memory encoding the manifest") : 0;
+    for (size_t i0 = 0; !rc && !ZSTD_isError(r) && (i0 < count || i0 == 0); i0 += TSR_MF_PACK_BLOCK) {
+        size_t k = count - i0 < TSR_MF_PACK_BLOCK ? count - i0 : TSR_MF_PACK_BLOCK;
+        memset(blk, 0, k * rec);
+        put(m, i0, k, blk);
+        tsr_mf_transpose(blk, k, rec, shuf);
+        ZSTD_inBuffer in = {shuf, k * rec, 0};
+        ZSTD_EndDirective mode = i0 + k >= count ? ZSTD_e_end : ZSTD_e_continue;
+        do {
+            if (sbuf_reserve(out, ZSTD_CStreamOutSize())) {
+                rc = tsr_err(err, TSR_ENOMEM, "out of memory encoding the manifest");
+                break;
+            }
+            ZSTD_outBuffer o = {out->p + out->len, out->cap - out->len, 0};
+            r = ZSTD_compressStream2(z, &o, &in, mode);
+            out->len += o.pos;
+        } while (!ZSTD_isError(r) && (mode == ZSTD_e_end ? r != 0 : in.pos < in.size));
+    }
+    if (!rc && ZSTD_isError(r)) rc = tsr_err(err, TSR_EINVAL, "packing manifest records: %s", ZSTD_getErrorName(r));
+    ZSTD_freeCCtx(z);
+    free(blk), free(shuf);
+    return rc;
+}
+
+int tsr_manifest_encode(const tsr_manifest *m, unsigned flags, uint8_t **out, size_t *out_len, tsr_error *err) {
     strtab st = {0};
     sbuf recs[N_SEC] = {{0}};
     size_t counts[N_SEC] = {0, m->n_files, m->n_tensors, m->n_chunks, m->n_frames, m->n_blobs};
-    int rc = 0, nomem = 0;
+    uint32_t types[N_SEC] = {TSR_SEC_STRINGS, TSR_SEC_FILES, TSR_SEC_TENSORS, TSR_SEC_CHUNKS, TSR_SEC_FRAMES,
+                             TSR_SEC_BLOBS};
+    int pack = !(flags & TSR_MF_PLAIN), rc = 0, nomem = 0; /* packed: CHUNKS and FRAMES */
     for (int s = 1; s < N_SEC && !rc && !nomem; s++) {
         if (counts[s] > UINT32_MAX) rc = tsr_err(err, TSR_EINVAL, "too many records for one manifest section");
-        else if (s != TSR_SEC_CHUNKS - 1 && s != TSR_SEC_FRAMES - 1) /* those two: in place */
-            nomem = sbuf_zero(&recs[s], counts[s] * rec_size[s]) != 0;
+        else if (!pack || (s != 3 && s != 4)) nomem = sbuf_zero(&recs[s], counts[s] * rec_size[s]) != 0;
     }
     if (!rc && !nomem) {
         put_files(m, recs[1].p);
         nomem = put_tensors(m, &st, recs[2].p) || put_blobs(m, &st, recs[5].p); /* names in this order */
     }
     if (nomem) rc = tsr_err(err, TSR_ENOMEM, "out of memory encoding the manifest");
+    if (!rc && !pack) {
+        put_chunks(m, 0, m->n_chunks, recs[3].p);
+        put_frames(m, 0, m->n_frames, recs[4].p);
+    }
+    if (!rc && pack) {
+        rc = pack_section(m, put_chunks, rec_size[3], counts[3], &recs[3], err);
+        if (!rc) rc = pack_section(m, put_frames, rec_size[4], counts[4], &recs[4], err);
+        types[3] += TSR_SEC_PACKED, types[4] += TSR_SEC_PACKED;
+    }
     recs[0] = st.b; /* the STRINGS section: one byte records */
     counts[0] = st.b.len;
-    if (!rc) rc = assemble(m, recs, counts, out, out_len, err);
+    if (!rc) rc = assemble(m, recs, types, counts, out, out_len, err);
     for (int s = 0; s < N_SEC; s++) free(recs[s].p);
     return rc;
 }

@@ -8,10 +8,13 @@
 #include "manifest.h"
 #include "manifest_impl.h"
 
+#include <zstd.h>
+
 /* The sections of types 1..6 (index 0 unused) as the section table places them. */
 typedef struct sections {
     const uint8_t *at[7];
     uint64_t size[7], count[7], rec[7];
+    uint8_t *own[7]; /* a packed section's records, unpacked */
 } sections;
 
 /* The header: magic, size, checksum, version, step, save id, layout. The section
@@ -59,7 +62,57 @@ static int cmp_sec_range(const void *pa, const void *pb) {
     return (a->hi > b->hi) - (a->hi < b->hi);
 }
 
-/* Entry s of the section table into *sec (a known type) and ranges[s]. */
+/* Decodes the next `want` bytes of the zstd frame `in` into out. */
+static int unpack_block(ZSTD_DCtx *d, ZSTD_inBuffer *in, uint8_t *out, size_t want, const char *path, uint32_t type,
+                        tsr_error *err) {
+    ZSTD_outBuffer o = {out, want, 0};
+    while (o.pos < want) {
+        size_t before = o.pos + in->pos, r = ZSTD_decompressStream(d, &o, in);
+        if (ZSTD_isError(r)) return BAD("%s: packed section type %u does not decode: %s", path, type, ZSTD_getErrorName(r));
+        if (o.pos + in->pos == before) return BAD("%s: packed section type %u does not decode: short", path, type);
+    }
+    return 0;
+}
+
+/* The records of a packed section (FORMAT.md 4.3) at p (size bytes): one zstd
+ * frame that declares rec * count bytes and decodes to them, block by block
+ * unshuffled into *out (malloc'ed). */
+static int unpack_section(const uint8_t *p, uint64_t size, uint32_t rec, uint32_t count, const char *path,
+                          uint32_t type, uint8_t **out, tsr_error *err) {
+    uint64_t n = (uint64_t)rec * count;
+    if (n > TSR_MF_MAX_PACKED)
+        return BAD("%s: packed section type %u: %llu bytes of records, over the 4 GiB limit", path, type,
+                   (unsigned long long)n);
+    unsigned long long declared = ZSTD_getFrameContentSize(p, size);
+    if (declared == ZSTD_CONTENTSIZE_ERROR)
+        return BAD("%s: packed section type %u: not a zstd frame", path, type);
+    if (declared != n)
+        return BAD("%s: packed section type %u: its zstd frame declares %s%llu bytes, its %u records of %u take %llu",
+                   path, type, declared == ZSTD_CONTENTSIZE_UNKNOWN ? "no size, not " : "",
+                   declared == ZSTD_CONTENTSIZE_UNKNOWN ? 0ull : declared, count, rec, (unsigned long long)n);
+    size_t fsz = ZSTD_findFrameCompressedSize(p, size);
+    if (ZSTD_isError(fsz) || fsz != size)
+        return BAD("%s: packed section type %u: %s", path, type,
+                   ZSTD_isError(fsz) ? "its zstd frame is cut short" : "bytes after its zstd frame");
+    size_t bn = (size_t)TSR_MF_PACK_BLOCK * rec;
+    ZSTD_DCtx *d = ZSTD_createDCtx();
+    uint8_t *blk = malloc(bn), *recs = malloc(n ? n : 1);
+    int rc = d && blk && recs ? 0 : tsr_err(err, TSR_ENOMEM, "%s: out of memory", path);
+    ZSTD_inBuffer in = {p, size, 0};
+    for (size_t i0 = 0; !rc && i0 < count; i0 += TSR_MF_PACK_BLOCK) {
+        size_t k = count - i0 < TSR_MF_PACK_BLOCK ? count - i0 : TSR_MF_PACK_BLOCK;
+        rc = unpack_block(d, &in, blk, k * rec, path, type, err);
+        if (!rc) tsr_mf_transpose(blk, rec, k, recs + i0 * rec);
+    }
+    ZSTD_freeDCtx(d);
+    free(blk);
+    if (rc) free(recs);
+    else *out = recs;
+    return rc;
+}
+
+/* Entry s of the section table into *sec (a known type, packed or not) and
+ * ranges[s]. */
 static int parse_entry(const uint8_t *buf, size_t len, const char *path, uint32_t hsize, uint32_t nsec,
                        uint32_t s, sections *sec, sec_range *ranges, tsr_error *err) {
     static const uint32_t minrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR, TSR_REC_CHUNK, TSR_REC_FRAME,
@@ -68,25 +121,32 @@ static int parse_entry(const uint8_t *buf, size_t len, const char *path, uint32_
     uint32_t type = tsr_ld32(e), sflags = tsr_ld32(e + 4), rec = tsr_ld32(e + 24), count = tsr_ld32(e + 28);
     uint64_t off = tsr_ld64(e + 8), size = tsr_ld64(e + 16);
     uint64_t table_end = (uint64_t)hsize + (uint64_t)nsec * 32;
+    int packed = type > TSR_SEC_PACKED + TSR_SEC_STRINGS && type <= TSR_SEC_PACKED + TSR_SEC_BLOBS;
+    uint32_t t = packed ? type - TSR_SEC_PACKED : type;
     if (off % 8 || off < table_end || off > len - 8 || size > len - 8 - off)
         return BAD("%s: section %u (type %u) lies outside the section area", path, s, type);
-    if (size != (uint64_t)rec * count)
+    if (!packed && size != (uint64_t)rec * count)
         return BAD("%s: section %u (type %u): size %llu != %u records of %u bytes", path, s, type,
                    (unsigned long long)size, count, rec);
     ranges[s] = (sec_range){off, off + size, s};
-    if (type < 1 || type > 6) {
+    if (t < 1 || t > 6) {
         if (sflags & 1)
             return BAD("%s: unknown required section type %u (written by a newer tessera)", path, type);
         return 0;
     }
-    if (sec->at[type] || sec->size[type] || sec->count[type])
-        return BAD("%s: section type %u appears twice", path, type);
-    if (rec < minrec[type])
-        return BAD("%s: section type %u: record size %u below %u", path, type, rec, minrec[type]);
-    sec->at[type] = buf + off; /* also when empty: present */
-    sec->size[type] = size;
-    sec->count[type] = count;
-    sec->rec[type] = rec;
+    if (sec->at[t] || sec->size[t] || sec->count[t])
+        return BAD("%s: section type %u appears twice (packed or not)", path, t);
+    if (rec < minrec[t])
+        return BAD("%s: section type %u: record size %u below %u", path, type, rec, minrec[t]);
+    sec->at[t] = buf + off; /* also when empty: present */
+    if (packed) {
+        int rc = unpack_section(buf + off, size, rec, count, path, type, &sec->own[t], err);
+        if (rc) return rc;
+        sec->at[t] = sec->own[t];
+    }
+    sec->size[t] = (uint64_t)rec * count;
+    sec->count[t] = count;
+    sec->rec[t] = rec;
     return 0;
 }
 
@@ -250,6 +310,7 @@ int tsr_manifest_parse(const uint8_t *buf, size_t len, const char *path, unsigne
         parse_frames(&sec, m);
         rc = parse_blobs(&sec, path, m, err);
     }
+    for (int t = 1; t <= 6; t++) free(sec.own[t]);
     if (!rc) rc = tsr_manifest_validate(m, path, flags, err);
     if (rc) tsr_manifest_free(m);
     return rc;

@@ -175,13 +175,25 @@ class Checkpoint:
         secs, spans = {}, []
         for i in range(nsec):
             typ, sflags, off, size, rec, count = struct.unpack_from("<IIQQII", m, hsize + 32 * i)
-            if off % 8 or off < hsize + 32 * nsec or off + size > len(m) - 8 or size != rec * count:
+            packed = 16 + 2 <= typ <= 16 + 6  # section 4.3: FILES to BLOBS packed
+            if off % 8 or off < hsize + 32 * nsec or off + size > len(m) - 8 or (size != rec * count and not packed):
                 raise Refused("MANIFEST: section %d placement" % typ)
             spans.append((off, off + size))
-            if typ in RECORD_SIZES:
-                if typ in secs or rec < RECORD_SIZES[typ]:
+            base = typ - 16 if packed else typ
+            if base in RECORD_SIZES:
+                if base in secs or rec < RECORD_SIZES[base]:
                     raise Refused("MANIFEST: section %d repeated or records too small" % typ)
-                secs[typ] = (off, rec, count, size)
+                data = m[off:off + size]
+                if packed:
+                    if rec * count > 4 << 30:
+                        raise Refused("MANIFEST: packed section %d over 4 GiB" % typ)
+                    shuffled = np.frombuffer(zstd_frame(bytes(data), rec * count), dtype=np.uint8)
+                    blocks = []  # blocks of 65536 records: byte j of record b + i at b * rec + j * n + i
+                    for b in range(0, count, 65536):
+                        n = min(65536, count - b)
+                        blocks.append(shuffled[b * rec:(b + n) * rec].reshape(rec, n).T.tobytes())
+                    data = b"".join(blocks)
+                secs[base] = (data, rec, count)
             elif sflags & 1:
                 raise Refused("MANIFEST: unknown required section %d" % typ)
         spans.sort()
@@ -190,8 +202,8 @@ class Checkpoint:
         if set(secs) != set(RECORD_SIZES):
             raise Refused("MANIFEST: sections missing")
 
-        soff, _, _, ssize = secs[1]
-        strings = m[soff:soff + ssize]
+        strings = secs[1][0]
+        ssize = len(strings)
 
         def string(o, n, what):
             if o + n > ssize:
@@ -199,8 +211,8 @@ class Checkpoint:
             return check_name(bytes(strings[o:o + n]), what)
 
         def records(typ):
-            off, rec, count, _ = secs[typ]
-            return [m[off + i * rec:off + (i + 1) * rec] for i in range(count)]
+            data, rec, count = secs[typ]
+            return [data[i * rec:(i + 1) * rec] for i in range(count)]
 
         self.files = {}
         last = -1

@@ -40,7 +40,7 @@ json_ok out.txt "info --json"
 python3 - <<'PY' || fail "info --json content"
 import json
 d = json.load(open("out.txt"))
-assert d["step"] == 10 and d["version"] == "1.0", d["step"]
+assert d["step"] == 10 and d["version"] == "1.1", (d["step"], d["version"])
 names = [t["name"] for t in d["tensors"]]
 assert names == sorted(names) and "model.norm" in names, names
 for t in d["tensors"]:

@@ -203,7 +203,7 @@ static void swap_frame(const char *dir, int keep_raw_hash) {
     else f->raw_hash = tsr_hash(raw, sizeof raw);
     uint8_t *enc;
     size_t elen;
-    REQUIRE(tsr_manifest_encode(&m, &enc, &elen, &e) == 0, "%s", e.msg);
+    REQUIRE(tsr_manifest_encode(&m, 0, &enc, &elen, &e) == 0, "%s", e.msg);
     FILE *fp = fopen(mpath, "wb");
     REQUIRE(fp && fwrite(enc, 1, elen, fp) == elen && fclose(fp) == 0, "write %s", mpath);
     fp = fopen(dpath, "wb");

@@ -265,6 +265,14 @@ static void unpack(const uint8_t *b, size_t n, xmf *x) {
         s->n = tsr_ld64(e + 16);
         REQUIRE(off + s->n <= n - 8, "section outside");
         s->d = dup_exact(b + off, s->n);
+        if (s->type > TSR_SEC_PACKED) { /* packed (FORMAT.md 4.3): patched as plain records */
+            size_t rn = (size_t)s->rec * s->count;
+            uint8_t *shuf = malloc(rn + 1), *recs = malloc(rn + 1);
+            REQUIRE(shuf && recs && ZSTD_decompress(shuf, rn, s->d, s->n) == rn, "packed section %u", s->type);
+            tsr_mf_unshuffle(shuf, s->rec, s->count, recs);
+            free(shuf), free(s->d);
+            s->d = recs, s->n = rn, s->type -= TSR_SEC_PACKED;
+        }
     }
 }
 
@@ -480,6 +488,33 @@ X(x_hsize132, x->hsize = 132)
 X(x_req_sec, add_sec(x, 1000, 1, 8, 3))
 X(x_req_sec_empty, add_sec(x, 0xFFFFFFFF, 3, 0, 0))
 X(x_reordered, xsec t = x->s[0]; x->s[0] = x->s[5]; x->s[5] = t; t = x->s[1]; x->s[1] = x->s[3]; x->s[3] = t)
+/* packed sections (FORMAT.md 4.3): section `type` packed again, then spoiled
+ * by `how`: 0 not at all, 1 its first byte (the zstd magic), 2 a byte after
+ * the frame, 3 the frame cut short, 4 one record more than the frame holds */
+static void repack(xmf *x, uint32_t type, int how) {
+    xsec *s = S(x, type);
+    size_t rn = (size_t)s->rec * s->count, bound = ZSTD_compressBound(rn);
+    uint8_t *shuf = malloc(rn + 1), *z = malloc(bound + 1);
+    REQUIRE(shuf && z, "out of memory");
+    tsr_mf_shuffle(s->d, s->rec, s->count, shuf);
+    size_t zn = ZSTD_compress(z, bound, shuf, rn, 3);
+    REQUIRE(!ZSTD_isError(zn), "zstd");
+    free(shuf), free(s->d);
+    if (how == 1) z[0] ^= 0xFF;
+    if (how == 2) z[zn++] = 0;
+    if (how == 3) zn -= 3;
+    if (how == 4) s->count++;
+    s->d = z, s->n = zn, s->type += TSR_SEC_PACKED;
+}
+X(x_packed_files, repack(x, FIL, 0))
+X(x_packed_tensors_blobs, repack(x, TEN, 0); repack(x, BLB, 0))
+X(x_packed_not_zstd, repack(x, CHK, 1))
+X(x_packed_trailing, repack(x, FRM, 2))
+X(x_packed_cut, repack(x, FRM, 3))
+X(x_packed_count, repack(x, CHK, 4))
+X(x_packed_and_plain, dup_sec(x, CHK); repack(x, CHK, 0))
+X(x_packed_strings, repack(x, STR, 0))
+X(x_packed_huge, repack(x, FRM, 0); S(x, FRM + TSR_SEC_PACKED)->rec = 1u << 30; S(x, FRM + TSR_SEC_PACKED)->count = 5)
 X(x_missing_blobs, del_sec(x, BLB))
 X(x_missing_strings, del_sec(x, STR))
 X(x_missing_frames, del_sec(x, FRM))
@@ -688,6 +723,16 @@ static const hcase cases[] = {
     {"header_size 132 (table at offset 132, sections 8-aligned)", x_hsize132, NULL, OK, NULL, 0},
     {"70 unknown optional sections", x_opt_secs_70, NULL, OK, NULL, 0},
     /* section table */
+    /* packed sections */
+    {"FILES packed", x_packed_files, NULL, OK, NULL, 0},
+    {"TENSORS and BLOBS packed", x_packed_tensors_blobs, NULL, OK, NULL, 0},
+    {"packed CHUNKS: not a zstd frame", x_packed_not_zstd, NULL, BAD, "packed section type 20: not a zstd frame", 0},
+    {"packed FRAMES: a byte after the zstd frame", x_packed_trailing, NULL, BAD, "bytes after its zstd frame", 0},
+    {"packed FRAMES: the zstd frame cut short", x_packed_cut, NULL, BAD, "packed section type 21", 0},
+    {"packed CHUNKS: a record more than its frame holds", x_packed_count, NULL, BAD, "its zstd frame declares", 0},
+    {"CHUNKS both plain and packed", x_packed_and_plain, NULL, BAD, "appears twice (packed or not)", 0},
+    {"STRINGS packed (not a packed type)", x_packed_strings, NULL, BAD, "(type 17)", 0},
+    {"packed FRAMES of 5 GiB of records", x_packed_huge, NULL, BAD, "over the 4 GiB limit", 0},
     {"section_count 0", NULL, b_nsec0, BAD, "missing", 0},
     {"section_count 5 (BLOBS entry dropped)", NULL, b_nsec5, BAD, "missing", 0},
     {"section_count 2^31-1 (table past the end)", NULL, b_nsec_huge, BAD, "section", 0},
@@ -892,7 +937,20 @@ static void run_case(const hcase *c, const uint8_t *good, size_t good_n, const c
     size_t n;
     uint8_t *b = pack(&x, &n);
     xfree(&x);
-    if (!c->x && !c->b) CHECK(n == good_n && memcmp(b, good, n) == 0, "%s: pack(unpack(m)) differs", c->desc);
+    if (!c->x && !c->b) { /* unpack() unpacks packed sections: the same as m written plain */
+        tsr_manifest m;
+        tsr_error pe = {0};
+        uint8_t *plain = NULL;
+        size_t pn = 0;
+        CHECK(tsr_manifest_parse(good, good_n, "good", 0, &m, &pe) == 0 &&
+                  tsr_manifest_encode(&m, TSR_MF_PLAIN, &plain, &pn, &pe) == 0,
+              "%s: %s", c->desc, pe.msg);
+        CHECK(plain && n == pn && memcmp(b, plain, n) == 0, "%s: pack(unpack(m)) differs from m in plain sections",
+              c->desc);
+        CHECK(good_n < pn, "%s: the written MANIFEST (%zu bytes) is not packed (plain: %zu)", c->desc, good_n, pn);
+        if (plain) tsr_manifest_free(&m);
+        free(plain);
+    }
     if (c->b) {
         c->b(b, n);
         if (!c->nofix) fix_trailer(b, n);
