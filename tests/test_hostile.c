@@ -265,11 +265,11 @@ static void unpack(const uint8_t *b, size_t n, xmf *x) {
         s->n = tsr_ld64(e + 16);
         REQUIRE(off + s->n <= n - 8, "section outside");
         s->d = dup_exact(b + off, s->n);
-        if (s->type > TSR_SEC_PACKED) { /* packed (FORMAT.md 4.3): patched as plain records */
+        if (s->type > TSR_SEC_PACKED) { /* packed (FORMAT.md 4.3; one block here): patched as plain records */
             size_t rn = (size_t)s->rec * s->count;
             uint8_t *shuf = malloc(rn + 1), *recs = malloc(rn + 1);
             REQUIRE(shuf && recs && ZSTD_decompress(shuf, rn, s->d, s->n) == rn, "packed section %u", s->type);
-            tsr_mf_unshuffle(shuf, s->rec, s->count, recs);
+            tsr_mf_transpose(shuf, s->rec, s->count, recs);
             free(shuf), free(s->d);
             s->d = recs, s->n = rn, s->type -= TSR_SEC_PACKED;
         }
@@ -496,7 +496,7 @@ static void repack(xmf *x, uint32_t type, int how) {
     size_t rn = (size_t)s->rec * s->count, bound = ZSTD_compressBound(rn);
     uint8_t *shuf = malloc(rn + 1), *z = malloc(bound + 1);
     REQUIRE(shuf && z, "out of memory");
-    tsr_mf_shuffle(s->d, s->rec, s->count, shuf);
+    tsr_mf_transpose(s->d, s->count, s->rec, shuf);
     size_t zn = ZSTD_compress(z, bound, shuf, rn, 3);
     REQUIRE(!ZSTD_isError(zn), "zstd");
     free(shuf), free(s->d);
