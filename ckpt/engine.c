@@ -198,7 +198,7 @@ int tsr_engine_save(tsr_engine *e, uint64_t step, const tsr_state *st, tsr_error
 int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
     double t0 = tsr_now();
     tsr_error prev;
-    if (tsr_engine_wait(e, &prev)) tsr_log(1, "previous save failed: %s", prev.msg);
+    if (tsr_engine_wait(e, &prev) && !e->opts.quiet) tsr_log(1, "previous save failed: %s", prev.msg);
     e->last_wait = tsr_now() - t0;
     int broken = tsr_engine_broken(e);
     int rc = engine_save_plan(e, step, st, &broken, err);

@@ -64,9 +64,11 @@ static void retention(tsr_engine *e, int before_save) {
         char spare[PATH_MAX + 16];
         spare_dir(e, spare, sizeof spare);
         int recycle = e->opts.recycle && v[i].committed && !tsr_store_is_remote(e->root);
-        if ((recycle ? tsr_retire_step_dir(path, spare, &rerr) : tsr_remove_step_dir(path, &rerr)) == 0)
+        if ((recycle ? tsr_retire_step_dir(path, spare, &rerr) : tsr_remove_step_dir(path, &rerr)) == 0) {
+            if (!v[i].committed && e->opts.quiet) continue; /* the failed save: its owner said it */
             tsr_log(before_save ? 1 : 2, "%s: removed (%s)", path,
                     v[i].committed ? "retention" : "uncommitted: left by a failed or interrupted save");
+        }
         else tsr_log(1, "retention: %s", rerr.msg);
     }
     free(v);
@@ -267,7 +269,7 @@ static void finish(tsr_engine *e, tsr_save *s, int final, int unknown, const uin
         if (s && !unknown) tsr_save_abort(s);
         tsr_err(err, final, "save of step %llu to %s failed: %s%s", (unsigned long long)j->step, j->dir,
                 (const char *)outcome + 8, unknown ? " (this rank's data file is left in place)" : "");
-        tsr_log(0, "%s", err->msg);
+        if (!e->opts.quiet) tsr_log(0, "%s", err->msg);
     } else if (e->rank == 0) {
         char regular[PATH_MAX + 40], name[32];
         tsr_step_dir_name(j->step, name, sizeof name);

@@ -140,6 +140,9 @@ typedef struct tsr_engine_opts {
      * (a training loop: before its next optimizer step; forward and backward only
      * read the weights). Blobs are copied before tsr_engine_save returns. */
     int overlap_staging;
+    /* 1: a failed save is returned (tsr_engine_wait) but not logged: its owner
+     * reports it (the local tier says a failure that repeats at every step once). */
+    int quiet;
 } tsr_engine_opts;
 tsr_engine_opts tsr_engine_opts_default(void);
 

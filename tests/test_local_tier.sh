@@ -140,6 +140,11 @@ if [ "$(id -u)" = 0 ] && mkdir -p "$MEM" && mount -t tmpfs -o size=14m tessera-t
     grep -q "local tier: the partner copy of step [0-9]* failed: $MEM/t/node-[01]/partner/step-[0-9]*/.data-0000[01].tsd.tmp: cannot make the partner copy of rank [01]: No space left on device" \
         "$TSR_TMP/full.log" || fail "full: no partner copy failed with ENOSPC, naming its file"
     grep -q "launch 2:" "$TSR_TMP/full.log" && fail "full: the job was relaunched"
+    # a failure that repeats at every step is said once for the run of them
+    n=$(grep -c "No space left on device" "$TSR_TMP/full.log")
+    [ "$n" -le 8 ] || fail "full: ENOSPC said $n times in 24 steps"
+    n=$(grep -c "removed (uncommitted" "$TSR_TMP/full.log")
+    [ "$n" -le 2 ] || fail "full: the failed snapshots' leftovers reported $n times"
     grep -q "Bus error" "$TSR_TMP/full.log" && fail "full: a rank died of SIGBUS"
     compare refc full 0
 else

@@ -44,6 +44,32 @@ int tsr_local_node_dir(const char *root, int node, char *out, size_t len, tsr_er
 
 /* ----------------------------------------------------------------- saving */
 
+/* Failures of one kind (snapshots, partner copies) as they are said: the first
+ * one, then every REPEAT_EVERY-th of a run in a row, then the step that works
+ * again; a full node memory fails at every step and should not fill the log. */
+#define REPEAT_EVERY 100
+typedef struct failures {
+    const char *what; /* "snapshot", "partner copy" */
+    uint64_t n, since; /* failures in a row, from step `since` */
+} failures;
+
+static void failed(failures *f, int rank, uint64_t step, const char *msg) {
+    if (f->n++ == 0) f->since = step;
+    if (f->n == 1)
+        fprintf(stderr, "tessera: rank %d: local tier: the %s of step %llu failed: %s\n", rank, f->what,
+                (unsigned long long)step, msg);
+    else if (f->n % REPEAT_EVERY == 0)
+        fprintf(stderr, "tessera: rank %d: local tier: %llu failures of the %s in a row since step %llu; the last: %s\n",
+                rank, (unsigned long long)f->n, f->what, (unsigned long long)f->since, msg);
+}
+
+static void worked(failures *f, int rank, uint64_t step) {
+    if (f->n)
+        fprintf(stderr, "tessera: rank %d: local tier: the %s of step %llu worked, after %llu failures since step %llu\n",
+                rank, f->what, (unsigned long long)step, (unsigned long long)f->n, (unsigned long long)f->since);
+    f->n = 0;
+}
+
 struct tsr_local_tier {
     char root[PATH_MAX], node_dir[PATH_MAX];
     tsr_engine *engine;
@@ -59,6 +85,7 @@ struct tsr_local_tier {
     uint64_t step;
     int have_staged; /* a snapshot saved, whose copies are not handed over yet */
     uint64_t staged;
+    failures snapshots, copies; /* the training thread's, the copy thread's */
 };
 
 /* checkpoint.local_nodes into ids and *n (one node, 0, when empty). */
@@ -292,9 +319,8 @@ static void *copy_thread(void *arg) {
         uint64_t step = lt->step;
         pthread_mutex_unlock(&lt->mu);
         tsr_error e = {0};
-        if (copy_step(lt, step, &e))
-            fprintf(stderr, "tessera: rank %d: local tier: the partner copy of step %llu failed: %s\n", lt->rank,
-                    (unsigned long long)step, e.msg);
+        if (copy_step(lt, step, &e)) failed(&lt->copies, lt->rank, step, e.msg);
+        else worked(&lt->copies, lt->rank, step);
         pthread_mutex_lock(&lt->mu);
         lt->pending = 0;
         pthread_cond_broadcast(&lt->cv);
@@ -346,6 +372,8 @@ int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **
     eo.sync = 0; /* the save returns once staged; the next one hands its copies over */
     eo.overlap_staging = 1; /* the copy overlaps the next step (tsr_local_staged) */
     eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
+    eo.quiet = 1; /* its failures are said here, once for a run of them */
+    lt->snapshots.what = "snapshot", lt->copies.what = "partner copy";
     if (!rc && !(lt->engine = tsr_engine_new(lt->node_dir, world, &eo, err))) rc = err ? err->code : TSR_EIO;
     if (!rc && lt->n_nodes > 1) rc = start_thread(lt, world, err);
     if (rc) {
@@ -365,10 +393,10 @@ static void hand_over(tsr_local_tier *lt) {
     lt->have_staged = 0;
     tsr_error e = {0};
     if (tsr_engine_wait(lt->engine, &e)) {
-        fprintf(stderr, "tessera: rank %d: local tier: the snapshot of step %llu failed: %s\n", lt->rank,
-                (unsigned long long)lt->staged, e.msg);
+        failed(&lt->snapshots, lt->rank, lt->staged, e.msg);
         return;
     }
+    worked(&lt->snapshots, lt->rank, lt->staged);
     if (!lt->have_thread) return;
     wait_idle(lt);
     pthread_mutex_lock(&lt->mu);
