@@ -419,10 +419,11 @@ static int rec_put(tsr_sbuf *sb, uint32_t rank, int here, const void *buf, size_
     return sb->oom ? TSR_ENOMEM : 0;
 }
 
-/* Records "not here" for every rank of v's subtree; flags them in gone. */
+/* Every rank of v's subtree: recorded "not here" into sb (a relay), or flagged
+ * in gone (the root). */
 static int put_missing(const gather_tree *t, uint32_t v, tsr_sbuf *sb, uint8_t *gone) {
     if (gone) gone[tree_rank(t, v)] = 1;
-    if (rec_put(sb, tree_rank(t, v), 0, NULL, 0)) return TSR_ENOMEM;
+    if (sb && rec_put(sb, tree_rank(t, v), 0, NULL, 0)) return TSR_ENOMEM;
     uint32_t first, nc = tree_children(t, v, &first);
     for (uint32_t i = 0; i < nc; i++)
         if (put_missing(t, first + i, sb, gone)) return TSR_ENOMEM;
@@ -446,32 +447,6 @@ static int wait_children(tsr_comm *c, const gather_tree *t, uint32_t first, uint
     return (int)left;
 }
 
-/* The root's reports in rank order: *all and *counts; every rank must be here. */
-static int unpack_reports(const gather_tree *t, const uint8_t *msg, size_t len, uint8_t **all, size_t **counts,
-                          tsr_error *err) {
-    size_t *sizes = calloc(t->n, sizeof *sizes), *at = calloc(t->n, sizeof *at), total = 0;
-    uint8_t *out = NULL;
-    int rc = sizes && at ? 0 : tsr_err(err, TSR_ENOMEM, "out of memory");
-    for (size_t off = 0; !rc && off + REC_HEAD <= len;) { /* built by this file: well formed */
-        uint32_t r = tsr_ld32(msg + off);
-        sizes[r] = tsr_ld64(msg + off + 8);
-        at[r] = off + REC_HEAD;
-        off += REC_HEAD + sizes[r];
-        total += sizes[r];
-    }
-    if (!rc && !(out = malloc(total ? total : 1))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-    for (size_t r = 0, o = 0; !rc && r < t->n; o += sizes[r], r++)
-        if (sizes[r]) memcpy(out + o, msg + at[r], sizes[r]);
-    free(at);
-    if (rc) {
-        free(sizes), free(out);
-        return rc;
-    }
-    *all = out;
-    *counts = sizes;
-    return 0;
-}
-
 /* The root's error for the ranks whose reports did not come: late[r] for a rank
  * that did not report, via[r] for one whose report would have come through a
  * late rank. */
@@ -486,6 +461,48 @@ static int late_error(const uint8_t *late, const uint8_t *via, uint32_t n, doubl
         snprintf(also, sizeof also, " (nor %s, whose reports go through it)", list);
     }
     return tsr_err(err, TSR_EIO, "%s did not report within %.1f s%s", who, timeout_s, also);
+}
+
+/* The root: its own message and its children's reports (p[0..nc), the ranks
+ * from `first`) in rank order into *all and *counts, straight from the
+ * messages; or the error naming the ranks whose reports did not come. */
+static int root_collect(tsr_comm *c, const gather_tree *t, const void *buf, size_t n, uint32_t first, uint32_t nc,
+                        const gather_part *p, double timeout_s, uint8_t **all, size_t **counts, tsr_error *err) {
+    uint8_t *late = calloc(t->n, 2), *via = late ? late + t->n : NULL; /* see late_error */
+    const uint8_t **at = calloc(t->n, sizeof *at);
+    size_t *sizes = calloc(t->n, sizeof *sizes), total = n;
+    int rc = late && at && sizes ? 0 : tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (!rc) at[c->rank] = buf, sizes[c->rank] = n;
+    for (uint32_t i = 0; !rc && i < nc; i++) {
+        if (p[i].state != 2) { /* the child, and those whose reports go through it */
+            late[tree_rank(t, first + i)] = 1;
+            uint32_t cf, cn = tree_children(t, first + i, &cf);
+            for (uint32_t k = 0; k < cn; k++) put_missing(t, cf + k, NULL, via);
+            continue;
+        }
+        for (size_t off = 0; off + REC_HEAD <= p[i].size;) { /* built by a relay: well formed */
+            const uint8_t *rec = p[i].data + off;
+            uint32_t r = tsr_ld32(rec);
+            uint64_t len = tsr_ld64(rec + 8);
+            if (!tsr_ld32(rec + 4)) late[r] = 1;
+            at[r] = rec + REC_HEAD, sizes[r] = len, total += len;
+            off += REC_HEAD + len;
+        }
+    }
+    for (uint32_t r = 0; !rc && r < t->n; r++)
+        if (late[r]) rc = late_error(late, via, t->n, timeout_s, err);
+    uint8_t *out = rc ? NULL : malloc(total ? total : 1);
+    if (!rc && !out) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t r = 0, o = 0; !rc && r < t->n; o += sizes[r], r++)
+        if (sizes[r]) memcpy(out + o, at[r], sizes[r]);
+    free(late), free(at);
+    if (rc) {
+        free(sizes), free(out);
+        return rc;
+    }
+    *all = out;
+    *counts = sizes;
+    return 0;
 }
 
 int tsr_comm_gatherv_deadline(tsr_comm *c, uint32_t root, int tag, const void *buf, size_t n, double timeout_s,
@@ -504,22 +521,22 @@ int tsr_comm_gatherv_deadline(tsr_comm *c, uint32_t root, int tag, const void *b
      * receive of its size); nothing is posted for a child that has not sent,
      * so nothing is left to cancel when one never does */
     gather_part *p = calloc(nc + 1, sizeof *p);
-    uint8_t *late = v == 0 ? calloc(c->size, 2) : NULL;
     tsr_sbuf sb = {0};
-    int rc = !p || (v == 0 && !late) ? tsr_err(err, TSR_ENOMEM, "out of memory") : 0;
+    int rc = p ? 0 : tsr_err(err, TSR_ENOMEM, "out of memory");
     int missing = rc ? 0 : wait_children(c, &t, first, nc, tag, deadline, p, err);
     if (missing < 0) rc = missing;
-    if (!rc && rec_put(&sb, c->rank, 1, buf, n)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-    for (uint32_t i = 0; !rc && i < nc; i++) {
+    if (!rc && v == 0) rc = root_collect(c, &t, buf, n, first, nc, p, timeout_s, all, counts, err);
+    /* a relay: its own report, then its children's, with whatever did not come marked */
+    if (!rc && v != 0 && rec_put(&sb, c->rank, 1, buf, n)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (uint32_t i = 0; !rc && v != 0 && i < nc; i++) {
         if (p[i].state == 2) {
             tsr_sb_put(&sb, p[i].data, p[i].size);
             if (sb.oom) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
             continue;
         }
-        if (late) late[tree_rank(&t, first + i)] = 1;
         uint32_t cf, cn = tree_children(&t, first + i, &cf);
         for (uint32_t j = 0; !rc && j < cn; j++)
-            if (put_missing(&t, cf + j, &sb, late ? late + c->size : NULL)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+            if (put_missing(&t, cf + j, &sb, NULL)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
         if (!rc && rec_put(&sb, tree_rank(&t, first + i), 0, NULL, 0)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     }
     for (uint32_t i = 0; p && i < nc; i++) {
@@ -529,19 +546,9 @@ int tsr_comm_gatherv_deadline(tsr_comm *c, uint32_t root, int tag, const void *b
         else free(p[i].data);
     }
     free(p);
-    if (!rc && v != 0) {
+    if (!rc && v != 0)
         rc = sb.n > INT_MAX ? tsr_err(err, TSR_EINVAL, "gather of %zu bytes through rank %u: over 2 GiB", sb.n, c->rank)
-                              : send_owned(c, tree_rank(&t, (v - 1) / t.k), tag, sb.p, sb.n, err);
-    } else if (!rc) {
-        /* ranks marked missing by the children's reports are late too */
-        for (size_t off = 0; off + REC_HEAD <= sb.n; off += REC_HEAD + tsr_ld64((uint8_t *)sb.p + off + 8))
-            if (!tsr_ld32((uint8_t *)sb.p + off + 4) && !late[c->size + tsr_ld32((uint8_t *)sb.p + off)])
-                late[tsr_ld32((uint8_t *)sb.p + off)] = 1;
-        for (uint32_t r = 0; r < c->size && !rc; r++)
-            if (late[r]) rc = late_error(late, late + c->size, c->size, timeout_s, err);
-        if (!rc) rc = unpack_reports(&t, (uint8_t *)sb.p, sb.n, all, counts, err);
-    }
-    free(late);
+                            : send_owned(c, tree_rank(&t, (v - 1) / t.k), tag, sb.p, sb.n, err);
     free(sb.p);
     return rc;
 }
