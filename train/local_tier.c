@@ -295,10 +295,13 @@ static int copy_step(tsr_local_tier *lt, uint64_t step, tsr_error *err) {
     uint64_t mf_len = 0;
     int rc = share_manifest(lt, name, &mf, &mf_len, err);
     snprintf(dir, sizeof dir, "%s/%s", lt->node_dir, name);
-    int e = 0;
+    int e = 0, rc_put = 0;
     if (!rc && lt->first_of_node && !tsr_ckpt_is_committed(dir) && (e = put_file(dir, "MANIFEST", mf, mf_len)))
-        rc = tsr_err(err, TSR_EIO, "%s/MANIFEST: cannot write: %s", dir, strerror(e));
-    if (!rc) rc = swap_with_partner(lt, name, mf, mf_len, err);
+        rc_put = tsr_err(err, TSR_EIO, "%s/MANIFEST: cannot write: %s", dir, strerror(e));
+    /* every rank exchanges with its partner whatever failed here (a full node
+     * memory): one that skipped it would leave its partner waiting for ever */
+    if (!rc) rc = swap_with_partner(lt, name, mf, mf_len, err); /* its error, if any, says more */
+    if (!rc) rc = rc_put;
     free(mf);
     int rc2 = tsr_comm_barrier(lt->bg, rc ? NULL : err); /* every copy of the step is written */
     if (!rc) rc = rc2;
