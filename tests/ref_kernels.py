@@ -193,7 +193,7 @@ def ref_adamw(cs, p, t):
     if p["t0"]:
         opt.state[param] = {"step": torch.tensor(float(p["t0"])), "exp_avg": t["m0"].clone(), "exp_avg_sq": t["v0"].clone()}
     for s in range(p["steps"]):
-        param.grad = t["g"][s].clone()
+        param.grad = t["g"][s].clone() * p["gscale"]
         opt.step()
     st = opt.state[param]
     # the change of p too: ||p|| alone would hide a wrong update
@@ -203,7 +203,7 @@ def ref_adamw(cs, p, t):
 
 def ref_sumsq(cs, p, t):
     x = t["x"]
-    return {"sumsq": (x * x).sum(), "scaled": x * p["s"]}
+    return {"sumsq": (x * x).sum()}
 
 
 def main():

@@ -94,7 +94,7 @@ int main(void) {
             REQUIRE(gs && m && v, "out of memory");
             for (size_t i = 0; i < n; i++) gs[i] = g[i] * (float)scale;
             float *want = w0[p];
-            tsr_adamw(want, gs, m, v, n, lr, (float)cfg.optimizer.beta1, (float)cfg.optimizer.beta2,
+            tsr_adamw(want, gs, 1.0f, m, v, n, lr, (float)cfg.optimizer.beta1, (float)cfg.optimizer.beta2,
                       (float)cfg.optimizer.eps, (float)cfg.optimizer.weight_decay, 1);
             for (size_t i = 0; i < n; i++) {
                 double err = fabs((double)w1[i] - want[i]) / (fabs(want[i]) + 1e-3);

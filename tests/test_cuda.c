@@ -97,8 +97,8 @@ static void test_adamw(size_t n) {
     float *dp = dev(p, n * 4), *dg = dev(g, n * 4), *dm = dev(m, n * 4), *dv = dev(v, n * 4);
     float *gp = malloc(n * 4), *gm = malloc(n * 4), *gv = malloc(n * 4);
     for (long t = 1; t <= 3; t++) {
-        tsr_adamw(p, g, m, v, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
-        tsr_cuda_adamw(dp, dg, dm, dv, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t, NULL);
+        tsr_adamw(p, g, 0.875f, m, v, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t);
+        tsr_cuda_adamw(dp, dg, 0.875f, dm, dv, n, 3e-4f, 0.9f, 0.95f, 1e-8f, 0.1f, t, NULL);
     }
     back(gp, dp, n * 4), back(gm, dm, n * 4), back(gv, dv, n * 4);
     CHECK(!memcmp(gp, p, n * 4) && !memcmp(gm, m, n * 4) && !memcmp(gv, v, n * 4),

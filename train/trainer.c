@@ -575,8 +575,7 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     for (size_t p = 0; p < n; p++) {
         param *q = &t->par[p];
         if (!q->on_stage || !q->shard_n) continue;
-        if (clip < 1.0) tsr_scale(q->g, q->shard_n, (float)clip);
-        tsr_adamw(q->w, q->g, q->m, q->v, q->shard_n, lr, (float)c->optimizer.beta1, (float)c->optimizer.beta2,
+        tsr_adamw(q->w, q->g, clip < 1.0 ? (float)clip : 1.0f, q->m, q->v, q->shard_n, lr, (float)c->optimizer.beta1, (float)c->optimizer.beta2,
                   (float)c->optimizer.eps, (float)c->optimizer.weight_decay, step);
     }
     return 0;

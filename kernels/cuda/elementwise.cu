@@ -42,10 +42,10 @@ extern "C" void tsr_cuda_bf16_to_f32(float *out, const uint16_t *in, size_t n, t
 
 /* The float operations of tsr_adamw, in its order (no fused multiply-adds, so
  * that the result is the CPU's to the bit). */
-static __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float beta1, float beta2,
-                               float eps, float step, float rsq_bc2, float decay) {
+static __global__ void adamw_k(float *p, const float *g, float gscale, float *m, float *v, size_t n, float beta1,
+                               float beta2, float eps, float step, float rsq_bc2, float decay) {
     FOR_EACH(i, n) {
-        float gi = g[i];
+        float gi = __fmul_rn(g[i], gscale);
         float mi = __fadd_rn(__fmul_rn(beta1, m[i]), __fmul_rn(1.0f - beta1, gi));
         float vi = __fadd_rn(__fmul_rn(beta2, v[i]), __fmul_rn(__fmul_rn(1.0f - beta2, gi), gi));
         m[i] = mi;
@@ -54,9 +54,9 @@ static __global__ void adamw_k(float *p, const float *g, float *m, float *v, siz
         p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(step, mi), den));
     }
 }
-extern "C" void tsr_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1,
+extern "C" void tsr_cuda_adamw(float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr, float beta1,
                                float beta2, float eps, float weight_decay, long t, tsr_stream *s) {
     double bc1 = 1.0 - pow((double)beta1, (double)t), bc2 = 1.0 - pow((double)beta2, (double)t);
     float step = (float)(lr / bc1), rsq_bc2 = (float)(1.0 / sqrt(bc2)), decay = 1.0f - lr * weight_decay;
-    if (n) adamw_k<<<GRID(n)>>>(p, g, m, v, n, beta1, beta2, eps, step, rsq_bc2, decay);
+    if (n) adamw_k<<<GRID(n)>>>(p, g, gscale, m, v, n, beta1, beta2, eps, step, rsq_bc2, decay);
 }

@@ -40,7 +40,7 @@ void tsr_cuda_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float
 void tsr_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                           const float *rstd, int N, int C, tsr_stream *s);
 /* optim.h */
-void tsr_cuda_adamw(float *p, const float *g, float *m, float *v, size_t n, float lr, float beta1, float beta2,
+void tsr_cuda_adamw(float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr, float beta1, float beta2,
                     float eps, float weight_decay, long t, tsr_stream *s);
 /* tsr_cuda_sumsq(): the sum of squares of x (n, device memory) in double into
  * *out, summed in fixed chunks in a fixed order (waits for s). @return 0, or
