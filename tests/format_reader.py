@@ -603,7 +603,7 @@ def check_trainer(ck):
     hd = C // NH
     size = {"C": C, "Q": NH * hd, "K": NKV * hd, "F": F, "V": V}
     want = {"tok_embeddings.weight": ((V, C), -1, 1, -1), "norm.weight": ((C,), -1, 2, -1),
-            "output.weight": ((V, C), -1, 2, -1)}
+            "output.weight": ((V, C), 0, 2, -1)}
     for layer in range(L):
         for name, shape, tp in LAYER:
             want["layers.%d.%s" % (layer, name)] = (tuple(size[c] for c in shape), tp, 3, layer)

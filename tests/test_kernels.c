@@ -394,6 +394,47 @@ static void case_swiglu(size_t n) {
     free(gate), free(up), free(out), free(dout), free(dg), free(du), free(g0), free(h0), free(g), free(h);
 }
 
+/* The vocabulary-parallel cross-entropy against the whole one: the columns cut
+ * into `parts` as a tp layout cuts them (the last parts empty when V is small),
+ * each part's stats gathered, then each part's probabilities, losses (summed
+ * over the parts: each row's loss comes from the part holding its target) and
+ * gradient put side by side. */
+static void check_xent_parts(const char *cs, const float *logits, const int *tgt, const float *dloss, int N, int V,
+                             const float *losses, const float *probs, const float *dl, int count, int parts) {
+    size_t n = (size_t)N * V;
+    int per = V / parts + (V % parts != 0), total = 0;
+    float *stats = fnan((size_t)parts * 2 * N), *P = fnan(n), *D = fzero(n), *L = fzero((size_t)N);
+    for (int r = 0; r < parts; r++) {
+        int v0 = per * r < V ? per * r : V, Vt = V - v0 < per ? V - v0 : per;
+        float *x = fnan((size_t)N * Vt + 1);
+        for (int i = 0; i < N; i++) memcpy(x + (size_t)i * Vt, logits + (size_t)i * V + v0, (size_t)Vt * sizeof *x);
+        tsr_xent_part_stats(stats + (size_t)r * 2 * N, x, N, Vt);
+        free(x);
+    }
+    for (int r = 0; r < parts; r++) {
+        int v0 = per * r < V ? per * r : V, Vt = V - v0 < per ? V - v0 : per;
+        float *x = fnan((size_t)N * Vt + 1), *l = fnan((size_t)N), *d = fzero((size_t)N * Vt + 1);
+        for (int i = 0; i < N; i++) memcpy(x + (size_t)i * Vt, logits + (size_t)i * V + v0, (size_t)Vt * sizeof *x);
+        total += tsr_xent_part_fwd(l, x, x, tgt, N, Vt, v0, stats, parts); /* in place */
+        tsr_xent_part_bwd(d, x, tgt, dloss, N, Vt, v0, V);
+        for (int i = 0; i < N; i++) {
+            L[i] += l[i];
+            memcpy(P + (size_t)i * V + v0, x + (size_t)i * Vt, (size_t)Vt * sizeof *x);
+            memcpy(D + (size_t)i * V + v0, d + (size_t)i * Vt, (size_t)Vt * sizeof *x);
+        }
+        free(x), free(l), free(d);
+    }
+    char what[96];
+    CHECK(total == count, "%s in %d parts: %d targets counted, the whole %d", cs, parts, total, count);
+    snprintf(what, sizeof what, "%s in %d parts: losses", cs, parts);
+    check_close(what, L, losses, (size_t)N);
+    snprintf(what, sizeof what, "%s in %d parts: probs", cs, parts);
+    check_close(what, P, probs, n);
+    snprintf(what, sizeof what, "%s in %d parts: dlogits", cs, parts);
+    check_close(what, D, dl, n);
+    free(stats), free(P), free(D), free(L);
+}
+
 static void case_xent(int N, int V, float scale) {
     char cs[64];
     snprintf(cs, sizeof cs, "xent_%dx%d", N, V);
@@ -411,6 +452,8 @@ static void case_xent(int N, int V, float scale) {
     check_finite(cs, probs, n);
     float *dl = fzero(n);
     tsr_xent_bwd(dl, probs, tgt, dloss, N, V);
+    check_xent_parts(cs, logits, tgt, dloss, N, V, losses, probs, dl, count, 2);
+    check_xent_parts(cs, logits, tgt, dloss, N, V, losses, probs, dl, count, 3);
     declare(cs, "xent", "N=%d V=%d count=%d", N, V, count);
     SAVE_I(cs, "targets", tgt, N);
     SAVE(cs, "logits", logits, N, V);

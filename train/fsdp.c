@@ -18,8 +18,9 @@ void tsr_fsdp_units_free(tsr_trainer *t) {
     for (int u = 0; t->units && u < t->n_units; u++) free(t->units[u].counts);
     free(t->units);
     free(t->vrow0);
+    free(t->hrow0);
     t->units = NULL;
-    t->vrow0 = NULL;
+    t->vrow0 = t->hrow0 = NULL;
 }
 
 /* The FSDP units (the embedding, each layer, the final norm with the output),
@@ -48,22 +49,30 @@ int tsr_fsdp_units_init(tsr_trainer *t, tsr_error *err) {
     }
     t->n_full_elems = 0;
     if (S == 1) return 0;
-    /* the embedding and the output: (V, C), dim 0 split over dp_shard; rounds
-     * of chunk_rows rows of each rank's shard fit in the largest layer */
-    uint64_t C = (uint64_t)t->args.dim, V = (uint64_t)t->args.vocab_size, most = 0;
-    const param *q = t->par[0].on_stage ? &t->par[0] : t->par[np - 1].on_stage ? &t->par[np - 1] : NULL;
-    if (!(t->vrow0 = calloc(S + 1, sizeof *t->vrow0))) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    for (uint32_t r = 0; q && r < S; r++) {
-        uint64_t rows = q->counts[r] / C;
-        t->vrow0[r + 1] = t->vrow0[r] + rows;
-        if (rows > most) most = rows;
+    /* the embedding (V, C) and the output (its TP-local rows, C), dim 0 split
+     * over dp_shard; rounds of chunk_rows rows of each rank's shard fit in the
+     * largest layer */
+    uint64_t C = (uint64_t)t->args.dim, most = 0, most_of[2] = {0, 0};
+    uint64_t **row0[2] = {&t->vrow0, &t->hrow0};
+    for (int h = 0; h < 2; h++) {
+        const param *q = &t->par[h ? np - 1 : 0];
+        if (!(*row0[h] = calloc(S + 1, sizeof **row0[h]))) return tsr_err(err, TSR_ENOMEM, "out of memory");
+        for (uint32_t r = 0; q->on_stage && r < S; r++) {
+            uint64_t rows = q->counts[r] / C;
+            (*row0[h])[r + 1] = (*row0[h])[r] + rows;
+            if (rows > most_of[h]) most_of[h] = rows;
+        }
+        if (q->on_stage && (*row0[h])[S] * C != q->full_n)
+            return tsr_err(err, TSR_EINVAL, "FSDP: the %s's shards hold %llu of its %llu rows",
+                           h ? "output" : "embedding", (unsigned long long)(*row0[h])[S],
+                           (unsigned long long)(q->full_n / C));
+        if (most_of[h] > most) most = most_of[h];
     }
-    if (q && t->vrow0[S] != V) return tsr_err(err, TSR_EINVAL, "FSDP: the embedding's shards hold %llu of %llu rows",
-                                             (unsigned long long)t->vrow0[S], (unsigned long long)V);
     t->chunk_rows = t->unit_max / (S * C);
     if (t->chunk_rows < 1) t->chunk_rows = t->unit_max ? 1 : (most ? most : 1);
     if (t->chunk_rows > most && most) t->chunk_rows = most;
-    t->rounds = q ? (most + t->chunk_rows - 1) / t->chunk_rows : 0;
+    t->rounds = (most_of[0] + t->chunk_rows - 1) / t->chunk_rows;
+    t->hrounds = (most_of[1] + t->chunk_rows - 1) / t->chunk_rows;
     uint64_t chunk = C + S * t->chunk_rows * C; /* the final norm, then a round of the output */
     if (chunk > t->unit_max) t->unit_max = chunk;
     if (t->chunk_rows * C > t->unit_shard_max) t->unit_shard_max = t->chunk_rows * C;
@@ -131,9 +140,9 @@ int tsr_fsdp_grads_reduce(tsr_trainer *t, int u, tsr_error *err) {
 static int round_gather(tsr_trainer *t, size_t p, uint64_t k, float *dst, size_t *counts, uint64_t *base,
                         tsr_error *err) {
     uint32_t S = t->layout.dp_shard;
-    uint64_t C = (uint64_t)t->args.dim, R = t->chunk_rows, at = 0;
+    uint64_t C = (uint64_t)t->args.dim, R = t->chunk_rows, at = 0, *row0 = p ? t->hrow0 : t->vrow0;
     for (uint32_t r = 0; r < S; r++) {
-        uint64_t rows = t->vrow0[r + 1] - t->vrow0[r], lo = k * R < rows ? k * R : rows;
+        uint64_t rows = row0[r + 1] - row0[r], lo = k * R < rows ? k * R : rows;
         uint64_t n = rows - lo < R ? rows - lo : R;
         counts[r] = n * C, base[r] = at, at += n;
     }
@@ -211,12 +220,12 @@ int tsr_fsdp_embed_bwd(tsr_trainer *t, const float *dout, const int *tok, tsr_er
 int tsr_fsdp_head_fwd(tsr_trainer *t, float *logits, const float *h, tsr_error *err) {
     uint32_t S = t->layout.dp_shard;
     size_t counts[S], np = t->decls.n_params, N = t->N;
-    uint64_t base[S], C = (uint64_t)t->args.dim, V = (uint64_t)t->args.vocab_size;
-    for (uint64_t k = 0; k < t->rounds; k++) {
+    uint64_t base[S], C = (uint64_t)t->args.dim, V = t->Vt;
+    for (uint64_t k = 0; k < t->hrounds; k++) {
         int rc = round_gather(t, np - 1, k, t->wunit + C, counts, base, err);
         if (rc) return rc;
         for (uint32_t r = 0; r < S; r++) {
-            uint64_t n = counts[r] / C, col = t->vrow0[r] + k * t->chunk_rows;
+            uint64_t n = counts[r] / C, col = t->hrow0[r] + k * t->chunk_rows;
             if (!n) continue;
             tsr_matmul_fwd(t->logit_tmp, h, t->wunit + C + base[r] * C, (int)N, (int)C, (int)n);
             for (size_t i = 0; i < N; i++) tsr_k_copy(logits + i * V + col, t->logit_tmp + i * n, n * sizeof(float));
@@ -231,14 +240,14 @@ int tsr_fsdp_head_fwd(tsr_trainer *t, float *logits, const float *h, tsr_error *
 int tsr_fsdp_head_bwd(tsr_trainer *t, float *dh, const float *dlogits, const float *h, tsr_error *err) {
     uint32_t S = t->layout.dp_shard;
     size_t counts[S], np = t->decls.n_params, N = t->N;
-    uint64_t base[S], C = (uint64_t)t->args.dim, V = (uint64_t)t->args.vocab_size;
+    uint64_t base[S], C = (uint64_t)t->args.dim, V = t->Vt;
     int rc = 0;
-    for (uint64_t k = 0; k < t->rounds && !rc; k++) {
+    for (uint64_t k = 0; k < t->hrounds && !rc; k++) {
         if ((rc = round_gather(t, np - 1, k, t->wunit + C, counts, base, err))) break;
         uint64_t rows = base[S - 1] + counts[S - 1] / C;
         tsr_k_fill(t->gunit + C, rows * C, 0);
         for (uint32_t r = 0; r < S; r++) {
-            uint64_t n = counts[r] / C, col = t->vrow0[r] + k * t->chunk_rows;
+            uint64_t n = counts[r] / C, col = t->hrow0[r] + k * t->chunk_rows;
             if (!n) continue;
             for (size_t i = 0; i < N; i++) tsr_k_copy(t->logit_tmp + i * n, dlogits + i * V + col, n * sizeof(float));
             tsr_matmul_bwd(dh, t->gunit + C + base[r] * C, t->logit_tmp, h, t->wunit + C + base[r] * C, (int)N,

@@ -56,6 +56,10 @@ static tsr_tensor_decl param_decl(const tsr_model_args *a, size_t p, char *name,
         snprintf(name, len, "%s", p == 0 ? "tok_embeddings.weight" : "output.weight");
         t.shape[0] = V, t.shape[1] = C;
         t.placement.pp_role = p == 0 ? TSR_PP_FIRST : TSR_PP_LAST;
+        /* the output is split over tp by vocabulary rows (TorchTitan's
+         * ColwiseParallel with loss_parallel): each tp rank computes its
+         * columns of the logits and of the loss */
+        if (p != 0) t.placement.tp_dim = 0;
         return t;
     }
     if (p == n - 2) {

@@ -211,7 +211,7 @@ enum {
     ACT_H1, ACT_RSTD1, ACT_Q, ACT_K, ACT_V, ACT_ATT, ACT_A, ACT_X2, ACT_H2, ACT_RSTD2, ACT_G, ACT_U, ACT_S,
     ACT_HF, ACT_RSTDF, ACT_PROBS, ACT_LOSSES,
     ACT_DRES, ACT_DH, ACT_DQ, ACT_DA, ACT_DK, ACT_DV, ACT_DS, ACT_DG, ACT_DU, ACT_ATT_SCRATCH, ACT_DLOGITS,
-    ACT_DLOSS, ACT_DSEND, ACT_ROPE_COS, ACT_ROPE_SIN, ACT_LOGIT_TMP,
+    ACT_DLOSS, ACT_DSEND, ACT_ROPE_COS, ACT_ROPE_SIN, ACT_LOGIT_TMP, ACT_XSTATS,
     N_ACT
 };
 static const struct act_row {
@@ -252,12 +252,13 @@ static const struct act_row {
     [ACT_ROPE_COS] = {SCRATCH, offsetof(tsr_trainer, rope_cos)},
     [ACT_ROPE_SIN] = {SCRATCH, offsetof(tsr_trainer, rope_sin)},
     [ACT_LOGIT_TMP] = {SCRATCH, offsetof(tsr_trainer, logit_tmp)},
+    [ACT_XSTATS] = {SCRATCH, offsetof(tsr_trainer, xstats)},
 };
 
 /* The floats of each buffer (0: this rank has none). N = mbs * T tokens of a
  * micro-batch; widths on this tp rank. */
 static void act_sizes(const tsr_trainer *t, size_t sz[N_ACT]) {
-    size_t N = t->N, C = (size_t)t->args.dim, V = (size_t)t->args.vocab_size, L = (size_t)(t->l1 - t->l0);
+    size_t N = t->N, C = (size_t)t->args.dim, V = t->Vt, L = (size_t)(t->l1 - t->l0);
     size_t hd = (size_t)tsr_model_head_dim(&t->args), last = t->last, pp_send = t->layout.pp > 1 && !t->first;
     size_t att = (size_t)t->mbs * t->NHt * t->T * t->T;
     size_t v[N_ACT] = {
@@ -273,6 +274,7 @@ static void act_sizes(const tsr_trainer *t, size_t sz[N_ACT]) {
         [ACT_DLOGITS] = last * N * V, [ACT_DLOSS] = last * N, [ACT_DSEND] = pp_send * (size_t)t->M * N * C,
         [ACT_ROPE_COS] = (size_t)t->T * hd / 2, [ACT_ROPE_SIN] = (size_t)t->T * hd / 2,
         [ACT_LOGIT_TMP] = last * (t->layout.dp_shard > 1) * N * t->chunk_rows,
+        [ACT_XSTATS] = last * (t->layout.tp > 1) * t->layout.tp * 2 * N, /* every tp rank's (N,2) */
     };
     memcpy(sz, v, sizeof v);
 }
@@ -325,6 +327,13 @@ static int shapes_init(tsr_trainer *t, tsr_error *err) {
     const size_t *counts = t->l1 > t->l0 ? NULL : group_counts(t, 0, err);
     if (t->l1 == t->l0 && !counts) return err ? err->code : TSR_ENOMEM;
     t->Ft = (counts ? tp_local(t, counts, w1) : t->par[w1].full_n) / (size_t)t->args.dim;
+    /* the output's rows on this tp rank, cut as the layout cuts dim 0 */
+    size_t V = (size_t)t->args.vocab_size, per = V / t->layout.tp + (V % t->layout.tp != 0);
+    t->v0 = per * t->co.tp < V ? per * t->co.tp : V;
+    t->Vt = V - t->v0 < per ? V - t->v0 : per;
+    if (t->last && t->par[t->decls.n_params - 1].full_n != t->Vt * (size_t)t->args.dim)
+        return tsr_err(err, TSR_EINVAL, "the output's rows on tp rank %u: %zu floats, not %zu rows", t->co.tp,
+                       (size_t)t->par[t->decls.n_params - 1].full_n, t->Vt);
     t->n_sets = t->layout.pp > 1 ? t->M : 1;
     t->act_floats = act_carve(t, NULL);
     return 0;
@@ -430,6 +439,26 @@ static int layer_bwd(tsr_trainer *t, int layer, layer_act *la, const float *x, t
 
 enum { TAG_FWD = 0, TAG_BWD = 1 };
 
+/* The first sample's logits (T, V) of the micro-batch (logits: this tp rank's
+ * columns, (N, Vt)) into keep_logits, gathered from every tp rank. */
+static int keep_logits(tsr_trainer *t, const float *logits, tsr_error *err) {
+    size_t T = (size_t)t->T, V = (size_t)t->args.vocab_size, tp = t->layout.tp;
+    if (tp == 1) {
+        tsr_k_copy(t->keep_logits, logits, T * V * sizeof(float));
+        return 0;
+    }
+    size_t per = V / tp + (V % tp != 0), counts[tp];
+    for (size_t r = 0; r < tp; r++) counts[r] = T * (per * r < V ? (V - per * r < per ? V - per * r : per) : 0);
+    float *all = malloc(T * V * sizeof(float) + 1);
+    if (!all) return tsr_err(err, TSR_ENOMEM, "out of memory for the logits of %zu tokens", T);
+    int rc = tsr_data_allgatherv(t->tp, TSR_F32, logits, all, counts, NULL, err);
+    for (size_t r = 0, at = 0; !rc && r < tp; at += counts[r], r++)
+        for (size_t i = 0, w = counts[r] / T; i < T && w; i++)
+            memcpy(t->keep_logits + i * V + per * r, all + at + i * w, w * sizeof(float));
+    free(all);
+    return rc;
+}
+
 /* Forward of micro-batch j (samples j*mbs ..) through this stage. */
 static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     act_set *s = &t->sets[j % t->n_sets];
@@ -452,14 +481,22 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     float *xL = s->xs + (size_t)L * N * C;
     if (!t->last)
         return tsr_data_send(t->world, t->next, 2 * j + TAG_FWD, TSR_F32, xL, N * C, t->reqs, NULL, err);
-    size_t np = t->decls.n_params;
+    size_t np = t->decls.n_params, Vt = t->Vt;
     if ((rc = tsr_fsdp_norm_gather(t, err))) return rc;
     tsr_rmsnorm_fwd(s->hf, s->rstdf, xL, t->par[np - 2].wf, (int)N, (int)C, t->args.norm_eps);
     if (t->layout.dp_shard > 1) rc = tsr_fsdp_head_fwd(t, s->probs, s->hf, err);
-    else tsr_matmul_fwd(s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
+    else tsr_matmul_fwd(s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)Vt);
+    if (!rc && t->keep_logits && j == t->M - 1) rc = keep_logits(t, s->probs, err);
     if (rc) return rc;
-    if (t->keep_logits && j == t->M - 1) tsr_k_copy(t->keep_logits, s->probs, (size_t)t->T * V * sizeof(float));
-    tsr_xent_fwd(s->losses, s->probs, s->probs, tgt, (int)N, (int)V);
+    if (t->layout.tp == 1) {
+        tsr_xent_fwd(s->losses, s->probs, s->probs, tgt, (int)N, (int)V);
+    } else { /* vocabulary-parallel: every tp rank's row maxima and sums, then its columns */
+        float *mine = t->xstats + (size_t)t->co.tp * 2 * N;
+        tsr_xent_part_stats(mine, s->probs, (int)N, (int)Vt);
+        if ((rc = tsr_data_allgather(t->tp, TSR_F32, mine, t->xstats, 2 * N, NULL, err))) return rc;
+        tsr_xent_part_fwd(s->losses, s->probs, s->probs, tgt, (int)N, (int)Vt, (int)t->v0, t->xstats,
+                          (int)t->layout.tp);
+    }
     t->loss_sum += tsr_xent_sum(s->losses, (int)N);
     return 0;
 }
@@ -472,11 +509,14 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
     float *xL = s->xs + (size_t)L * N * C;
     if (t->last) {
         tsr_k_fill(t->dloss, N, (float)t->inv_count);
-        tsr_k_fill(t->dlogits, N * V, 0);
-        tsr_xent_bwd(t->dlogits, s->probs, tgt, t->dloss, (int)N, (int)V);
+        tsr_k_fill(t->dlogits, N * t->Vt, 0);
+        tsr_xent_part_bwd(t->dlogits, s->probs, tgt, t->dloss, (int)N, (int)t->Vt, (int)t->v0, (int)V);
         tsr_k_fill(t->dh, N * C, 0);
         if (t->layout.dp_shard > 1) rc = tsr_fsdp_head_bwd(t, t->dh, t->dlogits, s->hf, err);
-        else tsr_matmul_bwd(t->dh, t->par[np - 1].gf, t->dlogits, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)V);
+        else tsr_matmul_bwd(t->dh, t->par[np - 1].gf, t->dlogits, s->hf, t->par[np - 1].wf, (int)N, (int)C,
+                            (int)t->Vt);
+        /* each tp rank's vocabulary columns add their part of d(h) */
+        if (!rc) rc = tp_sum(t, t->dh, N * C, err);
         if (!rc) rc = tsr_fsdp_norm_gather(t, err);
         if (rc) return rc;
         if (t->layout.dp_shard > 1) tsr_k_fill(t->par[np - 2].gf, C, 0);
@@ -560,7 +600,7 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
         rc = tsr_data_allreduce_sum(t->rep, TSR_F32, t->arena + t->n_shard_elems, t->n_shard_elems, NULL, err);
     if (rc) return rc;
     /* the loss and the gradient norm, each counted once */
-    double red[2] = {t->last && t->co.tp == 0 ? t->loss_sum : 0, 0};
+    double red[2] = {t->last ? t->loss_sum : 0, 0}; /* each tp rank the rows whose targets it holds */
     for (size_t p = 0; p < n; p++)
         if (t->par[p].on_stage && t->par[p].norm_counts) red[1] += tsr_sumsq(t->par[p].g, t->par[p].shard_n);
     if ((rc = tsr_data_allreduce_sum(t->world, TSR_F64, red, 2, NULL, err))) return rc;

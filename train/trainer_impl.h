@@ -76,6 +76,7 @@ struct tsr_trainer {
      * chunk_rows rows of every rank's shard, so that they need no more than a
      * layer does */
     uint64_t chunk_rows, rounds, *vrow0; /* rows per round; rounds; first row of each dp_shard rank (S+1) */
+    uint64_t hrounds, *hrow0;           /* the same for the output's TP-local rows (Vt) */
     float *logit_tmp;   /* (N, chunk_rows): a block of logits or of their gradients */
     int *tok_map;       /* (N): each token's row in the round's chunk, or -1 */
     /* shapes of a step */
@@ -83,12 +84,13 @@ struct tsr_trainer {
     size_t N;           /* tokens per micro-batch */
     int NHt, NKVt;      /* heads on this tp rank */
     size_t Dq, Dkv, Ft; /* their widths, and the ffn width on this tp rank */
+    size_t Vt, v0;      /* the output's vocabulary rows on this tp rank: [v0, v0 + Vt) */
     /* activations and scratch: one arena carved by the table in trainer.c */
     float *act_arena;
     size_t act_floats;
     act_set *sets;
     int n_sets;
-    float *dres, *dh, *dq, *da, *dk, *dv, *ds, *dg, *du, *att_scratch, *dlogits, *dloss, *dsend;
+    float *xstats, *dres, *dh, *dq, *da, *dk, *dv, *ds, *dg, *du, *att_scratch, *dlogits, *dloss, *dsend;
     float *rope_cos, *rope_sin;
     int *tokens;        /* inputs (B,T) then targets (B,T) */
     tsr_comm_reqs *reqs;
