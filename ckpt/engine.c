@@ -200,15 +200,21 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
     tsr_error prev;
     if (tsr_engine_wait(e, &prev) && !e->opts.quiet) tsr_log(1, "previous save failed: %s", prev.msg);
     e->last_wait = tsr_now() - t0;
-    int broken = tsr_engine_broken(e);
-    int rc = engine_save_plan(e, step, st, &broken, err);
+    int broken = tsr_engine_broken(e), later = 0;
+    e->n_saves++; /* on every rank, whatever the outcome: the save ids stay the same everywhere */
+    int rc = engine_save_plan(e, step, st, &broken, &later, err);
     if (broken) {
         pthread_mutex_lock(&e->mu);
         e->broken = 1;
         pthread_mutex_unlock(&e->mu);
     }
     if (!rc) rc = engine_stage(e, dir, step, st, err);
+    if (rc && later) { /* the other ranks' backgrounds wait for this rank's word: it fails the save everywhere */
+        tsr_error ae = {0};
+        engine_agree(e, step, AGREE_INVALID, rc, &broken, &ae);
+    }
     if (rc) return rc;
+    e->job.agree_later = later;
     pthread_mutex_lock(&e->mu);
     e->busy = 1;
     e->pending = 1;

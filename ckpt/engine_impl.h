@@ -57,6 +57,7 @@ typedef struct job {
     size_t n_blobs;
     uint64_t staged_bytes; /* raw bytes of the boxes and blobs */
     struct stage_copy *deferred; /* overlap_staging: the boxes' copy, for the background */
+    int agree_later;             /* the ranks' agreement on this save is the background's first step */
 } job;
 
 struct tsr_engine {
@@ -103,12 +104,16 @@ typedef struct all_boxes {
 } all_boxes;
 
 /* engine_save.c: the phases of a save, called by engine.c in this order. */
-/* engine_save_plan(): every rank learns whether all states are valid and every
- * engine can save (*broken: this engine cannot, since an earlier commit exchange
- * timed out; set when another rank reports it); then rank 0 makes room
- * (retention, rewinding) and the plan is refreshed if the layout changed.
- * Collective on e->comm. */
-int engine_save_plan(tsr_engine *e, uint64_t step, const tsr_state *st, int *broken, tsr_error *err);
+/* engine_save_plan(): the ranks agree (engine_agree) that every state is valid,
+ * that every engine can save (*broken: this engine cannot, since an earlier
+ * commit exchange timed out; set when another rank reports it) and whether the
+ * cached save plan still holds; rank 0 makes room (retention, rewinding) first.
+ * When this rank's state has the layout of the cached plan, nothing is
+ * exchanged here: *later is set and the background agrees before it writes, so
+ * that the save call waits for no other rank. Otherwise the agreement (and a new
+ * plan when the layout changed on every rank) is made here, collective on e->bg
+ * (the background is idle) and e->comm. */
+int engine_save_plan(tsr_engine *e, uint64_t step, const tsr_state *st, int *broken, int *later, tsr_error *err);
 /* engine_stage(): copies this rank's boxes and blobs into the arena and fills
  * e->job for a save of `step` into `dir`. The background thread must be idle. */
 int engine_stage(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err);
@@ -128,5 +133,14 @@ long engine_plan_find(const tsr_save_plan *p, uint32_t tensor, const tsr_box *bo
 int engine_check_state(const tsr_state *st, tsr_error *err);
 size_t *engine_elem_sizes(const tsr_state *st);
 int engine_plan_save(tsr_engine *e, const tsr_state *st, tsr_error *err);
+uint64_t engine_state_key(const tsr_state *st);
+/* engine_agree(): every rank's code (AGREE_*) compared on e->bg; the lowest
+ * decides. @return 0 when the cached plans hold everywhere, AGREE_REPLAN when
+ * every rank must plan again now, or an error: a state invalid (here: here_rc
+ * with err as the check left it), an engine broken (*broken set), or a layout
+ * that changed on some ranks only (the cache dropped everywhere; the next save
+ * plans again). */
+enum { AGREE_INVALID = 0, AGREE_BROKEN = 1, AGREE_REPLAN = 2, AGREE_CACHED = 3 };
+int engine_agree(tsr_engine *e, uint64_t step, int64_t code, int here_rc, int *broken, tsr_error *err);
 
 #endif

@@ -4,7 +4,7 @@
 
 /* ------------------------------------------------------------- planning */
 
-static uint64_t state_key(const tsr_state *st) {
+uint64_t engine_state_key(const tsr_state *st) {
     uint64_t h = tsr_hash(&st->n_tensors, sizeof st->n_tensors);
     for (size_t i = 0; i < st->n_tensors; i++) {
         const tsr_tensor_decl *t = &st->tensors[i];
@@ -131,14 +131,12 @@ size_t *engine_elem_sizes(const tsr_state *st) {
     return es;
 }
 
-/* (Re)plans when the state's layout changed on any rank: e->mine lists the state
- * boxes this rank writes. */
+/* Plans (every rank, after engine_agree said so): e->mine lists the state boxes
+ * this rank writes. */
 int engine_plan_save(tsr_engine *e, const tsr_state *st, tsr_error *err) {
-    uint64_t key = state_key(st);
-    int64_t valid = e->have_plan && key == e->plan_key;
-    int rc = tsr_comm_allreduce_min(e->comm, &valid, err);
-    if (rc) return rc;
-    if (valid) return 0;
+    uint64_t key = engine_state_key(st);
+    int rc = 0;
+    e->have_plan = 0;
     all_boxes ab = {0};
     if ((rc = engine_gather_boxes(e->comm, st, &ab, err))) return rc;
     size_t *es = engine_elem_sizes(st);

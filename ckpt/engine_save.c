@@ -126,22 +126,43 @@ static void make_room(tsr_engine *e) {
 
 /* ----------------------------------------------------------------- plan */
 
-int engine_save_plan(tsr_engine *e, uint64_t step, const tsr_state *st, int *broken, tsr_error *err) {
-    int rc = engine_check_state(st, err);
-    int64_t ok = rc ? 0 : *broken ? 1 : 2;
-    /* every rank learns whether all states are usable, and whether every engine
-     * can save, before any collective on them */
-    if (tsr_comm_allreduce_min(e->comm, &ok, rc ? NULL : err) && !rc) return err ? err->code : TSR_EIO;
-    if (!ok) return rc ? rc : tsr_err(err, TSR_EINVAL, "another rank's state is invalid");
-    if (ok == 1) { /* the background comm may deliver a late message of that save */
+int engine_agree(tsr_engine *e, uint64_t step, int64_t code, int here_rc, int *broken, tsr_error *err) {
+    /* before any rank writes: the others leave the agreement only after rank 0
+     * has entered it */
+    if (e->rank == 0 && code >= AGREE_REPLAN) make_room(e);
+    /* the lowest code and the highest; collectives, which no late point-to-point
+     * message of an earlier save on e->bg can disturb */
+    int64_t lo = code, hi = -code;
+    tsr_error ce = {0};
+    if (tsr_comm_allreduce_min(e->bg, &lo, &ce) || tsr_comm_allreduce_min(e->bg, &hi, &ce))
+        return here_rc ? here_rc : tsr_err(err, ce.code ? ce.code : TSR_EIO, "save of step %llu: %s",
+                                            (unsigned long long)step, ce.msg);
+    hi = -hi;
+    if (lo == AGREE_INVALID) return here_rc ? here_rc : tsr_err(err, TSR_EINVAL, "save of step %llu: another rank's state is invalid or could not be staged",
+                                                              (unsigned long long)step);
+    if (lo == AGREE_BROKEN) { /* the background comm may deliver a late message of that save */
         int here = *broken;
         *broken = 1; /* learnt from another rank */
         return tsr_err(err, TSR_EIO, "save of step %llu: an earlier commit timed out%s; the engine cannot save until restarted",
                        (unsigned long long)step, here ? "" : " on another rank");
     }
-    /* before any rank writes: the others leave engine_plan_save's collectives only
-     * after rank 0 has entered them */
-    if (e->rank == 0) make_room(e);
+    if (lo == AGREE_CACHED) return 0;
+    if (hi == AGREE_CACHED) { /* the ranks that kept their plan are past the point of planning */
+        e->have_plan = 0;
+        return tsr_err(err, TSR_EINVAL, "save of step %llu: the state's layout changed on some ranks only; this save "
+                       "is skipped and the next one plans again", (unsigned long long)step);
+    }
+    return AGREE_REPLAN;
+}
+
+int engine_save_plan(tsr_engine *e, uint64_t step, const tsr_state *st, int *broken, int *later, tsr_error *err) {
+    int rc = engine_check_state(st, err);
+    uint64_t key = rc ? 0 : engine_state_key(st);
+    int64_t code = rc ? AGREE_INVALID : *broken ? AGREE_BROKEN : e->have_plan && key == e->plan_key ? AGREE_CACHED : AGREE_REPLAN;
+    *later = code == AGREE_CACHED && !e->opts.sync;
+    if (*later) return 0;
+    int a = engine_agree(e, step, code, rc, broken, err);
+    if (a != AGREE_REPLAN) return a;
     return engine_plan_save(e, st, err);
 }
 
@@ -288,6 +309,14 @@ int engine_run_job(tsr_engine *e, tsr_error *err, int *broken) {
     *err = (tsr_error){0};
     *broken = 0;
     int rc = deferred_copy(e, err);
+    if (e->job.agree_later) { /* the save call left the agreement to here */
+        tsr_error ae = {0};
+        int a = engine_agree(e, e->job.step, AGREE_CACHED, 0, broken, &ae);
+        if (a) { /* every rank learnt the same: none writes */
+            if (!rc) *err = ae;
+            return rc ? rc : a;
+        }
+    }
     if (!rc) rc = write_file(e, &s, &table, &table_len, err);
 
     double timeout = e->opts.commit_timeout_s > 0 ? e->opts.commit_timeout_s : 0;
@@ -394,7 +423,6 @@ static int job_begin(tsr_engine *e, const char *dir, uint64_t step, const tsr_st
     j->step = step;
     j->layout = st->layout;
     if (!j->layout.pp) j->layout = (tsr_layout){1, 1, 1, 1, 0, 0};
-    e->n_saves++;
     uint64_t ids[3] = {tsr_hash(e->engine_id, 16), step, e->n_saves};
     uint64_t h1 = tsr_hash(ids, sizeof ids), h2 = tsr_hash(&h1, sizeof h1);
     memcpy(j->save_id, &h1, 8);
