@@ -179,14 +179,19 @@ tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_op
  * committed checkpoints, then releases everything. */
 void tsr_engine_free(tsr_engine *e);
 
-/* tsr_engine_save(): collective. Waits for the previous save if one is in flight
- * (tsr_engine_last_wait tells how long), plans which rank writes which box
- * (replicas once, balanced by bytes; cached while the state's layout is
- * unchanged), copies this rank's share into a staging arena allocated once, and
- * returns: encoding, writing (io_uring), the commit of the MANIFEST by rank 0 and
- * retention go on in the background. The state's memory may change as soon as it
- * returns. A failure of the background work never touches earlier checkpoints
- * and is reported by tsr_engine_poll / tsr_engine_wait. Before it saves, rank 0
+/* tsr_engine_save(): collective (every rank calls it, in the same order). Waits
+ * for the previous save if one is in flight (tsr_engine_last_wait tells how
+ * long), plans which rank writes which box (replicas once, balanced by bytes;
+ * cached while the state's layout is unchanged), copies this rank's share into a
+ * staging arena allocated once, and returns. While the cached plan holds, the
+ * call exchanges nothing with the other ranks: the ranks agree that every state
+ * is valid and every plan still good in the background, before anything is
+ * written (an invalid state elsewhere then fails the save at tsr_engine_wait;
+ * this rank's own invalid state fails the call). Encoding, writing (io_uring),
+ * the commit of the MANIFEST by rank 0 and retention go on in the background.
+ * The state's memory may change as soon as it returns. A failure of the
+ * background work never touches earlier checkpoints and is reported by
+ * tsr_engine_poll / tsr_engine_wait. Before it saves, rank 0
  * makes room in ROOT: retention (keep_latest) is applied to the committed steps
  * (the newest is always kept), and uncommitted step directories, left by
  * earlier failed or interrupted saves, are removed, so that a job whose saves

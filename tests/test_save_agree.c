@@ -66,6 +66,29 @@ static int loads(tsr_engine *eng, uint32_t rank, const char *step_dir, int seed)
     return 1;
 }
 
+/* Save `step`, which rank `odd` refuses in its call (its error holds `why_odd`)
+ * and the others at their wait (theirs name the step and hold `why`); nothing of
+ * the step is written. */
+static void refused(tsr_engine *eng, tsr_comm *comm, const char *root, const tsr_state *st, int step, uint32_t odd,
+                    const char *why_odd, const char *why) {
+    uint32_t rank = tsr_comm_rank(comm);
+    char name[64], dir[700];
+    snprintf(name, sizeof name, "save of step %d", step);
+    int rc = tsr_engine_save(eng, (uint64_t)step, st, &e);
+    if (rank == odd) {
+        CHECK(rc == TSR_EINVAL && strstr(e.msg, why_odd), "rank %u: the save call of step %d: %d: %s", rank, step,
+              rc, e.msg);
+    } else {
+        CHECK(rc == 0, "rank %u: the save call of step %d waited for rank %u: %d: %s", rank, step, odd, rc, e.msg);
+        rc = tsr_engine_wait(eng, &e);
+        CHECK(rc == TSR_EINVAL && strstr(e.msg, name) && strstr(e.msg, why), "rank %u: step %d: %d: %s", rank, step,
+              rc, e.msg);
+    }
+    tsr_comm_barrier(comm, NULL);
+    snprintf(dir, sizeof dir, "%s/step-%08d", root, step);
+    CHECK(access(dir, F_OK) != 0, "rank %u: %s exists: the refused save wrote", rank, dir);
+}
+
 int main(void) {
     if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE")) return check_mpi_relaunch("3", "120");
     tsr_comm *comm = tsr_comm_mpi_world(&e);
@@ -109,18 +132,7 @@ int main(void) {
 
     /* 3: rank 1 alone saves another layout */
     st = state(rank, 3, rank == 1);
-    int rc = tsr_engine_save(eng, 3, &st, &e);
-    if (rank == 1) {
-        CHECK(rc == TSR_EINVAL, "rank 1: the save call of step 3 in another layout returned %d: %s", rc, e.msg);
-    } else {
-        CHECK(rc == 0, "rank %u: the save call of step 3: %d: %s", rank, rc, e.msg);
-        rc = tsr_engine_wait(eng, &e);
-    }
-    CHECK(rc == TSR_EINVAL && strstr(e.msg, "save of step 3") && strstr(e.msg, "changed on some ranks only"),
-          "rank %u: step 3: %d: %s", rank, rc, e.msg);
-    tsr_comm_barrier(comm, NULL);
-    snprintf(dir, sizeof dir, "%s/step-00000003", root);
-    CHECK(access(dir, F_OK) != 0, "rank %u: %s exists: the refused save wrote", rank, dir);
+    refused(eng, comm, root, &st, 3, 1, "changed on some ranks only", "changed on some ranks only");
 
     /* 4: every rank plans again (rank 1 keeps its two boxes) */
     st = state(rank, 4, rank == 1);
@@ -133,18 +145,7 @@ int main(void) {
     /* 5: rank 2's state is invalid (its box outside the tensor) */
     st = state(rank, 5, rank == 1);
     if (rank == 2) sb[0].box.offset[0] = R;
-    rc = tsr_engine_save(eng, 5, &st, &e);
-    if (rank == 2) {
-        CHECK(rc == TSR_EINVAL && strstr(e.msg, "model.w"), "rank 2: an invalid state: %d: %s", rc, e.msg);
-    } else {
-        CHECK(rc == 0, "rank %u: the save call of step 5: %d: %s", rank, rc, e.msg);
-        rc = tsr_engine_wait(eng, &e);
-        CHECK(rc == TSR_EINVAL && strstr(e.msg, "save of step 5") && strstr(e.msg, "another rank's state is invalid"),
-              "rank %u: step 5: %d: %s", rank, rc, e.msg);
-    }
-    tsr_comm_barrier(comm, NULL);
-    snprintf(dir, sizeof dir, "%s/step-00000005", root);
-    CHECK(access(dir, F_OK) != 0, "rank %u: %s exists: the refused save wrote", rank, dir);
+    refused(eng, comm, root, &st, 5, 2, "model.w", "another rank's state is invalid");
 
     /* 6: the next save commits */
     st = state(rank, 6, rank == 1);
