@@ -4,7 +4,9 @@
 #   make test-long  the long soak and fuzz runs
 #   make bench      benchmarks (release build)
 #   make run        the main job
-#   make install    install the command, library and header under PREFIX
+#   make install    install the command, the libraries (shared and static), the headers,
+#                   tessera.pc for pkg-config and the manual page under PREFIX
+#   make uninstall  remove what make install put there
 #   make CUDA=1     also build the CUDA kernels (kernels/cuda/*.cu) and link cuBLAS and NCCL
 
 PREFIX ?= /usr/local
@@ -18,7 +20,8 @@ FUZZ_SECONDS ?= 30
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
 INCLUDES := -Iinclude -Ibase -Ikernels -Ikernels/cuda -Iformats -Ireshard -Icomm -Ickpt -Itrain -Iconvert -I/usr/include/libxml2 $(MPI_CFLAGS)
-CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
+# -fPIC: the library's objects go into libtessera.so as well as libtessera.a
+CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -fPIC -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
 SYS_LIBS := -lzstd -lxxhash -luring -lcjson -lcurl -lxml2 -linih -lcrypto -lopenblas
 LDLIBS_ALL := $(SYS_LIBS) $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
@@ -50,7 +53,7 @@ LDLIBS_ALL += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/lib -Wl,-rpath,$(CUDA_HOME)/li
 endif
 NVCC_WERROR := $(if $(WERROR),-Werror all-warnings -Xcompiler -Werror)
 NVCCFLAGS := -std=c++17 -O2 -g -lineinfo -gencode arch=compute_90,code=[sm_90,compute_90] \
-  -Xcompiler -Wall,-Wextra,-Wno-unused-parameter $(NVCC_WERROR) -DTSR_CUDA=1 $(INCLUDES)
+  -Xcompiler -fPIC,-Wall,-Wextra,-Wno-unused-parameter $(NVCC_WERROR) -DTSR_CUDA=1 $(INCLUDES)
 TRAIN_OBJ := $(TRAIN_SRC:%.c=$(BUILD)/%.o)
 TOOL_OBJ := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
@@ -58,8 +61,15 @@ TESTS := $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 PUBLIC_HEADERS := include/tessera.h $(foreach d,$(LAYERS),$(wildcard $(d)/tsr_*.h))
 HEADERS := $(wildcard include/*.h kernels/cuda/*.h $(foreach d,$(LAYERS) tools tests,$(d)/*.h))
 
-.PHONY: all deps test test-long bench bench-long run install clean fuzz layers cuda-variant
-all: $(BUILD)/tessera $(BUILD)/libtessera.a
+# The shared library: libtessera.so.MAJOR.MINOR.PATCH, soname libtessera.so.MAJOR
+# (tsr_base.h's version), the checkpoint library of the layers below the trainer.
+VERSION := $(shell sed -n 's/^\#define TSR_VERSION_STRING "\(.*\)"/\1/p' base/tsr_base.h)
+SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
+SONAME := libtessera.so.$(SOMAJOR)
+SHLIB := $(BUILD)/libtessera.so.$(VERSION)
+
+.PHONY: all deps test test-long bench bench-long run install uninstall clean fuzz layers cuda-variant
+all: $(BUILD)/tessera $(BUILD)/libtessera.a $(SHLIB) $(BUILD)/tessera.1
 
 $(BUILD)/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
@@ -72,6 +82,15 @@ $(BUILD)/%.o: %.cu $(HEADERS)
 $(BUILD)/libtessera.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+$(SHLIB): $(LIB_OBJ)
+	$(CC) $(CFLAGS_ALL) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $^ -o $@ $(LDLIBS_ALL)
+	ln -sf $(notdir $@) $(BUILD)/$(SONAME)
+	ln -sf $(SONAME) $(BUILD)/libtessera.so
+
+# The manual page, from the command's own help.
+$(BUILD)/tessera.1: $(BUILD)/tessera tools/man.sh
+	sh tools/man.sh $(BUILD)/tessera > $@
 
 # The trainer and the converters (train/, convert/) link the library; the
 # command and the tests link both.
@@ -90,7 +109,7 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libtessera-train.a $(BUILD)/libtessera.a $(
 layers:
 	@sh tools/check_layers.sh
 
-tests: layers $(TESTS) $(BUILD)/tessera
+tests: layers $(TESTS) $(BUILD)/tessera $(SHLIB) $(BUILD)/tessera.1
 
 deps:
 	@sh tools/deps.sh
@@ -141,11 +160,30 @@ run: deps
 	$(MAKE) --no-print-directory all
 	sh tools/run.sh $(BUILD)
 
+# Installed: the command; libtessera.so (with its soname and development links),
+# libtessera.a and the trainer's libtessera-train.a; the public headers under
+# include/tessera/ (tessera.h includes the layers' tsr_*.h); tessera.pc; tessera.1.
+PC_LIBS_PRIVATE := $(SYS_LIBS) $(MPI_LIBS) -lm -fopenmp
 install: all
-	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/include
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/tessera \
+	  $(DESTDIR)$(PREFIX)/share/man/man1
 	install -m 755 $(BUILD)/tessera $(DESTDIR)$(PREFIX)/bin/tessera
 	install -m 644 $(BUILD)/libtessera.a $(BUILD)/libtessera-train.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/
+	install -m 755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(notdir $(SHLIB)) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libtessera.so
+	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/tessera/
+	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include/tessera' '' \
+	  'Name: tessera' 'Description: tessera checkpoints: write, read, reshard, verify, S3' 'Version: $(VERSION)' \
+	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -ltessera' 'Libs.private: $(PC_LIBS_PRIVATE)' \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tessera.pc
+	install -m 644 $(BUILD)/tessera.1 $(DESTDIR)$(PREFIX)/share/man/man1/tessera.1
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/tessera $(DESTDIR)$(PREFIX)/lib/libtessera.a \
+	  $(DESTDIR)$(PREFIX)/lib/libtessera-train.a $(DESTDIR)$(PREFIX)/lib/libtessera.so* \
+	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/tessera.pc $(DESTDIR)$(PREFIX)/share/man/man1/tessera.1
+	rm -rf $(DESTDIR)$(PREFIX)/include/tessera
 
 clean:
 	rm -rf build

@@ -13,9 +13,7 @@
 
 #define TSR_MF_MAGIC "TSRMNFST"
 #define TSR_DATA_MAGIC "TSRDATA1"
-#define TSR_FORMAT_MAJOR 1
-#define TSR_FORMAT_MINOR 1 /* the MANIFEST's: 1.1 packs its CHUNKS and FRAMES */
-#define TSR_DATA_MINOR 0   /* the data files' */
+#define TSR_DATA_MINOR 0 /* the data files' (TSR_FORMAT_MAJOR/MINOR, the MANIFEST's: tsr_base.h) */
 #define TSR_MF_HEADER_SIZE 128
 #define TSR_MF_MAX_SIZE (4ull << 30)
 #define TSR_DATA_HEADER_SIZE 4096

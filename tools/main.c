@@ -46,7 +46,7 @@ static void usage(FILE *f, const char *group) {
     fprintf(f, "usage: tessera <command> [options]   (tessera <command> --help for each)\n\ncommands:\n");
     for (size_t i = 0; i < N_COMMANDS; i++)
         if (!group || strcmp(group, commands[i].group) == 0)
-            fprintf(f, "  %-6s %-7s %s\n", commands[i].group, commands[i].name ? commands[i].name : "", commands[i].summary);
+            fprintf(f, "  %-7s %-7s %s\n", commands[i].group, commands[i].name ? commands[i].name : "", commands[i].summary);
 }
 
 int main(int argc, char **argv) {
@@ -60,7 +60,7 @@ int main(int argc, char **argv) {
         return EXIT_OK;
     }
     if (strcmp(argv[1], "--version") == 0) {
-        printf("tessera %s (checkpoint format 1.0)\n", TSR_VERSION_STRING);
+        printf("tessera %s (checkpoint format %d.%d)\n", TSR_VERSION_STRING, TSR_FORMAT_MAJOR, TSR_FORMAT_MINOR);
         return EXIT_OK;
     }
     int known_group = 0;

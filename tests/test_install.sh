@@ -1,0 +1,63 @@
+#!/bin/sh
+# test_install.sh: make install puts the command, libtessera.so (with its soname
+# and links), the static libraries, the headers, tessera.pc and the manual page
+# under PREFIX; a program built with `pkg-config --cflags --libs tessera`
+# against the installed shared library saves a checkpoint and reads it back; the
+# installed command verifies it; make uninstall leaves nothing behind.
+. "$TSR_ROOT/tests/common.sh"
+B=${TSR_BUILD:?TSR_BUILD must name the build folder}
+P=$TSR_TMP/prefix
+MAKE="make -C $TSR_ROOT --no-print-directory BUILD=$B PREFIX=$P"
+expect 0 "make install" $MAKE install
+for f in bin/tessera lib/libtessera.a lib/libtessera-train.a lib/libtessera.so lib/pkgconfig/tessera.pc \
+    include/tessera/tessera.h include/tessera/tsr_ckpt.h share/man/man1/tessera.1; do
+    [ -e "$P/$f" ] || fail "make install: $f is missing"
+done
+version=$("$P/bin/tessera" --version | awk '{ print $2 }')
+soname=$(readelf -d "$P/lib/libtessera.so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
+[ "$soname" = "libtessera.so.${version%%.*}" ] || fail "soname '$soname', not libtessera.so.${version%%.*}"
+[ "$(readlink "$P/lib/$soname")" = "libtessera.so.$version" ] || fail "$soname does not link to libtessera.so.$version"
+export PKG_CONFIG_PATH="$P/lib/pkgconfig"
+[ "$(pkg-config --modversion tessera)" = "$version" ] || fail "pkg-config says version $(pkg-config --modversion tessera)"
+cat >prog.c <<'CEOF'
+#include <stdio.h>
+#include <string.h>
+#include <tessera.h>
+int main(int argc, char **argv) {
+    tsr_error e = {0};
+    float w[6] = {1, 2, 3, 4, 5, 6}, r[6] = {0};
+    tsr_tensor_decl d = {"w", "model", TSR_F32, 2, {2, 3}, {-1, 1, TSR_PP_ALL, -1}};
+    tsr_state_box b = {0, {2, {0, 0}, {2, 3}}, w, TSR_MEM_HOST};
+    tsr_state st = {&d, 1, &b, 1, NULL, 0, {1, 1, 1, 1, 0, 0}};
+    tsr_engine_opts o = tsr_engine_opts_default();
+    o.sync = 1;
+    tsr_comm *self = tsr_comm_self();
+    tsr_engine *eng = argc > 1 ? tsr_engine_new(argv[1], self, &o, &e) : NULL;
+    if (!eng || tsr_engine_save(eng, 7, &st, &e)) return fprintf(stderr, "save: %s\n", e.msg), 1;
+    tsr_engine_free(eng);
+    tsr_comm_free(self);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/step-00000007", argv[1]);
+    tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
+    if (!ck || tsr_ckpt_read(ck, 0, &b.box, r, &e)) return fprintf(stderr, "read: %s\n", e.msg), 1;
+    tsr_ckpt_close(ck);
+    printf("libtessera %s: read back %s\n", TSR_VERSION_STRING, memcmp(w, r, sizeof w) ? "different" : "equal");
+    return memcmp(w, r, sizeof w) != 0;
+}
+CEOF
+# the library of a sanitizer build (make test's) needs the sanitizers' runtimes in the program too
+san=""
+nm -D "$P/lib/libtessera.so" | grep -q __asan_ && san="-fsanitize=address,undefined"
+expect 0 "a program built with pkg-config" sh -c "cc $san \$(pkg-config --cflags tessera) prog.c \$(pkg-config --libs tessera) -o prog"
+LD_LIBRARY_PATH="$P/lib" ldd ./prog | grep -q "libtessera.so.${version%%.*} => $P/lib/" ||
+    fail "the program does not use the installed libtessera.so: $(LD_LIBRARY_PATH="$P/lib" ldd ./prog | grep tessera)"
+expect 0 "the program" env LD_LIBRARY_PATH="$P/lib" ./prog "$TSR_TMP/ck"
+grep -q "libtessera $version: read back equal" out.txt || fail "the program: $(cat out.txt)"
+expect 0 "the installed command verifies what the program saved" "$P/bin/tessera" ckpt verify "$TSR_TMP/ck/step-00000007"
+MANPAGER=cat man -l "$P/share/man/man1/tessera.1" >man.txt 2>&1 || fail "man cannot read tessera.1"
+grep -q "tessera ckpt verify" man.txt && grep -q "usage: tessera reshard" man.txt ||
+    fail "the manual page lacks the commands' help"
+expect 0 "make uninstall" $MAKE uninstall
+left=$(find "$P" -type f -o -type l)
+[ -z "$left" ] || fail "make uninstall left: $left"
+finish "install: command, shared library $soname, pkg-config, manual page; a program links and runs; uninstall clean"
