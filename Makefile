@@ -5,7 +5,7 @@
 #   make bench      benchmarks (release build)
 #   make run        the main job
 #   make install    install the command, the libraries (shared and static), the headers,
-#                   tessera.pc for pkg-config and the manual page under PREFIX
+#                   tessera.pc for pkg-config, the manual page and the Python package under PREFIX
 #   make uninstall  remove what make install put there
 #   make CUDA=1     also build the CUDA kernels (kernels/cuda/*.cu) and link cuBLAS and NCCL
 
@@ -162,11 +162,15 @@ run: deps
 
 # Installed: the command; libtessera.so (with its soname and development links),
 # libtessera.a and the trainer's libtessera-train.a; the public headers under
-# include/tessera/ (tessera.h includes the layers' tsr_*.h); tessera.pc; tessera.1.
+# include/tessera/ (tessera.h includes the layers' tsr_*.h); tessera.pc; tessera.1;
+# the Python package (python/tessera) in PYDIR.
 PC_LIBS_PRIVATE := $(SYS_LIBS) $(MPI_LIBS) -lm -fopenmp
+# The Python package, where Debian's python3 looks for packages under PREFIX.
+PYVER := $(shell /usr/bin/python3 -c 'import sys; print("python%d.%d" % sys.version_info[:2])' 2>/dev/null || echo python3)
+PYDIR ?= $(PREFIX)/lib/$(PYVER)/dist-packages
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/include/tessera \
-	  $(DESTDIR)$(PREFIX)/share/man/man1
+	  $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PYDIR)/tessera
 	install -m 755 $(BUILD)/tessera $(DESTDIR)$(PREFIX)/bin/tessera
 	install -m 644 $(BUILD)/libtessera.a $(BUILD)/libtessera-train.a $(DESTDIR)$(PREFIX)/lib/
 	install -m 755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/
@@ -178,12 +182,13 @@ install: all
 	  'Cflags: -I$${includedir}' 'Libs: -L$${libdir} -ltessera' 'Libs.private: $(PC_LIBS_PRIVATE)' \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/tessera.pc
 	install -m 644 $(BUILD)/tessera.1 $(DESTDIR)$(PREFIX)/share/man/man1/tessera.1
+	install -m 644 python/tessera/*.py $(DESTDIR)$(PYDIR)/tessera/
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/tessera $(DESTDIR)$(PREFIX)/lib/libtessera.a \
 	  $(DESTDIR)$(PREFIX)/lib/libtessera-train.a $(DESTDIR)$(PREFIX)/lib/libtessera.so* \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/tessera.pc $(DESTDIR)$(PREFIX)/share/man/man1/tessera.1
-	rm -rf $(DESTDIR)$(PREFIX)/include/tessera
+	rm -rf $(DESTDIR)$(PREFIX)/include/tessera $(DESTDIR)$(PYDIR)/tessera
 
 clean:
 	rm -rf build

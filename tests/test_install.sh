@@ -57,6 +57,18 @@ expect 0 "the installed command verifies what the program saved" "$P/bin/tessera
 MANPAGER=cat man -l "$P/share/man/man1/tessera.1" >man.txt 2>&1 || fail "man cannot read tessera.1"
 grep -q "tessera ckpt verify" man.txt && grep -q "usage: tessera reshard" man.txt ||
     fail "the manual page lacks the commands' help"
+# the installed Python package finds the installed library by itself
+py=$(find "$P/lib" -path '*dist-packages/tessera/__init__.py' | head -n 1)
+[ -n "$py" ] || fail "make install: no Python package under $P/lib"
+pre=""
+[ -n "$san" ] && pre="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)"
+expect 0 "the installed Python package" env -u TESSERA_LIB LD_PRELOAD="$pre" ASAN_OPTIONS=detect_leaks=0 \
+    PYTHONPATH="$(dirname "$(dirname "$py")")" /usr/bin/python3 -c '
+import sys, tessera
+ck = tessera.open(sys.argv[1])
+print(tessera.library()._name, ck.step, ck.read("w").tolist())' "$TSR_TMP/ck"
+grep -q "^$P/lib/libtessera.so.0 7 \[\[1.0, 2.0, 3.0\], \[4.0, 5.0, 6.0\]\]" out.txt ||
+    fail "the installed Python package: $(cat out.txt err.txt)"
 expect 0 "make uninstall" $MAKE uninstall
 left=$(find "$P" -type f -o -type l)
 [ -z "$left" ] || fail "make uninstall left: $left"

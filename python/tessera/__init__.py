@@ -1,0 +1,358 @@
+"""tessera checkpoints from Python, over libtessera.so through ctypes.
+
+    ck = tessera.open("runs/small/checkpoint")      # a step directory, or a root: its newest step
+    ck.tensors["layers.0.attention.wq.weight"]      # shape, dtype, group, placement
+    w = ck.read("layers.0.attention.wq.weight")     # a NumPy array (bf16: uint16 unless bf16="float32")
+    part = ck.read(name, offset=(0, 64), extent=(128, 64), torch=True)   # a torch.Tensor
+    ck.blobs, ck.blob("train.step"), ck.verify()
+    tessera.save("out/step-00000001", {"w": array}, step=1, blobs={"note": b"..."})
+
+Local paths and s3://bucket/prefix both work (S3 credentials as for the command).
+Every error is a tessera.Error carrying the library's message, which names the
+file, tensor or request and the reason.
+
+The library is found as $TESSERA_LIB, then where make install put it beside this
+package (PREFIX/lib), then in the source tree's build/release, then as
+libtessera.so.0 on the loader's path.
+"""
+
+import ctypes
+import os
+from collections import namedtuple
+
+import numpy as np
+
+__all__ = ["open", "save", "Checkpoint", "Tensor", "Error", "library"]
+
+MAX_DIMS = 8
+ERROR_MSG = 1024
+
+
+class Error(Exception):
+    """A failure of libtessera: .code is its status (negative), str() its message."""
+
+    def __init__(self, code, msg):
+        super().__init__(msg)
+        self.code = code
+
+
+class _Err(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_int), ("msg", ctypes.c_char * ERROR_MSG)]
+
+
+class _Box(ctypes.Structure):
+    _fields_ = [("ndim", ctypes.c_uint32), ("offset", ctypes.c_uint64 * MAX_DIMS),
+                ("extent", ctypes.c_uint64 * MAX_DIMS)]
+
+
+class _Placement(ctypes.Structure):
+    _fields_ = [("tp_dim", ctypes.c_int8), ("fsdp", ctypes.c_uint8), ("pp_role", ctypes.c_uint8),
+                ("layer", ctypes.c_int32)]
+
+
+class _Layout(ctypes.Structure):
+    _fields_ = [("pp", ctypes.c_uint32), ("dp_replicate", ctypes.c_uint32), ("dp_shard", ctypes.c_uint32),
+                ("tp", ctypes.c_uint32), ("n_layers", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
+
+
+class _TensorInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("group", ctypes.c_char_p), ("dtype", ctypes.c_int),
+                ("ndim", ctypes.c_uint32), ("shape", ctypes.c_uint64 * MAX_DIMS), ("placement", _Placement),
+                ("n_chunks", ctypes.c_uint32), ("first_chunk", ctypes.c_uint32), ("raw_bytes", ctypes.c_uint64),
+                ("stored_bytes", ctypes.c_uint64)]
+
+
+class _BlobInfo(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("rank", ctypes.c_int32), ("size", ctypes.c_uint64),
+                ("file_id", ctypes.c_uint32), ("n_frames", ctypes.c_uint32), ("first_frame", ctypes.c_uint32)]
+
+
+_PROBLEM = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
+
+# tessera dtype codes (tsr_base.h) and the NumPy dtype of their elements as read;
+# bf16 and the float8 types have no NumPy dtype: their bits as uint16 / uint8
+_DTYPES = {1: ("f32", np.float32), 2: ("f16", np.float16), 3: ("bf16", np.uint16), 4: ("f64", np.float64),
+           5: ("f8e4m3", np.uint8), 6: ("f8e5m2", np.uint8), 7: ("i8", np.int8), 8: ("i16", np.int16),
+           9: ("i32", np.int32), 10: ("i64", np.int64), 11: ("u8", np.uint8), 12: ("u16", np.uint16),
+           13: ("u32", np.uint32), 14: ("u64", np.uint64), 15: ("bool", np.bool_)}
+_CODES = {name: code for code, (name, _) in _DTYPES.items()}
+_PP_ROLES = {0: "all", 1: "first", 2: "last", 3: "layer"}
+
+Tensor = namedtuple("Tensor", "name shape dtype group placement raw_bytes stored_bytes")
+Tensor.__doc__ = "A tensor of a checkpoint: its global shape, dtype name, group and placement."
+
+_lib = None
+
+
+def _find_library():
+    env = os.environ.get("TESSERA_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    for cand in (os.path.join(here, "..", "..", "..", "libtessera.so.0"),  # installed: PREFIX/lib/pythonX.Y/dist-packages/tessera
+                 os.path.join(here, "..", "..", "build", "release", "libtessera.so.0")):  # the source tree's python/
+        if os.path.exists(cand):
+            return os.path.normpath(cand)
+    return "libtessera.so.0"
+
+
+def library():
+    """The loaded libtessera (ctypes.CDLL), loading it on first use."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    path = _find_library()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError as e:
+        raise Error(-1, "tessera: cannot load libtessera (%s): %s; set TESSERA_LIB to its path" % (path, e))
+    P, E = ctypes.c_void_p, ctypes.POINTER(_Err)
+    sig = {
+        "tsr_ckpt_open": (P, [ctypes.c_char_p, E]),
+        "tsr_ckpt_close": (None, [P]),
+        "tsr_ckpt_step": (ctypes.c_uint64, [P]),
+        "tsr_ckpt_layout": (_Layout, [P]),
+        "tsr_ckpt_dir": (ctypes.c_char_p, [P]),
+        "tsr_ckpt_n_tensors": (ctypes.c_size_t, [P]),
+        "tsr_ckpt_n_blobs": (ctypes.c_size_t, [P]),
+        "tsr_ckpt_tensor": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(_TensorInfo)]),
+        "tsr_ckpt_blob": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(_BlobInfo)]),
+        "tsr_ckpt_find": (ctypes.c_long, [P, ctypes.c_char_p]),
+        "tsr_ckpt_find_blob": (ctypes.c_long, [P, ctypes.c_char_p, ctypes.c_int32]),
+        "tsr_ckpt_read": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(_Box), P, E]),
+        "tsr_ckpt_read_blob": (ctypes.c_int, [P, ctypes.c_size_t, P, E]),
+        "tsr_ckpt_verify": (ctypes.c_long, [P, _PROBLEM, P, ctypes.c_int, E]),
+        "tsr_latest_step": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
+                                           ctypes.c_size_t]),
+        "tsr_save_begin": (P, [ctypes.c_char_p, ctypes.c_uint32, P, P, E]),
+        "tsr_save_tensor": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32,
+                                           ctypes.POINTER(ctypes.c_uint64), P, E]),
+        "tsr_save_box": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.POINTER(_Box), P, E]),
+        "tsr_save_blob": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_int32, P, ctypes.c_size_t, E]),
+        "tsr_save_finish": (ctypes.c_int, [P, P, P, E]),
+        "tsr_save_commit": (ctypes.c_int, [P, P, P, ctypes.c_size_t, ctypes.c_uint64, P, E]),
+        "tsr_save_abort": (None, [P]),
+        "tsr_save_free": (None, [P]),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+    _lib = lib
+    return lib
+
+
+def _raise(err, what=None):
+    msg = err.msg.decode("utf-8", "replace")
+    raise Error(err.code, "%s: %s" % (what, msg) if what else msg)
+
+
+def _bf16_to_f32(bits):
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _to_torch(a, code):
+    import torch
+    if code == 3:  # bf16: its bits into a bfloat16 tensor
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16)
+    if a.dtype in (np.uint16, np.uint32, np.uint64):  # no unsigned wide types in torch 1.x
+        raise Error(-1, "tessera: dtype %s has no torch equivalent; read it as NumPy" % _DTYPES[code][0])
+    return torch.from_numpy(a)
+
+
+class Checkpoint:
+    """An open committed checkpoint (tessera.open). Close it, or use it in a with block."""
+
+    def __init__(self, path):
+        lib = library()
+        err = _Err()
+        p = os.fspath(path)
+        step_dir = p
+        manifest_here = p.startswith("s3://") or os.path.exists(os.path.join(p, "MANIFEST"))
+        if not manifest_here:  # a root: its newest committed step
+            step = ctypes.c_uint64()
+            buf = ctypes.create_string_buffer(4096 + 64)
+            if lib.tsr_latest_step(p.encode(), ctypes.byref(step), buf, len(buf)) == 0:
+                step_dir = buf.value.decode()
+        h = lib.tsr_ckpt_open(step_dir.encode(), ctypes.byref(err))
+        if not h and step_dir != p:
+            _raise(err)
+        if not h:
+            _raise(err)
+        self._h = h
+        self.path = step_dir
+        self.step = int(lib.tsr_ckpt_step(h))
+        lay = lib.tsr_ckpt_layout(h)
+        self.layout = {k: int(getattr(lay, k)) for k in ("pp", "dp_replicate", "dp_shard", "tp", "n_layers")}
+        self.tensors = {}
+        self._index = {}
+        info = _TensorInfo()
+        for i in range(lib.tsr_ckpt_n_tensors(h)):
+            lib.tsr_ckpt_tensor(h, i, ctypes.byref(info))
+            name = info.name.decode()
+            pl = info.placement
+            placement = {"tp_dim": pl.tp_dim, "fsdp": bool(pl.fsdp), "pp_role": _PP_ROLES.get(pl.pp_role, "?"),
+                         "layer": pl.layer}
+            self.tensors[name] = Tensor(name, tuple(int(info.shape[d]) for d in range(info.ndim)),
+                                        _DTYPES.get(info.dtype, ("?", None))[0], info.group.decode(), placement,
+                                        int(info.raw_bytes), int(info.stored_bytes))
+            self._index[name] = (i, info.dtype)
+        self.blobs = {}
+        binfo = _BlobInfo()
+        for i in range(lib.tsr_ckpt_n_blobs(h)):
+            lib.tsr_ckpt_blob(h, i, ctypes.byref(binfo))
+            self.blobs[(binfo.name.decode(), int(binfo.rank))] = int(binfo.size)
+
+    def _handle(self):
+        if not self._h:
+            raise Error(-1, "tessera: %s: the checkpoint is closed" % self.path)
+        return self._h
+
+    def read(self, name, offset=None, extent=None, torch=False, bf16="uint16"):
+        """The box [offset, offset + extent) of tensor `name` (the whole tensor by
+        default) as a NumPy array of the box's shape, or a torch.Tensor with
+        torch=True. bf16 elements come as their uint16 bits, or as float32 with
+        bf16="float32" (a torch tensor is bfloat16 either way)."""
+        lib, h = library(), self._handle()
+        if name not in self._index:
+            raise Error(-3, "tessera: %s: no tensor named '%s'" % (self.path, name))
+        i, code = self._index[name]
+        shape = self.tensors[name].shape
+        nd = len(shape)
+        off = tuple(offset) if offset is not None else (0,) * nd
+        ext = tuple(extent) if extent is not None else tuple(s - o for s, o in zip(shape, off))
+        if len(off) != nd or len(ext) != nd:
+            raise Error(-1, "tessera: %s: tensor '%s' has %d dims; the box has offset %s, extent %s"
+                        % (self.path, name, nd, off, ext))
+        if any(o < 0 or e < 0 for o, e in zip(off, ext)):
+            raise Error(-1, "tessera: %s: tensor '%s': negative offset or extent %s, %s" % (self.path, name, off, ext))
+        box = _Box(nd)
+        for d in range(nd):
+            box.offset[d], box.extent[d] = off[d], ext[d]
+        out = np.empty(ext, dtype=_DTYPES[code][1])
+        err = _Err()
+        if lib.tsr_ckpt_read(h, i, ctypes.byref(box), out.ctypes.data_as(ctypes.c_void_p), ctypes.byref(err)):
+            _raise(err, None if self.path in err.msg.decode("utf-8", "replace") else self.path)
+        if torch:
+            return _to_torch(out, code)
+        if code == 3 and bf16 == "float32":
+            return _bf16_to_f32(out)
+        return out
+
+    def blob(self, name, rank=-1):
+        """Blob (name, rank) as bytes (rank -1: a global blob)."""
+        lib, h = library(), self._handle()
+        i = lib.tsr_ckpt_find_blob(h, name.encode(), rank)
+        if i < 0:
+            raise Error(-3, "tessera: %s: no blob '%s' of rank %d" % (self.path, name, rank))
+        buf = ctypes.create_string_buffer(max(self.blobs[(name, rank)], 1))
+        err = _Err()
+        if lib.tsr_ckpt_read_blob(h, i, buf, ctypes.byref(err)):
+            _raise(err)
+        return buf.raw[:self.blobs[(name, rank)]]
+
+    def verify(self, threads=0):
+        """Checks every checksum and rule of FORMAT.md; raises Error listing the
+        problems found (each naming its file, tensor and frame)."""
+        lib, h = library(), self._handle()
+        problems = []
+        cb = _PROBLEM(lambda user, msg: problems.append(msg.decode("utf-8", "replace")))
+        err = _Err()
+        n = lib.tsr_ckpt_verify(h, cb, None, threads, ctypes.byref(err))
+        if n < 0:
+            _raise(err)
+        if n:
+            raise Error(-4, "tessera: %s: %d problem(s): %s" % (self.path, n, "; ".join(problems)))
+
+    def close(self):
+        if self._h:
+            library().tsr_ckpt_close(self._h)
+            self._h = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def open(path):  # noqa: A001 (the package's verb, as tessera.open)
+    """Opens the committed checkpoint at `path`: a step directory or a root (its
+    newest committed step), local or s3://bucket/prefix."""
+    return Checkpoint(path)
+
+
+def _as_array(value):
+    """(array, dtype code) of a NumPy array or a torch.Tensor."""
+    mod = type(value).__module__
+    if mod.startswith("torch"):
+        import torch
+        t = value.detach().cpu().contiguous()
+        if t.dtype == torch.bfloat16:
+            return t.view(torch.int16).numpy().view(np.uint16), 3
+        value = t.numpy()
+    a = np.asarray(value)  # 0-d stays 0-d (ascontiguousarray would make it 1-d)
+    if not a.flags.c_contiguous:
+        a = a.copy(order="C")
+    for code, (_, npt) in _DTYPES.items():
+        if code in (3, 5, 6, 12):  # bf16 and float8 only from torch / by name; u16 below
+            continue
+        if a.dtype == npt:
+            return a, code
+    if a.dtype == np.uint16:
+        return a, 12
+    raise Error(-1, "tessera: arrays of dtype %s cannot be saved" % a.dtype)
+
+
+def save(path, tensors, step=0, blobs=None):
+    """Writes a single-process checkpoint of `tensors` ({name: NumPy array or
+    torch.Tensor}; a uint16 array is saved as u16, a torch bfloat16 tensor as
+    bf16, or give (array, "bf16") for bf16 bits in a uint16 array) and `blobs`
+    ({name: bytes}) as step `step` into the step directory `path` (local or
+    s3://), committed by its MANIFEST written last."""
+    lib = library()
+    err = _Err()
+    s = lib.tsr_save_begin(os.fspath(path).encode(), 0, None, None, ctypes.byref(err))
+    if not s:
+        _raise(err)
+    ok = False
+    try:
+        for name, value in tensors.items():
+            if isinstance(value, tuple):
+                arr, dt = value
+                a, code = np.asarray(arr), _CODES.get(dt)
+                if not a.flags.c_contiguous:
+                    a = a.copy(order="C")
+                if code is None or a.dtype.itemsize != np.dtype(_DTYPES[code][1]).itemsize:
+                    raise Error(-1, "tessera: tensor '%s': %s is not a dtype for %s elements" % (name, dt, a.dtype))
+            else:
+                a, code = _as_array(value)
+            if a.ndim > MAX_DIMS:
+                raise Error(-1, "tessera: tensor '%s': %d dims, more than %d" % (name, a.ndim, MAX_DIMS))
+            shape = (ctypes.c_uint64 * max(a.ndim, 1))(*a.shape)
+            if lib.tsr_save_tensor(s, name.encode(), b"model", code, a.ndim, shape, None, ctypes.byref(err)):
+                _raise(err)
+            box = _Box(a.ndim)
+            for d in range(a.ndim):
+                box.offset[d], box.extent[d] = 0, a.shape[d]
+            if lib.tsr_save_box(s, name.encode(), ctypes.byref(box), a.ctypes.data_as(ctypes.c_void_p),
+                                ctypes.byref(err)):
+                _raise(err)
+        for name, data in (blobs or {}).items():
+            b = bytes(data)
+            if lib.tsr_save_blob(s, name.encode(), -1, b, len(b), ctypes.byref(err)):
+                _raise(err)
+        if lib.tsr_save_finish(s, None, None, ctypes.byref(err)):
+            _raise(err)
+        if lib.tsr_save_commit(s, None, None, 0, step, None, ctypes.byref(err)):
+            _raise(err)
+        ok = True
+    finally:
+        if not ok:
+            lib.tsr_save_abort(s)
+        lib.tsr_save_free(s)
