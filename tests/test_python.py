@@ -1,7 +1,8 @@
-"""test_python.py DIR TRAINED: the Python package (python/tessera) against the
-library and against tests/format_reader.py, an independent reader of FORMAT.md.
-DIR: a scratch folder; TRAINED: a checkpoint root written by `tessera train`
-on 2 ranks (tp=2). Prints "FAIL: ..." for each failed check, exits 1 if any."""
+"""test_python.py DIR TRAINED LOGITS TOKENS: the Python package (python/tessera)
+against the library and against tests/format_reader.py, an independent reader of
+FORMAT.md. DIR: a scratch folder; TRAINED: a checkpoint root written by `tessera
+train` on 2 ranks (tp=2); LOGITS: `tessera logits` of it for TOKENS (float32, T x
+V). Prints "FAIL: ..." for each failed check, exits 1 if any."""
 import os
 import sys
 
@@ -130,7 +131,72 @@ if torch is not None:
         name = "layers.1.feed_forward.w2.weight"
         check(torch.equal(ck.read(name, torch=True), torch.from_numpy(ck.read(name))), "torch=True differs")
 
+# 5. tessera.torch: a PyTorch Llama module with Hugging Face's names, filled from the
+# checkpoint trained on 2 ranks, gives tessera's logits (tests/hf_llama.py's forward)
+if torch is not None:
+    import hf_llama
+    import tessera.torch as tt
+
+    with tessera.open(trained) as ck:
+        a = dict(w.split("=", 1) for w in ck.blob("train.model").decode().split())
+        C, L, NH, NKV, F, V = (int(a[k]) for k in ("dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim",
+                                                 "vocab_size"))
+        hd = C // NH
+        check(float(a["rope_factor"]) == 0, "the trained model scales its rotary frequencies")
+    lin = lambda i, o: torch.nn.Linear(i, o, bias=False).double()
+    model = torch.nn.Module()
+    model.model = torch.nn.Module()
+    model.model.embed_tokens = torch.nn.Embedding(V, C).double()
+    model.model.norm = torch.nn.Module()
+    model.model.norm.weight = torch.nn.Parameter(torch.zeros(C, dtype=torch.float64))
+    model.model.layers = torch.nn.ModuleList()
+    for _ in range(L):
+        blk = torch.nn.Module()
+        blk.self_attn = torch.nn.Module()
+        blk.self_attn.q_proj, blk.self_attn.k_proj = lin(C, NH * hd), lin(C, NKV * hd)
+        blk.self_attn.v_proj, blk.self_attn.o_proj = lin(C, NKV * hd), lin(NH * hd, C)
+        blk.mlp = torch.nn.Module()
+        blk.mlp.gate_proj, blk.mlp.up_proj, blk.mlp.down_proj = lin(C, F), lin(C, F), lin(F, C)
+        for nm in ("input_layernorm", "post_attention_layernorm"):
+            setattr(blk, nm, torch.nn.Module())
+            getattr(blk, nm).weight = torch.nn.Parameter(torch.zeros(C, dtype=torch.float64))
+        model.model.layers.append(blk)
+    model.lm_head = lin(C, V)
+    loaded = tt.load_state_dict(model, trained)
+    check(len(loaded) == 9 * L + 3, "load_state_dict filled %d tensors, not %d" % (len(loaded), 9 * L + 3))
+    cfg = {"hidden_size": C, "num_attention_heads": NH, "num_key_value_heads": NKV, "rms_norm_eps": float(a["norm_eps"]),
+           "num_hidden_layers": L, "rope_theta": float(a["rope_theta"]), "architectures": ["LlamaForCausalLM"],
+           "rope_scaling": None, "tie_word_embeddings": False}
+    tokens = [int(x) for x in sys.argv[4].split(",")]
+    ref = hf_llama.forward(cfg, model.state_dict(), tokens)
+    got = torch.from_numpy(np.fromfile(sys.argv[3], dtype="<f4").astype(np.float64)).view(len(tokens), -1)
+    err = ((got - ref).norm() / ref.norm()).item()
+    check(err <= 1e-5, "the PyTorch module's logits differ from tessera logits: relative error %.3g" % err)
+    # a box of q in Hugging Face's order is that part of the whole
+    sd = {"model.layers.1.self_attn.q_proj.weight": torch.zeros(3 * hd // 2, 40)}
+    tt.load_state_dict(sd, trained, boxes={"model.layers.1.self_attn.q_proj.weight": ((hd + 3, 16), (3 * hd // 2, 40))})
+    whole = model.model.layers[1].self_attn.q_proj.weight.detach().float()
+    check(torch.equal(sd["model.layers.1.self_attn.q_proj.weight"], whole[hd + 3:hd + 3 + 3 * hd // 2, 16:56]),
+          "a box of q_proj differs from that part of the whole")
+    # TorchTitan's names as the checkpoint has them, a bf16 target converted
+    sd = {"layers.0.feed_forward.w2.weight": torch.zeros(C, F, dtype=torch.bfloat16)}
+    tt.load_state_dict(sd, trained)
+    with tessera.open(trained) as ck:
+        check(torch.equal(sd["layers.0.feed_forward.w2.weight"],
+                          torch.from_numpy(ck.read("layers.0.feed_forward.w2.weight")).to(torch.bfloat16)),
+              "a bf16 target: not the f32 weights rounded")
+    raises(lambda: tt.load_state_dict({"lm_head.weight": torch.zeros(V, C + 1)}, trained), "lm_head.weight",
+           "output.weight", "(%d, %d)" % (V, C))
+    raises(lambda: tt.load_state_dict({"model.nothing.weight": torch.zeros(2)}, trained), "model.nothing.weight")
+    raises(lambda: tt.load_state_dict({"norm.weight": torch.zeros(C, dtype=torch.int32)}, trained), "norm.weight",
+           "int32")
+    tt.save(model.state_dict(), os.path.join(d, "hf", "step-00000009"), step=9)
+    with tessera.open(os.path.join(d, "hf")) as ck:
+        check(ck.step == 9 and torch.equal(torch.from_numpy(ck.read("lm_head.weight")), model.lm_head.weight.detach()),
+              "tessera.torch.save: lm_head.weight does not read back")
+
 if fails:
     sys.exit(1)
 print("python: %d dtypes round trip, boxes, blobs, errors, the trained checkpoint as format_reader.py reads it%s"
-      % (len(arrays), ", PyTorch" if torch is not None else ""))
+      % (len(arrays), ", PyTorch in and out, a Hugging Face-named module with tessera's logits (relative error %.2g)"
+         % err if torch is not None else ""))
