@@ -129,12 +129,13 @@ expect 2 "bench gemm without a config" $T bench gemm
 expect 2 "bench gemm, a flavor from a checkpoint" $T bench gemm --config "$TSR_ROOT/train/configs/debug.toml" --model.flavor=checkpoint
 # bench scale: 8b (32 layers) on 512 ranks (pp=16,dp_shard=4,tp=8): each layer's
 # 7 matrices cut over tp and dp_shard (32 chunks each) and 2 norms over dp_shard
-# (4), the embedding, the output and the final norm 4 each; three times with
+# (4), the output over tp and dp_shard (32), the embedding and the final norm 4
+# each; three times with
 # the AdamW moments. The MANIFEST is built from every writer's table, checked to
 # cover every tensor, parsed again and planned onto 384 ranks
 expect 0 "bench scale" $T bench scale --model 8b --ranks 512 --json
 json_ok out.txt "bench scale --json"
-[ "$(num chunks)" = $(( 3 * (32 * (7 * 32 + 2 * 4) + 3 * 4) )) ] || fail "bench scale: chunks $(num chunks)"
+[ "$(num chunks)" = $(( 3 * (32 * (7 * 32 + 2 * 4) + 32 + 2 * 4) )) ] || fail "bench scale: chunks $(num chunks)"
 [ "$(num load_ranks)" = 384 ] || fail "bench scale: load_ranks $(num load_ranks)"
 grep -q '"ok":true' out.txt && [ "$(num frames)" -ge "$(num chunks)" ] && [ "$(num manifest_bytes)" -gt 0 ] ||
     fail "bench scale: $(cat out.txt)"
