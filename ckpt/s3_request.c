@@ -31,6 +31,12 @@ static void uri_encode(tsr_sbuf *b, const char *s, int keep_slash) {
 
 void s3_sha256_b64(const unsigned char md[32], char out[48]) { EVP_EncodeBlock((unsigned char *)out, md, 32); }
 
+void s3_md5_b64(const void *buf, size_t len, char out[32]) {
+    unsigned char md[16];
+    EVP_Digest(buf, len, md, NULL, EVP_md5(), NULL);
+    EVP_EncodeBlock((unsigned char *)out, md, 16);
+}
+
 /* A per-thread splitmix64 for the backoff's jitter. */
 static double jitter01(void) {
     static __thread uint64_t x;
@@ -170,14 +176,21 @@ static int req_start(tsr_s3 *s, CURLM *m, req *r) {
         snprintf(line, sizeof line, "x-amz-checksum-sha256: %s", r->checksum);
         hd = curl_slist_append(hd, line);
     }
+    /* the server checks the body against it: some (RGW 16) ignore the SHA-256 */
+    if (r->md5[0]) {
+        snprintf(line, sizeof line, "Content-MD5: %s", r->md5);
+        hd = curl_slist_append(hd, line);
+    }
     if (s->token[0]) {
         snprintf(line, sizeof line, "x-amz-security-token: %s", s->token);
         hd = curl_slist_append(hd, line);
     }
     for (int i = 0; i < 2; i++)
         if (r->extra[i][0]) hd = curl_slist_append(hd, r->extra[i]);
-    if (!strcmp(r->method, "POST")) /* not a form: a server must not parse it as one */
-        hd = curl_slist_append(hd, "Content-Type: application/xml");
+    if (r->content_type || !strcmp(r->method, "POST")) { /* a POST is not a form: no server may parse it as one */
+        snprintf(line, sizeof line, "Content-Type: %s", r->content_type ? r->content_type : "application/xml");
+        hd = curl_slist_append(hd, line);
+    }
     r->hdrs = hd;
     r->h = h;
     curl_easy_setopt(h, CURLOPT_URL, url.p);
@@ -436,6 +449,8 @@ int tsr_s3_put(tsr_s3 *s, const char *bucket, const char *key, const void *buf, 
     unsigned char md[32];
     EVP_Digest(buf, len, md, NULL, EVP_sha256(), NULL);
     s3_sha256_b64(md, r.checksum);
+    s3_md5_b64(buf, len, r.md5);
+    r.content_type = "application/octet-stream";
     char hex[40];
     s3_content_hash_hex(tsr_hash(buf, len), hex);
     snprintf(r.extra[0], sizeof r.extra[0], "x-amz-meta-tessera-xxh3: %s", hex);

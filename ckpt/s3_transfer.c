@@ -21,6 +21,7 @@
 typedef struct part {
     uint64_t off, len;
     char checksum[48];
+    char md5[32];
     char etag[80];
     int have; /* already uploaded (resume) */
 } part;
@@ -31,6 +32,7 @@ static int create_upload(tsr_s3 *s, const char *bucket, const char *key, const c
     s3_req_init(&r, "POST", bucket, key);
     snprintf(r.query, sizeof r.query, "uploads=");
     snprintf(r.extra[0], sizeof r.extra[0], "x-amz-checksum-algorithm: SHA256");
+    r.content_type = "application/octet-stream"; /* the object's, as a PUT's */
     if (content_hash && *content_hash)
         snprintf(r.extra[1], sizeof r.extra[1], "x-amz-meta-tessera-xxh3: %s", content_hash);
     r.what = "(CreateMultipartUpload)";
@@ -84,6 +86,7 @@ static int upload_parts(tsr_s3 *s, const char *bucket, const char *key, const ch
         else r->body_fd = fd, r->body_off = parts[i].off;
         r->body_len = parts[i].len;
         snprintf(r->checksum, sizeof r->checksum, "%s", parts[i].checksum);
+        snprintf(r->md5, sizeof r->md5, "%s", parts[i].md5);
         snprintf(what[i], 32, "part %zu", first + i + 1);
         r->what = what[i];
         rp[m++] = r;
@@ -226,12 +229,13 @@ static int hash_file(int fd, const char *path, uint64_t size, part *parts, size_
     enum { CHUNK = 8 << 20 };
     uint8_t *buf = malloc(CHUNK);
     XXH3_state_t *x = XXH3_createState();
-    EVP_MD_CTX *md = EVP_MD_CTX_new();
+    EVP_MD_CTX *md = EVP_MD_CTX_new(), *m5 = EVP_MD_CTX_new();
     int rc = 0;
-    if (!buf || !x || !md) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (!buf || !x || !md || !m5) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (!rc) XXH3_64bits_reset(x);
     for (size_t i = 0; i < n && !rc; i++) {
         EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+        EVP_DigestInit_ex(m5, EVP_md5(), NULL);
         for (uint64_t o = 0; o < parts[i].len && !rc;) {
             size_t want = parts[i].len - o < CHUNK ? (size_t)(parts[i].len - o) : CHUNK;
             ssize_t g = pread(fd, buf, want, (off_t)(parts[i].off + o));
@@ -241,17 +245,21 @@ static int hash_file(int fd, const char *path, uint64_t size, part *parts, size_
                 break;
             }
             EVP_DigestUpdate(md, buf, (size_t)g);
+            EVP_DigestUpdate(m5, buf, (size_t)g);
             XXH3_64bits_update(x, buf, (size_t)g);
             o += (uint64_t)g;
         }
-        unsigned char d[32];
+        unsigned char d[32], d5[16];
         EVP_DigestFinal_ex(md, d, NULL);
         s3_sha256_b64(d, parts[i].checksum);
+        EVP_DigestFinal_ex(m5, d5, NULL);
+        EVP_EncodeBlock((unsigned char *)parts[i].md5, d5, 16);
     }
     if (!rc) s3_content_hash_hex(size ? XXH3_64bits_digest(x) : tsr_hash("", 0), hex);
     free(buf);
     if (x) XXH3_freeState(x);
     EVP_MD_CTX_free(md);
+    EVP_MD_CTX_free(m5);
     return rc;
 }
 
@@ -296,6 +304,8 @@ int tsr_s3_upload_file(tsr_s3 *s, const char *path, const char *bucket, const ch
         r.body_fd = fd;
         r.body_len = size;
         snprintf(r.checksum, sizeof r.checksum, "%s", parts[0].checksum);
+        snprintf(r.md5, sizeof r.md5, "%s", parts[0].md5);
+        r.content_type = "application/octet-stream";
         snprintf(r.extra[0], sizeof r.extra[0], "x-amz-meta-tessera-xxh3: %s", hex);
         rc = s3_run(s, (req *[]){&r}, 1, 1, t, err);
         free(r.resp.p);
@@ -373,7 +383,7 @@ int tsr_s3_download_file(tsr_s3 *s, const char *bucket, const char *key, const c
     if (rc) goto fail;
     if (o.content_hash[0]) {
         char hex[40];
-        part whole = {0, o.size, "", "", 0};
+        part whole = {.off = 0, .len = o.size};
         if ((rc = hash_file(fd, tmp, o.size, &whole, 1, hex, err))) goto fail;
         if (strcmp(hex, o.content_hash) != 0) {
             rc = tsr_err(err, TSR_ECORRUPT, "s3://%s/%s: downloaded bytes hash to %s, the object says %s", bucket, key,
@@ -447,6 +457,7 @@ static int writer_flush(tsr_s3_writer *w, int k, tsr_error *err) {
         unsigned char md[32];
         EVP_Digest(w->bufs[i], w->fill[i], md, NULL, EVP_sha256(), NULL);
         s3_sha256_b64(md, p->checksum);
+        s3_md5_b64(w->bufs[i], w->fill[i], p->md5);
     }
     int rc = upload_parts(w->s, w->bucket, w->key, w->upload_id, w->parts + first, (size_t)k, first, w->bufs, -1,
                           NULL, err);

@@ -65,6 +65,9 @@ int tsr_remove_step_dir(const char *dir, tsr_error *err) {
     if (!st) return err ? err->code : TSR_ENOTFOUND;
     name_list l = {0};
     int rc = tsr_store_list(st, collect_name, &l, err);
+    /* an object store has no directories: nothing under the prefix, no checkpoint */
+    if (!rc && l.n == 0 && tsr_store_is_remote(dir))
+        rc = tsr_err(err, TSR_ENOTFOUND, "%s: no such checkpoint (nothing is stored under it)", dir);
     if (!rc && tsr_store_exists(st, "MANIFEST")) rc = tsr_store_remove(st, "MANIFEST", err);
     for (size_t i = 0; i < l.n && !rc; i++)
         if (strcmp(l.v[i], "MANIFEST") != 0 && l.v[i][strlen(l.v[i]) - 1] != '/') rc = tsr_store_remove(st, l.v[i], err);

@@ -260,7 +260,8 @@ int tsr_list_steps(const char *root, tsr_step_info **out, size_t *n);
  * dir is not NULL, its path). @return 0, or TSR_ENOTFOUND. */
 int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len);
 
-/* tsr_remove_step_dir(): removes a step directory, its MANIFEST first. */
+/* tsr_remove_step_dir(): removes a step directory, its MANIFEST first; under an
+ * s3:// prefix with nothing stored, TSR_ENOTFOUND ("no such checkpoint"). */
 int tsr_remove_step_dir(const char *dir, tsr_error *err);
 
 /* tsr_retire_step_dir(): removes a local step directory as tsr_remove_step_dir

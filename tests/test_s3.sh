@@ -103,6 +103,10 @@ aws s3 cp --quiet --recursive $B/hf/ hf-from-s3 && aws s3 cp --quiet $B/gguf/m.g
 for f in config.json model.safetensors; do cmp -s hf/$f hf-from-s3/$f || fail "exported $f differs"; done
 cmp -s m.gguf m-from-s3.gguf || fail "exported gguf differs"
 expect 0 "rm" "$T" rm $B/direct/step-00000005
+# a checkpoint that is not there: said, exit 1, not "removed"
+expect 1 "rm of a checkpoint that does not exist" "$T" rm $B/direct/step-00000005
+grep -q "step-00000005: no such checkpoint" err.txt && ! grep -q removed out.txt ||
+    fail "rm of a missing checkpoint: $(cat out.txt err.txt)"
 [ -z "$(aws s3 ls --recursive $B/direct/)" ] || fail "rm left objects"
 
 # --- faults: 500/503, resets and stalls on a share of requests
@@ -282,5 +286,22 @@ expect 0 "rm a local uncommitted step" "$T" rm rml/step-00000011
 [ ! -e rml/step-00000011 ] || fail "rm left the uncommitted local step"
 expect 2 "rm of a directory that is not a step" "$T" rm rml
 [ -d rml ] || fail "rm removed a directory that is not a step"
+
+# --- what every upload carries: Content-MD5 (the body's MD5: S3, RGW and MinIO check
+# it; RGW 16 ignores x-amz-checksum-sha256) and Content-Type application/octet-stream,
+# for a single PUT and for an object uploaded in parts (its CreateMultipartUpload)
+"$T" ckpt synth md5/step-00000001 --bytes 12M --codec raw --step 1 >/dev/null || fail "synth for md5"
+[ "$(stat -c %s md5/step-00000001/data-00000.tsd)" -gt 10485760 ] || fail "md5: the data file is not over 2 parts"
+TSR_S3_VERBOSE=1 "$T" push md5/step-00000001 $B/md5/ >md5.out 2>md5.err || fail "push with its headers shown"
+want=$(openssl dgst -md5 -binary md5/step-00000001/MANIFEST | base64)
+grep -q "^Content-MD5: $want" md5.err || fail "the MANIFEST's PUT does not carry Content-MD5: $want"
+for p in 1 2 3; do # the parts of 5 MiB, 5 MiB and the rest
+    want=$(dd if=md5/step-00000001/data-00000.tsd bs=5242880 skip=$((p - 1)) count=1 2>/dev/null | openssl dgst -md5 -binary | base64)
+    grep -q "^Content-MD5: $want" md5.err || fail "part $p of data-00000.tsd does not carry Content-MD5: $want"
+done
+for k in MANIFEST data-00000.tsd; do
+    ct=$(aws s3api head-object --bucket bkt --key md5/step-00000001/$k --query ContentType --output text)
+    [ "$ct" = "application/octet-stream" ] || fail "$k: Content-Type $ct"
+done
 
 finish "s3: round trips, interop, faults, resumed push and archiving ok"
