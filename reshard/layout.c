@@ -131,7 +131,7 @@ uint32_t tsr_layout_rank(const tsr_layout *l, tsr_coord c) {
 /* ------------------------------------------------------------------ boxes */
 
 /* Piece i of n elements cut into k pieces by ceil division. */
-static void chunk(uint64_t n, uint32_t k, uint32_t i, uint64_t *off, uint64_t *ext) {
+void tsr_layout_cut(uint64_t n, uint32_t k, uint32_t i, uint64_t *off, uint64_t *ext) {
     uint64_t c = n / k + (n % k != 0), lo;
     if (tsr_mul_ovf(c, i, &lo) || lo >= n) {
         *off = n;
@@ -199,7 +199,7 @@ static uint64_t tp_local(const tsr_layout *l, const tsr_tensor_decl *t, uint32_t
         b->extent[d] = t->shape[d];
     }
     int k = t->placement.tp_dim;
-    if (k >= 0) chunk(t->shape[k], l->tp, tpc, &b->offset[k], &b->extent[k]);
+    if (k >= 0) tsr_layout_cut(t->shape[k], l->tp, tpc, &b->offset[k], &b->extent[k]);
     return tsr_box_volume(b);
 }
 
@@ -276,7 +276,7 @@ static int flat_ranges(const tsr_layout *l, const tsr_tensor_decl *tensors, size
             h++;
         }
         uint64_t lo, hi;
-        chunk(F, l->dp_shard, c.dp_shard, &lo, &hi);
+        tsr_layout_cut(F, l->dp_shard, c.dp_shard, &lo, &hi);
         hi += lo;
         for (size_t k = g; k < h; k++) {
             uint32_t i = order[k].index;
@@ -340,7 +340,7 @@ int tsr_layout_boxes(const tsr_layout *l, const tsr_tensor_decl *tensors, size_t
                 if (c.dp_shard != 0) continue; /* one element: shard 0 holds it */
             } else {
                 uint64_t off, ext;
-                chunk(b.extent[0], l->dp_shard, c.dp_shard, &off, &ext);
+                tsr_layout_cut(b.extent[0], l->dp_shard, c.dp_shard, &off, &ext);
                 b.offset[0] += off;
                 b.extent[0] = ext;
                 if (ext == 0) continue;

@@ -72,6 +72,9 @@ typedef struct tsr_rank_box {
  * *n_out boxes, in tensor order, and for one tensor in row-major order. */
 int tsr_layout_boxes(const tsr_layout *l, const tsr_tensor_decl *tensors, size_t n, uint32_t rank,
                      tsr_rank_box **out, size_t *n_out, tsr_error *err);
+/* tsr_layout_cut(): piece i of n elements cut into k by the rule above (ceil
+ * division): its first element *off and its length *ext (0 past the end). */
+void tsr_layout_cut(uint64_t n, uint32_t k, uint32_t i, uint64_t *off, uint64_t *ext);
 
 /* tsr_range_boxes(): the boxes (at most 2*ndim-1, row-major order) that cover the
  * row-major element range [begin, end) of `box`. @return their count. */

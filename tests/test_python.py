@@ -81,11 +81,10 @@ with tessera.open(os.path.join(d, "np")) as ck:  # a root: its newest step
     raises(lambda: ck.blob("note", rank=3), "no blob 'note' of rank 3")
 # the independent reader agrees, bit for bit
 ref = format_reader.Checkpoint(step_dir)
-for i, t in enumerate(ref.tensors):
-    name = t["name"]
-    want = ref.tensor(i)
-    got = ck_val = tessera.open(step_dir).read(name)
-    check(np.asarray(got).tobytes() == np.asarray(want).tobytes(), "%s: not what format_reader.py reads" % name)
+with tessera.open(step_dir) as ck:
+    for i, t in enumerate(ref.tensors):
+        got, want = ck.read(t["name"]), ref.tensor(i)
+        check(got.tobytes() == np.asarray(want).tobytes(), "%s: not what format_reader.py reads" % t["name"])
 
 # 2. errors: no checkpoint, a damaged one, a dtype the format has not, a bad name
 raises(lambda: tessera.open(os.path.join(d, "nowhere")), "nowhere")

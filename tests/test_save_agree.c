@@ -89,6 +89,17 @@ static void refused(tsr_engine *eng, tsr_comm *comm, const char *root, const tsr
     CHECK(access(dir, F_OK) != 0, "rank %u: %s exists: the refused save wrote", rank, dir);
 }
 
+/* Save `step` (the state as of save `step`), which commits and loads back. */
+static void commits(tsr_engine *eng, tsr_comm *comm, const char *root, const tsr_state *st, int step) {
+    uint32_t rank = tsr_comm_rank(comm);
+    char dir[700];
+    CHECK_OK(tsr_engine_save(eng, (uint64_t)step, st, &e));
+    CHECK_OK(tsr_engine_wait(eng, &e));
+    snprintf(dir, sizeof dir, "%s/step-%08d", root, step);
+    CHECK(loads(eng, rank, dir, step), "rank %u: step %d does not load back: %s", rank, step, e.msg);
+    tsr_comm_barrier(comm, NULL);
+}
+
 int main(void) {
     if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMI_SIZE")) return check_mpi_relaunch("3", "120");
     tsr_comm *comm = tsr_comm_mpi_world(&e);
@@ -136,11 +147,7 @@ int main(void) {
 
     /* 4: every rank plans again (rank 1 keeps its two boxes) */
     st = state(rank, 4, rank == 1);
-    CHECK_OK(tsr_engine_save(eng, 4, &st, &e));
-    CHECK_OK(tsr_engine_wait(eng, &e));
-    snprintf(dir, sizeof dir, "%s/step-00000004", root);
-    CHECK(loads(eng, rank, dir, 4), "rank %u: step 4 does not load back: %s", rank, e.msg);
-    tsr_comm_barrier(comm, NULL);
+    commits(eng, comm, root, &st, 4);
 
     /* 5: rank 2's state is invalid (its box outside the tensor) */
     st = state(rank, 5, rank == 1);
@@ -149,10 +156,7 @@ int main(void) {
 
     /* 6: the next save commits */
     st = state(rank, 6, rank == 1);
-    CHECK_OK(tsr_engine_save(eng, 6, &st, &e));
-    CHECK_OK(tsr_engine_wait(eng, &e));
-    snprintf(dir, sizeof dir, "%s/step-00000006", root);
-    CHECK(loads(eng, rank, dir, 6), "rank %u: step 6 does not load back: %s", rank, e.msg);
+    commits(eng, comm, root, &st, 6);
     tsr_engine_free(eng);
     tsr_comm_free(comm);
     return check_done();

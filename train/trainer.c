@@ -328,9 +328,9 @@ static int shapes_init(tsr_trainer *t, tsr_error *err) {
     if (t->l1 == t->l0 && !counts) return err ? err->code : TSR_ENOMEM;
     t->Ft = (counts ? tp_local(t, counts, w1) : t->par[w1].full_n) / (size_t)t->args.dim;
     /* the output's rows on this tp rank, cut as the layout cuts dim 0 */
-    size_t V = (size_t)t->args.vocab_size, per = V / t->layout.tp + (V % t->layout.tp != 0);
-    t->v0 = per * t->co.tp < V ? per * t->co.tp : V;
-    t->Vt = V - t->v0 < per ? V - t->v0 : per;
+    uint64_t v0, Vt;
+    tsr_layout_cut((uint64_t)t->args.vocab_size, t->layout.tp, t->co.tp, &v0, &Vt);
+    t->v0 = (size_t)v0, t->Vt = (size_t)Vt;
     if (t->last && t->par[t->decls.n_params - 1].full_n != t->Vt * (size_t)t->args.dim)
         return tsr_err(err, TSR_EINVAL, "the output's rows on tp rank %u: %zu floats, not %zu rows", t->co.tp,
                        (size_t)t->par[t->decls.n_params - 1].full_n, t->Vt);
@@ -447,14 +447,18 @@ static int keep_logits(tsr_trainer *t, const float *logits, tsr_error *err) {
         tsr_k_copy(t->keep_logits, logits, T * V * sizeof(float));
         return 0;
     }
-    size_t per = V / tp + (V % tp != 0), counts[tp];
-    for (size_t r = 0; r < tp; r++) counts[r] = T * (per * r < V ? (V - per * r < per ? V - per * r : per) : 0);
+    size_t counts[tp];
+    uint64_t v0[tp], w[tp];
+    for (size_t r = 0; r < tp; r++) {
+        tsr_layout_cut(V, (uint32_t)tp, (uint32_t)r, &v0[r], &w[r]);
+        counts[r] = T * w[r];
+    }
     float *all = malloc(T * V * sizeof(float) + 1);
     if (!all) return tsr_err(err, TSR_ENOMEM, "out of memory for the logits of %zu tokens", T);
     int rc = tsr_data_allgatherv(t->tp, TSR_F32, logits, all, counts, NULL, err);
     for (size_t r = 0, at = 0; !rc && r < tp; at += counts[r], r++)
-        for (size_t i = 0, w = counts[r] / T; i < T && w; i++)
-            memcpy(t->keep_logits + i * V + per * r, all + at + i * w, w * sizeof(float));
+        for (size_t i = 0; i < T && w[r]; i++)
+            memcpy(t->keep_logits + i * V + v0[r], all + at + i * w[r], w[r] * sizeof(float));
     free(all);
     return rc;
 }
@@ -615,8 +619,8 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     for (size_t p = 0; p < n; p++) {
         param *q = &t->par[p];
         if (!q->on_stage || !q->shard_n) continue;
-        tsr_adamw(q->w, q->g, clip < 1.0 ? (float)clip : 1.0f, q->m, q->v, q->shard_n, lr, (float)c->optimizer.beta1, (float)c->optimizer.beta2,
-                  (float)c->optimizer.eps, (float)c->optimizer.weight_decay, step);
+        tsr_adamw(q->w, q->g, clip < 1.0 ? (float)clip : 1.0f, q->m, q->v, q->shard_n, lr, (float)c->optimizer.beta1,
+                  (float)c->optimizer.beta2, (float)c->optimizer.eps, (float)c->optimizer.weight_decay, step);
     }
     return 0;
 }

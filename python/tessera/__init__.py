@@ -174,8 +174,6 @@ class Checkpoint:
             if lib.tsr_latest_step(p.encode(), ctypes.byref(step), buf, len(buf)) == 0:
                 step_dir = buf.value.decode()
         h = lib.tsr_ckpt_open(step_dir.encode(), ctypes.byref(err))
-        if not h and step_dir != p:
-            _raise(err)
         if not h:
             _raise(err)
         self._h = h
