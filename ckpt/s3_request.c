@@ -292,8 +292,10 @@ static int judge(req *r, CURLcode cc) {
     if (!code[0]) snprintf(code, sizeof code, "%s", st == 404 ? "NotFound" : st == 403 ? "Forbidden" : "HTTP error");
     tsr_err(&r->err, st == 404 ? TSR_ENOTFOUND : TSR_EIO, "%s: %s: HTTP %ld %s%s%s", where, r->method, st, code,
             msg[0] ? ": " : "", msg);
+    /* BadDigest and XAmzContentSHA256Mismatch: the server got other bytes than were
+     * sent (Content-MD5 or the payload hash says so); sent again they arrive whole. */
     if (st >= 500 || st == 429 || !strcmp(code, "SlowDown") || !strcmp(code, "RequestTimeout") ||
-        !strcmp(code, "InternalError"))
+        !strcmp(code, "InternalError") || !strcmp(code, "BadDigest") || !strcmp(code, "XAmzContentSHA256Mismatch"))
         return 1;
     return r->err.code;
 }

@@ -1,25 +1,27 @@
-# s3.sh: sourced by the S3 tests, after common.sh.
-#   s3_start [BUCKET]  runs moto_server on a free 127.0.0.1 port, checking the
-#       SigV4 signature of every request, with one IAM user allowed s3:* and one
+# s3.sh: sourced by the S3 tests, after common.sh. The server is moto unless
+# S3_SERVER=rgw: then Ceph's RADOS Gateway on a single-node cluster (tests/rgw.sh).
+#   s3_start [BUCKET]  runs the server on a free 127.0.0.1 port, checking the
+#       SigV4 signature of every request, with one user allowed everything and one
 #       bucket (default bkt); installs s3_stop as the EXIT trap (a test with an
 #       EXIT trap of its own calls s3_stop in it) and exports
 #         AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY   that user's key
 #         AWS_REGION=us-east-1 (and AWS_DEFAULT_REGION)
 #         AWS_ENDPOINT_URL=http://127.0.0.1:$S3_PORT   S3_PORT S3_PID S3_BUCKET
-#       so that plain `aws s3 ...`, boto3 and tessera talk to moto.
+#       so that plain `aws s3 ...`, boto3 and tessera talk to it.
 #   proxy_start FLAGS...  starts tests/s3proxy.py (fault injection: see its
-#       --help) in front of moto; prints and exports PROXY_URL, and PROXY_PORT,
+#       --help) in front of the server; prints and exports PROXY_URL, and PROXY_PORT,
 #       PROXY_PID, PROXY_LOG (one line per request, then "# summary ..." once
 #       stopped). A second proxy_start replaces the first.   proxy_stop
-#   s3_stop  stops the proxy and moto.
+#   s3_stop  stops the proxy and the server.
 # Call them directly, not in $(...), or their exports are lost. Logs: moto's in
-# $TSR_TMP/moto.log, the proxy's in $TSR_TMP/proxy-N.{log,out,err}. Whatever
-# the user's AWS setup (profile, ~/.aws, session token, HTTP proxy), it stays
-# out, and nothing here reaches past the loopback interface. moto_server missing
-# is a failure, not a skip.
+# $TSR_TMP/moto.log, RGW's in $TSR_TMP/rgw/, the proxy's in $TSR_TMP/proxy-N.{log,out,err}.
+# Whatever the user's AWS setup (profile, ~/.aws, session token, HTTP proxy), it
+# stays out, and nothing here reaches past the loopback interface. A server that
+# is missing or does not start is a failure, not a skip.
 : "${TSR_TMP:?TSR_TMP must name the per-test temporary directory}"
 # moto and boto3 live in the first python3 on PATH (the image's, not /usr/bin's)
-command -v moto_server >/dev/null 2>&1 ||
+S3_SERVER=${S3_SERVER:-moto}
+[ "$S3_SERVER" = rgw ] || command -v moto_server >/dev/null 2>&1 ||
     { echo "FAIL: moto_server is not on PATH: the S3 tests need moto's server (pip install 'moto[server]')" >&2; exit 1; }
 S3_PY=$(command -v python3) ||
     { echo "FAIL: python3 is not on PATH" >&2; exit 1; }
@@ -133,6 +135,13 @@ s3_start() { # [bucket]
     trap 's3_stop' EXIT
     trap 'exit 143' TERM    # so that the EXIT trap runs on these too
     trap 'exit 130' INT
+    if [ "$S3_SERVER" = rgw ]; then
+        . "$TSR_ROOT/tests/rgw.sh"
+        rgw_start "$S3_BUCKET"
+        _s3_keys=$_rgw_keys
+        _s3_export
+        return
+    fi
     _s3_pypath=${PYTHONPATH:-}
     if [ "${S3_MOTO_RAW_URI:-1}" = 1 ]; then
         _s3_site
@@ -155,6 +164,10 @@ s3_start() { # [bucket]
         tail -n 20 "$TSR_TMP/moto.log" | sed 's/^/    /' >&2
         exit 1
     done
+    _s3_export
+}
+
+_s3_export() {
     AWS_ACCESS_KEY_ID=${_s3_keys% *} AWS_SECRET_ACCESS_KEY=${_s3_keys#* }
     export AWS_ACCESS_KEY_ID AWS_SECRET_ACCESS_KEY AWS_REGION=us-east-1 AWS_DEFAULT_REGION=us-east-1 \
         AWS_ENDPOINT_URL S3_PORT S3_PID S3_BUCKET
@@ -199,6 +212,11 @@ proxy_stop() { # the counts go to the end of $PROXY_LOG ("# summary ...")
 
 s3_stop() {
     proxy_stop
+    if [ "$S3_SERVER" = rgw ]; then
+        rgw_stop
+        S3_PID=
+        return 0
+    fi
     [ -n "$S3_PID" ] || return 0
     _s3_kill "$S3_PID"
     S3_PID=

@@ -1,13 +1,17 @@
 #!/bin/sh
-# Object storage against a real S3-compatible server (moto, every request's
-# signature checked) on loopback: push / pull / ls / rm round trips, byte-identical,
-# with multipart and single-PUT objects; AWS CLI interop both ways; a wrong secret;
-# direct loads and saves from and to the bucket in other layouts; faults from a
-# proxy (500/503, resets, stalls; 429 retried; 403 and 400 not retried, each
-# request counted; a 200 answer carrying an error; a failed multipart upload
-# aborted; bytes altered in transit and on the server refused by pull); a push
+# Object storage against a real S3-compatible server on loopback, every request's
+# signature checked: moto, or Ceph's RADOS Gateway with S3_SERVER=rgw (test_s3_rgw).
+# On both: push / pull / ls / rm round trips, byte-identical, with multipart and
+# single-PUT objects; AWS CLI interop both ways; a wrong secret and a missing
+# bucket; direct loads and saves from and to the bucket in other layouts; a push
 # killed midway and resumed without re-sending finished parts; archiving from the
-# trainer.
+# trainer; Content-MD5 and Content-Type on every upload; a part altered in transit
+# (RGW refuses it and the push sends it again; moto keeps it and pull refuses it).
+# On moto only (the client's behaviour, whatever the server): faults from a proxy
+# (500/503, resets, stalls; 429 retried; 403 and 400 not retried, each request
+# counted; a 200 answer carrying an error; a failed multipart upload aborted;
+# bytes altered in a download refused by pull).
+# tsr-timeout: 900
 . "$TSR_ROOT/tests/mpi.sh"
 cd "$TSR_TMP" || exit 1
 . "$TSR_ROOT/tests/s3.sh"
@@ -75,6 +79,11 @@ AWS_SECRET_ACCESS_KEY=wrong-$good expect 1 "pull with a wrong secret" "$T" pull 
 grep -q "SignatureDoesNotMatch" err.txt || { fail "a wrong secret: no SignatureDoesNotMatch"; cat err.txt >&2; }
 grep -q -e "$good" err.txt && fail "the secret was printed"
 [ -e bad/MANIFEST ] && fail "a failed pull left a MANIFEST"
+expect 1 "pull from a bucket that does not exist" "$T" pull s3://no-such-bucket/run1/step-00000020 nob
+grep -q "no-such-bucket.*NoSuchBucket" err.txt || { fail "a missing bucket: unclear error"; cat err.txt >&2; }
+[ -e nob/MANIFEST ] && fail "a pull from a missing bucket left a MANIFEST"
+expect 1 "push to a bucket that does not exist" "$T" push ck/step-00000020 s3://no-such-bucket/run1/
+grep -q "no-such-bucket.*NoSuchBucket" err.txt || { fail "push to a missing bucket: unclear error"; cat err.txt >&2; }
 AWS_ACCESS_KEY_ID= AWS_SECRET_ACCESS_KEY= expect 1 "no credentials" "$T" ls $B/run1/
 grep -q "no credentials" err.txt || fail "missing credentials: unclear error"
 AWS_ENDPOINT_URL=http://127.0.0.1:1 TSR_S3_MAX_ATTEMPTS=2 expect 1 "no server" "$T" pull $B/run1/step-00000020 bad
@@ -109,6 +118,15 @@ grep -q "step-00000005: no such checkpoint" err.txt && ! grep -q removed out.txt
     fail "rm of a missing checkpoint: $(cat out.txt err.txt)"
 [ -z "$(aws s3 ls --recursive $B/direct/)" ] || fail "rm left objects"
 
+# what the last proxy counted and logged
+counted() { # key: its count in the last proxy's "# summary" line (empty if none)
+    sed -n "s/^# summary.* $1=\([0-9][0-9]*\).*/\1/p" "$PROXY_LOG"
+}
+seen() { # method, target pattern: requests the last proxy logged
+    grep -c "^[0-9]* $1 [^ ]*$2[^ ]* fault=" "$PROXY_LOG"
+}
+
+if [ "$S3_SERVER" = moto ]; then
 # --- faults: 500/503, resets and stalls on a share of requests
 proxy_start --fail-rate 0.15 --reset-rate 0.1 --stall-rate 0.05 --stall-seconds 3 --seed 11
 TSR_S3_STALL_SECONDS=1 expect 0 "push through faults" "$T" push ck $B/faulty/ --endpoint "$PROXY_URL"
@@ -118,9 +136,6 @@ AWS_ENDPOINT_URL=$PROXY_URL TSR_S3_STALL_SECONDS=1 run_np 3 "$T" ckpt check $B/f
     --layout dp_shard=3 >/dev/null 2>err.txt || { fail "check through faults"; cat err.txt >&2; }
 proxy_stop
 # the counts in the summary line: each kind of fault happened at least once
-counted() { # key: its count in the last proxy's "# summary" line (empty if none)
-    sed -n "s/^# summary.* $1=\([0-9][0-9]*\).*/\1/p" "$PROXY_LOG"
-}
 [ -n "$(counted requests)" ] || fail "the proxy wrote no summary line: $(tail -n 2 "$PROXY_LOG")"
 f500=$(counted fail500) f503=$(counted fail503)
 [ $(( ${f500:-0} + ${f503:-0} )) -ge 1 ] || fail "the proxy answered no 500 or 503 (fail500=$f500 fail503=$f503)"
@@ -130,9 +145,6 @@ done
 
 # --- single faults, each request counted in the proxy's log (lines "SEQ METHOD
 # TARGET fault=... status=..."): which answers are retried and which are not
-seen() { # method, target pattern: requests the last proxy logged
-    grep -c "^[0-9]* $1 [^ ]*$2[^ ]* fault=" "$PROXY_LOG"
-}
 # 429 Too Many Requests is retried: two of them, then the object comes
 proxy_start --inject 429:SlowDown --inject-count 2 --only-method GET --only-path 'run1/step-00000020/data-00000.tsd$'
 expect 0 "pull through two 429 answers" "$T" pull $B/run1/step-00000020 p429 --endpoint "$PROXY_URL"
@@ -196,19 +208,44 @@ grep -q "s3://bkt/run1/step-00000020/data-00001.tsd: downloaded bytes hash to [0
     { fail "a body altered in transit: no content-hash error"; cat err.txt >&2; }
 [ -e flipdown/data-00001.tsd ] && fail "a body altered in transit was kept as data-00001.tsd"
 [ -e flipdown/MANIFEST ] && fail "a pull of a body altered in transit left a MANIFEST"
-# a flipped byte in an upload: moto does not check x-amz-checksum-sha256 (S3
-# refuses such a body with BadDigest), so the push lands; pull then refuses it
-proxy_start --inject flip-request --only-method PUT --only-path 'step-00000020/data-00000.tsd$'
-"$T" push ck/step-00000020 $B/flipup/ --endpoint "$PROXY_URL" >out.txt 2>err.txt
+fi # moto only
+
+# a flipped byte in an upload, in part 2 of a multipart object. RGW (as S3 and MinIO)
+# checks the part's Content-MD5 and refuses it with 400 BadDigest: the push sends the
+# part again and completes. moto checks neither Content-MD5 nor the SHA-256: the part
+# lands, and pull refuses the object (its content hash).
+part2='step-00000010/data-00000.tsd?partNumber=2&'
+flipped() { grep -c "^[0-9]* PUT [^ ]*$part2[^ ]* fault=inject:flip-request status=$1" "$PROXY_LOG"; }
+proxy_start --inject flip-request --only-method PUT --only-path 'step-00000010/data-00000\.tsd\?partNumber=2&'
+"$T" push ck/step-00000010 $B/flipup/ --endpoint "$PROXY_URL" >out.txt 2>err.txt
 pushed=$?
 proxy_stop
 [ "$(counted injected)" = 1 ] || fail "flip-request: injected $(counted injected) times, expected 1"
-if [ $pushed = 0 ]; then
-    expect 1 "pull of an object altered on its way up" "$T" pull $B/flipup/step-00000020 flipup
-    grep -q "data-00000.tsd: downloaded bytes hash to" err.txt || { fail "an upload altered in transit: pull did not refuse it"; cat err.txt >&2; }
-    [ -e flipup/MANIFEST ] && fail "a pull of an upload altered in transit left a MANIFEST"
+if [ "$S3_SERVER" = rgw ]; then
+    [ $pushed = 0 ] || { fail "push with a part altered in transit once: exit $pushed"; cat err.txt >&2; }
+    [ "$(flipped 400)" = 1 ] || fail "RGW did not refuse the altered part with 400: $(grep "$part2" "$PROXY_LOG")"
+    [ "$(seen PUT "$part2")" = 2 ] || fail "the refused part was sent $(seen PUT "$part2") times, expected 2"
+    expect 0 "pull after a part was sent again" "$T" pull $B/flipup/step-00000010 flipup
+    for f in ck/step-00000010/*; do cmp -s "$f" "flipup/${f##*/}" || fail "part sent again: $f differs"; done
+    # altered at every attempt: the push gives up, naming the object, the part and
+    # BadDigest, and nothing is committed
+    proxy_start --inject flip-request --inject-count 0 --only-method PUT --only-path 'step-00000010/data-00000\.tsd\?partNumber=2&'
+    TSR_S3_MAX_ATTEMPTS=2 expect 1 "push with a part altered at every attempt" \
+        "$T" push ck/step-00000010 $B/flipall/ --endpoint "$PROXY_URL"
+    proxy_stop
+    grep -q "flipall/step-00000010/data-00000.tsd.*part 2.*HTTP 400 BadDigest" err.txt ||
+        { fail "a part refused at every attempt: unclear error"; cat err.txt >&2; }
+    expect 0 "ls after the refused push" "$T" ls $B/flipall/
+    grep -q " committed" out.txt && fail "a push whose part was refused is listed as committed"
 else
-    grep -q "data-00000.tsd" err.txt || { fail "an upload altered in transit: unclear error"; cat err.txt >&2; }
+    [ "$(flipped 200)" = 1 ] || fail "moto refused the altered part: $(grep "$part2" "$PROXY_LOG")"
+    if [ $pushed = 0 ]; then
+        expect 1 "pull of an object altered on its way up" "$T" pull $B/flipup/step-00000010 flipup
+        grep -q "data-00000.tsd: downloaded bytes hash to" err.txt || { fail "an upload altered in transit: pull did not refuse it"; cat err.txt >&2; }
+        [ -e flipup/MANIFEST ] && fail "a pull of an upload altered in transit left a MANIFEST"
+    else
+        fail "push through a part altered in transit on moto: exit $pushed"; cat err.txt >&2
+    fi
 fi
 # an object altered on the server (its bytes no longer those its content hash
 # names): pull refuses it
@@ -304,4 +341,4 @@ for k in MANIFEST data-00000.tsd; do
     [ "$ct" = "application/octet-stream" ] || fail "$k: Content-Type $ct"
 done
 
-finish "s3: round trips, interop, faults, resumed push and archiving ok"
+finish "s3 on $S3_SERVER: round trips, interop, faults, resumed push and archiving ok"

@@ -2,7 +2,8 @@
 # Installs the Debian packages tessera needs that are missing. Run by make test/run/bench.
 set -e
 pkgs="build-essential clang libclang-rt-14-dev pkg-config liburing-dev libzstd-dev libxxhash-dev
-libcurl4-openssl-dev time libssl-dev libxml2-dev libinih-dev libcjson-dev libopenmpi-dev openmpi-bin libopenblas-dev gnuplot-nox python3-numpy python3-torch"
+libcurl4-openssl-dev time libssl-dev libxml2-dev libinih-dev libcjson-dev libopenmpi-dev openmpi-bin libopenblas-dev gnuplot-nox python3-numpy python3-torch
+ceph-mon ceph-mgr ceph-osd radosgw ceph-common"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
