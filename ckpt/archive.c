@@ -36,6 +36,16 @@ static int data_files(const char *dir, char (**names)[32], size_t *n, uint64_t *
     return 0;
 }
 
+/* fsync of dir/name. */
+static int fsync_in(const char *dir, const char *name, tsr_error *err) {
+    char path[PATH_MAX + 40];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int rc = fd < 0 || fsync(fd) != 0 ? tsr_err(err, TSR_EIO, "%s: fsync: %s", path, strerror(errno)) : 0;
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
 /* Copies the checkpoint between the local directory `local` and the S3 location
  * `url` (push: to S3), file by file, the MANIFEST last. The file list comes from
  * the source's MANIFEST, which a push requires; a pull makes `local` first, and
@@ -66,10 +76,15 @@ static int copy_step(tsr_s3 *s3, const char *local, const char *url, int push, t
         char path[PATH_MAX + 40], key[TSR_S3_MAX_KEY + 40];
         snprintf(path, sizeof path, "%s/%s", local, name);
         snprintf(key, sizeof key, "%s%s%s", prefix, pl ? "/" : "", name);
+        /* a pull: every data file durable before the MANIFEST comes (the writeback
+         * of each began when it was downloaded) */
+        for (size_t k = 0; !push && i == n && k < n && !rc; k++) rc = fsync_in(local, names[k], err);
+        if (rc) break;
         if (strlen(key) >= TSR_S3_MAX_KEY) rc = tsr_err(err, TSR_EINVAL, "s3://%s/%s: key too long", bucket, key);
         else if (push) rc = tsr_s3_upload_file(s3, path, bucket, key, t, err);
         else rc = tsr_s3_download_file(s3, bucket, key, path, t, err);
     }
+    if (!push && !rc) rc = fsync_in(local, "MANIFEST", err);
     free(names);
     return rc;
 }

@@ -90,7 +90,8 @@ int tsr_s3_upload_file(tsr_s3 *s, const char *path, const char *bucket, const ch
                        tsr_error *err);
 /* tsr_s3_download_file(): downloads an object into `path` (written as path.part,
  * renamed when complete), with ranged GETs in parallel; checks the content hash
- * when the object has one. */
+ * when the object has one. Its writeback has started; the caller fsyncs it when
+ * it must be durable. */
 int tsr_s3_download_file(tsr_s3 *s, const char *bucket, const char *key, const char *path, tsr_s3_transfer *t,
                          tsr_error *err);
 

@@ -47,8 +47,9 @@ typedef struct req {
     const uint8_t *body;
     int body_fd;        /* or -1 */
     uint64_t body_off, body_len;
-    char checksum[48];  /* base64 SHA-256 of the body, or "" */
-    char md5[32];       /* base64 MD5 of the body (Content-MD5: every S3 server checks it), or "" */
+    char checksum[48];  /* base64 SHA-256 of the body (x-amz-checksum-sha256), or "" */
+    char payload[65];   /* hex SHA-256 of the body, signed as x-amz-content-sha256: S3, RGW
+                         * and MinIO check the body against it; "": UNSIGNED-PAYLOAD */
     const char *content_type; /* of a PUT or POST body; NULL: application/xml for a POST, none for a PUT */
     char extra[2][160]; /* more headers, "Name: value", or "" */
     const char *what;   /* "part 3" etc., for messages; may be NULL */
@@ -87,10 +88,9 @@ int s3_run1(tsr_s3 *s, req *r, tsr_error *err);
  * query into r (TSR_EINVAL when too long) and frees it. */
 void s3_query_add(tsr_sbuf *q, const char *name, const char *value);
 int s3_set_query(req *r, tsr_sbuf *q, tsr_error *err);
-/* s3_md5_b64(): the MD5 of len bytes in base64, as Content-MD5 wants it. */
-void s3_md5_b64(const void *buf, size_t len, char out[32]);
-/* s3_sha256_b64(): a SHA-256 digest in base64, as x-amz-checksum-sha256 wants it. */
-void s3_sha256_b64(const unsigned char md[32], char out[48]);
+/* s3_body_sha256(): a body's SHA-256 digest as x-amz-checksum-sha256 (base64) and
+ * x-amz-content-sha256 (hex) want it. */
+void s3_body_sha256(const unsigned char md[32], char b64[48], char hex[65]);
 /* s3_content_hash_hex(): the content hash (XXH3) as x-amz-meta-tessera-xxh3 holds it. */
 void s3_content_hash_hex(uint64_t h, char out[40]);
 

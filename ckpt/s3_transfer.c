@@ -13,6 +13,7 @@
 #include <xxhash.h>
 
 #include "common.h"
+#include "pool.h"
 #include "s3.h"
 #include "s3_impl.h"
 
@@ -20,8 +21,7 @@
 
 typedef struct part {
     uint64_t off, len;
-    char checksum[48];
-    char md5[32];
+    char checksum[48], payload[65]; /* its SHA-256, base64 and hex (s3_impl.h) */
     char etag[80];
     int have; /* already uploaded (resume) */
 } part;
@@ -86,7 +86,7 @@ static int upload_parts(tsr_s3 *s, const char *bucket, const char *key, const ch
         else r->body_fd = fd, r->body_off = parts[i].off;
         r->body_len = parts[i].len;
         snprintf(r->checksum, sizeof r->checksum, "%s", parts[i].checksum);
-        snprintf(r->md5, sizeof r->md5, "%s", parts[i].md5);
+        snprintf(r->payload, sizeof r->payload, "%s", parts[i].payload);
         snprintf(what[i], 32, "part %zu", first + i + 1);
         r->what = what[i];
         rp[m++] = r;
@@ -223,43 +223,93 @@ static int find_resumable(tsr_s3 *s, const char *bucket, const char *key, int fd
     return rc;
 }
 
-/* Hashes a file in one pass: XXH3 of the whole (the content hash) and the
- * SHA-256 of each part. */
-static int hash_file(int fd, const char *path, uint64_t size, part *parts, size_t n, char hex[40], tsr_error *err) {
-    enum { CHUNK = 8 << 20 };
-    uint8_t *buf = malloc(CHUNK);
+/* Reads [off, off + len) of fd into buf. */
+static int read_range(int fd, const char *path, uint8_t *buf, uint64_t off, size_t len, tsr_error *err) {
+    for (size_t o = 0; o < len;) {
+        ssize_t g = pread(fd, buf + o, len - o, (off_t)(off + o));
+        if (g < 0 && errno == EINTR) continue;
+        if (g <= 0)
+            return tsr_err(err, TSR_EIO, "%s: read at %llu: %s", path, (unsigned long long)(off + o),
+                           g < 0 ? strerror(errno) : "the file shrank");
+        o += (size_t)g;
+    }
+    return 0;
+}
+
+/* A batch of parts read and hashed on the pool's threads, one part a thread. */
+typedef struct {
+    int fd;
+    const char *path;
+    part *parts;
+    uint8_t **bufs;
+    int *rc;
+    tsr_error *errs;
+} hash_batch;
+
+static void hash_part(void *ctx, size_t k, int worker) {
+    hash_batch *h = ctx;
+    part *p = &h->parts[k];
+    if ((h->rc[k] = read_range(h->fd, h->path, h->bufs[k], p->off, (size_t)p->len, &h->errs[k]))) return;
+    unsigned char d[32];
+    EVP_Digest(h->bufs[k], (size_t)p->len, d, NULL, EVP_sha256(), NULL);
+    s3_body_sha256(d, p->checksum, p->payload);
+}
+
+/* Hashes a file: XXH3 of the whole (the content hash) and, when `sha`, the SHA-256
+ * of each part. The parts' SHA-256 (the costly one) is spread over the cores, a
+ * batch of whole parts at a time, each batch fed to XXH3 in order from memory;
+ * XXH3 alone, or parts too large to hold a batch of, go in one pass on one thread. */
+static int hash_file(int fd, const char *path, uint64_t size, part *parts, size_t n, int sha, char hex[40],
+                     tsr_error *err) {
+    enum { CHUNK = 8 << 20, MAX_THREADS = 8, BATCH_BYTES = 256 << 20 };
     XXH3_state_t *x = XXH3_createState();
-    EVP_MD_CTX *md = EVP_MD_CTX_new(), *m5 = EVP_MD_CTX_new();
+    if (!x) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    XXH3_64bits_reset(x);
+    uint64_t psz = n ? parts[0].len : 0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    size_t threads = sha && n > 1 && psz && psz <= BATCH_BYTES / 2 ? (size_t)(BATCH_BYTES / psz) : 1;
+    if (threads > MAX_THREADS) threads = MAX_THREADS;
+    if (threads > (size_t)(cpus > 0 ? cpus : 1)) threads = (size_t)(cpus > 0 ? cpus : 1);
+    if (threads > n) threads = n;
+    uint8_t *bufs[MAX_THREADS] = {0};
+    int rcs[MAX_THREADS];
+    tsr_error errs[MAX_THREADS];
+    tsr_pool *pool = threads > 1 ? tsr_pool_new((int)threads) : NULL;
+    for (size_t k = 0; pool && k < threads; k++)
+        if (!(bufs[k] = malloc((size_t)psz))) threads = k; /* fewer threads, or one pass */
     int rc = 0;
-    if (!buf || !x || !md || !m5) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-    if (!rc) XXH3_64bits_reset(x);
-    for (size_t i = 0; i < n && !rc; i++) {
-        EVP_DigestInit_ex(md, EVP_sha256(), NULL);
-        EVP_DigestInit_ex(m5, EVP_md5(), NULL);
-        for (uint64_t o = 0; o < parts[i].len && !rc;) {
-            size_t want = parts[i].len - o < CHUNK ? (size_t)(parts[i].len - o) : CHUNK;
-            ssize_t g = pread(fd, buf, want, (off_t)(parts[i].off + o));
-            if (g <= 0) {
-                rc = tsr_err(err, TSR_EIO, "%s: read at %llu: %s", path, (unsigned long long)(parts[i].off + o),
-                             g < 0 ? strerror(errno) : "the file shrank");
-                break;
+    if (pool && threads > 1) {
+        for (size_t b = 0; b < n && !rc; b += threads) {
+            size_t m = n - b < threads ? n - b : threads;
+            hash_batch h = {fd, path, parts + b, bufs, rcs, errs};
+            tsr_pool_for(pool, m, hash_part, &h);
+            for (size_t k = 0; k < m && !rc; k++) {
+                if ((rc = rcs[k]) && err) *err = errs[k];
+                else XXH3_64bits_update(x, bufs[k], (size_t)parts[b + k].len);
             }
-            EVP_DigestUpdate(md, buf, (size_t)g);
-            EVP_DigestUpdate(m5, buf, (size_t)g);
-            XXH3_64bits_update(x, buf, (size_t)g);
-            o += (uint64_t)g;
         }
-        unsigned char d[32], d5[16];
-        EVP_DigestFinal_ex(md, d, NULL);
-        s3_sha256_b64(d, parts[i].checksum);
-        EVP_DigestFinal_ex(m5, d5, NULL);
-        EVP_EncodeBlock((unsigned char *)parts[i].md5, d5, 16);
+    } else {
+        EVP_MD_CTX *md = sha ? EVP_MD_CTX_new() : NULL;
+        uint8_t *buf = malloc(CHUNK);
+        if (!buf || (sha && !md)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+        for (size_t i = 0; i < n && !rc; i++) {
+            if (sha) EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+            for (uint64_t o = 0; o < parts[i].len && !rc; o += CHUNK) {
+                size_t want = parts[i].len - o < CHUNK ? (size_t)(parts[i].len - o) : CHUNK;
+                if ((rc = read_range(fd, path, buf, parts[i].off + o, want, err))) break;
+                if (sha) EVP_DigestUpdate(md, buf, want);
+                XXH3_64bits_update(x, buf, want);
+            }
+            unsigned char d[32];
+            if (!rc && sha && EVP_DigestFinal_ex(md, d, NULL)) s3_body_sha256(d, parts[i].checksum, parts[i].payload);
+        }
+        free(buf);
+        EVP_MD_CTX_free(md);
     }
     if (!rc) s3_content_hash_hex(size ? XXH3_64bits_digest(x) : tsr_hash("", 0), hex);
-    free(buf);
-    if (x) XXH3_freeState(x);
-    EVP_MD_CTX_free(md);
-    EVP_MD_CTX_free(m5);
+    for (size_t k = 0; k < MAX_THREADS; k++) free(bufs[k]);
+    tsr_pool_free(pool);
+    XXH3_freeState(x);
     return rc;
 }
 
@@ -288,7 +338,7 @@ int tsr_s3_upload_file(tsr_s3 *s, const char *path, const char *bucket, const ch
         parts[i].len = i + 1 < n ? psz : size - parts[i].off;
     }
     char hex[40];
-    int rc = hash_file(fd, path, size, parts, n, hex, err);
+    int rc = hash_file(fd, path, size, parts, n, 1, hex, err);
     tsr_s3_object have;
     int hr = rc ? rc : tsr_s3_head(s, bucket, key, &have, err);
     if (!rc && hr == 0 && have.size == size && !strcmp(have.content_hash, hex)) {
@@ -304,7 +354,7 @@ int tsr_s3_upload_file(tsr_s3 *s, const char *path, const char *bucket, const ch
         r.body_fd = fd;
         r.body_len = size;
         snprintf(r.checksum, sizeof r.checksum, "%s", parts[0].checksum);
-        snprintf(r.md5, sizeof r.md5, "%s", parts[0].md5);
+        snprintf(r.payload, sizeof r.payload, "%s", parts[0].payload);
         r.content_type = "application/octet-stream";
         snprintf(r.extra[0], sizeof r.extra[0], "x-amz-meta-tessera-xxh3: %s", hex);
         rc = s3_run(s, (req *[]){&r}, 1, 1, t, err);
@@ -384,14 +434,19 @@ int tsr_s3_download_file(tsr_s3 *s, const char *bucket, const char *key, const c
     if (o.content_hash[0]) {
         char hex[40];
         part whole = {.off = 0, .len = o.size};
-        if ((rc = hash_file(fd, tmp, o.size, &whole, 1, hex, err))) goto fail;
+        if ((rc = hash_file(fd, tmp, o.size, &whole, 1, 0, hex, err))) goto fail;
         if (strcmp(hex, o.content_hash) != 0) {
             rc = tsr_err(err, TSR_ECORRUPT, "s3://%s/%s: downloaded bytes hash to %s, the object says %s", bucket, key,
                          hex, o.content_hash);
             goto fail;
         }
     }
-    if (fsync(fd) != 0 || close(fd) != 0) {
+    /* writeback starts now, while the next file downloads; the caller fsyncs */
+    if (sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE) != 0 && errno != ENOSYS && errno != EINVAL) {
+        rc = tsr_err(err, TSR_EIO, "%s: %s", tmp, strerror(errno));
+        goto fail;
+    }
+    if (close(fd) != 0) {
         fd = -1;
         rc = tsr_err(err, TSR_EIO, "%s: %s", tmp, strerror(errno));
         goto fail;
@@ -456,8 +511,7 @@ static int writer_flush(tsr_s3_writer *w, int k, tsr_error *err) {
         p->len = w->fill[i];
         unsigned char md[32];
         EVP_Digest(w->bufs[i], w->fill[i], md, NULL, EVP_sha256(), NULL);
-        s3_sha256_b64(md, p->checksum);
-        s3_md5_b64(w->bufs[i], w->fill[i], p->md5);
+        s3_body_sha256(md, p->checksum, p->payload);
     }
     int rc = upload_parts(w->s, w->bucket, w->key, w->upload_id, w->parts + first, (size_t)k, first, w->bufs, -1,
                           NULL, err);

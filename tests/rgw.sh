@@ -4,7 +4,8 @@
 #   rgw_start BUCKET  in $TSR_TMP/rgw: one monitor, one manager, one OSD (BlueStore
 #       on a sparse file, so the cluster needs no disk of its own and little memory),
 #       pools of size 1, radosgw with the beast frontend on a free port, an S3 user
-#       made with radosgw-admin and BUCKET made with that user's key. Deleted objects
+#       made with radosgw-admin and BUCKET made with that user's key (an object put
+#       and deleted in it, so that RGW's data pools exist). Deleted objects
 #       are freed within seconds (rgw_gc_obj_min_wait, 2 hours by default), so runs
 #       do not fill the OSD. Sets S3_PORT, S3_PID (radosgw's), AWS_ENDPOINT_URL,
 #       _rgw_keys ("KEY SECRET"). Every daemon runs in the foreground as a child of
@@ -142,7 +143,11 @@ try:
 except ClientError as e:
     if e.response["Error"]["Code"] != "SignatureDoesNotMatch":
         sys.exit("a wrong secret got %s, not SignatureDoesNotMatch" % e.response["Error"]["Code"])
-client(os.environ["AWS_SECRET_ACCESS_KEY"]).create_bucket(Bucket=sys.argv[1])
+c = client(os.environ["AWS_SECRET_ACCESS_KEY"])
+c.create_bucket(Bucket=sys.argv[1])
+# RGW makes its data pools at the first object written (seconds): not in a test's time
+c.put_object(Bucket=sys.argv[1], Key="rgw-warm-up", Body=b"x" * 65536)
+c.delete_object(Bucket=sys.argv[1], Key="rgw-warm-up")
 PYEOF
 }
 

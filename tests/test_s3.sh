@@ -5,8 +5,8 @@
 # single-PUT objects; AWS CLI interop both ways; a wrong secret and a missing
 # bucket; direct loads and saves from and to the bucket in other layouts; a push
 # killed midway and resumed without re-sending finished parts; archiving from the
-# trainer; Content-MD5 and Content-Type on every upload; a part altered in transit
-# (RGW refuses it and the push sends it again; moto keeps it and pull refuses it).
+# trainer; a signed payload hash and Content-Type on every upload; a part altered in
+# transit (RGW refuses it and the push sends it again; moto keeps it and pull refuses it).
 # On moto only (the client's behaviour, whatever the server): faults from a proxy
 # (500/503, resets, stalls; 429 retried; 403 and 400 not retried, each request
 # counted; a 200 answer carrying an error; a failed multipart upload aborted;
@@ -211,9 +211,10 @@ grep -q "s3://bkt/run1/step-00000020/data-00001.tsd: downloaded bytes hash to [0
 fi # moto only
 
 # a flipped byte in an upload, in part 2 of a multipart object. RGW (as S3 and MinIO)
-# checks the part's Content-MD5 and refuses it with 400 BadDigest: the push sends the
-# part again and completes. moto checks neither Content-MD5 nor the SHA-256: the part
-# lands, and pull refuses the object (its content hash).
+# checks the part against its signed payload hash (x-amz-content-sha256) and refuses it
+# with 400 XAmzContentSHA256Mismatch: the push sends the part again and completes.
+# moto checks no hash of a body: the part lands, and pull refuses the object (its
+# content hash).
 part2='step-00000010/data-00000.tsd?partNumber=2&'
 flipped() { grep -c "^[0-9]* PUT [^ ]*$part2[^ ]* fault=inject:flip-request status=$1" "$PROXY_LOG"; }
 proxy_start --inject flip-request --only-method PUT --only-path 'step-00000010/data-00000\.tsd\?partNumber=2&'
@@ -228,12 +229,12 @@ if [ "$S3_SERVER" = rgw ]; then
     expect 0 "pull after a part was sent again" "$T" pull $B/flipup/step-00000010 flipup
     for f in ck/step-00000010/*; do cmp -s "$f" "flipup/${f##*/}" || fail "part sent again: $f differs"; done
     # altered at every attempt: the push gives up, naming the object, the part and
-    # BadDigest, and nothing is committed
+    # the server's refusal, and nothing is committed
     proxy_start --inject flip-request --inject-count 0 --only-method PUT --only-path 'step-00000010/data-00000\.tsd\?partNumber=2&'
     TSR_S3_MAX_ATTEMPTS=2 expect 1 "push with a part altered at every attempt" \
         "$T" push ck/step-00000010 $B/flipall/ --endpoint "$PROXY_URL"
     proxy_stop
-    grep -q "flipall/step-00000010/data-00000.tsd.*part 2.*HTTP 400 BadDigest" err.txt ||
+    grep -q "flipall/step-00000010/data-00000.tsd part 2: PUT: HTTP 400 XAmzContentSHA256Mismatch" err.txt ||
         { fail "a part refused at every attempt: unclear error"; cat err.txt >&2; }
     expect 0 "ls after the refused push" "$T" ls $B/flipall/
     grep -q " committed" out.txt && fail "a push whose part was refused is listed as committed"
@@ -324,20 +325,21 @@ expect 0 "rm a local uncommitted step" "$T" rm rml/step-00000011
 expect 2 "rm of a directory that is not a step" "$T" rm rml
 [ -d rml ] || fail "rm removed a directory that is not a step"
 
-# --- what every upload carries: Content-MD5 (the body's MD5: S3, RGW and MinIO check
-# it; RGW 16 ignores x-amz-checksum-sha256) and Content-Type application/octet-stream,
-# for a single PUT and for an object uploaded in parts (its CreateMultipartUpload)
-"$T" ckpt synth md5/step-00000001 --bytes 12M --codec raw --step 1 >/dev/null || fail "synth for md5"
-[ "$(stat -c %s md5/step-00000001/data-00000.tsd)" -gt 10485760 ] || fail "md5: the data file is not over 2 parts"
-TSR_S3_VERBOSE=1 "$T" push md5/step-00000001 $B/md5/ >md5.out 2>md5.err || fail "push with its headers shown"
-want=$(openssl dgst -md5 -binary md5/step-00000001/MANIFEST | base64)
-grep -q "^Content-MD5: $want" md5.err || fail "the MANIFEST's PUT does not carry Content-MD5: $want"
+# --- what every upload carries: its body's SHA-256 as the signed payload hash
+# (x-amz-content-sha256, which S3, RGW and MinIO check the body against; RGW 16 ignores
+# x-amz-checksum-sha256) and Content-Type application/octet-stream, for a single PUT
+# and for an object uploaded in parts (its CreateMultipartUpload)
+"$T" ckpt synth sig/step-00000001 --bytes 12M --codec raw --step 1 >/dev/null || fail "synth for sig"
+[ "$(stat -c %s sig/step-00000001/data-00000.tsd)" -gt 10485760 ] || fail "sig: the data file is not over 2 parts"
+TSR_S3_VERBOSE=1 "$T" push sig/step-00000001 $B/sig/ >sig.out 2>sig.err || fail "push with its headers shown"
+want=$(openssl dgst -sha256 -r sig/step-00000001/MANIFEST | cut -c1-64)
+grep -q "^x-amz-content-sha256: $want" sig.err || fail "the MANIFEST's PUT does not carry x-amz-content-sha256: $want"
 for p in 1 2 3; do # the parts of 5 MiB, 5 MiB and the rest
-    want=$(dd if=md5/step-00000001/data-00000.tsd bs=5242880 skip=$((p - 1)) count=1 2>/dev/null | openssl dgst -md5 -binary | base64)
-    grep -q "^Content-MD5: $want" md5.err || fail "part $p of data-00000.tsd does not carry Content-MD5: $want"
+    want=$(dd if=sig/step-00000001/data-00000.tsd bs=5242880 skip=$((p - 1)) count=1 2>/dev/null | openssl dgst -sha256 -r | cut -c1-64)
+    grep -q "^x-amz-content-sha256: $want" sig.err || fail "part $p of data-00000.tsd does not carry x-amz-content-sha256: $want"
 done
 for k in MANIFEST data-00000.tsd; do
-    ct=$(aws s3api head-object --bucket bkt --key md5/step-00000001/$k --query ContentType --output text)
+    ct=$(aws s3api head-object --bucket bkt --key sig/step-00000001/$k --query ContentType --output text)
     [ "$ct" = "application/octet-stream" ] || fail "$k: Content-Type $ct"
 done
 
