@@ -132,7 +132,11 @@ void tsr_engine_free(tsr_engine *e) {
         pthread_mutex_unlock(&e->mu);
         pthread_join(e->thread, NULL);
     }
-    tsr_archiver_free(e->arch);
+    if (e->arch) { /* the archives still queued go first; then what waited for them goes too */
+        tsr_archiver_free(e->arch);
+        e->arch = NULL;
+        engine_retention(e, 0);
+    }
     tsr_folder_lock_release(e->lock); /* after the last write into the folder */
     tsr_comm_free(e->bg);
     tsr_encoder_free(e->enc);

@@ -121,6 +121,9 @@ int engine_stage(tsr_engine *e, const char *dir, uint64_t step, const tsr_state 
  * the commit exchange with its deadline. @return the save's status (err says
  * why); *broken when the exchange may have left a late message on e->bg. */
 int engine_run_job(tsr_engine *e, tsr_error *err, int *broken);
+/* engine_retention(): removes the committed steps past keep_latest (not one still
+ * waiting to be archived) and uncommitted leftovers; rank 0. */
+void engine_retention(tsr_engine *e, int before_save);
 /* engine_arena_reserve(): the staging arena holds at least `need` bytes
  * (mapped, touched and, where allowed, locked). */
 int engine_arena_reserve(tsr_engine *e, size_t need, tsr_error *err);

@@ -40,7 +40,7 @@ static void spare_dir(const tsr_engine *e, char *buf, size_t len) { snprintf(buf
  * directories (failed or interrupted saves) older than the newest committed one,
  * or all of them before a save (make_room), when no save of this job is in
  * flight and the folder lock keeps other writers out. */
-static void retention(tsr_engine *e, int before_save) {
+void engine_retention(tsr_engine *e, int before_save) {
     tsr_step_info *v = NULL;
     size_t count = 0;
     if (tsr_list_steps(e->root, &v, &count) || count == 0) {
@@ -120,7 +120,7 @@ static void make_room(tsr_engine *e) {
         move_aside(e);
         e->rewind_pending = 0;
     }
-    retention(e, 1);
+    engine_retention(e, 1);
 }
 
 
@@ -298,7 +298,7 @@ static void finish(tsr_engine *e, tsr_save *s, int final, int unknown, const uin
         uint64_t every = e->opts.archive_every ? e->opts.archive_every : 1;
         if (e->arch && j->step % every == 0 && !strcmp(regular, j->dir) && tsr_archiver_add(e->arch, j->dir))
             tsr_log(0, "%s: cannot queue it for archiving: out of memory", j->dir);
-        retention(e, 0);
+        engine_retention(e, 0);
     }
 }
 

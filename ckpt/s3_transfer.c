@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -392,6 +393,78 @@ out:
     return rc;
 }
 
+/* The pull's writer thread: it hashes each window of downloaded ranges in order
+ * and writes it (O_DIRECT where the file system takes it: no page cache to fill
+ * and reclaim), while the next window downloads into the other set of buffers. */
+enum { DL_ALIGN = 4096, DL_BUFFERS = 128 << 20 };
+typedef struct {
+    pthread_t th;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int fd, direct;
+    const char *path;
+    XXH3_state_t *x;
+    uint8_t **bufs; /* the window handed over */
+    size_t n, *lens;
+    uint64_t off;   /* the file offset of its first range */
+    int full, stop, rc;
+    tsr_error err;
+} dl_writer;
+
+static int write_range(int fd, const char *path, const uint8_t *buf, uint64_t off, size_t len, tsr_error *err) {
+    for (size_t o = 0; o < len;) {
+        ssize_t w = pwrite(fd, buf + o, len - o, (off_t)(off + o));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0)
+            return tsr_err(err, w < 0 && errno == ENOSPC ? TSR_ENOSPC : TSR_EIO, "%s: write at %llu: %s", path,
+                           (unsigned long long)(off + o), w < 0 ? strerror(errno) : "nothing written");
+        o += (size_t)w;
+    }
+    return 0;
+}
+
+static void *dl_write(void *arg) {
+    dl_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->full && !w->stop) pthread_cond_wait(&w->cv, &w->mu);
+        if (!w->full) break;
+        pthread_mutex_unlock(&w->mu);
+        int rc = 0;
+        uint64_t off = w->off;
+        for (size_t k = 0; k < w->n && !rc; k++) {
+            size_t len = w->lens[k], padded = len;
+            XXH3_64bits_update(w->x, w->bufs[k], len);
+            if (w->direct && len % DL_ALIGN) { /* the file's tail: cut back to size at the end */
+                padded = (len + DL_ALIGN - 1) / DL_ALIGN * DL_ALIGN;
+                memset(w->bufs[k] + len, 0, padded - len);
+            }
+            rc = write_range(w->fd, w->path, w->bufs[k], off, padded, &w->err);
+            off += len;
+        }
+        pthread_mutex_lock(&w->mu);
+        if (rc && !w->rc) w->rc = rc;
+        w->full = 0;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* Waits until the writer has taken in its window; hands it the next when bufs. */
+static int dl_hand(dl_writer *w, uint8_t **bufs, size_t n, size_t *lens, uint64_t off, tsr_error *err) {
+    pthread_mutex_lock(&w->mu);
+    while (w->full) pthread_cond_wait(&w->cv, &w->mu);
+    int rc = w->rc;
+    if (!rc && bufs) {
+        w->bufs = bufs, w->n = n, w->lens = lens, w->off = off, w->full = 1;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (rc && err) *err = w->err;
+    return rc;
+}
+
 int tsr_s3_download_file(tsr_s3 *s, const char *bucket, const char *key, const char *path, tsr_s3_transfer *t,
                          tsr_error *err) {
     tsr_s3_object o;
@@ -399,49 +472,82 @@ int tsr_s3_download_file(tsr_s3 *s, const char *bucket, const char *key, const c
     if (rc) return rc;
     char tmp[PATH_MAX + 8];
     snprintf(tmp, sizeof tmp, "%s.part", path);
-    int fd = open(tmp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return tsr_err(err, TSR_EIO, "%s: cannot create: %s", tmp, strerror(errno));
-    if (o.size && ftruncate(fd, (off_t)o.size) != 0) {
-        rc = tsr_err(err, errno == ENOSPC ? TSR_ENOSPC : TSR_EIO, "%s: %s", tmp, strerror(errno));
-        goto fail;
-    }
     uint64_t psz = part_size_for(s, o.size);
     size_t n = o.size ? (size_t)((o.size + psz - 1) / psz) : 0;
-    req *rs = calloc(n ? n : 1, sizeof *rs);
-    req **rp = calloc(n ? n : 1, sizeof *rp);
-    if (!rs || !rp) {
-        free(rs), free(rp);
-        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-        goto fail;
+    /* ranges a window: as many as run at once, two windows of buffers within DL_BUFFERS */
+    size_t win = (size_t)s->parallel, cap = (size_t)((psz + DL_ALIGN - 1) / DL_ALIGN * DL_ALIGN);
+    if (win * 2 * cap > DL_BUFFERS) win = DL_BUFFERS / (2 * cap) ? DL_BUFFERS / (2 * cap) : 1;
+    if (win > n) win = n ? n : 1;
+    int direct = psz % DL_ALIGN == 0;
+    int fd = direct ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_DIRECT, 0644) : -1;
+    if (fd < 0) direct = 0, fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return tsr_err(err, TSR_EIO, "%s: cannot create: %s", tmp, strerror(errno));
+    dl_writer w = {.fd = fd, .direct = direct, .path = tmp, .x = XXH3_createState()};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    uint8_t **bufs = calloc(2 * win, sizeof *bufs);
+    size_t *lens = calloc(2 * win, sizeof *lens);
+    req *rs = calloc(win, sizeof *rs);
+    req **rp = calloc(win, sizeof *rp);
+    int started = 0;
+    if (!w.x || !bufs || !lens || !rs || !rp) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t k = 0; !rc && k < 2 * win && n; k++)
+        if (posix_memalign((void **)&bufs[k], DL_ALIGN, cap)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (!rc) XXH3_64bits_reset(w.x);
+    if (!rc && n && pthread_create(&w.th, NULL, dl_write, &w) != 0)
+        rc = tsr_err(err, TSR_EIO, "%s: cannot start the writer thread", tmp);
+    else if (!rc && n) started = 1;
+    for (size_t b = 0, set = 0; !rc && b < n; b += win, set ^= 1) {
+        size_t m = n - b < win ? n - b : win;
+        for (size_t k = 0; k < m; k++) {
+            uint64_t off = (uint64_t)(b + k) * psz, len = b + k + 1 < n ? psz : o.size - off;
+            req *r = &rs[k];
+            s3_req_init(r, "GET", bucket, key);
+            snprintf(r->extra[0], sizeof r->extra[0], "Range: bytes=%llu-%llu", (unsigned long long)off,
+                     (unsigned long long)(off + len - 1));
+            r->out = bufs[set * win + k];
+            r->out_cap = (size_t)len;
+            lens[set * win + k] = (size_t)len;
+            rp[k] = r;
+        }
+        rc = s3_run(s, rp, m, s->parallel, t, err);
+        for (size_t k = 0; k < m; k++) {
+            if (!rc && rs[k].got != lens[set * win + k])
+                rc = tsr_err(err, TSR_EIO, "s3://%s/%s: range %zu: %zu bytes received", bucket, key, b + k, rs[k].got);
+            free(rs[k].resp.p);
+        }
+        if (!rc) rc = dl_hand(&w, bufs + set * win, m, lens + set * win, (uint64_t)b * psz, err);
     }
-    for (size_t i = 0; i < n; i++) {
-        uint64_t off = (uint64_t)i * psz, len = i + 1 < n ? psz : o.size - off;
-        s3_req_init(&rs[i], "GET", bucket, key);
-        snprintf(rs[i].extra[0], sizeof rs[i].extra[0], "Range: bytes=%llu-%llu", (unsigned long long)off,
-                 (unsigned long long)(off + len - 1));
-        rs[i].out_fd = fd;
-        rs[i].out_off = off;
-        rp[i] = &rs[i];
+    if (started) {
+        int wrc = dl_hand(&w, NULL, 0, NULL, 0, rc ? NULL : err);
+        if (!rc) rc = wrc;
+        pthread_mutex_lock(&w.mu);
+        w.stop = 1;
+        pthread_cond_broadcast(&w.cv);
+        pthread_mutex_unlock(&w.mu);
+        pthread_join(w.th, NULL);
     }
-    rc = s3_run(s, rp, n, s->parallel, t, err);
-    for (size_t i = 0; i < n; i++) {
-        if (!rc && rs[i].got != (i + 1 < n ? psz : o.size - (uint64_t)i * psz))
-            rc = tsr_err(err, TSR_EIO, "s3://%s/%s: range %zu: %zu bytes received", bucket, key, i, rs[i].got);
-        free(rs[i].resp.p);
-    }
-    free(rs), free(rp);
+    for (size_t k = 0; bufs && k < 2 * win; k++) free(bufs[k]);
+    free(bufs), free(lens), free(rs), free(rp);
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    /* the padding of an O_DIRECT tail cut off (and an empty object's file made) */
+    if (!rc && ftruncate(fd, (off_t)o.size) != 0)
+        rc = tsr_err(err, errno == ENOSPC ? TSR_ENOSPC : TSR_EIO, "%s: %s", tmp, strerror(errno));
     if (rc) goto fail;
+    char hex[40];
+    s3_content_hash_hex(o.size ? XXH3_64bits_digest(w.x) : tsr_hash("", 0), hex);
+    XXH3_freeState(w.x);
+    w.x = NULL;
     if (o.content_hash[0]) {
-        char hex[40];
-        part whole = {.off = 0, .len = o.size};
-        if ((rc = hash_file(fd, tmp, o.size, &whole, 1, 0, hex, err))) goto fail;
         if (strcmp(hex, o.content_hash) != 0) {
             rc = tsr_err(err, TSR_ECORRUPT, "s3://%s/%s: downloaded bytes hash to %s, the object says %s", bucket, key,
                          hex, o.content_hash);
             goto fail;
         }
     }
-    /* writeback starts now, while the next file downloads; the caller fsyncs */
+    /* writeback (of what O_DIRECT did not write) starts now, while the next file
+     * downloads; the caller fsyncs */
     if (sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE) != 0 && errno != ENOSYS && errno != EINVAL) {
         rc = tsr_err(err, TSR_EIO, "%s: %s", tmp, strerror(errno));
         goto fail;
@@ -458,6 +564,7 @@ int tsr_s3_download_file(tsr_s3 *s, const char *bucket, const char *key, const c
     }
     return 0;
 fail:
+    if (w.x) XXH3_freeState(w.x);
     if (fd >= 0) close(fd);
     unlink(tmp);
     return rc;
