@@ -157,4 +157,28 @@ TSR_COMMIT_TIMEOUT=1 TSR_FAULT=delay:3000000:fsync:data-00001 run_np 2 "$T" trai
 grep -q "rank 1 did not report within 1.0 s" "$TSR_TMP/hung.out" || { fail "hung commit: not reported"; cat "$TSR_TMP/hung.out" >&2; }
 grep -q "checkpointing cannot go on" "$TSR_TMP/hung.out" || { fail "hung commit: no stop"; cat "$TSR_TMP/hung.out" >&2; }
 grep -q "^step *10 " "$TSR_TMP/hung.out" && fail "hung commit: trained to the end"
+# checkpoint.codec = "auto" on a trainer that keeps every core busy (one rank, as
+# many OpenMP threads as cores): every frame raw, since an encoded one would be paid
+# for in step time; a codec asked for is kept
+codecs() { # checkpoint root: "codec count" lines of its newest checkpoint's frames
+    "$T" ckpt info "$1" --json 2>/dev/null | $PY -c '
+import collections, json, sys
+def walk(o):
+    if isinstance(o, dict):
+        if "codec" in o: yield o["codec"]
+        for x in o.values(): yield from walk(x)
+    elif isinstance(o, list):
+        for x in o: yield from walk(x)
+for k, n in sorted(collections.Counter(walk(json.load(sys.stdin))).items()): print(k, n)'
+}
+for codec in auto bytegroup; do
+    "$T" train --config "$CFG" --job.dump_folder="$TSR_TMP/codec-$codec" --training.steps=2 --checkpoint.enable \
+        --checkpoint.interval=2 --checkpoint.last_save_model_only=false --checkpoint.codec=$codec >/dev/null 2>&1 ||
+        fail "codec $codec: train"
+done
+[ "$(codecs "$TSR_TMP/codec-auto/checkpoint" | cut -d' ' -f1)" = raw ] ||
+    fail "codec auto with no core to spare: frames $(codecs "$TSR_TMP/codec-auto/checkpoint" | tr '\n' ' '), not all raw"
+codecs "$TSR_TMP/codec-bytegroup/checkpoint" | grep -q "^bytegroup " ||
+    fail "codec bytegroup asked for: frames $(codecs "$TSR_TMP/codec-bytegroup/checkpoint" | tr '\n' ' ')"
+
 finish "trainer: layouts, resume and errors ok"

@@ -3,11 +3,13 @@
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "casts.h"
 #include "common.h"
@@ -364,6 +366,23 @@ static int open_data(job *j, tsr_loader **out, tsr_error *err) {
     return 0;
 }
 
+/* Whether this host has a core that training leaves idle: this job's ranks on
+ * the host (their host names gathered) times each one's OpenMP threads, against
+ * the online cores. All ranks learn the same answer where hosts are alike. */
+static int core_to_spare(tsr_comm *world, int *spare, tsr_error *err) {
+    char host[256] = {0};
+    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
+    uint8_t *all = NULL;
+    size_t *counts = NULL;
+    int rc = tsr_comm_allgatherv(world, host, sizeof host, &all, &counts, err);
+    if (rc) return rc;
+    long here = 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
+    for (uint32_t r = 0; r < tsr_comm_size(world); r++) here += !strncmp((char *)all + r * sizeof host, host, sizeof host);
+    free(all), free(counts);
+    *spare = cores > here * omp_get_max_threads();
+    return 0;
+}
+
 /* The engine, with the job's checkpoint options; resumes from a checkpoint
  * when there is one. */
 static int open_engine(job *j, tsr_error *err) {
@@ -379,8 +398,13 @@ static int open_engine(job *j, tsr_error *err) {
     eo.lock_root = c->checkpoint.enable; /* one writer per checkpoint folder */
     eo.overlap_staging = 1; /* the copy overlaps the next step: staged() before its update */
     eo.write.codec = c->checkpoint.codec;
-    j->engine = tsr_engine_new(j->root, t->world, &eo, err);
-    int rc = j->engine ? 0 : err ? err->code : TSR_EIO;
+    /* checkpoint.codec = "auto" encodes a frame when encoding keeps ahead of the disk;
+     * with no core to spare from training, every frame encoded in the background
+     * is paid for in step time, so the frames go raw (a forced codec stays) */
+    int spare = 1, rc = c->checkpoint.codec == TSR_CODEC_AUTO ? core_to_spare(t->world, &spare, err) : 0;
+    if (!rc && !spare) eo.write.codec = TSR_CODEC_RAW;
+    if (!rc) j->engine = tsr_engine_new(j->root, t->world, &eo, err);
+    if (!rc && !j->engine) rc = err ? err->code : TSR_EIO;
     if (!rc && c->checkpoint.enable && c->checkpoint.local_interval > 0) {
         rc = tsr_local_root(c, j->local_root, sizeof j->local_root, err);
         if (!rc) rc = tsr_local_open(c, t->world, &j->local, err);
