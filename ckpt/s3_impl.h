@@ -53,11 +53,9 @@ typedef struct req {
     const char *content_type; /* of a PUT or POST body; NULL: application/xml for a POST, none for a PUT */
     char extra[2][160]; /* more headers, "Name: value", or "" */
     const char *what;   /* "part 3" etc., for messages; may be NULL */
-    /* where the answer's body goes: a fixed buffer, a file, or resp */
+    /* where the answer's body goes: a fixed buffer, or resp */
     uint8_t *out;
     size_t out_cap;
-    int out_fd;         /* or -1 */
-    uint64_t out_off;
     size_t resp_max;
     /* the answer */
     long status;

@@ -48,7 +48,7 @@ void s3_req_init(req *r, const char *method, const char *bucket, const char *key
     r->method = method;
     r->bucket = bucket;
     r->key = key ? key : "";
-    r->body_fd = r->out_fd = -1;
+    r->body_fd = -1;
     r->resp_max = MAX_ERR_BODY;
 }
 
@@ -74,22 +74,12 @@ static size_t write_cb(char *p, size_t size, size_t nmemb, void *u) {
     size_t n = size * nmemb;
     long st = 0;
     curl_easy_getinfo(r->h, CURLINFO_RESPONSE_CODE, &st);
-    if (st >= 200 && st < 300 && (r->out || r->out_fd >= 0)) {
-        if (r->out) {
-            if (r->got + n > r->out_cap) {
-                r->overflow = 1;
-                return 0; /* more bytes than asked for */
-            }
-            memcpy(r->out + r->got, p, n);
-        } else {
-            size_t done = 0;
-            while (done < n) {
-                ssize_t w = pwrite(r->out_fd, p + done, n - done, (off_t)(r->out_off + r->got + done));
-                if (w < 0 && errno == EINTR) continue;
-                if (w <= 0) return 0;
-                done += (size_t)w;
-            }
+    if (st >= 200 && st < 300 && r->out) {
+        if (r->got + n > r->out_cap) {
+            r->overflow = 1;
+            return 0; /* more bytes than asked for */
         }
+        memcpy(r->out + r->got, p, n);
         r->got += n;
         return n;
     }
@@ -209,7 +199,7 @@ static int req_start(tsr_s3 *s, CURLM *m, req *r) {
     if (getenv("TSR_S3_VERBOSE")) curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
     /* bodies in and out in large pieces: fewer system calls and callbacks a GiB
      * (curl's defaults are 16 KiB received and 64 KiB sent at a time) */
-    if (r->out_fd >= 0 || r->out) curl_easy_setopt(h, CURLOPT_BUFFERSIZE, TSR_S3_IO_BUFFER);
+    if (r->out) curl_easy_setopt(h, CURLOPT_BUFFERSIZE, TSR_S3_IO_BUFFER);
     if (r->body_len > 65536) curl_easy_setopt(h, CURLOPT_UPLOAD_BUFFERSIZE, TSR_S3_IO_BUFFER);
     if (!strcmp(r->method, "HEAD")) {
         curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
