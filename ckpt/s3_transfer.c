@@ -256,19 +256,18 @@ static void hash_part(void *ctx, size_t k, int worker) {
     s3_body_sha256(d, p->checksum, p->payload);
 }
 
-/* Hashes a file: XXH3 of the whole (the content hash) and, when `sha`, the SHA-256
- * of each part. The parts' SHA-256 (the costly one) is spread over the cores, a
- * batch of whole parts at a time, each batch fed to XXH3 in order from memory;
- * XXH3 alone, or parts too large to hold a batch of, go in one pass on one thread. */
-static int hash_file(int fd, const char *path, uint64_t size, part *parts, size_t n, int sha, char hex[40],
-                     tsr_error *err) {
+/* Hashes a file to upload: XXH3 of the whole (the content hash) and the SHA-256 of
+ * each part. The parts' SHA-256 (the costly one) is spread over the cores, a batch
+ * of whole parts at a time, each batch fed to XXH3 in order from memory; parts too
+ * large to hold a batch of go in one pass on one thread. */
+static int hash_file(int fd, const char *path, uint64_t size, part *parts, size_t n, char hex[40], tsr_error *err) {
     enum { CHUNK = 8 << 20, MAX_THREADS = 8, BATCH_BYTES = 256 << 20 };
     XXH3_state_t *x = XXH3_createState();
     if (!x) return tsr_err(err, TSR_ENOMEM, "out of memory");
     XXH3_64bits_reset(x);
     uint64_t psz = n ? parts[0].len : 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-    size_t threads = sha && n > 1 && psz && psz <= BATCH_BYTES / 2 ? (size_t)(BATCH_BYTES / psz) : 1;
+    size_t threads = n > 1 && psz && psz <= BATCH_BYTES / 2 ? (size_t)(BATCH_BYTES / psz) : 1;
     if (threads > MAX_THREADS) threads = MAX_THREADS;
     if (threads > (size_t)(cpus > 0 ? cpus : 1)) threads = (size_t)(cpus > 0 ? cpus : 1);
     if (threads > n) threads = n;
@@ -290,19 +289,19 @@ static int hash_file(int fd, const char *path, uint64_t size, part *parts, size_
             }
         }
     } else {
-        EVP_MD_CTX *md = sha ? EVP_MD_CTX_new() : NULL;
+        EVP_MD_CTX *md = EVP_MD_CTX_new();
         uint8_t *buf = malloc(CHUNK);
-        if (!buf || (sha && !md)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+        if (!buf || !md) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
         for (size_t i = 0; i < n && !rc; i++) {
-            if (sha) EVP_DigestInit_ex(md, EVP_sha256(), NULL);
+            EVP_DigestInit_ex(md, EVP_sha256(), NULL);
             for (uint64_t o = 0; o < parts[i].len && !rc; o += CHUNK) {
                 size_t want = parts[i].len - o < CHUNK ? (size_t)(parts[i].len - o) : CHUNK;
                 if ((rc = read_range(fd, path, buf, parts[i].off + o, want, err))) break;
-                if (sha) EVP_DigestUpdate(md, buf, want);
+                EVP_DigestUpdate(md, buf, want);
                 XXH3_64bits_update(x, buf, want);
             }
             unsigned char d[32];
-            if (!rc && sha && EVP_DigestFinal_ex(md, d, NULL)) s3_body_sha256(d, parts[i].checksum, parts[i].payload);
+            if (!rc && EVP_DigestFinal_ex(md, d, NULL)) s3_body_sha256(d, parts[i].checksum, parts[i].payload);
         }
         free(buf);
         EVP_MD_CTX_free(md);
@@ -339,7 +338,7 @@ int tsr_s3_upload_file(tsr_s3 *s, const char *path, const char *bucket, const ch
         parts[i].len = i + 1 < n ? psz : size - parts[i].off;
     }
     char hex[40];
-    int rc = hash_file(fd, path, size, parts, n, 1, hex, err);
+    int rc = hash_file(fd, path, size, parts, n, hex, err);
     tsr_s3_object have;
     int hr = rc ? rc : tsr_s3_head(s, bucket, key, &have, err);
     if (!rc && hr == 0 && have.size == size && !strcmp(have.content_hash, hex)) {
