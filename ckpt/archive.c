@@ -36,7 +36,7 @@ static int data_files(const char *dir, char (**names)[32], size_t *n, uint64_t *
     return 0;
 }
 
-/* fsync of dir/name. */
+/* fsync of dir/name (name "." for the directory itself). */
 static int fsync_in(const char *dir, const char *name, tsr_error *err) {
     char path[PATH_MAX + 40];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -95,12 +95,7 @@ int tsr_archive_push_step(tsr_s3 *s3, const char *step_dir, const char *dst, tsr
 
 int tsr_archive_pull_step(tsr_s3 *s3, const char *src, const char *dir, tsr_s3_transfer *t, tsr_error *err) {
     int rc = copy_step(s3, dir, src, 0, t, err);
-    int fd = rc ? -1 : open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) { /* the renames survive a crash */
-        if (fsync(fd) != 0) rc = tsr_err(err, TSR_EIO, "%s: fsync: %s", dir, strerror(errno));
-        close(fd);
-    }
-    return rc;
+    return rc ? rc : fsync_in(dir, ".", err); /* the renames survive a crash */
 }
 
 /* ------------------------------------------------------------- archiver */

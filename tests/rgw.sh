@@ -10,8 +10,8 @@
 #       do not fill the OSD. Sets S3_PORT, S3_PID (radosgw's), AWS_ENDPOINT_URL,
 #       _rgw_keys ("KEY SECRET"). Every daemon runs in the foreground as a child of
 #       this shell, logs in $TSR_TMP/rgw/log.
-#   rgw_stop  stops every daemon (SIGTERM, SIGKILL after 10 s) and reaps it: nothing
-#       is left running. s3_stop calls it.
+#   rgw_stop  stops every daemon (SIGTERM to all, then s3.sh's _s3_kill on each) and
+#       reaps it: nothing is left running. s3_stop calls it.
 # A missing package or a cluster that does not come up within RGW_START_SECONDS
 # (default 240) is a failure that prints the daemons' logs, never a skip.
 _rgw_pids=''
@@ -153,13 +153,8 @@ PYEOF
 
 rgw_stop() {
     [ -n "$_rgw_pids" ] || return 0
-    for _rgw_p in $_rgw_pids; do kill "$_rgw_p" 2>/dev/null; done
-    _rgw_n=0
-    for _rgw_p in $_rgw_pids; do
-        while kill -0 "$_rgw_p" 2>/dev/null && [ $_rgw_n -lt 100 ]; do sleep 0.1; _rgw_n=$((_rgw_n + 1)); done
-        kill -9 "$_rgw_p" 2>/dev/null
-        wait "$_rgw_p" 2>/dev/null
-    done
+    for _rgw_p in $_rgw_pids; do kill "$_rgw_p" 2>/dev/null; done # all stop at once
+    for _rgw_p in $_rgw_pids; do _s3_kill "$_rgw_p"; done
     _rgw_pids=''
     # the OSD's 30 GB block file is sparse; what it holds goes with the directory
     rm -f "$RGW_DIR/osd-0/block"
