@@ -6,8 +6,10 @@
 #       that are not the C library's or CUDA's (liburing, zstd, curl, MPI, ...),
 #       and this script, and the same as OUT.tar.xz;
 #   sh OUT/gpu_check.sh run [SUMMARY]   (on the GPU machine, in at most a few
-#       minutes) runs every GPU kernel test against its CPU twin and writes one
-#       summary file (default OUT/gpu-summary.txt). Exit 0 only if all passed.
+#       minutes) runs every GPU kernel test against its CPU twin (under
+#       compute-sanitizer's memcheck and racecheck too, where it is), then
+#       tessera bench gpu-save, and writes one summary file (default
+#       OUT/gpu-summary.txt). Exit 0 only if the tests passed.
 set -u
 cmd=${1:-}
 case $cmd in
@@ -41,6 +43,32 @@ run)
         timeout 300 "$HERE/test_cuda" 2>&1
         rc=$?
         echo "test_cuda: exit $rc in $(( $(date +%s) - start )) s"
+        # the same test under CUDA's memory and race checkers, where the machine
+        # has them: an out-of-bounds access or a race that happens to give the
+        # right numbers fails here (API errors are not reported: NCCL's start
+        # probes kernels for other architectures and ignores the refusals)
+        cs=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+        if [ -n "$cs" ]; then
+            for tool in memcheck racecheck; do
+                echo "== $tool: test_cuda under compute-sanitizer"
+                start=$(date +%s)
+                timeout 120 "$cs" --tool $tool --report-api-errors no --error-exitcode 99 "$HERE/test_cuda" >"$HERE/$tool.log" 2>&1
+                trc=$?
+                grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race|========= [A-Z]" "$HERE/$tool.log" | sort | uniq -c | head -20
+                echo "$tool: exit $trc in $(( $(date +%s) - start )) s"
+                [ $rc -eq 0 ] && [ $trc -ne 0 ] && rc=$trc
+            done
+        else
+            echo "== no compute-sanitizer on this machine: the memory checks did not run"
+        fi
+        # what a save of device state costs a training loop (README, "GPU")
+        echo "== bench gpu-save: staging, blocked time and step cost of saves of device state"
+        bdir=/dev/shm/tessera-gpu-bench-$$
+        [ -d /dev/shm ] || bdir=$HERE/gpu-bench
+        start=$(date +%s)
+        timeout 240 "$HERE/tessera" bench gpu-save --dir "$bdir" --bytes "${GPU_BENCH_BYTES:-4G}" 2>&1
+        echo "bench gpu-save: exit $? in $(( $(date +%s) - start )) s"
+        rm -rf "$bdir"
     } >"$SUMMARY" 2>&1
     cat "$SUMMARY"
     exit $rc
