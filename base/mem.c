@@ -10,6 +10,7 @@
 
 #ifdef TSR_CUDA
 #include <cuda_runtime.h>
+#include <pthread.h>
 
 static int cuda_err(tsr_error *err, cudaError_t e, const char *what, size_t n) {
     return tsr_err(err, e == cudaErrorMemoryAllocation ? TSR_ENOMEM : TSR_EIO, "cuda memory: %s of %zu bytes: %s", what,
@@ -71,10 +72,61 @@ void tsr_mem_free(tsr_mem_kind kind, void *p) {
     free(p);
 }
 
+#ifdef TSR_CUDA
+/* Copies to the host go on streams of their own (non-blocking: they neither wait
+ * for nor hold up the kernels of a step on the legacy default stream), several
+ * at once from the staging threads: a few streams, made as needed and kept. */
+enum { SPARE_STREAMS = 64 };
+static pthread_mutex_t streams_mu = PTHREAD_MUTEX_INITIALIZER;
+static cudaStream_t spare[SPARE_STREAMS];
+static int n_spare;
+
+static cudaStream_t stream_take(void) {
+    cudaStream_t s = NULL;
+    pthread_mutex_lock(&streams_mu);
+    if (n_spare) s = spare[--n_spare];
+    pthread_mutex_unlock(&streams_mu);
+    if (!s && cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) {
+        cudaGetLastError();
+        s = NULL; /* the legacy stream then */
+    }
+    return s;
+}
+static void stream_give(cudaStream_t s) {
+    if (!s) return;
+    pthread_mutex_lock(&streams_mu);
+    if (n_spare < SPARE_STREAMS) spare[n_spare++] = s, s = NULL;
+    pthread_mutex_unlock(&streams_mu);
+    if (s) cudaStreamDestroy(s);
+}
+#endif
+
+int tsr_mem_pin(void *p, size_t n, tsr_mem_kind kind, tsr_error *err) {
+#ifdef TSR_CUDA
+    if (kind == TSR_MEM_CUDA) {
+        if (tsr_mem_usable(kind, err)) return err ? err->code : TSR_EINVAL;
+        cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterDefault);
+        return e == cudaSuccess ? 0 : cuda_err(err, e, "pinning host memory", n);
+    }
+#endif
+    (void)p, (void)n, (void)kind, (void)err;
+    return 0;
+}
+
+void tsr_mem_unpin(void *p, tsr_mem_kind kind) {
+#ifdef TSR_CUDA
+    if (kind == TSR_MEM_CUDA && cudaHostUnregister(p) != cudaSuccess) cudaGetLastError();
+#endif
+    (void)p, (void)kind;
+}
+
 int tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind, tsr_error *err) {
 #ifdef TSR_CUDA
     if (kind == TSR_MEM_CUDA) {
-        cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost);
+        cudaStream_t s = stream_take();
+        cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, s);
+        if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+        stream_give(s);
         return e == cudaSuccess ? 0 : cuda_err(err, e, "copy from the device", n);
     }
 #endif

@@ -1,7 +1,7 @@
 /* mem.h: memory of a kind (tsr_base.h, tsr_mem_kind): one allocator for the
  * trainer's parameters, gradients, optimizer state and activations, and the copy
- * that the engine's staging makes from any kind to the host. Host memory now;
- * CUDA later, behind the same calls. */
+ * that the engine's staging makes from any kind to the host: host memory, and in
+ * the CUDA build (TSR_CUDA) a device's, behind the same calls. */
 #ifndef TSR_MEM_H
 #define TSR_MEM_H
 
@@ -18,8 +18,17 @@ int tsr_mem_usable(tsr_mem_kind kind, tsr_error *err);
 void *tsr_mem_alloc(tsr_mem_kind kind, size_t n, tsr_error *err);
 /* tsr_mem_free(): frees what tsr_mem_alloc gave for `kind`; NULL is ignored. */
 void tsr_mem_free(tsr_mem_kind kind, void *p);
+/* tsr_mem_pin(): registers n bytes of host memory at p for copies with memory of
+ * `kind` at the full speed of the link (CUDA: cudaHostRegister; nothing for host
+ * memory). The engine pins its staging arena once, when a state first holds
+ * device boxes. @return 0, or the reason (the memory then stays as it was). */
+int tsr_mem_pin(void *p, size_t n, tsr_mem_kind kind, tsr_error *err);
+/* tsr_mem_unpin(): undoes tsr_mem_pin, before the memory is freed. */
+void tsr_mem_unpin(void *p, tsr_mem_kind kind);
 /* tsr_mem_to_host(): copies n bytes from src (memory of `kind`, which must be
- * usable) to host memory at dst. The engine's staging copies through it.
+ * usable) to host memory at dst. The engine's staging copies through it. For
+ * device memory the copy runs on a stream of its own, ordered after nothing: the
+ * caller has finished (synchronized) the work that writes src.
  * @return 0, or TSR_EIO with the device's reason (dst is then not to be used). */
 int tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind, tsr_error *err);
 /* tsr_mem_from_host(): copies n bytes of host memory at src to dst (memory of

@@ -13,6 +13,7 @@
  * This file holds the background thread and runs a save's phases in order; the
  * phase files never call back into it. */
 #include "engine_impl.h"
+#include "mem.h"
 
 /* Threads per rank when the caller leaves it open: the node's cores shared among
  * the ranks on this node (as mpirun reports them), at least one. Oversubscribed
@@ -142,6 +143,7 @@ void tsr_engine_free(tsr_engine *e) {
     tsr_encoder_free(e->enc);
     engine_job_clear(&e->job);
     free(e->mine);
+    if (e->arena && e->arena_pinned) tsr_mem_unpin(e->arena, e->arena_for);
     if (e->arena) munmap(e->arena, e->arena_cap); /* unlocks too */
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);

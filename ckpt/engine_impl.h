@@ -76,6 +76,8 @@ struct tsr_engine {
     /* staging */
     uint8_t *arena;
     size_t arena_cap;
+    tsr_mem_kind arena_for; /* the device kind the arena was pinned for (tried once); 0: none */
+    int arena_pinned;       /* 1: that pinning took */
     /* background */
     pthread_t thread;
     int thread_started;

@@ -340,7 +340,9 @@ int engine_run_job(tsr_engine *e, tsr_error *err, int *broken) {
 
 int engine_arena_reserve(tsr_engine *e, size_t need, tsr_error *err) {
     if (need <= e->arena_cap) return 0;
+    if (e->arena && e->arena_pinned) tsr_mem_unpin(e->arena, e->arena_for);
     if (e->arena) munmap(e->arena, e->arena_cap);
+    e->arena_for = TSR_MEM_HOST, e->arena_pinned = 0;
     size_t cap = tsr_align_up(need + need / 8, 1 << 21);
     /* populated up front: staging must run at memcpy speed, without page faults */
     void *p = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -546,11 +548,29 @@ static size_t stage_blobs(tsr_engine *e, const tsr_state *st, size_t off) {
     return off;
 }
 
+/* Boxes in device memory are staged into an arena pinned for that device's
+ * copies (the link's full speed, and copies that run beside the step's
+ * kernels): pinned once, when the first such state comes, and kept while the
+ * arena is. A failed pinning is logged once; the copies are then slower. */
+static void arena_pin(tsr_engine *e, const tsr_state *st) {
+    for (size_t i = 0; i < e->n_mine; i++) {
+        tsr_mem_kind k = st->boxes[e->mine[i]].mem;
+        if (k == TSR_MEM_HOST || k == e->arena_for) continue;
+        if (e->arena_pinned) tsr_mem_unpin(e->arena, e->arena_for);
+        tsr_error pe = {0};
+        e->arena_for = k;
+        e->arena_pinned = tsr_mem_pin(e->arena, e->arena_cap, k, &pe) == 0;
+        if (!e->arena_pinned) tsr_log(1, "the staging arena (%zu bytes) is not pinned: %s", e->arena_cap, pe.msg);
+        return;
+    }
+}
+
 int engine_stage(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
     size_t need = 0, off = 0;
     int rc = job_begin(e, dir, step, st, err);
     if (!rc) rc = stage_size(e, st, &need, err);
     if (!rc) rc = engine_arena_reserve(e, need, err);
+    if (!rc) arena_pin(e, st);
     if (!rc) rc = stage_boxes(e, st, &off, err);
     if (!rc) e->job.staged_bytes = stage_blobs(e, st, off);
     return rc;

@@ -153,7 +153,11 @@ typedef struct tsr_state_box {
     uint32_t tensor; /* index into tensors */
     tsr_box box;
     void *data;      /* the box's memory, row-major */
-    tsr_mem_kind mem; /* what data is (0: host); this build holds host memory only */
+    /* what data is (0: host). Device memory (TSR_MEM_CUDA in the CUDA build) is
+     * staged through a pinned arena on streams of its own and loaded through host
+     * buffers; the caller has finished (synchronized) the work that writes the
+     * box before tsr_engine_save. */
+    tsr_mem_kind mem;
 } tsr_state_box;
 typedef struct tsr_state_blob {
     const char *name;
