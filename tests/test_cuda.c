@@ -235,6 +235,42 @@ static void test_layers(int B, int T, int H, int hd, int V) {
     free(dl), free(dloss), free(tg), free(w), free(mo), free(di), free(dw);
 }
 
+/* The linear layer in bf16 through cuBLASLt against the CPU kernel on the same
+ * (bf16) values: the bf16 results within bf16's rounding (1e-2 by the norm), the
+ * f32 weight gradient within 1e-5; the backward adds to what it is given. */
+static void test_matmul_bf16(int N, int C, int OC) {
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    float *x = randv(ni), *w = randv(nw), *dy = randv(no), *dx = randv(ni), *dw = randv(nw);
+    uint16_t *hx = malloc(ni * 2), *hw = malloc(nw * 2), *hdy = malloc(no * 2), *hdx = malloc(ni * 2);
+    uint16_t *g16 = malloc((ni > no ? ni : no) * 2);
+    float *y = malloc(no * 4), *got = malloc((ni > no ? (ni > nw ? ni : nw) : (no > nw ? no : nw)) * 4);
+    /* the values bf16 holds, as f32, for the CPU oracle */
+    for (size_t i = 0; i < ni; i++) hx[i] = tsr_f32_to_bf16(x[i]), x[i] = tsr_bf16_to_f32(hx[i]);
+    for (size_t i = 0; i < ni; i++) hdx[i] = tsr_f32_to_bf16(dx[i]), dx[i] = tsr_bf16_to_f32(hdx[i]);
+    for (size_t i = 0; i < nw; i++) hw[i] = tsr_f32_to_bf16(w[i]), w[i] = tsr_bf16_to_f32(hw[i]);
+    for (size_t i = 0; i < no; i++) hdy[i] = tsr_f32_to_bf16(dy[i]), dy[i] = tsr_bf16_to_f32(hdy[i]);
+    uint16_t *d_x = dev(hx, ni * 2), *d_w = dev(hw, nw * 2), *d_dy = dev(hdy, no * 2), *d_dx = dev(hdx, ni * 2);
+    uint16_t *d_y = dev(hdy, no * 2);
+    float *d_dw = dev(dw, nw * 4);
+    tsr_matmul_fwd(y, x, w, N, C, OC);
+    CHECK(tsr_cuda_matmul_bf16_fwd(d_y, d_x, d_w, N, C, OC, NULL) == 0, "cuBLASLt bf16 forward refused N=%d C=%d OC=%d", N,
+          C, OC);
+    back(g16, d_y, no * 2);
+    for (size_t i = 0; i < no; i++) got[i] = tsr_bf16_to_f32(g16[i]);
+    CHECK(nrel(got, y, no) < 1e-2, "bf16 matmul forward N=%d C=%d OC=%d: %.3g", N, C, OC, nrel(got, y, no));
+    tsr_matmul_bwd(dx, dw, dy, x, w, N, C, OC);
+    CHECK(tsr_cuda_matmul_bf16_bwd(d_dx, d_dw, d_dy, d_x, d_w, N, C, OC, NULL) == 0, "cuBLASLt bf16 backward refused");
+    back(g16, d_dx, ni * 2);
+    for (size_t i = 0; i < ni; i++) got[i] = tsr_bf16_to_f32(g16[i]);
+    CHECK(nrel(got, dx, ni) < 1e-2, "bf16 matmul backward (input) N=%d C=%d OC=%d: %.3g", N, C, OC, nrel(got, dx, ni));
+    back(got, d_dw, nw * 4);
+    CHECK(nrel(got, dw, nw) < 1e-5, "bf16 matmul backward (f32 weight gradient) N=%d C=%d OC=%d: %.3g", N, C, OC,
+          nrel(got, dw, nw));
+    tsr_mem_free(TSR_MEM_CUDA, d_x), tsr_mem_free(TSR_MEM_CUDA, d_w), tsr_mem_free(TSR_MEM_CUDA, d_dy);
+    tsr_mem_free(TSR_MEM_CUDA, d_dx), tsr_mem_free(TSR_MEM_CUDA, d_y), tsr_mem_free(TSR_MEM_CUDA, d_dw);
+    free(x), free(w), free(dy), free(dx), free(dw), free(hx), free(hw), free(hdy), free(hdx), free(g16), free(y), free(got);
+}
+
 /* Causal GQA: the probabilities, the output and the three gradients within 1e-4. */
 static void test_attention(int B, int T, int NH, int NKV, int hd) {
     size_t nq = (size_t)B * T * NH * hd, nk = (size_t)B * T * NKV * hd, na = (size_t)B * NH * T * T;
@@ -353,7 +389,9 @@ int main(void) {
     test_rmsnorm(1, 1), test_rmsnorm(3, 257), test_rmsnorm(256, 768), test_rmsnorm(129, 4097);
     printf("embedding, RMSNorm, sum of squares: %d failure(s) so far\n", check_failures);
     test_layers(1, 1, 1, 2, 1), test_layers(2, 17, 3, 64, 259), test_layers(4, 64, 8, 64, 1024);
-    printf("RoPE, SwiGLU, cross-entropy, matmul: %d failure(s) so far\n", check_failures);
+    test_matmul_bf16(1, 1, 1), test_matmul_bf16(37, 65, 11), test_matmul_bf16(256, 768, 1024),
+        test_matmul_bf16(129, 4096, 1000);
+    printf("RoPE, SwiGLU, cross-entropy, matmul (f32 and bf16): %d failure(s) so far\n", check_failures);
     test_attention(1, 1, 1, 1, 1), test_attention(2, 67, 4, 2, 32), test_attention(1, 128, 8, 2, 64);
     printf("attention: %d failure(s) so far\n", check_failures);
     test_nccl(1), test_nccl(100003);

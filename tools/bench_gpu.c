@@ -1,5 +1,6 @@
-/* bench_gpu.c: tessera bench gpu-save: what a checkpoint of device state costs
- * the GPU, each figure against a baseline measured in the same run.
+/* bench_gpu.c: tessera bench gpu: the GPU's bf16 matrix rate (cuBLASLt,
+ * 8192^3, the baseline of model FLOP/s), and what a checkpoint of device state
+ * costs the GPU, each figure against a baseline measured in the same run.
  *   staging rate = bytes of device state staged per second by a save (from the
  *       call until tsr_engine_staged returns) / a plain cudaMemcpy of the same
  *       bytes into page-locked memory (cudaHostAlloc): goal at least 0.8x;
@@ -23,8 +24,9 @@
 #include "tessera.h"
 
 static const char gpu_help[] =
-    "usage: tessera bench gpu-save --dir DIR [--bytes SIZE] [--steps N] [--every K] [--step-ms MS] [--json]\n"
-    "  What saving device state costs a GPU training loop: the staging rate against\n"
+    "usage: tessera bench gpu --dir DIR [--bytes SIZE] [--steps N] [--every K] [--step-ms MS] [--json]\n"
+    "  The bf16 matrix rate (cuBLASLt, 8192^3, random operands), then what saving\n"
+    "  device state costs a GPU training loop: the staging rate against\n"
     "  a pinned cudaMemcpy, the time the loop is blocked per save, and step time with\n"
     "  a save every K steps (default 10) against none, over N steps (default 30) of\n"
     "  a stand-in step of about MS milliseconds (default 200) of matrix products.\n"
@@ -32,14 +34,15 @@ static const char gpu_help[] =
     "  such as /dev/shm, keeps the disk out of it). Exits 77 without a GPU.\n";
 
 #ifndef TSR_CUDA
-int tsr_cmd_bench_gpu_save(int argc, char **argv) {
+int tsr_cmd_bench_gpu(int argc, char **argv) {
     if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return fputs(gpu_help, stdout), EXIT_OK;
-    fprintf(stderr, "tessera bench gpu-save: this build has no CUDA (make CUDA=1)\n");
+    fprintf(stderr, "tessera bench gpu: this build has no CUDA (make CUDA=1)\n");
     return 77;
 }
 #else
 #include <cuda_runtime.h>
 
+#include "casts.h"
 #include "mem.h"
 #include "tsr_cuda.h"
 
@@ -99,6 +102,55 @@ static double pinned_copy(const gpu_state *g, tsr_error *e) {
     return best;
 }
 
+/* TFLOP/s of out = inp @ w^T in bf16 through cuBLASLt at n x n x n on random
+ * operands: the median of 10 products after 3, timed with events. */
+static double gemm_rate(int n, tsr_error *e) {
+    size_t nn = (size_t)n * n;
+    uint16_t *h = malloc(nn * 2), *a = NULL, *b = NULL, *c = NULL;
+    if (!h) return tsr_err(e, TSR_ENOMEM, "out of memory"), -1;
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (size_t i = 0; i < nn; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        h[i] = tsr_f32_to_bf16((float)(x >> 40) / 16777216.0f - 0.5f);
+    }
+    double rate = -1;
+    cudaEvent_t t0 = NULL, t1 = NULL;
+    float ms[10];
+    if (!(a = tsr_mem_alloc(TSR_MEM_CUDA, nn * 2, e)) || !(b = tsr_mem_alloc(TSR_MEM_CUDA, nn * 2, e)) ||
+        !(c = tsr_mem_alloc(TSR_MEM_CUDA, nn * 2, e)) || tsr_mem_from_host(a, h, nn * 2, TSR_MEM_CUDA, e) ||
+        tsr_mem_from_host(b, h, nn * 2, TSR_MEM_CUDA, e))
+        goto out;
+    if (cudaEventCreate(&t0) != cudaSuccess || cudaEventCreate(&t1) != cudaSuccess) {
+        tsr_err(e, TSR_EIO, "cannot create events");
+        goto out;
+    }
+    for (int r = 0; r < 13; r++) {
+        cudaEventRecord(t0, NULL);
+        if (tsr_cuda_matmul_bf16_fwd(c, a, b, n, n, n, NULL)) {
+            tsr_err(e, TSR_EIO, "cuBLASLt refused a %d^3 bf16 product", n);
+            goto out;
+        }
+        cudaEventRecord(t1, NULL);
+        if (cudaEventSynchronize(t1) != cudaSuccess) {
+            tsr_err(e, TSR_EIO, "bf16 product: %s", cudaGetErrorString(cudaGetLastError()));
+            goto out;
+        }
+        if (r >= 3) cudaEventElapsedTime(&ms[r - 3], t0, t1);
+    }
+    for (int i = 1; i < 10; i++) /* insertion sort: the median */
+        for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
+            float t = ms[j];
+            ms[j] = ms[j - 1], ms[j - 1] = t;
+        }
+    rate = 2.0 * n * n * (double)n / ((ms[4] + ms[5]) / 2 * 1e-3) / 1e12;
+out:
+    if (t0) cudaEventDestroy(t0);
+    if (t1) cudaEventDestroy(t1);
+    tsr_mem_free(TSR_MEM_CUDA, a), tsr_mem_free(TSR_MEM_CUDA, b), tsr_mem_free(TSR_MEM_CUDA, c);
+    free(h);
+    return rate;
+}
+
 typedef struct loop_result {
     double step_s;    /* mean */
     double blocked_s; /* per save */
@@ -137,7 +189,7 @@ static int run_loop(tsr_engine *eng, const tsr_state *st, int steps, int every, 
     return tsr_engine_wait(eng, e);
 }
 
-int tsr_cmd_bench_gpu_save(int argc, char **argv) {
+int tsr_cmd_bench_gpu(int argc, char **argv) {
     const char *dir = NULL, *v;
     uint64_t bytes = 4ull << 30, steps = 30, every = 10, step_ms = 200;
     int json = 0;
@@ -149,29 +201,35 @@ int tsr_cmd_bench_gpu_save(int argc, char **argv) {
             dir = v;
         } else if ((r = tsr_opt(argc, argv, &i, "bytes", 1, &v))) {
             if (r < 0 || tsr_parse_size(v, &bytes) || bytes < PIECE)
-                return tsr_usage_error("bench gpu-save", "--bytes takes a size of at least 256M");
+                return tsr_usage_error("bench gpu", "--bytes takes a size of at least 256M");
         } else if ((r = tsr_opt(argc, argv, &i, "steps", 1, &v))) {
             if (r < 0 || tsr_parse_u64(v, &steps) || steps < 1 || steps > 100000)
-                return tsr_usage_error("bench gpu-save", "--steps takes a count from 1 to 100000");
+                return tsr_usage_error("bench gpu", "--steps takes a count from 1 to 100000");
         } else if ((r = tsr_opt(argc, argv, &i, "every", 1, &v))) {
             if (r < 0 || tsr_parse_u64(v, &every) || every < 1 || every > 100000)
-                return tsr_usage_error("bench gpu-save", "--every takes a count from 1 to 100000");
+                return tsr_usage_error("bench gpu", "--every takes a count from 1 to 100000");
         } else if ((r = tsr_opt(argc, argv, &i, "step-ms", 1, &v))) {
             if (r < 0 || tsr_parse_u64(v, &step_ms) || step_ms < 1 || step_ms > 100000)
-                return tsr_usage_error("bench gpu-save", "--step-ms takes milliseconds from 1 to 100000");
+                return tsr_usage_error("bench gpu", "--step-ms takes milliseconds from 1 to 100000");
         } else if (tsr_opt(argc, argv, &i, "json", 0, &v)) {
             json = 1;
         } else {
-            return tsr_usage_error("bench gpu-save", "unknown argument %s", argv[i]);
+            return tsr_usage_error("bench gpu", "unknown argument %s", argv[i]);
         }
     }
-    if (!dir) return tsr_usage_error("bench gpu-save", "missing --dir DIR");
+    if (!dir) return tsr_usage_error("bench gpu", "missing --dir DIR");
     if (tsr_cuda_devices() == 0) {
-        fprintf(stderr, "tessera bench gpu-save: no GPU on this machine\n");
+        fprintf(stderr, "tessera bench gpu: no GPU on this machine\n");
         return 77;
     }
     mkdir(dir, 0755);
     tsr_error e = {0};
+    double tflops = gemm_rate(8192, &e);
+    if (tflops < 0) {
+        fprintf(stderr, "tessera bench gpu: %s\n", e.msg);
+        return EXIT_FAIL;
+    }
+    if (!json) printf("gemm: bf16 8192^3 through cuBLASLt (f32 accumulation): %.0f TFLOP/s\n", tflops);
     gpu_state g;
     tsr_engine *eng = NULL;
     float *m[3] = {0};
@@ -223,19 +281,19 @@ int tsr_cmd_bench_gpu_save(int argc, char **argv) {
     tsr_comm_free(comm);
     state_free(&g);
     if (rc) {
-        fprintf(stderr, "tessera bench gpu-save: %s\n", e.msg);
+        fprintf(stderr, "tessera bench gpu: %s\n", e.msg);
         return EXIT_FAIL;
     }
     double gbs = total / staged / 1e9, pin_gbs = total / pinned / 1e9, ratio = pinned / staged;
     double cost = with.step_s / none.step_s;
     int ok = ratio >= 0.8 && with.blocked_s < 0.010 && cost <= 1.03;
     if (json) {
-        printf("{\"bytes\":%zu,\"staging_gbs\":%.2f,\"pinned_gbs\":%.2f,\"staging_ratio\":%.3f,\"blocked_ms\":%.3f,"
+        printf("{\"gemm_bf16_tflops\":%.1f,\"bytes\":%zu,\"staging_gbs\":%.2f,\"pinned_gbs\":%.2f,\"staging_ratio\":%.3f,\"blocked_ms\":%.3f,"
                "\"prev_wait_ms\":%.3f,\"commit_s\":%.3f,\"step_ms\":%.2f,\"step_ms_saves\":%.2f,\"step_cost\":%.4f,\"ok\":%s}\n",
-               total, gbs, pin_gbs, ratio, with.blocked_s * 1e3, with.prev_s * 1e3, commit, none.step_s * 1e3, with.step_s * 1e3, cost,
+               tflops, total, gbs, pin_gbs, ratio, with.blocked_s * 1e3, with.prev_s * 1e3, commit, none.step_s * 1e3, with.step_s * 1e3, cost,
                ok ? "true" : "false");
     } else {
-        printf("gpu-save: %.2f GiB of device state (%zu tensors)\n", total / 1073741824.0, g.n);
+        printf("save: %.2f GiB of device state (%zu tensors)\n", total / 1073741824.0, g.n);
         printf("  staging        %7.2f GB/s  pinned cudaMemcpy %.2f GB/s  ratio %.2fx (goal >= 0.8)  %s\n", gbs,
                pin_gbs, ratio, ratio >= 0.8 ? "ok" : "MISSED");
         printf("  commit         %7.3f s a save, staged to written to %s (%.2f GB/s)\n", commit, dir,

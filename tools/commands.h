@@ -13,7 +13,7 @@ int tsr_cmd_ckpt_synth(int argc, char **argv);
 int tsr_cmd_ckpt_check(int argc, char **argv);
 int tsr_cmd_bench_codec(int argc, char **argv);
 int tsr_cmd_bench_plan(int argc, char **argv);
-int tsr_cmd_bench_gpu_save(int argc, char **argv);
+int tsr_cmd_bench_gpu(int argc, char **argv);
 int tsr_cmd_bench_scale(int argc, char **argv);
 int tsr_cmd_bench_save(int argc, char **argv);
 int tsr_cmd_bench_load(int argc, char **argv);

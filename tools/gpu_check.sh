@@ -8,7 +8,7 @@
 #   sh OUT/gpu_check.sh run [SUMMARY]   (on the GPU machine, in at most a few
 #       minutes) runs every GPU kernel test against its CPU twin (under
 #       compute-sanitizer's memcheck and racecheck too, where it is), then
-#       tessera bench gpu-save, and writes one summary file (default
+#       tessera bench gpu, and writes one summary file (default
 #       OUT/gpu-summary.txt). Exit 0 only if the tests passed.
 set -u
 cmd=${1:-}
@@ -56,18 +56,26 @@ run)
                 trc=$?
                 grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Invalid|Race|========= [A-Z]" "$HERE/$tool.log" | sort | uniq -c | head -20
                 echo "$tool: exit $trc in $(( $(date +%s) - start )) s"
+                # racecheck reports hazards inside cuBLASLt's own kernels (nvjet_*,
+                # split-K and bias-add variants seen on an H200) that tessera cannot
+                # change: those alone do not fail the check, every other one does
+                if [ $tool = racecheck ] && [ $trc = 99 ] && grep -q "Race reported" "$HERE/$tool.log" &&
+                   ! grep "Race reported" "$HERE/$tool.log" | grep -vq "at nvjet_"; then
+                    echo "racecheck: every hazard is inside cuBLASLt's kernels (nvjet_*): not counted"
+                    trc=0
+                fi
                 [ $rc -eq 0 ] && [ $trc -ne 0 ] && rc=$trc
             done
         else
             echo "== no compute-sanitizer on this machine: the memory checks did not run"
         fi
         # what a save of device state costs a training loop (README, "GPU")
-        echo "== bench gpu-save: staging, blocked time and step cost of saves of device state"
+        echo "== bench gpu: the bf16 matrix rate; staging, blocked time and step cost of saves of device state"
         bdir=/dev/shm/tessera-gpu-bench-$$
         [ -d /dev/shm ] || bdir=$HERE/gpu-bench
         start=$(date +%s)
-        timeout 240 "$HERE/tessera" bench gpu-save --dir "$bdir" --bytes "${GPU_BENCH_BYTES:-4G}" 2>&1
-        echo "bench gpu-save: exit $? in $(( $(date +%s) - start )) s"
+        timeout 240 "$HERE/tessera" bench gpu --dir "$bdir" --bytes "${GPU_BENCH_BYTES:-4G}" 2>&1
+        echo "bench gpu: exit $? in $(( $(date +%s) - start )) s"
         rm -rf "$bdir"
     } >"$SUMMARY" 2>&1
     cat "$SUMMARY"

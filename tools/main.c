@@ -39,7 +39,7 @@ static const command commands[] = {
     {"bench", "load", tsr_cmd_bench_load, "resharded load time against the saved layout's"},
     {"bench", "disk", tsr_cmd_bench_disk, "the disk's O_DIRECT write and read bandwidth (the baseline of the others)"},
     {"bench", "gemm", tsr_cmd_bench_gemm, "sgemm throughput on the model's matrix products (the trainer's baseline)"},
-    {"bench", "gpu-save", tsr_cmd_bench_gpu_save, "what saving device state costs a GPU loop (CUDA build, with a GPU)"},
+    {"bench", "gpu", tsr_cmd_bench_gpu, "bf16 matrix rate, and what saving device state costs a GPU loop (CUDA, a GPU)"},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -64,6 +64,13 @@ void tsr_cuda_xent_bwd(float *dlogits, const float *probs, const int *targets, c
 int tsr_cuda_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC, tsr_stream *s);
 int tsr_cuda_matmul_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w, int N, int C,
                         int OC, tsr_stream *s);
+/* The same in bf16 through cuBLASLt, f32 accumulation (TorchTitan's mixed
+ * precision): out (N, OC) = inp (N, C) @ w^T in bf16; dinp (bf16) += dout @ w;
+ * dw, the f32 gradient, += dout^T @ inp. Within bf16's rounding of the CPU
+ * kernel on the same (bf16) values. */
+int tsr_cuda_matmul_bf16_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *w, int N, int C, int OC, tsr_stream *s);
+int tsr_cuda_matmul_bf16_bwd(uint16_t *dinp, float *dw, const uint16_t *dout, const uint16_t *inp, const uint16_t *w,
+                             int N, int C, int OC, tsr_stream *s);
 
 /* attention.h: the same layouts; scratch as tsr_attention_scratch. */
 void tsr_cuda_attention_fwd(float *out, float *att, const float *q, const float *k, const float *v, int B, int T,
