@@ -49,6 +49,8 @@
 
 enum { MODE_NONE = 0, MODE_FRAME, MODE_PLANE };
 
+/* The zstd contexts are made on first use: a reader never needs the compression
+ * context, a writer of raw frames neither, and opening a checkpoint stays cheap. */
 struct tsr_codec {
     ZSTD_CCtx *cctx;
     ZSTD_DCtx *dctx;
@@ -58,15 +60,7 @@ struct tsr_codec {
 };
 
 tsr_codec *tsr_codec_new(void) {
-    tsr_codec *c = calloc(1, sizeof *c);
-    if (!c) return NULL;
-    c->cctx = ZSTD_createCCtx();
-    c->dctx = ZSTD_createDCtx();
-    if (!c->cctx || !c->dctx) {
-        tsr_codec_free(c);
-        return NULL;
-    }
-    return c;
+    return calloc(1, sizeof(tsr_codec));
 }
 
 void tsr_codec_free(tsr_codec *c) {
@@ -172,6 +166,8 @@ static int zset(size_t r, tsr_error *err) {
 
 /* Puts the parameters for `mode` at `level` on the compression context. */
 static int cctx_setup(tsr_codec *c, int mode, int level, tsr_error *err) {
+    if (!c->cctx && !(c->cctx = ZSTD_createCCtx()))
+        return tsr_err(err, TSR_ENOMEM, "codec: out of memory for a zstd compression context");
     if (c->cmode == mode && c->clevel == level) return 0;
     ZSTD_CCtx *z = c->cctx;
     c->cmode = MODE_NONE;
@@ -240,6 +236,8 @@ static int zdecompress(tsr_codec *c, const uint8_t *src, size_t len, uint8_t *ds
         return tsr_err(err, TSR_ECORRUPT,
                        "%s%s: zstd frame is %zu bytes but %zu bytes are stored", what, where, fl,
                        len);
+    if (!c->dctx && !(c->dctx = ZSTD_createDCtx()))
+        return tsr_err(err, TSR_ENOMEM, "%s%s: out of memory for a zstd decompression context", what, where);
     size_t r = ZSTD_decompressDCtx(c->dctx, dst, n, src, len);
     if (ZSTD_isError(r)) {
         if (ZSTD_getErrorCode(r) == ZSTD_error_memory_allocation)
