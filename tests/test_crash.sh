@@ -1,11 +1,12 @@
 #!/bin/sh
-# test_crash.sh: crash consistency. 30 times, a 4-rank save is started and, once
+# test_crash.sh: crash consistency. 20 times, a 4-rank save is started and, once
 # its data files are being written, one rank or all of them are killed with
 # SIGKILL after a random delay. Afterwards the previous checkpoint loads and
 # verifies, and the interrupted step is not listed as committed (or, when the
 # commit finished before the kill, it verifies and loads exactly).
 . "$TSR_ROOT/tests/mpi.sh"
-RUNS=${TSR_CRASH_RUNS:-30}
+# 20 runs (60 under make test-long, TSR_LONG), or TSR_CRASH_RUNS
+RUNS=${TSR_CRASH_RUNS:-$([ -n "${TSR_LONG:-}" ] && echo 60 || echo 20)}
 rand() { echo $(( $(od -An -N2 -tu2 /dev/urandom) % $1 )); }
 # a process that has not exited (a zombie nobody reaps counts as gone)
 alive() { st=$(ps -o stat= -p "$1" 2>/dev/null); [ -n "$st" ] && [ "${st#Z}" = "$st" ]; }

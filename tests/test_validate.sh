@@ -5,8 +5,8 @@
 # valid values, are given to `ckpt verify` and to `ckpt check --layout pp=2` on two
 # ranks: both accept or both refuse, with the same reason, which names the MANIFEST
 # (and the tensor). Every other command that reads a checkpoint (info, diff,
-# reshard, export, logits, push, the trainer's load) refuses the same variants
-# with the same reason.
+# reshard, export, logits, push, the trainer's load) refuses them with the same
+# reason (each reason once: on its first variant).
 . "$TSR_ROOT/tests/mpi.sh"
 cd "${TSR_TMP:?}" || exit 1
 
@@ -81,7 +81,7 @@ n_layers-2^31|n_layers=2147483648|ok
 dp_shard-2^31|dp_shard=2147483648|ok
 layer-1-of-2|layer:model.layers.1.w=1|ok'
 
-refused=0
+refused=0 seen=""
 while IFS='|' read -r name edits want; do
     rm -rf "c-$name" out-*
     f0=$fails
@@ -106,7 +106,13 @@ while IFS='|' read -r name edits want; do
     esac
     [ "$(reason c.err)" = "$why" ] ||
         fail "$name: ckpt check --layout pp=2 says \"$(reason c.err)\", verify \"$why\": $(cat c.err)"
-    # every other reader: the same refusal
+    # every other reader: the same refusal, for the first variant of each expected
+    # reason (the variants of "layout: mesh degrees" differ only in which degree
+    # is out of range)
+    case "$seen" in *"|$want|"*) [ $fails = $f0 ] && refused=$((refused + 1)) &&
+        echo "refused by verify and check (the other readers checked on an earlier variant): $name: $why"
+        continue;; esac
+    seen="$seen|$want|"
     for cmd in "ckpt info c-$name" "ckpt diff base c-$name" "reshard c-$name out-r --layout dp_shard=2" \
                "export c-$name --format safetensors out-st" "export c-$name --format gguf out.gguf" \
                "logits c-$name --tokens 1,2" "push c-$name s3://bucket/x --endpoint http://127.0.0.1:9"; do
