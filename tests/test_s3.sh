@@ -168,6 +168,16 @@ grep -q "data-00000.tsd: PUT: HTTP 400 InvalidRequest" err.txt || { fail "400: u
 [ "$(seen PUT 'step-00000020/data-00000.tsd')" = 1 ] ||
     fail "400 was retried: $(seen PUT 'step-00000020/data-00000.tsd') PUTs of the object, expected 1"
 [ -z "$(aws s3 ls --recursive $B/p400/)" ] || fail "a push refused with 400 left objects"
+# ... but 400 BadDigest (the body did not match its signed hash: altered on the
+# way) is sent again: once refused, then the object lands whole
+proxy_start --inject 400:BadDigest --inject-count 1 --only-method PUT --only-path 'step-00000020/data-00000.tsd$'
+expect 0 "push through one 400 BadDigest" "$T" push ck/step-00000020 $B/bd400/ --endpoint "$PROXY_URL"
+proxy_stop
+[ "$(counted injected)" = 1 ] || fail "BadDigest: injected $(counted injected) times, expected 1"
+[ "$(seen PUT 'step-00000020/data-00000.tsd')" = 2 ] ||
+    fail "BadDigest: $(seen PUT 'step-00000020/data-00000.tsd') PUTs of the object, expected 2 (1 refused, 1 retry)"
+expect 0 "pull after a BadDigest retry" "$T" pull $B/bd400/step-00000020 bd400
+for f in ck/step-00000020/*; do cmp -s "$f" "bd400/${f##*/}" || fail "BadDigest retry: $f differs"; done
 
 # a 200 answer that carries an <Error> (as S3 may answer CompleteMultipartUpload)
 # is a failure: InternalError once is retried, and the push completes ...
