@@ -147,6 +147,35 @@ int tsr_open_regular(const char *path, uint64_t *size, tsr_error *err) {
     return fd;
 }
 
+int tsr_pread_all(int fd, const char *path, void *buf, size_t len, uint64_t off, tsr_error *err) {
+    for (size_t done = 0; done < len;) {
+        ssize_t n = pread(fd, (char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0)
+            return tsr_err(err, TSR_EIO, "%s: read of %zu bytes at %llu: %s", path, len, (unsigned long long)off,
+                           strerror(errno));
+        if (n == 0)
+            return tsr_err(err, TSR_ECORRUPT, "%s: unexpected end of file at %llu (truncated)", path,
+                           (unsigned long long)(off + done));
+        done += (size_t)n;
+    }
+    return 0;
+}
+
+int tsr_pwrite_all(int fd, const char *path, const void *buf, size_t len, uint64_t off, tsr_error *err) {
+    for (size_t done = 0; done < len;) {
+        ssize_t n = pwrite(fd, (const char *)buf + done, len - done, (off_t)(off + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0)
+            return tsr_err(err, errno == ENOSPC || errno == EDQUOT ? TSR_ENOSPC : TSR_EIO,
+                           "%s: write of %zu bytes at %llu: %s", path, len, (unsigned long long)off, strerror(errno));
+        if (n == 0)
+            return tsr_err(err, TSR_ENOSPC, "%s: short write at %llu", path, (unsigned long long)(off + done));
+        done += (size_t)n;
+    }
+    return 0;
+}
+
 /* Room for k more bytes and a NUL. @return 0, or -1 (oom set). */
 static int sb_reserve(tsr_sbuf *b, size_t k) {
     if (b->oom) return -1;

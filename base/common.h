@@ -116,6 +116,13 @@ int tsr_mkdir_p(const char *path);
  * @return the descriptor, or TSR_ENOTFOUND ("PATH: missing"), TSR_EIO ("PATH: not
  * a regular file (a FIFO)", or the system's reason) with err set. */
 int tsr_open_regular(const char *path, uint64_t *size, tsr_error *err);
+/* tsr_pread_all() / tsr_pwrite_all(): all len bytes at off of fd (the file
+ * `path`, for messages), through interruptions and short transfers.
+ * @return 0; TSR_ECORRUPT when the file ends first ("unexpected end of file at
+ * N (truncated)"); TSR_ENOSPC for a full disk or a write that makes no
+ * progress; TSR_EIO with the system's reason otherwise. */
+int tsr_pread_all(int fd, const char *path, void *buf, size_t len, uint64_t off, tsr_error *err);
+int tsr_pwrite_all(int fd, const char *path, const void *buf, size_t len, uint64_t off, tsr_error *err);
 
 /* Aligned allocation (TSR_ALIGN) for O_DIRECT buffers; free with free(). */
 void *tsr_alloc_aligned(size_t size);

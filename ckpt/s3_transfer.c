@@ -224,18 +224,6 @@ static int find_resumable(tsr_s3 *s, const char *bucket, const char *key, int fd
     return rc;
 }
 
-/* Reads [off, off + len) of fd into buf. */
-static int read_range(int fd, const char *path, uint8_t *buf, uint64_t off, size_t len, tsr_error *err) {
-    for (size_t o = 0; o < len;) {
-        ssize_t g = pread(fd, buf + o, len - o, (off_t)(off + o));
-        if (g < 0 && errno == EINTR) continue;
-        if (g <= 0)
-            return tsr_err(err, TSR_EIO, "%s: read at %llu: %s", path, (unsigned long long)(off + o),
-                           g < 0 ? strerror(errno) : "the file shrank");
-        o += (size_t)g;
-    }
-    return 0;
-}
 
 /* A batch of parts read and hashed on the pool's threads, one part a thread. */
 typedef struct {
@@ -250,7 +238,7 @@ typedef struct {
 static void hash_part(void *ctx, size_t k, int worker) {
     hash_batch *h = ctx;
     part *p = &h->parts[k];
-    if ((h->rc[k] = read_range(h->fd, h->path, h->bufs[k], p->off, (size_t)p->len, &h->errs[k]))) return;
+    if ((h->rc[k] = tsr_pread_all(h->fd, h->path, h->bufs[k], (size_t)p->len, p->off, &h->errs[k]))) return;
     unsigned char d[32];
     EVP_Digest(h->bufs[k], (size_t)p->len, d, NULL, EVP_sha256(), NULL);
     s3_body_sha256(d, p->checksum, p->payload);
@@ -296,7 +284,7 @@ static int hash_file(int fd, const char *path, uint64_t size, part *parts, size_
             EVP_DigestInit_ex(md, EVP_sha256(), NULL);
             for (uint64_t o = 0; o < parts[i].len && !rc; o += CHUNK) {
                 size_t want = parts[i].len - o < CHUNK ? (size_t)(parts[i].len - o) : CHUNK;
-                if ((rc = read_range(fd, path, buf, parts[i].off + o, want, err))) break;
+                if ((rc = tsr_pread_all(fd, path, buf, want, parts[i].off + o, err))) break;
                 EVP_DigestUpdate(md, buf, want);
                 XXH3_64bits_update(x, buf, want);
             }
@@ -410,17 +398,6 @@ typedef struct {
     tsr_error err;
 } dl_writer;
 
-static int write_range(int fd, const char *path, const uint8_t *buf, uint64_t off, size_t len, tsr_error *err) {
-    for (size_t o = 0; o < len;) {
-        ssize_t w = pwrite(fd, buf + o, len - o, (off_t)(off + o));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0)
-            return tsr_err(err, w < 0 && errno == ENOSPC ? TSR_ENOSPC : TSR_EIO, "%s: write at %llu: %s", path,
-                           (unsigned long long)(off + o), w < 0 ? strerror(errno) : "nothing written");
-        o += (size_t)w;
-    }
-    return 0;
-}
 
 static void *dl_write(void *arg) {
     dl_writer *w = arg;
@@ -438,7 +415,7 @@ static void *dl_write(void *arg) {
                 padded = (len + DL_ALIGN - 1) / DL_ALIGN * DL_ALIGN;
                 memset(w->bufs[k] + len, 0, padded - len);
             }
-            rc = write_range(w->fd, w->path, w->bufs[k], off, padded, &w->err);
+            rc = tsr_pwrite_all(w->fd, w->path, w->bufs[k], padded, off, &w->err);
             off += len;
         }
         pthread_mutex_lock(&w->mu);

@@ -113,20 +113,7 @@ static int posix_open_read(tsr_store *s, const char *name, tsr_rfile **out, uint
 
 static int posix_read(tsr_rfile *rf, void *buf, size_t len, uint64_t off, tsr_error *err) {
     posix_rfile *f = (posix_rfile *)rf;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = pread(f->fd, (char *)buf + done, len - done, (off_t)(off + done));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return tsr_err(err, TSR_EIO, "%s: read of %zu bytes at %llu: %s", f->path, len,
-                           (unsigned long long)off, strerror(errno));
-        }
-        if (n == 0)
-            return tsr_err(err, TSR_ECORRUPT, "%s: unexpected end of file at %llu (truncated)",
-                           f->path, (unsigned long long)(off + done));
-        done += (size_t)n;
-    }
-    return 0;
+    return tsr_pread_all(f->fd, f->path, buf, len, off, err);
 }
 
 static void posix_read_close(tsr_rfile *rf) {
@@ -195,19 +182,7 @@ static void ring_close(posix_wfile *f) {
 }
 
 static int write_all(posix_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = pwrite(f->fd, (const char *)buf + done, len - done, (off_t)(off + done));
-        if (n < 0) {
-            if (errno == EINTR) continue;
-            return tsr_err(err, errno_status(errno), "%s: write of %zu bytes at %llu: %s", f->path, len,
-                           (unsigned long long)off, strerror(errno));
-        }
-        if (n == 0)
-            return tsr_err(err, TSR_ENOSPC, "%s: short write at %llu", f->path, (unsigned long long)(off + done));
-        done += (size_t)n;
-    }
-    return 0;
+    return tsr_pwrite_all(f->fd, f->path, buf, len, off, err);
 }
 
 /* A queued fdatasync failed with errno e: the file fails (its first error wins). */
