@@ -23,12 +23,16 @@ sup() { # NAME STEPS [OPTIONS]
     "$T" launch -np 4 --nodes 2 --min-ranks 2 --max-restarts 10000 --backoff 0.2 "$@" -- train $(job "$name" "$steps") \
         >"$TSR_TMP/$name.log" 2>&1 || { fail "$name: exit $?"; tail -5 "$TSR_TMP/$name.log" >&2; }
 }
-# the steps of 30 minutes, from a 100-step run's wall time
+# the steps of 30 minutes, from the wall times of a 100-step and a 300-step run:
+# their difference leaves out the start, which one run alone counted as steps
+# (a run of 30 minutes so calibrated lasted 19)
 MIN=${TSR_CHAOS_MINUTES:-30}
 sup calibrate 100
+sup calibrate3 300
 steps=$($PY -c 'import json, sys
-f = [json.loads(l) for l in open(sys.argv[1]) if "\"finish\"" in l][-1]
-print(max(100, int(60 * float(sys.argv[2]) / (f["wall_s"] / 100))))' "$TSR_TMP/calibrate/launch.jsonl" "$MIN")
+w = [[json.loads(l) for l in open(p) if "\"finish\"" in l][-1]["wall_s"] for p in sys.argv[1:3]]
+print(max(100, int(60 * float(sys.argv[3]) / max((w[1] - w[0]) / 200, 1e-3))))' \
+    "$TSR_TMP/calibrate/launch.jsonl" "$TSR_TMP/calibrate3/launch.jsonl" "$MIN")
 echo "$MIN minutes: $steps steps"
 sup clean "$steps"
 n=$($PY -c 'import json, sys
