@@ -102,15 +102,14 @@ static void stream_give(cudaStream_t s) {
 #endif
 
 int tsr_mem_pin(void *p, size_t n, tsr_mem_kind kind, tsr_error *err) {
+    int rc = tsr_mem_usable(kind, err); /* a kind this build lacks says so */
+    if (rc || kind == TSR_MEM_HOST) return rc;
 #ifdef TSR_CUDA
-    if (kind == TSR_MEM_CUDA) {
-        if (tsr_mem_usable(kind, err)) return err ? err->code : TSR_EINVAL;
-        cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterDefault);
-        return e == cudaSuccess ? 0 : cuda_err(err, e, "pinning host memory", n);
-    }
+    cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterDefault);
+    if (e != cudaSuccess) return cuda_err(err, e, "pinning host memory", n);
 #endif
     (void)p, (void)n;
-    return tsr_mem_usable(kind, err); /* host memory needs nothing; others this build lacks */
+    return 0;
 }
 
 void tsr_mem_unpin(void *p, tsr_mem_kind kind) {

@@ -224,7 +224,6 @@ static int find_resumable(tsr_s3 *s, const char *bucket, const char *key, int fd
     return rc;
 }
 
-
 /* A batch of parts read and hashed on the pool's threads, one part a thread. */
 typedef struct {
     int fd;
@@ -397,7 +396,6 @@ typedef struct {
     int full, stop, rc;
     tsr_error err;
 } dl_writer;
-
 
 static void *dl_write(void *arg) {
     dl_writer *w = arg;

@@ -4,10 +4,11 @@
  * verify from disk; in each data file, every byte position (the new value cycling
  * through all 255 changes across positions), by tsr_ckpt_verify and by reading every
  * tensor and blob; the data files once more in memory (/dev/shm), where they
- * are read through a mapping (every third position; every one with TSR_LONG). Then each of a frame's two checksums on its own: a frame whose
- * stored bytes changed but decode to bytes that match raw_hash is caught by
- * stored_hash alone, and one whose stored bytes match stored_hash but decode to
- * other bytes (a coder's fault) by raw_hash alone. */
+ * are read through a mapping (every third position; every one with TSR_LONG).
+ * Then each of a frame's two checksums on its own: a frame whose stored bytes
+ * changed but decode to bytes that match raw_hash is caught by stored_hash alone,
+ * and one whose stored bytes match stored_hash but decode to other bytes (a
+ * coder's fault) by raw_hash alone. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -371,9 +371,7 @@ static void test_engine_device(void) {
     tsr_comm_free(comm);
     tsr_mem_free(TSR_MEM_CUDA, dw), tsr_mem_free(TSR_MEM_CUDA, dh);
     free(w), free(gw), free(h), free(gh);
-    char cmd[700];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", root);
+    tsr_remove_tree(root);
 }
 
 int main(void) {

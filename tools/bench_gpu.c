@@ -255,7 +255,8 @@ int tsr_cmd_bench_gpu(int argc, char **argv) {
         double t = tsr_now() - t0;
         if (t < staged) staged = t;
         rc = tsr_engine_wait(eng, &e);
-        if (tsr_now() - t0 < commit) commit = tsr_now() - t0;
+        t = tsr_now() - t0;
+        if (t < commit) commit = t;
     }
     for (int i = 0; !rc && i < 3; i++)
         if (!(m[i] = tsr_mem_alloc(TSR_MEM_CUDA, (size_t)GEMM_N * GEMM_N * 4, &e))) rc = e.code;
