@@ -109,7 +109,7 @@ echo "$gemm2"
 # against the sgemm peak measured around it on the same products and threads
 awk -v fpt="$(num "$gemm" flop_per_token)" -v p1="$(num "$gemm" peak_Fps)" -v p2="$(num "$gemm2" peak_Fps)" '/^done:/ {
     peak = p1 > p2 ? p1 : p2
-    for (i = 1; i <= NF; i++) { if ($i == "tokens/s,") tps = $(i-1); if ($i ~ /^\(.*%\)$/) share = $i }
+    for (i = 1; i <= NF; i++) { if ($i == "tokens/s,") tps = $(i-1); if ($i ~ /^\(.*%\)$/ && share == "") share = $i }
     gsub(/[()%]/, "", share)
     printf "train 124m: %.1f tokens/s x %.4g FLOP/token = %.2f GFLOP/s of model FLOPs, %.2fx the sgemm peak (%.2f GFLOP/s) (goal >= 0.85)  %s\n", tps, fpt, tps * fpt / 1e9, tps * fpt / peak, peak / 1e9, (tps * fpt / peak >= 0.85) ? "ok" : "MISSED"
     printf "train 124m: %.2f%% of step time blocked on checkpoints, one every 5 steps (goal < 1%%)  %s\n", share, (share < 1) ? "ok" : "MISSED" }' "$OUT/train.log"

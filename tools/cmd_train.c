@@ -20,7 +20,9 @@ static const char USAGE[] =
     "  --model-info   print the model's parameter count and per-rank memory under\n"
     "                 the config's layout, without allocating it, and exit\n"
     "Logs every metrics.log_freq steps: loss, grad norm, learning rate, tokens/s and\n"
-    "the time blocked on checkpoints; the same as JSON lines in metrics.file.\n";
+    "the time blocked on checkpoints; the same as JSON lines in metrics.file. The\n"
+    "last line sums the run: steps, tokens/s, the time blocked on checkpoints and\n"
+    "rank 0's time in the collectives of training (waits for other ranks included).\n";
 
 /* The library's messages: errors and warnings from every rank, information
  * (checkpoints archived, removed by retention) from rank 0. */

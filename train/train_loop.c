@@ -82,6 +82,7 @@ typedef struct job {
     tsr_data_pos pos;
     int start;          /* the step loaded (0: none); the run trains start+1.. */
     double t_log, blocked, blocked_total, step_time_total;
+    double data_total; /* seconds of the steps in the data plane's collectives, waits included */
     int steps_since;
     int last_save, last_save_refused; /* the step of the last save, and whether it was refused at once */
     tsr_error last_save_err;
@@ -548,6 +549,7 @@ static int train_step(job *j, int step, tsr_error *err) {
         loss = NAN;
     double took = tsr_now() - t0; /* compute: less the waits in the data plane */
     double compute = took - (tsr_data_seconds() - waited);
+    j->data_total += took - compute;
     if (!rc) tsr_heartbeat_step(j->hb, step, loss, gnorm, took, compute > 0 ? compute : 0);
     if (!rc && !isfinite(loss)) rc = tsr_err(err, TSR_EINVAL, "step %d: the loss is %g", step, loss);
     /* the step's line before its checkpoints: a job killed once a checkpoint
@@ -609,9 +611,12 @@ static int job_finish(job *j, int rc, tsr_error *err) {
 static void log_done(job *j) {
     const tsr_train_config *c = &j->t->cfg;
     int n = c->training.steps - j->start;
-    fprintf(j->log, "done: %d steps in %.1f s, %.1f tokens/s, %.3f s (%.2f%%) blocked on checkpoints; checkpoints in %s\n",
+    fprintf(j->log,
+            "done: %d steps in %.1f s, %.1f tokens/s, %.3f s (%.2f%%) blocked on checkpoints, %.1f s (%.1f%%) in "
+            "collectives; checkpoints in %s\n",
             n, j->step_time_total, (double)c->training.global_batch_size * j->t->T * n / j->step_time_total,
-            j->blocked_total, 100 * j->blocked_total / j->step_time_total, c->checkpoint.enable ? j->root : "(disabled)");
+            j->blocked_total, 100 * j->blocked_total / j->step_time_total, j->data_total,
+            100 * j->data_total / j->step_time_total, c->checkpoint.enable ? j->root : "(disabled)");
 }
 
 static void job_close(job *j) {
