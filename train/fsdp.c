@@ -1,8 +1,9 @@
 /* fsdp.c: FSDP by units. With dp_shard > 1 a rank holds its shards and gathers
  * one unit at a time: each layer whole (one all-gather, resharded after its
  * forward and gathered again for its backward, its gradients reduce-scattered
- * right after its backward); the embedding and the output, the largest
- * parameters, in rounds of rows that fit in the space of a layer. */
+ * right after its backward); the output, the largest parameter with the
+ * embedding, in rounds of rows that fit in the space of a layer; the embedding
+ * by the rows its tokens need (below). */
 #include "trainer_impl.h"
 
 #include <stdlib.h>
@@ -50,8 +51,9 @@ int tsr_fsdp_units_init(tsr_trainer *t, tsr_error *err) {
     t->n_full_elems = 0;
     if (S == 1) return 0;
     /* the embedding (V, C) and the output (its TP-local rows, C), dim 0 split
-     * over dp_shard; rounds of chunk_rows rows of each rank's shard fit in the
-     * largest layer */
+     * over dp_shard: each rank's first row; rounds of chunk_rows rows of each
+     * rank's shard of the output fit in the largest layer, and so do dp_shard
+     * rows of the embedding */
     uint64_t C = (uint64_t)t->args.dim, most = 0, most_of[2] = {0, 0};
     uint64_t **row0[2] = {&t->vrow0, &t->hrow0};
     for (int h = 0; h < 2; h++) {
@@ -71,7 +73,6 @@ int tsr_fsdp_units_init(tsr_trainer *t, tsr_error *err) {
     t->chunk_rows = t->unit_max / (S * C);
     if (t->chunk_rows < 1) t->chunk_rows = t->unit_max ? 1 : (most ? most : 1);
     if (t->chunk_rows > most && most) t->chunk_rows = most;
-    t->rounds = (most_of[0] + t->chunk_rows - 1) / t->chunk_rows;
     t->hrounds = (most_of[1] + t->chunk_rows - 1) / t->chunk_rows;
     uint64_t chunk = C + S * t->chunk_rows * C; /* the final norm, then a round of the output */
     if (chunk > t->unit_max) t->unit_max = chunk;
@@ -161,57 +162,74 @@ static int round_reduce(tsr_trainer *t, size_t p, uint64_t k, const float *src, 
     return rc;
 }
 
-/* Each token's row in round k's chunk (base[] as round_gather gave it), or
- * -1 when it is not in this round (or not a token of the vocabulary). */
-static void round_tokens(tsr_trainer *t, const int *tok, uint64_t k, const uint64_t *base) {
-    uint32_t S = t->layout.dp_shard;
-    uint64_t R = t->chunk_rows, V = (uint64_t)t->args.vocab_size;
-    for (size_t i = 0; i < t->N; i++) {
-        int64_t row = -1;
-        if (tok[i] >= 0 && (uint64_t)tok[i] < V) {
-            uint32_t lo = 0, hi = S; /* the rank whose rows hold the token */
-            while (hi - lo > 1) {
-                uint32_t mid = (lo + hi) / 2;
-                if (t->vrow0[mid] <= (uint64_t)tok[i]) lo = mid;
-                else hi = mid;
-            }
-            uint64_t local = (uint64_t)tok[i] - t->vrow0[lo];
-            if (local >= k * R && local < k * R + R) row = (int64_t)(base[lo] + local - k * R);
-        }
-        t->tok_map[i] = (int)row;
+/* The embedding with FSDP moves tokens and rows, never the (V, C) table: a
+ * micro-batch touches at most N of its V rows. Every rank's tokens are gathered;
+ * in rounds of P tokens a rank (S P rows fit in gunit), forward: each rank puts,
+ * for every rank's tokens, the rows its shard holds (zeros for the others), and
+ * a reduce-scatter hands each rank its own tokens' rows (a row plus zeros: the
+ * row exactly); backward: the rows of d(out) are gathered, and each rank adds to
+ * its shard's gradient the rows of the tokens it holds. */
+static uint64_t embed_round(const tsr_trainer *t) {
+    uint64_t P = t->unit_max / ((uint64_t)t->layout.dp_shard * (uint64_t)t->args.dim);
+    return P < 1 ? 1 : P < t->N ? P : t->N; /* unit_max holds S C floats (units_init) */
+}
+
+/* Every rank's N tokens, rank-major, in a new array (free() it). */
+static int gather_tokens(tsr_trainer *t, const int *tok, int **all, tsr_error *err) {
+    size_t *counts = NULL;
+    uint8_t *raw = NULL;
+    int rc = tsr_comm_allgatherv(t->shard, tok, t->N * sizeof *tok, &raw, &counts, err);
+    for (uint32_t r = 0; !rc && r < t->layout.dp_shard; r++)
+        if (counts[r] != t->N * sizeof *tok)
+            rc = tsr_err(err, TSR_EINVAL, "FSDP embedding: dp_shard rank %u has %zu bytes of tokens, not %zu", r,
+                         counts[r], t->N * sizeof *tok);
+    free(counts);
+    if (rc) free(raw);
+    *all = rc ? NULL : (int *)(void *)raw;
+    return rc;
+}
+
+/* Round [k0, k0 + n) of every rank's tokens: each one's row in my shard, or -1. */
+static void shard_rows(const tsr_trainer *t, const int *all, uint64_t k0, uint64_t n) {
+    uint64_t lo = t->vrow0[t->co.dp_shard], hi = t->vrow0[t->co.dp_shard + 1];
+    for (uint64_t i = 0; i < t->layout.dp_shard * n; i++) {
+        int v = all[(i / n) * t->N + k0 + i % n];
+        t->tok_map[i] = v >= 0 && (uint64_t)v >= lo && (uint64_t)v < hi ? (int)((uint64_t)v - lo) : -1;
     }
 }
 
-/* The embedding with FSDP, in rounds: out (N,C) holds each token's row. */
+/* The embedding with FSDP: out (N,C) holds each token's row. */
 int tsr_fsdp_embed_fwd(tsr_trainer *t, float *out, const int *tok, tsr_error *err) {
-    size_t counts[t->layout.dp_shard];
-    uint64_t base[t->layout.dp_shard], C = (uint64_t)t->args.dim;
-    tsr_k_fill(out, t->N * C, 0);
-    for (uint64_t k = 0; k < t->rounds; k++) {
-        int rc = round_gather(t, 0, k, t->wunit, counts, base, err);
-        if (rc) return rc;
-        round_tokens(t, tok, k, base);
+    uint64_t C = (uint64_t)t->args.dim, P = embed_round(t), S = t->layout.dp_shard;
+    int *all = NULL;
+    int rc = gather_tokens(t, tok, &all, err);
+    for (uint64_t k0 = 0; !rc && k0 < t->N; k0 += P) {
+        uint64_t n = t->N - k0 < P ? t->N - k0 : P;
+        shard_rows(t, all, k0, n);
 #pragma omp parallel for schedule(static)
-        for (size_t i = 0; i < t->N; i++)
-            if (t->tok_map[i] >= 0) memcpy(out + i * C, t->wunit + (uint64_t)t->tok_map[i] * C, C * sizeof(float));
+        for (uint64_t i = 0; i < S * n; i++) {
+            if (t->tok_map[i] >= 0) memcpy(t->gunit + i * C, t->par[0].w + (uint64_t)t->tok_map[i] * C, C * sizeof(float));
+            else memset(t->gunit + i * C, 0, C * sizeof(float));
+        }
+        rc = tsr_data_reduce_scatter(t->shard, TSR_F32, t->gunit, out + k0 * C, n * C, NULL, err);
     }
-    t->w_unit = -1;
-    return 0;
+    free(all);
+    return rc;
 }
 
-/* Its backward: each round's rows of d(embedding) from dout (N,C), reduced. */
+/* Its backward: d(embedding) of my shard's rows, from every rank's dout (N,C). */
 int tsr_fsdp_embed_bwd(tsr_trainer *t, const float *dout, const int *tok, tsr_error *err) {
-    size_t counts[t->layout.dp_shard];
-    uint64_t base[t->layout.dp_shard], C = (uint64_t)t->args.dim;
-    int rc = 0;
-    for (uint64_t k = 0; k < t->rounds && !rc; k++) {
-        round_gather(t, 0, k, NULL, counts, base, err);
-        uint64_t rows = base[t->layout.dp_shard - 1] + counts[t->layout.dp_shard - 1] / C;
-        tsr_k_fill(t->gunit, rows * C, 0);
-        round_tokens(t, tok, k, base);
-        tsr_embed_bwd(t->gunit, dout, t->tok_map, (int)t->N, (int)C, (int)rows);
-        rc = round_reduce(t, 0, k, t->gunit, counts, err);
+    uint64_t C = (uint64_t)t->args.dim, P = embed_round(t), S = t->layout.dp_shard;
+    uint64_t rows = t->vrow0[t->co.dp_shard + 1] - t->vrow0[t->co.dp_shard];
+    int *all = NULL;
+    int rc = gather_tokens(t, tok, &all, err);
+    for (uint64_t k0 = 0; !rc && k0 < t->N; k0 += P) {
+        uint64_t n = t->N - k0 < P ? t->N - k0 : P;
+        if ((rc = tsr_data_allgather(t->shard, TSR_F32, dout + k0 * C, t->gunit, n * C, NULL, err))) break;
+        shard_rows(t, all, k0, n);
+        tsr_embed_bwd(t->par[0].g, t->gunit, t->tok_map, (int)(S * n), (int)C, (int)rows);
     }
+    free(all);
     return rc;
 }
 

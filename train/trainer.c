@@ -343,7 +343,7 @@ static int shapes_init(tsr_trainer *t, tsr_error *err) {
 static int acts_alloc(tsr_trainer *t, tsr_error *err) {
     int hd = tsr_model_head_dim(&t->args), L = t->l1 - t->l0;
     t->sets = calloc((size_t)t->n_sets, sizeof *t->sets);
-    t->tok_map = malloc(t->N * sizeof *t->tok_map);
+    t->tok_map = malloc((size_t)t->layout.dp_shard * t->N * sizeof *t->tok_map);
     t->tokens = tsr_mem_alloc(t->mem, 2 * (size_t)t->B * t->T * sizeof *t->tokens, err);
     if (!t->sets || !t->tok_map || !t->tokens) return t->tokens ? tsr_err(err, TSR_ENOMEM, "out of memory") : err ? err->code : TSR_ENOMEM;
     for (int j = 0; j < t->n_sets; j++)

@@ -72,13 +72,13 @@ struct tsr_trainer {
     uint64_t unit_max, unit_shard_max; /* the largest unit on the stage: TP-local, and my shards */
     float *wunit, *gunit, *rs;         /* a unit's gathered weights, unreduced gradients; my reduced shards */
     int w_unit;         /* the unit whose weights wunit holds, or -1 */
-    /* the embedding and the output (V rows each) go through wunit in rounds of
-     * chunk_rows rows of every rank's shard, so that they need no more than a
-     * layer does */
-    uint64_t chunk_rows, rounds, *vrow0; /* rows per round; rounds; first row of each dp_shard rank (S+1) */
-    uint64_t hrounds, *hrow0;           /* the same for the output's TP-local rows (Vt) */
+    /* the output (Vt rows) goes through wunit in rounds of chunk_rows rows of
+     * every rank's shard, so that it needs no more than a layer does; the
+     * embedding moves only the rows of the tokens (fsdp.c) */
+    uint64_t chunk_rows, *vrow0;        /* rows per round; first embedding row of each dp_shard rank (S+1) */
+    uint64_t hrounds, *hrow0;           /* the output's rounds, and first rows (Vt) */
     float *logit_tmp;   /* (N, chunk_rows): a block of logits or of their gradients */
-    int *tok_map;       /* (N): each token's row in the round's chunk, or -1 */
+    int *tok_map;       /* (dp_shard N): every rank's tokens' rows in my embedding shard, or -1 */
     /* shapes of a step */
     int T, B, mbs, M;   /* seq len, samples per dp rank, micro-batch size and count */
     size_t N;           /* tokens per micro-batch */
@@ -105,8 +105,9 @@ struct tsr_trainer {
  * reductions are no-ops). Unit u: 0 the embedding, 1 + l layer l, the last the
  * final norm with the output. */
 static inline int tsr_fsdp_layer_unit(int layer) { return 1 + layer; }
-/* tsr_fsdp_units_init(): after the parameters' counts: the units, the rounds of
- * the embedding and the output, t->n_full_elems. */
+/* tsr_fsdp_units_init(): after the parameters' counts: the units, the rows of
+ * the embedding's and the output's shards, the output's rounds,
+ * t->n_full_elems. */
 int tsr_fsdp_units_init(tsr_trainer *t, tsr_error *err);
 void tsr_fsdp_units_free(tsr_trainer *t);
 /* A layer unit: its weights gathered (nothing when they are there); its
@@ -114,8 +115,8 @@ void tsr_fsdp_units_free(tsr_trainer *t);
 int tsr_fsdp_gather(tsr_trainer *t, int u, tsr_error *err);
 void tsr_fsdp_grads_zero(tsr_trainer *t, int u);
 int tsr_fsdp_grads_reduce(tsr_trainer *t, int u, tsr_error *err);
-/* The embedding and the output in rounds: forward, and backward with each
- * round's gradient reduced into the shards (dh accumulates). */
+/* The embedding (by its tokens' rows) and the output (in rounds): forward, and
+ * backward with the gradients added to the shards (dh accumulates). */
 int tsr_fsdp_embed_fwd(tsr_trainer *t, float *out, const int *tok, tsr_error *err);
 int tsr_fsdp_embed_bwd(tsr_trainer *t, const float *dout, const int *tok, tsr_error *err);
 int tsr_fsdp_head_fwd(tsr_trainer *t, float *logits, const float *h, tsr_error *err);
