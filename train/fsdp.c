@@ -13,6 +13,7 @@
 #include "common.h"
 #include "data_plane.h"
 #include "embed.h"
+#include "loss.h"
 #include "matmul.h"
 
 void tsr_fsdp_units_free(tsr_trainer *t) {
@@ -277,11 +278,57 @@ int tsr_fsdp_head_bwd(tsr_trainer *t, float *dh, const float *dlogits, const flo
     return rc;
 }
 
+/* The output vocabulary-parallel over dp_shard, where every rank's tokens are
+ * fewer than the vocabulary's rows (t->head_vp, tp = 1): a rank's FSDP shard of
+ * the output is a block of vocabulary rows, so instead of gathering the (V, C)
+ * table in rounds, h (N, C) of every rank's tokens is gathered and each rank
+ * computes the logits of all of them in its own columns: the softmax from every
+ * rank's row statistics, the loss of each row where its target is. Backward:
+ * d(logits) of my columns give my shard's gradient with no reduction, and my
+ * part of every rank's d(h), reduce-scattered. */
+int tsr_fsdp_vp_fwd(tsr_trainer *t, float *probs, float *losses, const float *h, const int *tgt, tsr_error *err) {
+    uint64_t S = t->layout.dp_shard, me = t->co.dp_shard, C = (uint64_t)t->args.dim, SN = S * t->N;
+    uint64_t v0 = t->hrow0[me], Vm = t->hrow0[me + 1] - v0;
+    const float *w = t->par[t->decls.n_params - 1].w;
+    int *all = NULL;
+    int rc = tsr_data_allgather(t->shard, TSR_F32, h, t->h_all, t->N * C, NULL, err);
+    if (!rc) rc = gather_tokens(t, tgt, &all, err);
+    if (rc) return rc;
+    tsr_matmul_fwd(probs, t->h_all, w, (int)SN, (int)C, (int)Vm);
+    float *mine = t->xstats + me * 2 * SN;
+    tsr_xent_part_stats(mine, probs, (int)SN, (int)Vm);
+    if (!(rc = tsr_data_allgather(t->shard, TSR_F32, mine, t->xstats, 2 * SN, NULL, err))) {
+        tsr_xent_part_fwd(losses, probs, probs, all, (int)SN, (int)Vm, (int)v0, t->xstats, (int)S);
+        t->loss_sum += tsr_xent_sum(losses, (int)SN);
+    }
+    free(all);
+    return rc;
+}
+
+int tsr_fsdp_vp_bwd(tsr_trainer *t, float *dh, const float *probs, const float *h, const int *tgt, tsr_error *err) {
+    uint64_t S = t->layout.dp_shard, me = t->co.dp_shard, C = (uint64_t)t->args.dim, SN = S * t->N;
+    uint64_t v0 = t->hrow0[me], Vm = t->hrow0[me + 1] - v0;
+    param *q = &t->par[t->decls.n_params - 1];
+    int *all = NULL;
+    int rc = tsr_data_allgather(t->shard, TSR_F32, h, t->h_all, t->N * C, NULL, err);
+    if (!rc) rc = gather_tokens(t, tgt, &all, err);
+    if (rc) return rc;
+    tsr_k_fill(t->dloss, SN, (float)t->inv_count);
+    tsr_k_fill(t->dlogits, SN * Vm, 0);
+    tsr_xent_part_bwd(t->dlogits, probs, all, t->dloss, (int)SN, (int)Vm, (int)v0, t->args.vocab_size);
+    free(all);
+    tsr_k_fill(t->dh_all, SN * C, 0);
+    tsr_matmul_bwd(t->dh_all, q->g, t->dlogits, t->h_all, q->w, (int)SN, (int)C, (int)Vm);
+    return tsr_data_reduce_scatter(t->shard, TSR_F32, t->dh_all, dh, t->N * C, NULL, err);
+}
+
 /* The final norm's weight with FSDP (C floats) gathered into wunit, or its
  * gradient (in gunit) reduced. */
 int tsr_fsdp_norm_gather(tsr_trainer *t, tsr_error *err) {
     const param *q = &t->par[t->decls.n_params - 2];
-    return t->layout.dp_shard > 1 ? tsr_data_allgatherv(t->shard, TSR_F32, q->w, q->wf, q->counts, NULL, err) : 0;
+    if (t->layout.dp_shard == 1) return 0;
+    t->w_unit = -1; /* the norm's weight lies where a layer unit's first parameter does */
+    return tsr_data_allgatherv(t->shard, TSR_F32, q->w, q->wf, q->counts, NULL, err);
 }
 
 int tsr_fsdp_norm_reduce(tsr_trainer *t, tsr_error *err) {

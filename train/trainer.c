@@ -211,7 +211,7 @@ enum {
     ACT_H1, ACT_RSTD1, ACT_Q, ACT_K, ACT_V, ACT_ATT, ACT_A, ACT_X2, ACT_H2, ACT_RSTD2, ACT_G, ACT_U, ACT_S,
     ACT_HF, ACT_RSTDF, ACT_PROBS, ACT_LOSSES,
     ACT_DRES, ACT_DH, ACT_DQ, ACT_DA, ACT_DK, ACT_DV, ACT_DS, ACT_DG, ACT_DU, ACT_ATT_SCRATCH, ACT_DLOGITS,
-    ACT_DLOSS, ACT_DSEND, ACT_ROPE_COS, ACT_ROPE_SIN, ACT_LOGIT_TMP, ACT_XSTATS,
+    ACT_DLOSS, ACT_DSEND, ACT_ROPE_COS, ACT_ROPE_SIN, ACT_LOGIT_TMP, ACT_XSTATS, ACT_HALL, ACT_DHALL,
     N_ACT
 };
 static const struct act_row {
@@ -253,12 +253,19 @@ static const struct act_row {
     [ACT_ROPE_SIN] = {SCRATCH, offsetof(tsr_trainer, rope_sin)},
     [ACT_LOGIT_TMP] = {SCRATCH, offsetof(tsr_trainer, logit_tmp)},
     [ACT_XSTATS] = {SCRATCH, offsetof(tsr_trainer, xstats)},
+    [ACT_HALL] = {SCRATCH, offsetof(tsr_trainer, h_all)},
+    [ACT_DHALL] = {SCRATCH, offsetof(tsr_trainer, dh_all)},
 };
 
+static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
+
 /* The floats of each buffer (0: this rank has none). N = mbs * T tokens of a
- * micro-batch; widths on this tp rank. */
+ * micro-batch; widths on this tp rank. With the output vocabulary-parallel over
+ * dp_shard (fsdp.c), the head's buffers hold dp_shard N rows of the largest
+ * shard's columns. */
 static void act_sizes(const tsr_trainer *t, size_t sz[N_ACT]) {
     size_t N = t->N, C = (size_t)t->args.dim, V = t->Vt, L = (size_t)(t->l1 - t->l0);
+    size_t S = t->layout.dp_shard, vp = t->last && t->head_vp, SN = S * N, vpv = vp * SN * t->head_rows;
     size_t hd = (size_t)tsr_model_head_dim(&t->args), last = t->last, pp_send = t->layout.pp > 1 && !t->first;
     size_t att = (size_t)t->mbs * t->NHt * t->T * t->T;
     size_t v[N_ACT] = {
@@ -267,14 +274,17 @@ static void act_sizes(const tsr_trainer *t, size_t sz[N_ACT]) {
         [ACT_ATT] = att, /* (mbs, NHt, T, T) softmax */
         [ACT_A] = N * t->Dq, [ACT_X2] = N * C, [ACT_H2] = N * C, [ACT_RSTD2] = N,
         [ACT_G] = N * t->Ft, [ACT_U] = N * t->Ft, [ACT_S] = N * t->Ft,
-        [ACT_HF] = last * N * C, [ACT_RSTDF] = last * N, [ACT_PROBS] = last * N * V, [ACT_LOSSES] = last * N,
+        [ACT_HF] = last * N * C, [ACT_RSTDF] = last * N, [ACT_PROBS] = max_size(last * N * V, vpv),
+        [ACT_LOSSES] = vp ? SN : last * N,
         [ACT_DRES] = N * C, [ACT_DH] = N * C, [ACT_DQ] = N * t->Dq, [ACT_DA] = N * t->Dq,
         [ACT_DK] = N * t->Dkv, [ACT_DV] = N * t->Dkv, [ACT_DS] = N * t->Ft, [ACT_DG] = N * t->Ft,
         [ACT_DU] = N * t->Ft, [ACT_ATT_SCRATCH] = tsr_attention_scratch(t->mbs, t->T, t->NHt, (int)hd),
-        [ACT_DLOGITS] = last * N * V, [ACT_DLOSS] = last * N, [ACT_DSEND] = pp_send * (size_t)t->M * N * C,
+        [ACT_DLOGITS] = max_size(last * N * V, vpv), [ACT_DLOSS] = vp ? SN : last * N,
+        [ACT_DSEND] = pp_send * (size_t)t->M * N * C,
         [ACT_ROPE_COS] = (size_t)t->T * hd / 2, [ACT_ROPE_SIN] = (size_t)t->T * hd / 2,
         [ACT_LOGIT_TMP] = last * (t->layout.dp_shard > 1) * N * t->chunk_rows,
-        [ACT_XSTATS] = last * (t->layout.tp > 1) * t->layout.tp * 2 * N, /* every tp rank's (N,2) */
+        [ACT_XSTATS] = vp ? S * 2 * SN : last * (t->layout.tp > 1) * t->layout.tp * 2 * N, /* every part's (rows,2) */
+        [ACT_HALL] = vp * SN * C, [ACT_DHALL] = vp * SN * C,
     };
     memcpy(sz, v, sizeof v);
 }
@@ -331,6 +341,15 @@ static int shapes_init(tsr_trainer *t, tsr_error *err) {
     uint64_t v0, Vt;
     tsr_layout_cut((uint64_t)t->args.vocab_size, t->layout.tp, t->co.tp, &v0, &Vt);
     t->v0 = (size_t)v0, t->Vt = (size_t)Vt;
+    /* the output vocabulary-parallel over dp_shard (fsdp.c) where that moves
+     * less than gathering it: tp = 1, and fewer tokens in the shard group's
+     * micro-batches than rows in the vocabulary */
+    t->head_vp = 0, t->head_rows = 0;
+    if (t->last && t->layout.dp_shard > 1 && t->layout.tp == 1) {
+        for (uint32_t r = 0; r < t->layout.dp_shard; r++)
+            if (t->hrow0[r + 1] - t->hrow0[r] > t->head_rows) t->head_rows = t->hrow0[r + 1] - t->hrow0[r];
+        t->head_vp = (uint64_t)t->layout.dp_shard * t->N < t->Vt;
+    }
     if (t->last && t->par[t->decls.n_params - 1].full_n != t->Vt * (size_t)t->args.dim)
         return tsr_err(err, TSR_EINVAL, "the output's rows on tp rank %u: %zu floats, not %zu rows", t->co.tp,
                        (size_t)t->par[t->decls.n_params - 1].full_n, t->Vt);
@@ -463,6 +482,10 @@ static int keep_logits(tsr_trainer *t, const float *logits, tsr_error *err) {
     return rc;
 }
 
+/* The output vocabulary-parallel over dp_shard for this micro-batch (not when
+ * the caller keeps the logits: those are gathered by rows). */
+static int head_vp(const tsr_trainer *t) { return t->head_vp && !t->keep_logits; }
+
 /* Forward of micro-batch j (samples j*mbs ..) through this stage. */
 static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     act_set *s = &t->sets[j % t->n_sets];
@@ -488,6 +511,7 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     size_t np = t->decls.n_params, Vt = t->Vt;
     if ((rc = tsr_fsdp_norm_gather(t, err))) return rc;
     tsr_rmsnorm_fwd(s->hf, s->rstdf, xL, t->par[np - 2].wf, (int)N, (int)C, t->args.norm_eps);
+    if (head_vp(t)) return tsr_fsdp_vp_fwd(t, s->probs, s->losses, s->hf, tgt, err);
     if (t->layout.dp_shard > 1) rc = tsr_fsdp_head_fwd(t, s->probs, s->hf, err);
     else tsr_matmul_fwd(s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)Vt);
     if (!rc && t->keep_logits && j == t->M - 1) rc = keep_logits(t, s->probs, err);
@@ -511,7 +535,15 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
     const int *tok = t->tokens + (size_t)j * N, *tgt = t->tokens + (size_t)t->B * t->T + (size_t)j * N;
     int L = t->l1 - t->l0, rc = 0;
     float *xL = s->xs + (size_t)L * N * C;
-    if (t->last) {
+    if (t->last && head_vp(t)) {
+        rc = tsr_fsdp_vp_bwd(t, t->dh, s->probs, s->hf, tgt, err);
+        if (!rc) rc = tsr_fsdp_norm_gather(t, err);
+        if (rc) return rc;
+        tsr_k_fill(t->par[np - 2].gf, C, 0);
+        tsr_k_fill(t->dres, N * C, 0);
+        tsr_rmsnorm_bwd(t->dres, t->par[np - 2].gf, t->dh, xL, t->par[np - 2].wf, s->rstdf, (int)N, (int)C);
+        if ((rc = tsr_fsdp_norm_reduce(t, err))) return rc;
+    } else if (t->last) {
         tsr_k_fill(t->dloss, N, (float)t->inv_count);
         tsr_k_fill(t->dlogits, N * t->Vt, 0);
         tsr_xent_part_bwd(t->dlogits, s->probs, tgt, t->dloss, (int)N, (int)t->Vt, (int)t->v0, (int)V);

@@ -79,6 +79,11 @@ struct tsr_trainer {
     uint64_t hrounds, *hrow0;           /* the output's rounds, and first rows (Vt) */
     float *logit_tmp;   /* (N, chunk_rows): a block of logits or of their gradients */
     int *tok_map;       /* (dp_shard N): every rank's tokens' rows in my embedding shard, or -1 */
+    /* the output vocabulary-parallel over dp_shard (fsdp.c): whether, the most
+     * rows a rank's shard has, h and d(h) of every rank's tokens (dp_shard N, C) */
+    int head_vp;
+    uint64_t head_rows;
+    float *h_all, *dh_all;
     /* shapes of a step */
     int T, B, mbs, M;   /* seq len, samples per dp rank, micro-batch size and count */
     size_t N;           /* tokens per micro-batch */
@@ -121,6 +126,13 @@ int tsr_fsdp_embed_fwd(tsr_trainer *t, float *out, const int *tok, tsr_error *er
 int tsr_fsdp_embed_bwd(tsr_trainer *t, const float *dout, const int *tok, tsr_error *err);
 int tsr_fsdp_head_fwd(tsr_trainer *t, float *logits, const float *h, tsr_error *err);
 int tsr_fsdp_head_bwd(tsr_trainer *t, float *dh, const float *dlogits, const float *h, tsr_error *err);
+/* The output vocabulary-parallel over dp_shard (t->head_vp): forward, from h
+ * (N,C) of this rank's tokens and their targets: probs (dp_shard N rows, my
+ * shard's columns) and the losses of the rows whose targets my shard holds (into
+ * losses, dp_shard N, and t->loss_sum); backward: dh (N,C) = d(h) of my tokens
+ * (written), my shard's gradient added. */
+int tsr_fsdp_vp_fwd(tsr_trainer *t, float *probs, float *losses, const float *h, const int *tgt, tsr_error *err);
+int tsr_fsdp_vp_bwd(tsr_trainer *t, float *dh, const float *probs, const float *h, const int *tgt, tsr_error *err);
 /* The final norm's weight gathered; its gradient reduced. */
 int tsr_fsdp_norm_gather(tsr_trainer *t, tsr_error *err);
 int tsr_fsdp_norm_reduce(tsr_trainer *t, tsr_error *err);
