@@ -182,7 +182,7 @@ static int gather_tokens(tsr_trainer *t, const int *tok, int **all, tsr_error *e
     int rc = tsr_comm_allgatherv(t->shard, tok, t->N * sizeof *tok, &raw, &counts, err);
     for (uint32_t r = 0; !rc && r < t->layout.dp_shard; r++)
         if (counts[r] != t->N * sizeof *tok)
-            rc = tsr_err(err, TSR_EINVAL, "FSDP embedding: dp_shard rank %u has %zu bytes of tokens, not %zu", r,
+            rc = tsr_err(err, TSR_EINVAL, "FSDP: dp_shard rank %u sent %zu bytes of token ids, not %zu", r,
                          counts[r], t->N * sizeof *tok);
     free(counts);
     if (rc) free(raw);
