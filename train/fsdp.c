@@ -1,9 +1,10 @@
 /* fsdp.c: FSDP by units. With dp_shard > 1 a rank holds its shards and gathers
  * one unit at a time: each layer whole (one all-gather, resharded after its
  * forward and gathered again for its backward, its gradients reduce-scattered
- * right after its backward); the output, the largest parameter with the
- * embedding, in rounds of rows that fit in the space of a layer; the embedding
- * by the rows its tokens need (below). */
+ * right after its backward); the embedding by the rows its tokens need; the
+ * output vocabulary-parallel over dp_shard where the shard group's tokens are
+ * fewer than its rows (tp = 1), else in rounds of rows that fit in the space of
+ * a layer (all below). */
 #include "trainer_impl.h"
 
 #include <stdlib.h>
@@ -136,26 +137,26 @@ int tsr_fsdp_grads_reduce(tsr_trainer *t, int u, tsr_error *err) {
     return rc;
 }
 
-/* Round k of a (V, C) parameter p in rounds: each rank's rows [k R, k R + R) of
- * its shard (fewer at its end), gathered rank-major into dst; counts[] gets
- * each rank's floats, base[] each rank's first row in the chunk. */
-static int round_gather(tsr_trainer *t, size_t p, uint64_t k, float *dst, size_t *counts, uint64_t *base,
-                        tsr_error *err) {
+/* Round k of the output (its TP-local rows, C) in rounds: each rank's rows
+ * [k R, k R + R) of its shard (fewer at its end), gathered rank-major into dst;
+ * counts[] gets each rank's floats, base[] each rank's first row in the chunk. */
+static int round_gather(tsr_trainer *t, uint64_t k, float *dst, size_t *counts, uint64_t *base, tsr_error *err) {
     uint32_t S = t->layout.dp_shard;
-    uint64_t C = (uint64_t)t->args.dim, R = t->chunk_rows, at = 0, *row0 = p ? t->hrow0 : t->vrow0;
+    size_t p = t->decls.n_params - 1;
+    uint64_t C = (uint64_t)t->args.dim, R = t->chunk_rows, at = 0;
     for (uint32_t r = 0; r < S; r++) {
-        uint64_t rows = row0[r + 1] - row0[r], lo = k * R < rows ? k * R : rows;
+        uint64_t rows = t->hrow0[r + 1] - t->hrow0[r], lo = k * R < rows ? k * R : rows;
         uint64_t n = rows - lo < R ? rows - lo : R;
         counts[r] = n * C, base[r] = at, at += n;
     }
     uint64_t mine = (k * R < t->par[p].counts[t->co.dp_shard] / C ? k * R : 0) * C;
-    return dst ? tsr_data_allgatherv(t->shard, TSR_F32, t->par[p].w + mine, dst, counts, NULL, err) : 0;
+    return tsr_data_allgatherv(t->shard, TSR_F32, t->par[p].w + mine, dst, counts, NULL, err);
 }
 
-/* Round k's gradient of parameter p (in src, rank-major as round_gather
- * placed its rows) reduce-scattered and added to this rank's rows of it. */
-static int round_reduce(tsr_trainer *t, size_t p, uint64_t k, const float *src, const size_t *counts,
-                        tsr_error *err) {
+/* Round k's gradient of the output (in src, rank-major as round_gather placed
+ * its rows) reduce-scattered and added to this rank's rows of it. */
+static int round_reduce(tsr_trainer *t, uint64_t k, const float *src, const size_t *counts, tsr_error *err) {
+    size_t p = t->decls.n_params - 1;
     uint64_t C = (uint64_t)t->args.dim, me = t->co.dp_shard;
     int rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, src, t->rs, counts, NULL, err);
     if (!rc && counts[me]) tsr_k_add(t->par[p].g + k * t->chunk_rows * C, t->par[p].g + k * t->chunk_rows * C, t->rs,
@@ -238,10 +239,10 @@ int tsr_fsdp_embed_bwd(tsr_trainer *t, const float *dout, const int *tok, tsr_er
  * rank's block of a round into its columns. */
 int tsr_fsdp_head_fwd(tsr_trainer *t, float *logits, const float *h, tsr_error *err) {
     uint32_t S = t->layout.dp_shard;
-    size_t counts[S], np = t->decls.n_params, N = t->N;
+    size_t counts[S], N = t->N;
     uint64_t base[S], C = (uint64_t)t->args.dim, V = t->Vt;
     for (uint64_t k = 0; k < t->hrounds; k++) {
-        int rc = round_gather(t, np - 1, k, t->wunit + C, counts, base, err);
+        int rc = round_gather(t, k, t->wunit + C, counts, base, err);
         if (rc) return rc;
         for (uint32_t r = 0; r < S; r++) {
             uint64_t n = counts[r] / C, col = t->hrow0[r] + k * t->chunk_rows;
@@ -258,11 +259,11 @@ int tsr_fsdp_head_fwd(tsr_trainer *t, float *logits, const float *h, tsr_error *
  * reduced. */
 int tsr_fsdp_head_bwd(tsr_trainer *t, float *dh, const float *dlogits, const float *h, tsr_error *err) {
     uint32_t S = t->layout.dp_shard;
-    size_t counts[S], np = t->decls.n_params, N = t->N;
+    size_t counts[S], N = t->N;
     uint64_t base[S], C = (uint64_t)t->args.dim, V = t->Vt;
     int rc = 0;
     for (uint64_t k = 0; k < t->hrounds && !rc; k++) {
-        if ((rc = round_gather(t, np - 1, k, t->wunit + C, counts, base, err))) break;
+        if ((rc = round_gather(t, k, t->wunit + C, counts, base, err))) break;
         uint64_t rows = base[S - 1] + counts[S - 1] / C;
         tsr_k_fill(t->gunit + C, rows * C, 0);
         for (uint32_t r = 0; r < S; r++) {
@@ -272,7 +273,7 @@ int tsr_fsdp_head_bwd(tsr_trainer *t, float *dh, const float *dlogits, const flo
             tsr_matmul_bwd(dh, t->gunit + C + base[r] * C, t->logit_tmp, h, t->wunit + C + base[r] * C, (int)N,
                            (int)C, (int)n);
         }
-        rc = round_reduce(t, np - 1, k, t->gunit + C, counts, err);
+        rc = round_reduce(t, k, t->gunit + C, counts, err);
     }
     t->w_unit = -1;
     return rc;

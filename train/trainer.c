@@ -535,24 +535,20 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
     const int *tok = t->tokens + (size_t)j * N, *tgt = t->tokens + (size_t)t->B * t->T + (size_t)j * N;
     int L = t->l1 - t->l0, rc = 0;
     float *xL = s->xs + (size_t)L * N * C;
-    if (t->last && head_vp(t)) {
-        rc = tsr_fsdp_vp_bwd(t, t->dh, s->probs, s->hf, tgt, err);
-        if (!rc) rc = tsr_fsdp_norm_gather(t, err);
-        if (rc) return rc;
-        tsr_k_fill(t->par[np - 2].gf, C, 0);
-        tsr_k_fill(t->dres, N * C, 0);
-        tsr_rmsnorm_bwd(t->dres, t->par[np - 2].gf, t->dh, xL, t->par[np - 2].wf, s->rstdf, (int)N, (int)C);
-        if ((rc = tsr_fsdp_norm_reduce(t, err))) return rc;
-    } else if (t->last) {
-        tsr_k_fill(t->dloss, N, (float)t->inv_count);
-        tsr_k_fill(t->dlogits, N * t->Vt, 0);
-        tsr_xent_part_bwd(t->dlogits, s->probs, tgt, t->dloss, (int)N, (int)t->Vt, (int)t->v0, (int)V);
-        tsr_k_fill(t->dh, N * C, 0);
-        if (t->layout.dp_shard > 1) rc = tsr_fsdp_head_bwd(t, t->dh, t->dlogits, s->hf, err);
-        else tsr_matmul_bwd(t->dh, t->par[np - 1].gf, t->dlogits, s->hf, t->par[np - 1].wf, (int)N, (int)C,
-                            (int)t->Vt);
-        /* each tp rank's vocabulary columns add their part of d(h) */
-        if (!rc) rc = tp_sum(t, t->dh, N * C, err);
+    if (t->last) {
+        if (head_vp(t)) {
+            rc = tsr_fsdp_vp_bwd(t, t->dh, s->probs, s->hf, tgt, err);
+        } else {
+            tsr_k_fill(t->dloss, N, (float)t->inv_count);
+            tsr_k_fill(t->dlogits, N * t->Vt, 0);
+            tsr_xent_part_bwd(t->dlogits, s->probs, tgt, t->dloss, (int)N, (int)t->Vt, (int)t->v0, (int)V);
+            tsr_k_fill(t->dh, N * C, 0);
+            if (t->layout.dp_shard > 1) rc = tsr_fsdp_head_bwd(t, t->dh, t->dlogits, s->hf, err);
+            else tsr_matmul_bwd(t->dh, t->par[np - 1].gf, t->dlogits, s->hf, t->par[np - 1].wf, (int)N, (int)C,
+                                (int)t->Vt);
+            /* each tp rank's vocabulary columns add their part of d(h) */
+            if (!rc) rc = tp_sum(t, t->dh, N * C, err);
+        }
         if (!rc) rc = tsr_fsdp_norm_gather(t, err);
         if (rc) return rc;
         if (t->layout.dp_shard > 1) tsr_k_fill(t->par[np - 2].gf, C, 0);
