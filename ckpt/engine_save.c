@@ -166,6 +166,22 @@ int engine_save_plan(tsr_engine *e, uint64_t step, const tsr_state *st, int *bro
     return engine_plan_save(e, st, err);
 }
 
+int tsr_engine_prepare(tsr_engine *e, const tsr_state *st, tsr_error *err) {
+    /* after a rewind the first save plans, as without this call: its agreement
+     * is where rank 0 moves the abandoned steps aside */
+    if (e->rewind_pending) return 0;
+    tsr_engine_wait(e, NULL);        /* e->bg and the plan are the caller's */
+    int rc = engine_check_state(st, err);
+    int64_t lo = rc ? AGREE_INVALID : AGREE_REPLAN;
+    if (e->rank == 0) make_room(e); /* what the first save's agreement would do, now */
+    tsr_error ce = {0};
+    if (tsr_comm_allreduce_min(e->bg, &lo, &ce))
+        return rc ? rc : tsr_err(err, ce.code ? ce.code : TSR_EIO, "planning the saves: %s", ce.msg);
+    if (lo == AGREE_INVALID)
+        return rc ? rc : tsr_err(err, TSR_EINVAL, "planning the saves: another rank's state is invalid");
+    return engine_plan_save(e, st, err);
+}
+
 /* ---------------------------------------------------------------- write */
 
 /* Writes this rank's data file of the staged job: declarations, boxes, blobs;

@@ -213,6 +213,13 @@ void tsr_engine_staged(tsr_engine *e);
  * of up to `bytes` of this rank's state now, so that the first save costs a
  * save's memcpy and no allocation. Not collective. */
 int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err);
+/* tsr_engine_prepare(): plans the saves of states laid out like st now
+ * (collective: every rank, its own state), so that the first save finds its
+ * plan made, like every later one of the same layout, and blocks the caller no
+ * longer than they do; rank 0 makes room in ROOT now, as that save would.
+ * Optional: a save without a plan makes one. After tsr_engine_continue_from it
+ * does nothing: the first save plans, and moves the abandoned steps aside. */
+int tsr_engine_prepare(tsr_engine *e, const tsr_state *st, tsr_error *err);
 /* tsr_engine_poll(): *done = 1 when no save is in flight; then returns the status
  * of the last save (0 if it committed). Not collective. */
 int tsr_engine_poll(tsr_engine *e, int *done, tsr_error *err);

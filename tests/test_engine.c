@@ -5,10 +5,12 @@
  * storage faults during a background save are reported, leave no files and no
  * MANIFEST, and leave earlier checkpoints and the caller's state intact; with
  * overlap_staging the copy runs after save returns and the state may change once
- * tsr_engine_staged has returned. */
+ * tsr_engine_staged has returned; tsr_engine_prepare plans ahead and makes
+ * room. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -118,6 +120,25 @@ int main(void) {
         o2.overlap_staging = 1;
         tsr_engine *e2 = tsr_engine_new(root2, comm, &o2, &e);
         REQUIRE(e2, "%s", e.msg);
+        /* planned before the first save, which then finds its plan made; the
+         * room that save would make is made now: a leftover of an interrupted
+         * save goes */
+        char left[700];
+        snprintf(left, sizeof left, "%s/step-00000005", root2);
+        mkdir(root2, 0755);
+        REQUIRE(mkdir(left, 0755) == 0, "mkdir %s", left);
+        snprintf(left, sizeof left, "%s/step-00000005/data-00000.tsd", root2);
+        FILE *lf = fopen(left, "w");
+        REQUIRE(lf && fputs("partial", lf) >= 0 && fclose(lf) == 0, "%s", left);
+        fill(1);
+        stepv = 1;
+        tsr_state pst = whole_state(sb, &blob, &stepv);
+        CHECK_OK(tsr_engine_prepare(e2, &pst, &e));
+        CHECK(access(left, F_OK) != 0, "prepare removed the interrupted save's leftover %s", left);
+        tsr_state_box wrong = {0, {2, {R, 0}, {1, C}}, w, TSR_MEM_HOST};
+        tsr_state wst = {decls, 2, &wrong, 1, NULL, 0, {1, 1, 1, 1, 0, 0}};
+        CHECK(tsr_engine_prepare(e2, &wst, &e) == TSR_EINVAL, "prepare refuses a box outside its tensor");
+        CHECK_OK(tsr_engine_prepare(e2, &pst, &e));
         for (int s = 1; s <= 3; s++) {
             fill(s);
             stepv = (uint64_t)s;
