@@ -71,6 +71,13 @@ train rep_all8 8 --training.global_batch_size=8 --training.local_batch_size=4 --
 grep -q "layout pp=2,dp_replicate=2,dp_shard=1,tp=2[,;]" "$TSR_TMP/rep_all8.log" || fail "rep_all8: not the layout asked for"
 grep -q "layout pp=2,dp_replicate=1,dp_shard=2,tp=2[,;]" "$TSR_TMP/all8.log" || fail "all8: not the layout asked for"
 for l in fsdp2 tp2 pp2_1f1b rep2 all8 rep_all8 hsdp4; do compare ref $l 1e-5; done
+# the last line's time in collectives: none on one rank; on 2 ranks a share of the steps
+coll() { sed -n 's/^done: .*blocked on checkpoints, \([0-9.]*\) s (\([0-9.]*\)%) in collectives;.*/\1 \2/p' "$TSR_TMP/$1.log"; }
+[ "$(coll ref)" = "0.0 0.0" ] || fail "ref: one rank reports time in collectives: '$(coll ref)'"
+for l in fsdp2 tp2; do # seconds in one decimal: a 10-step job's share is the figure
+    set -- $(coll $l)
+    awk -v p="${2:-0}" 'BEGIN { exit !(p > 0 && p < 100) }' || fail "$l: no time in collectives on its last line: '$*'"
+done
 # uneven: 3 shards of 128 rows, 3 stages of 4 layers (2, 2, 0), GPipe
 train ref6 1 --training.global_batch_size=6 --training.local_batch_size=6
 train fsdp3 3 --training.global_batch_size=6 --training.local_batch_size=2
