@@ -226,8 +226,8 @@ int tsr_engine_save_dir(tsr_engine *e, const char *dir, uint64_t step, const tsr
     e->pending = 1;
     e->staging = e->job.deferred != NULL;
     e->last_status = 0;
-    pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
+    pthread_cond_broadcast(&e->cv); /* after the unlock: the woken thread finds the lock free */
     e->last_stall = tsr_now() - t0;
     if (e->opts.sync) return tsr_engine_wait(e, err);
     return 0;
