@@ -170,16 +170,12 @@ int tsr_engine_prepare(tsr_engine *e, const tsr_state *st, tsr_error *err) {
     /* after a rewind the first save plans, as without this call: its agreement
      * is where rank 0 moves the abandoned steps aside */
     if (e->rewind_pending) return 0;
-    tsr_engine_wait(e, NULL);        /* e->bg and the plan are the caller's */
-    int rc = engine_check_state(st, err);
-    int64_t lo = rc ? AGREE_INVALID : AGREE_REPLAN;
-    if (e->rank == 0) make_room(e); /* what the first save's agreement would do, now */
-    tsr_error ce = {0};
-    if (tsr_comm_allreduce_min(e->bg, &lo, &ce))
-        return rc ? rc : tsr_err(err, ce.code ? ce.code : TSR_EIO, "planning the saves: %s", ce.msg);
-    if (lo == AGREE_INVALID)
-        return rc ? rc : tsr_err(err, TSR_EINVAL, "planning the saves: another rank's state is invalid");
-    return engine_plan_save(e, st, err);
+    tsr_engine_wait(e, NULL); /* e->bg and the plan are the caller's */
+    /* the first save's agreement, made now: rank 0 makes room, every rank
+     * learns whether all states are valid */
+    int rc = engine_check_state(st, err), broken = 0;
+    int a = engine_agree(e, 0, rc ? AGREE_INVALID : AGREE_REPLAN, rc, &broken, err);
+    return a != AGREE_REPLAN ? a : engine_plan_save(e, st, err);
 }
 
 /* ---------------------------------------------------------------- write */

@@ -176,10 +176,13 @@ static uint64_t embed_round(const tsr_trainer *t) {
     return P < 1 ? 1 : P < t->N ? P : t->N; /* unit_max holds S C floats (units_init) */
 }
 
-/* Every rank's N tokens, rank-major, in a new array (free() it). */
+/* Every rank's N tokens, rank-major, into *all (a new array, the old one
+ * freed): once a micro-batch, in the forward; its backward reads them there. */
 static int gather_tokens(tsr_trainer *t, const int *tok, int **all, tsr_error *err) {
     size_t *counts = NULL;
     uint8_t *raw = NULL;
+    free(*all);
+    *all = NULL;
     int rc = tsr_comm_allgatherv(t->shard, tok, t->N * sizeof *tok, &raw, &counts, err);
     for (uint32_t r = 0; !rc && r < t->layout.dp_shard; r++)
         if (counts[r] != t->N * sizeof *tok)
@@ -201,10 +204,10 @@ static void shard_rows(const tsr_trainer *t, const int *all, uint64_t k0, uint64
 }
 
 /* The embedding with FSDP: out (N,C) holds each token's row. */
-int tsr_fsdp_embed_fwd(tsr_trainer *t, float *out, const int *tok, tsr_error *err) {
+int tsr_fsdp_embed_fwd(tsr_trainer *t, act_set *s, float *out, const int *tok, tsr_error *err) {
     uint64_t C = (uint64_t)t->args.dim, P = embed_round(t), S = t->layout.dp_shard;
-    int *all = NULL;
-    int rc = gather_tokens(t, tok, &all, err);
+    int rc = gather_tokens(t, tok, &s->ids_in, err);
+    const int *all = s->ids_in;
     for (uint64_t k0 = 0; !rc && k0 < t->N; k0 += P) {
         uint64_t n = t->N - k0 < P ? t->N - k0 : P;
         shard_rows(t, all, k0, n);
@@ -215,23 +218,20 @@ int tsr_fsdp_embed_fwd(tsr_trainer *t, float *out, const int *tok, tsr_error *er
         }
         rc = tsr_data_reduce_scatter(t->shard, TSR_F32, t->gunit, out + k0 * C, n * C, NULL, err);
     }
-    free(all);
     return rc;
 }
 
 /* Its backward: d(embedding) of my shard's rows, from every rank's dout (N,C). */
-int tsr_fsdp_embed_bwd(tsr_trainer *t, const float *dout, const int *tok, tsr_error *err) {
+int tsr_fsdp_embed_bwd(tsr_trainer *t, const act_set *s, const float *dout, tsr_error *err) {
     uint64_t C = (uint64_t)t->args.dim, P = embed_round(t), S = t->layout.dp_shard;
     uint64_t rows = t->vrow0[t->co.dp_shard + 1] - t->vrow0[t->co.dp_shard];
-    int *all = NULL;
-    int rc = gather_tokens(t, tok, &all, err);
+    int rc = 0;
     for (uint64_t k0 = 0; !rc && k0 < t->N; k0 += P) {
         uint64_t n = t->N - k0 < P ? t->N - k0 : P;
         if ((rc = tsr_data_allgather(t->shard, TSR_F32, dout + k0 * C, t->gunit, n * C, NULL, err))) break;
-        shard_rows(t, all, k0, n);
+        shard_rows(t, s->ids_in, k0, n);
         tsr_embed_bwd(t->par[0].g, t->gunit, t->tok_map, (int)(S * n), (int)C, (int)rows);
     }
-    free(all);
     return rc;
 }
 
@@ -287,37 +287,33 @@ int tsr_fsdp_head_bwd(tsr_trainer *t, float *dh, const float *dlogits, const flo
  * rank's row statistics, the loss of each row where its target is. Backward:
  * d(logits) of my columns give my shard's gradient with no reduction, and my
  * part of every rank's d(h), reduce-scattered. */
-int tsr_fsdp_vp_fwd(tsr_trainer *t, float *probs, float *losses, const float *h, const int *tgt, tsr_error *err) {
+int tsr_fsdp_vp_fwd(tsr_trainer *t, act_set *s, const int *tgt, tsr_error *err) {
     uint64_t S = t->layout.dp_shard, me = t->co.dp_shard, C = (uint64_t)t->args.dim, SN = S * t->N;
     uint64_t v0 = t->hrow0[me], Vm = t->hrow0[me + 1] - v0;
     const float *w = t->par[t->decls.n_params - 1].w;
-    int *all = NULL;
-    int rc = tsr_data_allgather(t->shard, TSR_F32, h, t->h_all, t->N * C, NULL, err);
-    if (!rc) rc = gather_tokens(t, tgt, &all, err);
+    int rc = tsr_data_allgather(t->shard, TSR_F32, s->hf, t->h_all, t->N * C, NULL, err);
+    if (!rc) rc = gather_tokens(t, tgt, &s->ids_tgt, err);
     if (rc) return rc;
-    tsr_matmul_fwd(probs, t->h_all, w, (int)SN, (int)C, (int)Vm);
+    tsr_matmul_fwd(s->probs, t->h_all, w, (int)SN, (int)C, (int)Vm);
     float *mine = t->xstats + me * 2 * SN;
-    tsr_xent_part_stats(mine, probs, (int)SN, (int)Vm);
+    tsr_xent_part_stats(mine, s->probs, (int)SN, (int)Vm);
     if (!(rc = tsr_data_allgather(t->shard, TSR_F32, mine, t->xstats, 2 * SN, NULL, err))) {
-        tsr_xent_part_fwd(losses, probs, probs, all, (int)SN, (int)Vm, (int)v0, t->xstats, (int)S);
-        t->loss_sum += tsr_xent_sum(losses, (int)SN);
+        tsr_xent_part_fwd(s->losses, s->probs, s->probs, s->ids_tgt, (int)SN, (int)Vm, (int)v0, t->xstats, (int)S);
+        t->loss_sum += tsr_xent_sum(s->losses, (int)SN);
     }
-    free(all);
     return rc;
 }
 
-int tsr_fsdp_vp_bwd(tsr_trainer *t, float *dh, const float *probs, const float *h, const int *tgt, tsr_error *err) {
+int tsr_fsdp_vp_bwd(tsr_trainer *t, const act_set *s, float *dh, tsr_error *err) {
     uint64_t S = t->layout.dp_shard, me = t->co.dp_shard, C = (uint64_t)t->args.dim, SN = S * t->N;
     uint64_t v0 = t->hrow0[me], Vm = t->hrow0[me + 1] - v0;
     param *q = &t->par[t->decls.n_params - 1];
-    int *all = NULL;
-    int rc = tsr_data_allgather(t->shard, TSR_F32, h, t->h_all, t->N * C, NULL, err);
-    if (!rc) rc = gather_tokens(t, tgt, &all, err);
+    /* h_all is scratch shared by the micro-batches in flight: gathered again */
+    int rc = tsr_data_allgather(t->shard, TSR_F32, s->hf, t->h_all, t->N * C, NULL, err);
     if (rc) return rc;
     tsr_k_fill(t->dloss, SN, (float)t->inv_count);
     tsr_k_fill(t->dlogits, SN * Vm, 0);
-    tsr_xent_part_bwd(t->dlogits, probs, all, t->dloss, (int)SN, (int)Vm, (int)v0, t->args.vocab_size);
-    free(all);
+    tsr_xent_part_bwd(t->dlogits, s->probs, s->ids_tgt, t->dloss, (int)SN, (int)Vm, (int)v0, t->args.vocab_size);
     tsr_k_fill(t->dh_all, SN * C, 0);
     tsr_matmul_bwd(t->dh_all, q->g, t->dlogits, t->h_all, q->w, (int)SN, (int)C, (int)Vm);
     return tsr_data_reduce_scatter(t->shard, TSR_F32, t->dh_all, dh, t->N * C, NULL, err);

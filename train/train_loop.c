@@ -127,6 +127,14 @@ static void fill_blobs(job *j, int step, const tsr_data_pos *pos) {
     for (int i = 0; i < N_BLOBS; i++) j->blobs[i] = (tsr_state_blob){BLOB_NAMES[i], -1, data[i], size[i]};
 }
 
+/* The whole training state as a save of `step` sees it: boxes and blobs. */
+static int step_state(job *j, int step, tsr_state *st, tsr_error *err) {
+    fill_blobs(j, step, &j->pos);
+    int rc = state_boxes(j, 0, err);
+    *st = make_state(j, 0);
+    return rc;
+}
+
 /* Reads global blob `i` of ck into a malloc'd NUL-terminated buffer. */
 static int read_blob(tsr_ckpt *ck, int i, char **out, size_t *size, tsr_error *err) {
     long b = tsr_ckpt_find_blob(ck, BLOB_NAMES[i], -1);
@@ -421,9 +429,8 @@ static int open_engine(job *j, tsr_error *err) {
     if (!rc && c->checkpoint.enable) rc = tsr_engine_reserve(j->engine, stage, err);
     /* and the saves' plan: the first save then blocks no longer than the others */
     if (!rc && c->checkpoint.enable) {
-        fill_blobs(j, j->start, &j->pos);
-        rc = state_boxes(j, 0, err);
-        tsr_state st = make_state(j, 0);
+        tsr_state st;
+        rc = step_state(j, j->start, &st, err);
         if (!rc) rc = tsr_engine_prepare(j->engine, &st, err);
     }
     return rc;
@@ -485,11 +492,10 @@ static void log_start(job *j) {
 /* The checkpoint of `step`. A failed save is reported and training goes on,
  * unless the engine is broken: then no later save can succeed. */
 static int save_step(job *j, int step, tsr_error *err) {
-    fill_blobs(j, step, &j->pos);
     tsr_heartbeat_send(j->hb, TSR_HB_SAVE, step, 0, 0, 0);
-    int rc = state_boxes(j, 0, err);
+    tsr_state st;
+    int rc = step_state(j, step, &st, err);
     if (rc) return rc;
-    tsr_state st = make_state(j, 0);
     rc = tsr_engine_save(j->engine, (uint64_t)step, &st, err);
     j->last_save = step;
     j->last_save_refused = rc != 0;
@@ -509,10 +515,9 @@ static int save_step(job *j, int step, tsr_error *err) {
  * training goes on. */
 static void local_step(job *j, int step) {
     tsr_error e = {0};
-    fill_blobs(j, step, &j->pos);
     tsr_heartbeat_send(j->hb, TSR_HB_SAVE, step, 0, 0, 0);
-    int rc = state_boxes(j, 0, &e);
-    tsr_state st = make_state(j, 0);
+    tsr_state st;
+    int rc = step_state(j, step, &st, &e);
     if (!rc) rc = tsr_local_save(j->local, (uint64_t)step, &st, &e);
     if (rc && j->log) fprintf(j->log, "step %d: local snapshot failed: %s\n", step, e.msg);
 }

@@ -493,7 +493,7 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     const int *tok = t->tokens + (size_t)j * N, *tgt = t->tokens + (size_t)t->B * t->T + (size_t)j * N;
     int rc = 0;
     if (t->first && t->layout.dp_shard > 1) {
-        if ((rc = tsr_fsdp_embed_fwd(t, s->xs, tok, err))) return rc;
+        if ((rc = tsr_fsdp_embed_fwd(t, s, s->xs, tok, err))) return rc;
     } else if (t->first) {
         tsr_embed_fwd(s->xs, tok, t->par[0].wf, (int)N, (int)C, (int)V);
     } else if ((rc = tsr_data_recv(t->world, t->prev, 2 * j + TAG_FWD, TSR_F32, s->xs, N * C, NULL, err))) {
@@ -511,7 +511,7 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     size_t np = t->decls.n_params, Vt = t->Vt;
     if ((rc = tsr_fsdp_norm_gather(t, err))) return rc;
     tsr_rmsnorm_fwd(s->hf, s->rstdf, xL, t->par[np - 2].wf, (int)N, (int)C, t->args.norm_eps);
-    if (head_vp(t)) return tsr_fsdp_vp_fwd(t, s->probs, s->losses, s->hf, tgt, err);
+    if (head_vp(t)) return tsr_fsdp_vp_fwd(t, s, tgt, err);
     if (t->layout.dp_shard > 1) rc = tsr_fsdp_head_fwd(t, s->probs, s->hf, err);
     else tsr_matmul_fwd(s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)Vt);
     if (!rc && t->keep_logits && j == t->M - 1) rc = keep_logits(t, s->probs, err);
@@ -537,7 +537,7 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
     float *xL = s->xs + (size_t)L * N * C;
     if (t->last) {
         if (head_vp(t)) {
-            rc = tsr_fsdp_vp_bwd(t, t->dh, s->probs, s->hf, tgt, err);
+            rc = tsr_fsdp_vp_bwd(t, s, t->dh, err);
         } else {
             tsr_k_fill(t->dloss, N, (float)t->inv_count);
             tsr_k_fill(t->dlogits, N * t->Vt, 0);
@@ -566,7 +566,7 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
         if (!rc) rc = tsr_fsdp_grads_reduce(t, u, err);
     }
     if (rc) return rc;
-    if (t->first && t->layout.dp_shard > 1) return tsr_fsdp_embed_bwd(t, t->dres, tok, err);
+    if (t->first && t->layout.dp_shard > 1) return tsr_fsdp_embed_bwd(t, s, t->dres, err);
     if (t->first) {
         tsr_embed_bwd(t->par[0].gf, t->dres, tok, (int)N, (int)C, (int)V);
         return 0;
@@ -690,7 +690,11 @@ void tsr_trainer_free(tsr_trainer *t) {
     for (size_t p = 0; t->par && p < t->decls.n_params; p++) free(t->par[p].counts);
     free(t->par);
     tsr_mem_free(t->mem, t->arena);
-    for (int j = 0; t->sets && j < t->n_sets; j++) free(t->sets[j].layers);
+    for (int j = 0; t->sets && j < t->n_sets; j++) {
+        free(t->sets[j].layers);
+        free(t->sets[j].ids_in);
+        free(t->sets[j].ids_tgt);
+    }
     free(t->sets);
     tsr_mem_free(t->mem, t->act_arena);
     tsr_mem_free(t->mem, t->tokens);

@@ -45,6 +45,10 @@ typedef struct act_set {
     float *xs;          /* (L+1, N, C): the input of each local layer and the stage's output */
     layer_act *layers;
     float *hf, *rstdf, *probs, *losses; /* last stage: final norm, softmax (N,V), losses (N) */
+    /* with FSDP: every dp_shard rank's token ids (dp_shard N, malloc'd), gathered
+     * by the forward of the embedding (inputs) and of the vocabulary-parallel
+     * output (targets), read again by their backward */
+    int *ids_in, *ids_tgt;
 } act_set;
 
 struct tsr_trainer {
@@ -122,17 +126,17 @@ void tsr_fsdp_grads_zero(tsr_trainer *t, int u);
 int tsr_fsdp_grads_reduce(tsr_trainer *t, int u, tsr_error *err);
 /* The embedding (by its tokens' rows) and the output (in rounds): forward, and
  * backward with the gradients added to the shards (dh accumulates). */
-int tsr_fsdp_embed_fwd(tsr_trainer *t, float *out, const int *tok, tsr_error *err);
-int tsr_fsdp_embed_bwd(tsr_trainer *t, const float *dout, const int *tok, tsr_error *err);
+int tsr_fsdp_embed_fwd(tsr_trainer *t, act_set *s, float *out, const int *tok, tsr_error *err);
+int tsr_fsdp_embed_bwd(tsr_trainer *t, const act_set *s, const float *dout, tsr_error *err);
 int tsr_fsdp_head_fwd(tsr_trainer *t, float *logits, const float *h, tsr_error *err);
 int tsr_fsdp_head_bwd(tsr_trainer *t, float *dh, const float *dlogits, const float *h, tsr_error *err);
-/* The output vocabulary-parallel over dp_shard (t->head_vp): forward, from h
- * (N,C) of this rank's tokens and their targets: probs (dp_shard N rows, my
- * shard's columns) and the losses of the rows whose targets my shard holds (into
- * losses, dp_shard N, and t->loss_sum); backward: dh (N,C) = d(h) of my tokens
- * (written), my shard's gradient added. */
-int tsr_fsdp_vp_fwd(tsr_trainer *t, float *probs, float *losses, const float *h, const int *tgt, tsr_error *err);
-int tsr_fsdp_vp_bwd(tsr_trainer *t, float *dh, const float *probs, const float *h, const int *tgt, tsr_error *err);
+/* The output vocabulary-parallel over dp_shard (t->head_vp): forward, from
+ * s->hf (N,C) of this rank's tokens and their targets: s->probs (dp_shard N
+ * rows, my shard's columns) and the losses of the rows whose targets my shard
+ * holds (into s->losses, dp_shard N, and t->loss_sum); backward: dh (N,C) =
+ * d(h) of my tokens (written), my shard's gradient added. */
+int tsr_fsdp_vp_fwd(tsr_trainer *t, act_set *s, const int *tgt, tsr_error *err);
+int tsr_fsdp_vp_bwd(tsr_trainer *t, const act_set *s, float *dh, tsr_error *err);
 /* The final norm's weight gathered; its gradient reduced. */
 int tsr_fsdp_norm_gather(tsr_trainer *t, tsr_error *err);
 int tsr_fsdp_norm_reduce(tsr_trainer *t, tsr_error *err);
