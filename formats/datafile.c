@@ -58,6 +58,11 @@ void tsr_frame_geometry(const tsr_box *box, size_t elem_size, size_t frame_bytes
     uint64_t rows = frame_bytes / inners[s];
     if (rows == 0) rows = 1;
     if (rows > box->extent[s]) rows = box->extent[s];
+    /* frames of a whole multiple of TSR_ALIGN bytes where enough rows fit: in a
+     * box that starts aligned (a save's staging arena), every frame but the last
+     * then starts aligned too, and goes to an O_DIRECT write without a copy */
+    uint64_t low = inners[s] & (~inners[s] + 1), q = low >= TSR_ALIGN ? 1 : TSR_ALIGN / low;
+    if (rows < box->extent[s] && rows >= q) rows -= rows % q;
     if (rows > TSR_MAX_FRAME_RAW / inners[s]) rows = TSR_MAX_FRAME_RAW / inners[s];
     if (rows == 0) rows = 1;
     *split_dim = s;
