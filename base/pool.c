@@ -2,21 +2,27 @@
 #include "pool.h"
 
 #include <pthread.h>
-#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
 
-struct tsr_pool {
-    int n;                /* threads in all, the caller included */
-    pthread_t *threads;   /* n - 1 workers */
-    pthread_mutex_t mu;
-    pthread_cond_t start, done;
-    unsigned long generation;
-    int stopping, active;
+/* A loop of items: claimed in index order under the pool's lock, run outside it. */
+typedef struct loop {
     void (*fn)(void *, size_t, int);
     void *ctx;
-    size_t total;
-    atomic_size_t next;
+    size_t total, next, finished;
+    int live;
+} loop;
+
+enum { LOOP_BG, LOOP_FG }; /* tsr_pool_start's loop, whose items go first; tsr_pool_for's */
+
+struct tsr_pool {
+    int n;              /* threads in all, the caller included */
+    pthread_t *threads; /* n - 1 workers */
+    pthread_mutex_t mu;
+    pthread_cond_t start, done;
+    int stopping;
+    loop loops[2];
 };
 
 typedef struct worker_arg {
@@ -24,12 +30,27 @@ typedef struct worker_arg {
     int id;
 } worker_arg;
 
-static void run_items(tsr_pool *p, int id) {
-    for (;;) {
-        size_t i = atomic_fetch_add(&p->next, 1);
-        if (i >= p->total) return;
-        p->fn(p->ctx, i, id);
+/* Under p->mu: the next unclaimed item of loop `which`, or -1 for any loop (the
+ * background's first). @return the loop, or NULL when none has one left. */
+static loop *claim(tsr_pool *p, int which, size_t *i) {
+    for (int k = which < 0 ? 0 : which; k < 2 && (which < 0 || k == which); k++) {
+        loop *l = &p->loops[k];
+        if (l->live && l->next < l->total) {
+            *i = l->next++;
+            return l;
+        }
     }
+    return NULL;
+}
+
+/* Under p->mu: runs item i of l unlocked, then counts it. */
+static void run_one(tsr_pool *p, loop *l, size_t i, int id) {
+    void (*fn)(void *, size_t, int) = l->fn;
+    void *ctx = l->ctx;
+    pthread_mutex_unlock(&p->mu);
+    fn(ctx, i, id);
+    pthread_mutex_lock(&p->mu);
+    if (++l->finished == l->total) pthread_cond_broadcast(&p->done);
 }
 
 static void *worker_main(void *argp) {
@@ -37,16 +58,13 @@ static void *worker_main(void *argp) {
     tsr_pool *p = a->p;
     int id = a->id;
     free(a);
-    unsigned long seen = 0;
     pthread_mutex_lock(&p->mu);
     for (;;) {
-        while (!p->stopping && p->generation == seen) pthread_cond_wait(&p->start, &p->mu);
-        if (p->stopping) break;
-        seen = p->generation;
-        pthread_mutex_unlock(&p->mu);
-        run_items(p, id);
-        pthread_mutex_lock(&p->mu);
-        if (--p->active == 0) pthread_cond_signal(&p->done);
+        size_t i;
+        loop *l = claim(p, -1, &i);
+        if (l) run_one(p, l, i, id);
+        else if (p->stopping) break;
+        else pthread_cond_wait(&p->start, &p->mu);
     }
     pthread_mutex_unlock(&p->mu);
     return NULL;
@@ -82,20 +100,52 @@ tsr_pool *tsr_pool_new(int threads) {
 
 int tsr_pool_size(const tsr_pool *p) { return p->n; }
 
+/* Under p->mu: loop `which` set to run fn over n items. */
+static void begin(tsr_pool *p, int which, size_t n, void (*fn)(void *, size_t, int), void *ctx) {
+    p->loops[which] = (loop){fn, ctx, n, 0, 0, 1};
+    pthread_cond_broadcast(&p->start);
+}
+
+/* Under p->mu: runs at most max of loop `which`'s items up to index upto on
+ * this thread while any is unclaimed, then with `all` waits until every item
+ * has finished. @return the items run. */
+static size_t take_part(tsr_pool *p, int which, size_t upto, size_t max, int all) {
+    loop *l = &p->loops[which];
+    size_t i, ran = 0;
+    while (ran < max && l->live && l->next <= upto && claim(p, which, &i)) {
+        run_one(p, l, i, 0);
+        ran++;
+    }
+    while (all && l->live && l->finished < l->total) pthread_cond_wait(&p->done, &p->mu);
+    return ran;
+}
+
 void tsr_pool_for(tsr_pool *p, size_t n, void (*fn)(void *, size_t, int), void *ctx) {
     if (n == 0) return;
     pthread_mutex_lock(&p->mu);
-    p->fn = fn;
-    p->ctx = ctx;
-    p->total = n;
-    atomic_store(&p->next, 0);
-    p->active = p->n - 1;
-    p->generation++;
-    pthread_cond_broadcast(&p->start);
+    begin(p, LOOP_FG, n, fn, ctx);
+    take_part(p, LOOP_FG, SIZE_MAX, SIZE_MAX, 1);
+    p->loops[LOOP_FG].live = 0;
     pthread_mutex_unlock(&p->mu);
-    run_items(p, 0);
+}
+
+void tsr_pool_start(tsr_pool *p, size_t n, void (*fn)(void *, size_t, int), void *ctx) {
     pthread_mutex_lock(&p->mu);
-    while (p->active > 0) pthread_cond_wait(&p->done, &p->mu);
+    begin(p, LOOP_BG, n, fn, ctx);
+    pthread_mutex_unlock(&p->mu);
+}
+
+size_t tsr_pool_help(tsr_pool *p, size_t upto, size_t max) {
+    pthread_mutex_lock(&p->mu);
+    size_t ran = take_part(p, LOOP_BG, upto, max, 0);
+    pthread_mutex_unlock(&p->mu);
+    return ran;
+}
+
+void tsr_pool_finish(tsr_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    take_part(p, LOOP_BG, SIZE_MAX, SIZE_MAX, 1);
+    p->loops[LOOP_BG].live = 0;
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -18,4 +18,17 @@ int tsr_pool_size(const tsr_pool *p);
  * per-thread state). Returns when all calls are done. Not reentrant. */
 void tsr_pool_for(tsr_pool *p, size_t n, void (*fn)(void *ctx, size_t i, int worker), void *ctx);
 
+/* A loop in the background, one at a time: tsr_pool_start() hands fn(ctx, i,
+ * worker) for every i in [0, n) to the pool's workers and returns at once; they
+ * take its items before those of any tsr_pool_for loop (whose caller runs only
+ * its own). tsr_pool_help() runs, on the calling thread (worker 0), at most `max`
+ * of the items of index up to `upto` that no worker has taken yet, and returns
+ * how many it ran; tsr_pool_finish() runs every
+ * one left and waits until all have finished (with one thread in the pool, the
+ * calling thread runs them all there). The caller tells items' completion apart
+ * itself. */
+void tsr_pool_start(tsr_pool *p, size_t n, void (*fn)(void *ctx, size_t i, int worker), void *ctx);
+size_t tsr_pool_help(tsr_pool *p, size_t upto, size_t max);
+void tsr_pool_finish(tsr_pool *p);
+
 #endif

@@ -19,7 +19,10 @@
 #define VERDICT_BROKEN 1u /* flag: a rank missed the exchange; its message may come later */
 
 static void deferred_free(job *j);
-static int deferred_copy(tsr_engine *e, tsr_error *err);
+static void deferred_start(tsr_engine *e);
+static int deferred_box(tsr_engine *e, size_t b, tsr_error *err);
+static int deferred_finish(tsr_engine *e, tsr_error *err);
+static int copy_idle(void *ctx);
 
 void engine_job_clear(job *j) {
     deferred_free(j);
@@ -194,14 +197,18 @@ static int write_file(tsr_engine *e, tsr_save **sp, const uint8_t **table, size_
     if (!e->enc) e->enc = tsr_encoder_new(wo.threads, err);
     tsr_save *s = *sp = e->enc ? tsr_save_begin_with(j->dir, e->rank, j->save_id, &wo, e->enc, err) : NULL;
     if (!s) return err->code ? err->code : TSR_EIO;
+    if (j->deferred) tsr_save_set_idle(s, copy_idle, e);
     int rc = 0;
     for (size_t i = 0; !rc && i < j->n_tensors; i++) {
         const tsr_tensor_decl *t = &j->tensors[i];
         rc = tsr_save_tensor(s, t->name, t->group, t->dtype, t->ndim, t->shape, &t->placement, err);
     }
-    for (size_t i = 0; !rc && i < j->n_boxes; i++)
-        rc = tsr_save_box_stable(s, j->tensors[j->boxes[i].tensor].name, &j->boxes[i].box, e->arena + j->boxes[i].off,
-                                 err);
+    for (size_t i = 0; !rc && i < j->n_boxes; i++) {
+        rc = deferred_box(e, i, err); /* its staging copy done (it overlaps the earlier boxes' writes) */
+        if (!rc)
+            rc = tsr_save_box_stable(s, j->tensors[j->boxes[i].tensor].name, &j->boxes[i].box,
+                                     e->arena + j->boxes[i].off, err);
+    }
     for (size_t i = 0; !rc && i < j->n_blobs; i++)
         rc = tsr_save_blob(s, j->blobs[i].name, j->blobs[i].rank, e->arena + j->blobs[i].off, j->blobs[i].size, err);
     if (!rc) rc = tsr_save_finish(s, table, table_len, err);
@@ -320,16 +327,24 @@ int engine_run_job(tsr_engine *e, tsr_error *err, int *broken) {
     size_t table_len = 0;
     *err = (tsr_error){0};
     *broken = 0;
-    int rc = deferred_copy(e, err);
+    int rc = 0;
+    deferred_start(e);
     if (e->job.agree_later) { /* the save call left the agreement to here */
         tsr_error ae = {0};
         int a = engine_agree(e, e->job.step, AGREE_CACHED, 0, broken, &ae);
         if (a) { /* every rank learnt the same: none writes */
+            rc = deferred_finish(e, err);
             if (!rc) *err = ae;
             return rc ? rc : a;
         }
     }
-    if (!rc) rc = write_file(e, &s, &table, &table_len, err);
+    rc = write_file(e, &s, &table, &table_len, err);
+    tsr_error ferr = {0};
+    int frc = deferred_finish(e, &ferr); /* the copy's failure, where the writes had none */
+    if (!rc && frc) {
+        rc = frc;
+        *err = ferr;
+    }
 
     double timeout = e->opts.commit_timeout_s > 0 ? e->opts.commit_timeout_s : 0;
     uint8_t *all = NULL;
@@ -400,7 +415,12 @@ static int copy_decls(job *j, const tsr_state *st, tsr_error *err) {
 /* The staging copy, cut into pieces spread over the encoder's threads (idle
  * between saves): one core's memcpy does not reach the memory bandwidth. Only a
  * copy: checksums are computed in the background, where a pass that reads the
- * data costs the writes less than a longer stall would cost training. */
+ * data costs the writes less than a longer stall would cost training.
+ * Deferred (overlap_staging), it runs in the background as the pool's
+ * background loop, in box order, ahead of the encoding: each box is written as
+ * soon as its pieces are copied, so that the disk starts with the first box
+ * rather than after the last, and the copy, which the caller waits for, keeps
+ * the threads' first claim. */
 #define STAGE_PIECE (8u << 20)
 typedef struct stage_piece {
     uint8_t *dst;
@@ -408,24 +428,41 @@ typedef struct stage_piece {
     size_t len;
     tsr_mem_kind mem; /* of src */
     const char *tensor;
+    size_t box; /* the job's box it belongs to */
 } stage_piece;
 typedef struct stage_copy {
     stage_piece *pieces;
     size_t n, cap;
-    pthread_mutex_t mu; /* the first failed copy */
+    size_t *box_end;    /* per box: one past the index of its last piece */
+    size_t *box_left;   /* per box: its pieces not copied yet */
+    size_t left;        /* pieces not copied yet */
+    tsr_engine *e;      /* deferred: told (staging = 0) when the last piece is done */
+    pthread_mutex_t mu; /* the counts and the first failed copy */
+    pthread_cond_t cv;  /* a box done */
     int rc;
     tsr_error err;
 } stage_copy;
+
+/* The caller may change its state: the copy is over. */
+static void staging_done(tsr_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    e->staging = 0;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
 
 static void stage_one(void *ctx, size_t i, int worker) {
     (void)worker;
     stage_copy *sc = ctx;
     const stage_piece *p = &sc->pieces[i];
     tsr_error e = {0};
-    if (!tsr_mem_to_host(p->dst, p->src, p->len, p->mem, &e)) return;
+    int rc = tsr_mem_to_host(p->dst, p->src, p->len, p->mem, &e);
     pthread_mutex_lock(&sc->mu);
-    if (!sc->rc) sc->rc = tsr_err(&sc->err, e.code ? e.code : TSR_EIO, "staging %s: %s", p->tensor, e.msg);
+    if (rc && !sc->rc) sc->rc = tsr_err(&sc->err, e.code ? e.code : TSR_EIO, "staging %s: %s", p->tensor, e.msg);
+    if (--sc->box_left[p->box] == 0) pthread_cond_broadcast(&sc->cv);
+    int last = --sc->left == 0;
     pthread_mutex_unlock(&sc->mu);
+    if (last && sc->e) staging_done(sc->e);
 }
 
 /* The job's identity: where, which step, the layout, a save id unique to this
@@ -478,6 +515,9 @@ static int plan_copy(tsr_engine *e, const tsr_state *st, stage_copy *sc, size_t 
     job *j = &e->job;
     if (!e->enc && !(e->enc = tsr_encoder_new(e->opts.write.threads, err))) return err ? err->code : TSR_ENOMEM;
     *off = 0;
+    sc->box_end = calloc(e->n_mine + 1, sizeof *sc->box_end);
+    sc->box_left = calloc(e->n_mine + 1, sizeof *sc->box_left);
+    if (!sc->box_end || !sc->box_left) return tsr_err(err, TSR_ENOMEM, "out of memory");
     for (size_t i = 0; i < e->n_mine; i++) {
         const tsr_state_box *b = &st->boxes[e->mine[i]];
         size_t bytes = tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype);
@@ -487,43 +527,80 @@ static int plan_copy(tsr_engine *e, const tsr_state *st, stage_copy *sc, size_t 
             size_t len = bytes - o < STAGE_PIECE ? bytes - o : STAGE_PIECE;
             /* the job's copy of the name: it outlives the caller's state */
             sc->pieces[sc->n++] = (stage_piece){e->arena + *off + o, (const uint8_t *)b->data + o, len, b->mem,
-                                                j->tensors[b->tensor].name};
+                                                j->tensors[b->tensor].name, j->n_boxes};
+            sc->box_left[j->n_boxes]++;
         }
+        sc->box_end[j->n_boxes] = sc->n;
         j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, *off};
         *off += tsr_align_up(bytes, TSR_ALIGN);
     }
+    sc->left = sc->n;
     return 0;
 }
 
-/* Runs a planned copy over the encoder's threads; frees its pieces. */
-static int run_copy(tsr_engine *e, stage_copy *sc, tsr_error *err) {
-    pthread_mutex_init(&sc->mu, NULL);
-    tsr_pool_for(tsr_encoder_pool(e->enc), sc->n, stage_one, sc);
-    pthread_mutex_destroy(&sc->mu);
+static void copy_free(stage_copy *sc) {
+    if (!sc) return;
     free(sc->pieces);
-    sc->pieces = NULL;
+    free(sc->box_end);
+    free(sc->box_left);
+    free(sc);
+}
+
+/* Runs a planned copy over the encoder's threads, in the save call. */
+static int run_copy(tsr_engine *e, stage_copy *sc, tsr_error *err) {
+    tsr_pool_for(tsr_encoder_pool(e->enc), sc->n, stage_one, sc);
     if (sc->rc && err) *err = sc->err;
     return sc->rc;
 }
 
 static void deferred_free(job *j) {
-    if (j->deferred) free(j->deferred->pieces);
-    free(j->deferred);
+    if (j->deferred) {
+        pthread_mutex_destroy(&j->deferred->mu);
+        pthread_cond_destroy(&j->deferred->cv);
+    }
+    copy_free(j->deferred);
     j->deferred = NULL;
 }
 
-/* In the background, first: the copy that overlap_staging deferred; then the
- * caller may change its state (tsr_engine_staged returns). */
-static int deferred_copy(tsr_engine *e, tsr_error *err) {
+/* In the background, first: the copy that overlap_staging deferred starts on
+ * the pool's workers. */
+static void deferred_start(tsr_engine *e) {
+    stage_copy *sc = e->job.deferred;
+    if (!sc) return;
+    sc->e = e;
+    if (sc->n) tsr_pool_start(tsr_encoder_pool(e->enc), sc->n, stage_one, sc);
+    else staging_done(e);
+}
+
+/* Box b of the job staged: its pieces not taken by a worker are copied here,
+ * then the others waited for. @return the copy's first failure. */
+static int deferred_box(tsr_engine *e, size_t b, tsr_error *err) {
     stage_copy *sc = e->job.deferred;
     if (!sc) return 0;
-    int rc = run_copy(e, sc, err);
-    free(sc);
-    e->job.deferred = NULL;
-    pthread_mutex_lock(&e->mu);
-    e->staging = 0;
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
+    if (sc->box_end[b]) tsr_pool_help(tsr_encoder_pool(e->enc), sc->box_end[b] - 1, SIZE_MAX);
+    pthread_mutex_lock(&sc->mu);
+    while (sc->box_left[b] && !sc->rc) pthread_cond_wait(&sc->cv, &sc->mu);
+    int rc = sc->rc;
+    if (rc && err) *err = sc->err;
+    pthread_mutex_unlock(&sc->mu);
+    return rc;
+}
+
+/* The writer's idle work (tsr_save_set_idle): one piece of the deferred copy. */
+static int copy_idle(void *ctx) {
+    tsr_engine *e = ctx;
+    return tsr_pool_help(tsr_encoder_pool(e->enc), SIZE_MAX, 1) > 0;
+}
+
+/* The deferred copy run to its end (the caller may then change its state:
+ * tsr_engine_staged returns) and freed. @return its first failure. */
+static int deferred_finish(tsr_engine *e, tsr_error *err) {
+    stage_copy *sc = e->job.deferred;
+    if (!sc) return 0;
+    if (sc->n) tsr_pool_finish(tsr_encoder_pool(e->enc));
+    int rc = sc->rc;
+    if (rc && err) *err = sc->err;
+    deferred_free(&e->job);
     return rc;
 }
 
@@ -532,14 +609,17 @@ static int deferred_copy(tsr_engine *e, tsr_error *err) {
 static int stage_boxes(tsr_engine *e, const tsr_state *st, size_t *off, tsr_error *err) {
     stage_copy *sc = calloc(1, sizeof *sc);
     if (!sc) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    pthread_mutex_init(&sc->mu, NULL);
+    pthread_cond_init(&sc->cv, NULL);
     int rc = plan_copy(e, st, sc, off, err);
     if (!rc && e->opts.overlap_staging && !e->opts.sync) {
         e->job.deferred = sc;
         return 0;
     }
     if (!rc) rc = run_copy(e, sc, err);
-    free(sc->pieces);
-    free(sc);
+    pthread_mutex_destroy(&sc->mu);
+    pthread_cond_destroy(&sc->cv);
+    copy_free(sc);
     return rc;
 }
 

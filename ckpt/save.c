@@ -29,6 +29,7 @@ typedef struct slot {
     uint8_t *buf; /* aligned, cap bytes */
     int want;     /* the codec asked for: the save's, or raw (adaptive) */
     const uint8_t *direct; /* a raw frame written from the caller's memory, or NULL */
+    int late;              /* direct, its checksums left to tsr_save_finish */
     const void *submitted; /* the buffer of its last queued write */
     size_t cap;
     size_t stored;
@@ -54,7 +55,19 @@ struct tsr_save {
     size_t table_len;
     int group;  /* the group of the encoder's slots the next batch is encoded into */
     int finished, failed;
+    int (*idle)(void *ctx); /* tsr_save_set_idle */
+    void *idle_ctx;
+    struct late_frame *late; /* frames written before their checksums */
+    size_t n_late, cap_late;
 };
+
+/* A raw frame written from stable memory before its checksums were computed:
+ * tsr_save_finish computes them, from the same memory. */
+typedef struct late_frame {
+    size_t frame; /* index in the table */
+    const uint8_t *raw;
+    size_t len;
+} late_frame;
 
 /* The encoder: a thread pool, a codec per thread and the frame buffers, kept
  * across saves (the engine holds one), so that a save neither starts threads nor
@@ -272,6 +285,7 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
 typedef struct encode_job {
     tsr_save *s;
     int stable;             /* raw stays untouched until the save finishes */
+    int late;               /* direct frames' checksums left to tsr_save_finish */
     int dtype;
     const uint8_t *raw;     /* the first frame's raw bytes */
     const uint64_t *offs;   /* raw offset of each frame in the batch */
@@ -295,6 +309,7 @@ static void encode_one(void *ctx, size_t i, int worker) {
     size_t n = j->sizes[i];
     sl->rc = 0;
     sl->direct = NULL;
+    sl->late = 0;
     /* a frame stored as it is, aligned in memory that outlives the writes, is
      * written from there: no copy (a copy slows the writes it overlaps) */
     if (j->stable && n % TSR_ALIGN == 0 && (uintptr_t)raw % TSR_ALIGN == 0 &&
@@ -302,7 +317,8 @@ static void encode_one(void *ctx, size_t i, int worker) {
         sl->direct = raw;
         sl->stored = n;
         sl->codec = TSR_CODEC_RAW;
-        sl->raw_hash = sl->stored_hash = tsr_hash(raw, n);
+        sl->late = j->late;
+        sl->raw_hash = sl->stored_hash = j->late ? 0 : tsr_hash(raw, n);
         return;
     }
     if (slot_reserve(sl, tsr_codec_bound(n))) {
@@ -360,6 +376,18 @@ static void share_update(tsr_encoder *enc, double t_io, double t_enc) {
  * are in the slots, not in the caller's memory), so that the next box's encoding
  * overlaps them; tsr_save_finish waits for them. With codec AUTO each frame is
  * encoded or raw as the share says. */
+/* With an idle hook (tsr_save_set_idle) and stable memory: while a batch's slots
+ * still have writes in flight, the hook's work runs instead of a wait, and the
+ * batch is stored raw, its frames' checksums left to tsr_save_finish: the disk
+ * is kept fed at almost no cost to the threads, which the hook's work needs. */
+static int idle_until_free(tsr_save *s, const slot *slots, size_t batch, int stable) {
+    if (!s->idle || !stable) return 0;
+    for (size_t i = 0; i < batch && s->idle; i++)
+        while (s->idle && slots[i].submitted && tsr_wfile_busy(s->wf, slots[i].submitted))
+            if (!s->idle(s->idle_ctx)) s->idle = NULL;
+    return s->idle != NULL;
+}
+
 static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
                         const uint64_t *sizes, int stable, size_t n, const char *what, tsr_error *err) {
     size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
@@ -369,11 +397,15 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
         size_t batch = n - done < group_slots ? n - done : group_slots;
         slot *slots = s->enc->slots + (size_t)s->group * group_slots;
         double t0 = tsr_now(), t_io = 0;
+        int late = idle_until_free(s, slots, batch, stable);
         for (size_t i = 0; i < batch && !rc; i++)
             if (slots[i].submitted) rc = tsr_wfile_release(s->wf, slots[i].submitted, err);
         if (rc) break;
-        batch_codecs(s, codec, slots, batch);
-        encode_job job = {s, stable, dtype, raw, offs + done, sizes + done, slots};
+        if (late)
+            for (size_t i = 0; i < batch; i++) slots[i].want = TSR_CODEC_RAW;
+        else
+            batch_codecs(s, codec, slots, batch);
+        encode_job job = {s, stable, late, dtype, raw, offs + done, sizes + done, slots};
         double t1 = tsr_now();
         tsr_pool_for(s->enc->pool, batch, encode_one, &job);
         double t2 = tsr_now();
@@ -394,13 +426,17 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
             tsr_mf_frame f = {.offset = s->pos, .stored_size = sl->stored, .raw_size = sizes[done + i],
                               .raw_hash = sl->raw_hash, .stored_hash = sl->stored_hash,
                               .codec = sl->codec, .file_id = s->file_id};
-            if (tsr_manifest_add_frame(&s->tab, &f)) {
+            if (sl->late && tsr_grow((void **)&s->late, &s->cap_late, s->n_late, sizeof *s->late))
                 rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+            else if (sl->late)
+                s->late[s->n_late++] = (late_frame){s->tab.n_frames, sl->direct, sl->stored};
+            if (rc || tsr_manifest_add_frame(&s->tab, &f)) {
+                rc = rc ? rc : tsr_err(err, TSR_ENOMEM, "out of memory");
                 break;
             }
             s->pos += padded;
         }
-        if (adaptive) share_update(s->enc, t_io + (t1 - t0), t2 - t1);
+        if (adaptive && !late) share_update(s->enc, t_io + (t1 - t0), t2 - t1);
         done += batch;
     }
     return rc;
@@ -576,9 +612,26 @@ int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data,
     return rc;
 }
 
+void tsr_save_set_idle(tsr_save *s, int (*idle)(void *ctx), void *ctx) {
+    s->idle = idle;
+    s->idle_ctx = ctx;
+}
+
+static void late_one(void *ctx, size_t i, int worker) {
+    (void)worker;
+    tsr_save *s = ctx;
+    const late_frame *l = &s->late[i];
+    s->tab.frames[l->frame].raw_hash = s->tab.frames[l->frame].stored_hash = tsr_hash(l->raw, l->len);
+}
+
 int tsr_save_finish(tsr_save *s, const uint8_t **table, size_t *table_len, tsr_error *err) {
     int rc = check_open(s, "finish", err);
     if (rc) return rc;
+    s->idle = NULL;
+    /* the checksums left for now: the memory is still the caller's stable copy,
+     * and the last writes are in flight meanwhile */
+    tsr_pool_for(s->enc->pool, s->n_late, late_one, s);
+    s->n_late = 0;
     char name[64];
     tsr_data_file_name(s->file_id, name, sizeof name);
     rc = tsr_wfile_finish(s->wf, s->pos, err);
@@ -739,6 +792,7 @@ void tsr_save_free(tsr_save *s) {
     if (s->own_enc) tsr_encoder_free(s->enc);
     free(s->index.slot);
     free(s->table_bytes);
+    free(s->late);
     tsr_manifest_free(&s->tab);
     tsr_store_close(s->store);
     free(s);

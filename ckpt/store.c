@@ -64,6 +64,8 @@ int tsr_wfile_complete(tsr_wfile *f, tsr_error *err) { return f->ops->complete(f
 
 int tsr_wfile_release(tsr_wfile *f, const void *buf, tsr_error *err) { return f->ops->release(f, buf, err); }
 
+int tsr_wfile_busy(tsr_wfile *f, const void *buf) { return f->ops->busy ? f->ops->busy(f, buf) : 0; }
+
 void tsr_wfile_reserve(tsr_wfile *f, uint64_t bytes) { f->ops->reserve(f, bytes); }
 
 int tsr_wfile_finish(tsr_wfile *f, uint64_t size, tsr_error *err) { return f->ops->finish(f, size, err); }

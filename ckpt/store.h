@@ -92,6 +92,9 @@ int tsr_wfile_complete(tsr_wfile *f, tsr_error *err);
 /* tsr_wfile_release(): waits until no queued write reads from `buf` (the start
  * of a submitted buffer), so that it may be reused; other writes stay queued. */
 int tsr_wfile_release(tsr_wfile *f, const void *buf, tsr_error *err);
+/* tsr_wfile_busy(): 1 when tsr_wfile_release(buf) would wait now (completions
+ * already there are taken in first), 0 when not or when the store cannot tell. */
+int tsr_wfile_busy(tsr_wfile *f, const void *buf);
 /* tsr_wfile_reserve(): a hint that about `bytes` will be written: the file is
  * preallocated (best effort; nothing fails without it). */
 void tsr_wfile_reserve(tsr_wfile *f, uint64_t bytes);
@@ -188,6 +191,7 @@ struct tsr_store_ops {
     int (*submit)(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
     int (*complete)(tsr_wfile *f, tsr_error *err);
     int (*release)(tsr_wfile *f, const void *buf, tsr_error *err);
+    int (*busy)(tsr_wfile *f, const void *buf); /* NULL: never busy */
     void (*reserve)(tsr_wfile *f, uint64_t bytes);
     /* datasync: starts making the bytes written so far durable, without waiting,
      * unless that is already under way; a failure is reported by a later call on

@@ -309,6 +309,16 @@ static int fault_release(tsr_wfile *wf, const void *buf, tsr_error *err) {
     return f->failed ? failed(f, err) : rc;
 }
 
+static int fault_busy(tsr_wfile *wf, const void *buf) {
+    fault_wfile *f = (fault_wfile *)wf;
+    if (f->inner->ops->busy && f->inner->ops->busy(f->inner, buf)) return 1;
+    if (f->plan->kind != K_RATE) return 0;
+    double now = tsr_now();
+    for (int i = 0; i < RATE_PENDING; i++)
+        if (f->pend[i].buf == buf && f->pend[i].done > now) return 1;
+    return 0;
+}
+
 static void fault_reserve(tsr_wfile *wf, uint64_t bytes) {
     fault_wfile *f = (fault_wfile *)wf;
     f->inner->ops->reserve(f->inner, bytes);
@@ -419,6 +429,7 @@ static const tsr_store_ops fault_ops = {
     .submit = fault_submit,
     .complete = fault_complete,
     .release = fault_release,
+    .busy = fault_busy,
     .reserve = fault_reserve,
     .datasync = fault_datasync,
     .finish = fault_finish,

@@ -190,6 +190,8 @@ static void flush_failed(posix_wfile *f, int e) {
     if (!f->failed) f->failed = tsr_err(&f->ferr, errno_status(e), "%s: fdatasync: %s", f->path, strerror(e));
 }
 
+static void take_cqe(posix_wfile *f, struct io_uring_cqe *cqe);
+
 /* Reaps one completion; a short write is finished with a plain write. */
 static void reap_one(posix_wfile *f) {
     struct io_uring_cqe *cqe;
@@ -200,6 +202,10 @@ static void reap_one(posix_wfile *f) {
         f->flushing = 0;
         return;
     }
+    take_cqe(f, cqe);
+}
+
+static void take_cqe(posix_wfile *f, struct io_uring_cqe *cqe) {
     if ((uintptr_t)io_uring_cqe_get_data(cqe) == FLUSH_TAG) {
         int res = cqe->res;
         io_uring_cqe_seen(&f->ring, cqe);
@@ -287,6 +293,16 @@ static int posix_release(tsr_wfile *wf, const void *buf, tsr_error *err) {
         while (f->inflight[i].buf == buf && f->n_inflight > 0) reap_one(f);
     if (f->failed && err) *err = f->ferr;
     return f->failed;
+}
+
+static int posix_busy(tsr_wfile *wf, const void *buf) {
+    posix_wfile *f = (posix_wfile *)wf;
+    struct io_uring_cqe *cqe;
+    while (f->have_ring && (f->n_inflight > 0 || f->flushing) && io_uring_peek_cqe(&f->ring, &cqe) == 0)
+        take_cqe(f, cqe);
+    for (int i = 0; i < RING_DEPTH && f->n_inflight > 0; i++)
+        if (f->inflight[i].buf == buf) return 1;
+    return 0;
 }
 
 static int posix_write(tsr_wfile *wf, const void *buf, size_t len, uint64_t off, tsr_error *err) {
@@ -388,6 +404,7 @@ static const tsr_store_ops posix_ops = {
     .submit = posix_submit,
     .complete = posix_complete,
     .release = posix_release,
+    .busy = posix_busy,
     .reserve = posix_reserve,
     .datasync = posix_datasync,
     .finish = posix_finish,
