@@ -26,7 +26,9 @@ int tsr_mem_pin(void *p, size_t n, tsr_mem_kind kind, tsr_error *err);
 /* tsr_mem_unpin(): undoes tsr_mem_pin, before the memory is freed. */
 void tsr_mem_unpin(void *p, tsr_mem_kind kind);
 /* tsr_mem_to_host(): copies n bytes from src (memory of `kind`, which must be
- * usable) to host memory at dst. The engine's staging copies through it. For
+ * usable) to host memory at dst. The engine's staging copies through it; from
+ * host memory its stores go around the caches (the staged bytes go to the disk,
+ * not back to this CPU). For
  * device memory the copy runs on a stream of its own, ordered after nothing: the
  * caller has finished (synchronized) the work that writes src.
  * @return 0, or TSR_EIO with the device's reason (dst is then not to be used). */

@@ -74,6 +74,25 @@ static void check_mem(void) {
     tsr_k_copy(a, NULL, 0); /* nothing to copy */
     CHECK(tsr_mem_to_host(b, a, N * sizeof *a, TSR_MEM_HOST, NULL) == 0, "tsr_mem_to_host from host memory failed");
     CHECK(!memcmp(b, out, N * sizeof *b), "tsr_mem_to_host from host memory");
+    { /* the streamed host copy: every alignment of both ends, lengths around its blocks */
+        enum { M = 3 * 4096 + 300 };
+        uint8_t *src = malloc(M + 64), *dst = malloc(M + 64 + 2);
+        REQUIRE(src && dst, "out of memory");
+        for (size_t i = 0; i < M + 64; i++) src[i] = (uint8_t)(i * 131 + 7);
+        int ok = 1;
+        size_t lens[] = {0, 1, 4095, 4096, 4097, 4096 + 127, 4096 + 128, M};
+        for (size_t so = 0; so < 33; so += 11)
+            for (size_t dof = 0; dof < 64; dof += 13)
+                for (size_t k = 0; k < sizeof lens / sizeof *lens; k++) {
+                    memset(dst, 0xee, M + 64 + 2);
+                    CHECK(tsr_mem_to_host(dst + dof, src + so, lens[k], TSR_MEM_HOST, NULL) == 0, "copy");
+                    ok = ok && !memcmp(dst + dof, src + so, lens[k]) && dst[dof + lens[k]] == 0xee &&
+                         (dof == 0 || dst[dof - 1] == 0xee);
+                }
+        CHECK(ok, "tsr_mem_to_host: a host copy at some alignment or length differs or overran");
+        free(src);
+        free(dst);
+    }
     /* the loss sum: in double, in index order */
     double want = 0;
     for (size_t i = 0; i < N; i++) want += out[i];
