@@ -142,6 +142,14 @@ size_t tsr_pool_help(tsr_pool *p, size_t upto, size_t max) {
     return ran;
 }
 
+size_t tsr_pool_unclaimed(tsr_pool *p) {
+    pthread_mutex_lock(&p->mu);
+    const loop *l = &p->loops[LOOP_BG];
+    size_t n = l->live ? l->total - l->next : 0;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
 void tsr_pool_finish(tsr_pool *p) {
     pthread_mutex_lock(&p->mu);
     take_part(p, LOOP_BG, SIZE_MAX, SIZE_MAX, 1);

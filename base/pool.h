@@ -29,6 +29,8 @@ void tsr_pool_for(tsr_pool *p, size_t n, void (*fn)(void *ctx, size_t i, int wor
  * itself. */
 void tsr_pool_start(tsr_pool *p, size_t n, void (*fn)(void *ctx, size_t i, int worker), void *ctx);
 size_t tsr_pool_help(tsr_pool *p, size_t upto, size_t max);
+/* tsr_pool_unclaimed(): the background loop's items no thread has taken yet. */
+size_t tsr_pool_unclaimed(tsr_pool *p);
 void tsr_pool_finish(tsr_pool *p);
 
 #endif

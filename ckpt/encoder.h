@@ -26,12 +26,13 @@ tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint
 int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const void *data, tsr_error *err);
 
 /* tsr_save_set_idle(): work for the writer of s while the disk is busy: instead
- * of waiting for a write of stable memory to finish, it calls idle(ctx), which
- * does a piece of other work and returns 1, or returns 0 when it has none left
- * (then never called again). Meanwhile frames of stable memory are stored raw
- * and their checksums computed by tsr_save_finish. The engine's staging copy,
- * which the loop waits for, keeps the threads while the disk is fed. */
-void tsr_save_set_idle(tsr_save *s, int (*idle)(void *ctx), void *ctx);
+ * of waiting for a write of stable memory to finish, it calls idle(ctx, 1),
+ * which does a piece of other work and returns 1, or returns 0 when it has none
+ * left (then it is never called again); idle(ctx, 0) only says whether work is
+ * left. While it is, frames of stable memory are stored raw and their checksums
+ * computed by tsr_save_finish. The engine's staging copy, which the loop waits
+ * for, keeps the threads while the disk is fed. */
+void tsr_save_set_idle(tsr_save *s, int (*idle)(void *ctx, int run), void *ctx);
 
 /* tsr_save_chunk_copy(): chunk `chunk` of the open checkpoint src, of a tensor
  * declared here as `name` with the same dtype, stored as a chunk of this save

@@ -22,7 +22,7 @@ static void deferred_free(job *j);
 static void deferred_start(tsr_engine *e);
 static int deferred_box(tsr_engine *e, size_t b, tsr_error *err);
 static int deferred_finish(tsr_engine *e, tsr_error *err);
-static int copy_idle(void *ctx);
+static int copy_idle(void *ctx, int run);
 
 void engine_job_clear(job *j) {
     deferred_free(j);
@@ -586,10 +586,14 @@ static int deferred_box(tsr_engine *e, size_t b, tsr_error *err) {
     return rc;
 }
 
-/* The writer's idle work (tsr_save_set_idle): one piece of the deferred copy. */
-static int copy_idle(void *ctx) {
+/* The writer's idle work (tsr_save_set_idle): one piece of the deferred copy
+ * that no thread has taken yet; all of them while the caller waits for it
+ * (tsr_engine_staged): the writes can wait, the caller should not. */
+static int copy_idle(void *ctx, int run) {
     tsr_engine *e = ctx;
-    return tsr_pool_help(tsr_encoder_pool(e->enc), SIZE_MAX, 1) > 0;
+    tsr_pool *p = tsr_encoder_pool(e->enc);
+    if (__atomic_load_n(&e->staged_waiters, __ATOMIC_RELAXED)) return tsr_pool_help(p, SIZE_MAX, SIZE_MAX), 0;
+    return run ? tsr_pool_help(p, SIZE_MAX, 1) > 0 : tsr_pool_unclaimed(p) > 0;
 }
 
 /* The deferred copy run to its end (the caller may then change its state:

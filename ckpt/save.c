@@ -55,7 +55,7 @@ struct tsr_save {
     size_t table_len;
     int group;  /* the group of the encoder's slots the next batch is encoded into */
     int finished, failed;
-    int (*idle)(void *ctx); /* tsr_save_set_idle */
+    int (*idle)(void *ctx, int run); /* tsr_save_set_idle */
     void *idle_ctx;
     struct late_frame *late; /* frames written before their checksums */
     size_t n_late, cap_late;
@@ -367,6 +367,20 @@ static void share_update(tsr_encoder *enc, double t_io, double t_enc) {
     else enc->share = enc->share - SHARE_STEP < 0 ? 0 : enc->share - SHARE_STEP;
 }
 
+/* With an idle hook (tsr_save_set_idle) and stable memory: while a batch's slots
+ * still have writes in flight, the hook's work runs instead of a wait; while it
+ * has work left, the batch is stored raw, its frames' checksums left to
+ * tsr_save_finish: the disk is kept fed at almost no cost to the threads, which
+ * the hook's work needs. @return 1 for such a batch. */
+static int idle_until_free(tsr_save *s, const slot *slots, size_t batch, int stable) {
+    if (!s->idle || !stable) return 0;
+    for (size_t i = 0; i < batch && s->idle; i++)
+        while (s->idle && slots[i].submitted && tsr_wfile_busy(s->wf, slots[i].submitted))
+            if (!s->idle(s->idle_ctx, 1)) s->idle = NULL;
+    if (s->idle && !s->idle(s->idle_ctx, 0)) s->idle = NULL;
+    return s->idle != NULL;
+}
+
 /* Encodes the frames (raw + offs[k], sizes[k]) for k < n and appends them to the
  * data file, recording them in the table. The slots form SLOT_GROUPS groups used
  * in turn: before a batch is encoded into a group, only that group's earlier
@@ -376,18 +390,6 @@ static void share_update(tsr_encoder *enc, double t_io, double t_enc) {
  * are in the slots, not in the caller's memory), so that the next box's encoding
  * overlaps them; tsr_save_finish waits for them. With codec AUTO each frame is
  * encoded or raw as the share says. */
-/* With an idle hook (tsr_save_set_idle) and stable memory: while a batch's slots
- * still have writes in flight, the hook's work runs instead of a wait, and the
- * batch is stored raw, its frames' checksums left to tsr_save_finish: the disk
- * is kept fed at almost no cost to the threads, which the hook's work needs. */
-static int idle_until_free(tsr_save *s, const slot *slots, size_t batch, int stable) {
-    if (!s->idle || !stable) return 0;
-    for (size_t i = 0; i < batch && s->idle; i++)
-        while (s->idle && slots[i].submitted && tsr_wfile_busy(s->wf, slots[i].submitted))
-            if (!s->idle(s->idle_ctx)) s->idle = NULL;
-    return s->idle != NULL;
-}
-
 static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
                         const uint64_t *sizes, int stable, size_t n, const char *what, tsr_error *err) {
     size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
@@ -612,7 +614,7 @@ int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data,
     return rc;
 }
 
-void tsr_save_set_idle(tsr_save *s, int (*idle)(void *ctx), void *ctx) {
+void tsr_save_set_idle(tsr_save *s, int (*idle)(void *ctx, int run), void *ctx) {
     s->idle = idle;
     s->idle_ctx = ctx;
 }

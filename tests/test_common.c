@@ -1,7 +1,10 @@
 /* test_common.c: the shared helpers of common.h: tsr_grow (growth, and refusal of
  * a capacity whose byte count does not fit in size_t), tsr_sort_ctx (the
  * comparator sees its table; two threads sort by different tables at once) and
- * splitmix64 (the published output sequence for seed 1234567). */
+ * splitmix64 (the published output sequence for seed 1234567); and the thread
+ * pool of pool.h: a background loop runs beside foreground loops, every item of
+ * each exactly once, help runs only unclaimed items up to its bound, finish
+ * waits for all. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -10,6 +13,7 @@
 
 #include "check.h"
 #include "common.h"
+#include "pool.h"
 
 static void test_grow(void) {
     uint32_t *v = NULL;
@@ -87,7 +91,54 @@ static void test_splitmix(void) {
     CHECK(tsr_mix64(0) == 0, "the output function maps 0 to 0");
 }
 
+enum { BG_N = 400, FG_N = 50 };
+static _Atomic int bg_runs[BG_N], fg_runs[FG_N];
+
+static void bg_item(void *ctx, size_t i, int worker) {
+    (void)ctx, (void)worker;
+    for (volatile int k = 0; k < 20000; k++) {
+    }
+    bg_runs[i]++;
+}
+
+static void fg_item(void *ctx, size_t i, int worker) {
+    (void)ctx;
+    CHECK(worker == 0 || worker == 1 || worker == 2, "worker id %d", worker);
+    fg_runs[i]++;
+}
+
+static void test_pool(void) {
+    for (int threads = 1; threads <= 3; threads++) {
+        tsr_pool *p = tsr_pool_new(threads);
+        REQUIRE(p, "a pool of %d", threads);
+        memset(bg_runs, 0, sizeof bg_runs);
+        tsr_pool_start(p, BG_N, bg_item, NULL);
+        CHECK(tsr_pool_unclaimed(p) <= BG_N, "unclaimed at most all");
+        /* the items up to 9 are taken, here or by a worker */
+        tsr_pool_help(p, 9, SIZE_MAX);
+        CHECK(tsr_pool_unclaimed(p) <= BG_N - 10, "help took the items up to its bound: %zu left",
+              tsr_pool_unclaimed(p));
+        size_t one = tsr_pool_help(p, SIZE_MAX, 1);
+        CHECK(one <= 1, "help ran %zu items with a maximum of 1", one);
+        for (int r = 0; r < 5; r++) { /* foreground loops while the background one runs */
+            memset(fg_runs, 0, sizeof fg_runs);
+            tsr_pool_for(p, FG_N, fg_item, NULL);
+            int ok = 1;
+            for (int i = 0; i < FG_N; i++) ok = ok && fg_runs[i] == 1;
+            CHECK(ok, "%d threads: every foreground item once, the background loop live", threads);
+        }
+        tsr_pool_finish(p);
+        CHECK(tsr_pool_unclaimed(p) == 0, "nothing unclaimed after finish");
+        int ok = 1;
+        for (int i = 0; i < BG_N; i++) ok = ok && bg_runs[i] == 1;
+        CHECK(ok, "%d threads: every background item exactly once by the time finish returns", threads);
+        tsr_pool_finish(p); /* none live: returns */
+        tsr_pool_free(p);
+    }
+}
+
 int main(void) {
+    test_pool();
     test_grow();
     test_sort_ctx();
     test_splitmix();
