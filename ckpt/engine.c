@@ -188,9 +188,7 @@ int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err) {
 
 void tsr_engine_staged(tsr_engine *e) {
     pthread_mutex_lock(&e->mu);
-    __atomic_add_fetch(&e->staged_waiters, 1, __ATOMIC_RELAXED);
     while (e->staging) pthread_cond_wait(&e->cv, &e->mu);
-    __atomic_sub_fetch(&e->staged_waiters, 1, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&e->mu);
 }
 

@@ -85,7 +85,6 @@ struct tsr_engine {
     pthread_cond_t cv;
     int pending, busy, stop;
     int staging;        /* overlap_staging: the job's copy of the boxes not done yet */
-    int staged_waiters; /* callers in tsr_engine_staged (atomic): the copy goes first */
     job job;
     int last_status;
     tsr_error last_err;

@@ -540,6 +540,8 @@ static int plan_copy(tsr_engine *e, const tsr_state *st, stage_copy *sc, size_t 
 
 static void copy_free(stage_copy *sc) {
     if (!sc) return;
+    pthread_mutex_destroy(&sc->mu);
+    pthread_cond_destroy(&sc->cv);
     free(sc->pieces);
     free(sc->box_end);
     free(sc->box_left);
@@ -554,10 +556,6 @@ static int run_copy(tsr_engine *e, stage_copy *sc, tsr_error *err) {
 }
 
 static void deferred_free(job *j) {
-    if (j->deferred) {
-        pthread_mutex_destroy(&j->deferred->mu);
-        pthread_cond_destroy(&j->deferred->cv);
-    }
     copy_free(j->deferred);
     j->deferred = NULL;
 }
@@ -587,12 +585,9 @@ static int deferred_box(tsr_engine *e, size_t b, tsr_error *err) {
 }
 
 /* The writer's idle work (tsr_save_set_idle): one piece of the deferred copy
- * that no thread has taken yet; all of them while the caller waits for it
- * (tsr_engine_staged): the writes can wait, the caller should not. */
+ * that no thread has taken yet. */
 static int copy_idle(void *ctx, int run) {
-    tsr_engine *e = ctx;
-    tsr_pool *p = tsr_encoder_pool(e->enc);
-    if (__atomic_load_n(&e->staged_waiters, __ATOMIC_RELAXED)) return tsr_pool_help(p, SIZE_MAX, SIZE_MAX), 0;
+    tsr_pool *p = tsr_encoder_pool(((tsr_engine *)ctx)->enc);
     return run ? tsr_pool_help(p, SIZE_MAX, 1) > 0 : tsr_pool_unclaimed(p) > 0;
 }
 
@@ -621,8 +616,6 @@ static int stage_boxes(tsr_engine *e, const tsr_state *st, size_t *off, tsr_erro
         return 0;
     }
     if (!rc) rc = run_copy(e, sc, err);
-    pthread_mutex_destroy(&sc->mu);
-    pthread_cond_destroy(&sc->cv);
     copy_free(sc);
     return rc;
 }

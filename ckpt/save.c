@@ -29,7 +29,6 @@ typedef struct slot {
     uint8_t *buf; /* aligned, cap bytes */
     int want;     /* the codec asked for: the save's, or raw (adaptive) */
     const uint8_t *direct; /* a raw frame written from the caller's memory, or NULL */
-    int late;              /* direct, its checksums left to tsr_save_finish */
     const void *submitted; /* the buffer of its last queued write */
     size_t cap;
     size_t stored;
@@ -309,7 +308,6 @@ static void encode_one(void *ctx, size_t i, int worker) {
     size_t n = j->sizes[i];
     sl->rc = 0;
     sl->direct = NULL;
-    sl->late = 0;
     /* a frame stored as it is, aligned in memory that outlives the writes, is
      * written from there: no copy (a copy slows the writes it overlaps) */
     if (j->stable && n % TSR_ALIGN == 0 && (uintptr_t)raw % TSR_ALIGN == 0 &&
@@ -317,7 +315,6 @@ static void encode_one(void *ctx, size_t i, int worker) {
         sl->direct = raw;
         sl->stored = n;
         sl->codec = TSR_CODEC_RAW;
-        sl->late = j->late;
         sl->raw_hash = sl->stored_hash = j->late ? 0 : tsr_hash(raw, n);
         return;
     }
@@ -428,14 +425,13 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
             tsr_mf_frame f = {.offset = s->pos, .stored_size = sl->stored, .raw_size = sizes[done + i],
                               .raw_hash = sl->raw_hash, .stored_hash = sl->stored_hash,
                               .codec = sl->codec, .file_id = s->file_id};
-            if (sl->late && tsr_grow((void **)&s->late, &s->cap_late, s->n_late, sizeof *s->late))
+            int is_late = late && sl->direct; /* its checksums 0 until tsr_save_finish */
+            if ((is_late && tsr_grow((void **)&s->late, &s->cap_late, s->n_late, sizeof *s->late)) ||
+                tsr_manifest_add_frame(&s->tab, &f)) {
                 rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-            else if (sl->late)
-                s->late[s->n_late++] = (late_frame){s->tab.n_frames, sl->direct, sl->stored};
-            if (rc || tsr_manifest_add_frame(&s->tab, &f)) {
-                rc = rc ? rc : tsr_err(err, TSR_ENOMEM, "out of memory");
                 break;
             }
+            if (is_late) s->late[s->n_late++] = (late_frame){s->tab.n_frames - 1, sl->direct, sl->stored};
             s->pos += padded;
         }
         if (adaptive && !late) share_update(s->enc, t_io + (t1 - t0), t2 - t1);
