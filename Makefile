@@ -1,6 +1,8 @@
 # tessera: the one entry point.
 #   make            build libtessera and the tessera command (build/release)
-#   make test       install missing packages, build under ASan+UBSan with -Werror, run every test
+#   make test       install missing packages, set up the tests' Python and llama.cpp (cached
+#                   outside the tree: tests/py_setup.sh, tests/llama_setup.sh), build under
+#                   ASan+UBSan with -Werror, run every test
 #   make test-long  the long soak and fuzz runs
 #   make bench      benchmarks (release build)
 #   make run        the main job
@@ -68,7 +70,7 @@ SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
 SONAME := libtessera.so.$(SOMAJOR)
 SHLIB := $(BUILD)/libtessera.so.$(VERSION)
 
-.PHONY: all deps test test-long bench bench-long run install uninstall clean fuzz layers cuda-variant
+.PHONY: all deps deps-test deps-bench test test-long bench bench-long run install uninstall clean fuzz layers cuda-variant
 all: $(BUILD)/tessera $(BUILD)/libtessera.a $(SHLIB) $(BUILD)/tessera.1
 
 $(BUILD)/%.o: %.c $(HEADERS)
@@ -111,12 +113,18 @@ layers:
 
 tests: layers $(TESTS) $(BUILD)/tessera $(SHLIB) $(BUILD)/tessera.1
 
+# The Debian packages each goal needs (tools/deps.sh says which): make and make run
+# only what builds and runs tessera; make test and make bench their tools too.
 deps:
-	@sh tools/deps.sh
+	@sh tools/deps.sh run
+deps-test:
+	@sh tools/deps.sh test
+deps-bench:
+	@sh tools/deps.sh bench
 
 # Tests run under AddressSanitizer and UBSan, warnings as errors.
 ASAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-test: deps
+test: deps-test
 	$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" SAN="$(ASAN_FLAGS)" WERROR=-Werror tests
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory cuda-variant
@@ -140,19 +148,19 @@ cuda-variant:
 	  $(MAKE) --no-print-directory CUDA=1 BUILD=build/cuda WERROR=-Werror all build/cuda/tests/test_cuda; \
 	else echo "make test: no nvcc at $(NVCC): the CUDA variant is not built (CUDA_HOME=...)" >&2; fi
 
-test-long: deps
+test-long: deps-test
 	$(MAKE) --no-print-directory BUILD=build/asan OPT="-O1 -g" SAN="$(ASAN_FLAGS)" WERROR=-Werror tests
 	$(MAKE) --no-print-directory fuzz
 	$(MAKE) --no-print-directory cuda-variant
 	TSR_LONG=1 sh tests/run.sh build/asan build/fuzz 600
 
 # Packages first, then a fresh make, so that the build sees what deps installed.
-bench: deps
+bench: deps-bench
 	$(MAKE) --no-print-directory all
 	sh tools/bench.sh $(BUILD)
 
 # Effective training time over 20-minute chaos runs (about an hour in all).
-bench-long: deps
+bench-long: deps-bench
 	$(MAKE) --no-print-directory all
 	sh tools/bench_chaos.sh $(BUILD)/tessera runs/bench/chaos-long long
 

@@ -26,7 +26,7 @@ static void gguf_name(size_t p, size_t np, char *out, size_t len) {
 }
 
 /* tessera's byte-level tokenizer (formats/tokens.h: token = byte value, 256 = end
- * of text) as llama.cpp's byte-level BPE ("gpt2") without merges: ids 0..255 are
+ * of text) as llama.cpp's byte-level BPE ("gpt2") with no merge that applies: ids 0..255 are
  * the bytes in GPT-2's byte-to-character alphabet (type 1, normal), so every byte
  * of any text becomes its own id and decodes back to itself; 256 is
  * <|endoftext|> (type 3, control), the end of generation; ids past it fill the
@@ -50,8 +50,16 @@ static void gguf_tokenizer(tsr_gguf_writer *g, int V) {
     tsr_gguf_key(g, "tokenizer.ggml.token_type", TSR_GGUF_ARRAY);
     tsr_gguf_u32(g, TSR_GGUF_I32), tsr_gguf_u64(g, (uint64_t)V);
     for (int i = 0; i < V; i++) tsr_gguf_u32(g, i < 256 ? 1u : i == TSR_BYTE_EOT ? 3u : 5u);
+    /* One merge that never applies, of the characters of byte 0xFF: that byte is
+     * never in UTF-8, and llama.cpp tokenizes UTF-8 only. llama.cpp needs the
+     * key; gguf-py's writer (and so its tools that rewrite a file) refuses an
+     * empty array. */
+    char ff[8], merge[16];
+    tsr_gpt2_byte_char(0xFF, ff);
+    snprintf(merge, sizeof merge, "%s %s", ff, ff);
     tsr_gguf_key(g, "tokenizer.ggml.merges", TSR_GGUF_ARRAY);
-    tsr_gguf_u32(g, TSR_GGUF_STRING), tsr_gguf_u64(g, 0);
+    tsr_gguf_u32(g, TSR_GGUF_STRING), tsr_gguf_u64(g, 1);
+    tsr_gguf_str(g, merge);
     if (V > TSR_BYTE_EOT) { /* GPT-2's convention: <|endoftext|> for both, and BOS never added */
         tsr_gguf_kv_u32(g, "tokenizer.ggml.eos_token_id", TSR_BYTE_EOT);
         tsr_gguf_kv_u32(g, "tokenizer.ggml.bos_token_id", TSR_BYTE_EOT);

@@ -13,6 +13,27 @@ expect() { # expected-status description command...
     got=$?
     [ "$got" = "$want" ] || { fail "$what: exit $got, expected $want"; sed 's/^/    /' err.txt >&2; }
 }
+# need_py: sets TSR_PY to the tests' Python (tests/py_setup.sh's environment:
+# PyTorch, transformers, gguf, safetensors), which tests/run.sh exports; a test run
+# by itself makes or finds it. Missing, the test fails.
+need_py() {
+    if [ -z "${TSR_PY:-}" ]; then
+        TSR_PY=$(sh "$TSR_ROOT/tests/py_setup.sh") ||
+            { echo "FAIL: the tests' Python environment (tests/py_setup.sh, above)" >&2; exit 1; }
+        export TSR_PY
+    fi
+    export HF_HUB_OFFLINE=1 # transformers reads the test's files, never the hub
+}
+# with_lib PYTHON ARGS...: runs PYTHON with the package python/tessera over this
+# build's libtessera.so (a sanitizer build's needs the sanitizers' runtimes first)
+with_lib() {
+    _lib=$TSR_BUILD/libtessera.so.0 _pre=""
+    [ -e "$_lib" ] || { echo "FAIL: $_lib is not built" >&2; return 1; }
+    if nm -D "$_lib" | grep -q __asan_; then
+        _pre="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)"
+    fi
+    env LD_PRELOAD="$_pre" ASAN_OPTIONS=detect_leaks=0 TESSERA_LIB="$_lib" PYTHONPATH="$TSR_ROOT/python" "$@"
+}
 finish() { # [success message]
     if [ "$fails" = 0 ]; then
         [ $# = 0 ] || echo "$*"

@@ -1,9 +1,9 @@
-"""tessera's checkpoints in Hugging Face transformers itself, for a machine that has it
-(Debian has no transformers: tools/gpu_check.sh runs this where the GPU machine's
-image has it; tests/hf_generate.py reads the same files by their format in make test).
+"""tessera's checkpoints in Hugging Face transformers itself, on the CPU, run by
+tests/test_hf_transformers.sh under the tests' Python (tests/py_setup.sh);
+tests/hf_generate.py reads the same files by their format.
 
 usage: hf_transformers.py DIR
-DIR holds (tools/gpu_check.sh prepare makes them):
+DIR holds (tests/test_hf_transformers.sh makes them):
   hf/        `tessera export CKPT --format safetensors hf --dtype f32`
   ckpt/      CKPT, a step directory of `tessera train`
   ids.txt    the prompt's token ids (tessera's byte-level tokenizer), comma-separated

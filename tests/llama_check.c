@@ -20,7 +20,8 @@
  *
  * Checks, each failure printed with "FAIL:" and counted:
  *   - no warning or error from llama.cpp while it loads the model (its vocabulary
- *     is checked then) or tokenizes and detokenizes;
+ *     is checked then), tokenizes, runs or detokenizes, but the one warning that
+ *     the context llama.cpp rounds up to 256 positions exceeds the model's;
  *   - llama_tokenize(TEXT) (no BOS added: the file says so) gives exactly IDS;
  *   - llama_detokenize(IDS), and the pieces of the ids one by one, give TEXT;
  *   - the logits of every position of IDS and GENERATED, in one batch, are within
@@ -41,17 +42,21 @@
 static int fails;
 #define FAIL(...) (fprintf(stderr, "FAIL: " __VA_ARGS__), fputc('\n', stderr), fails++)
 
-/* llama.cpp's log: warnings and errors are printed; those that come while the
- * model loads or text is tokenized count as failures. */
-static const char *phase = "start";
-static int strict, last_level;
+/* llama.cpp's log: warnings and errors are printed, and count as failures but
+ * for the one named in `expected` (a prefix of the message): llama.cpp rounds a
+ * context up to a multiple of 256 positions and then warns when that exceeds
+ * the model's context length, as it does for these small models. */
+static const char *phase = "start", *expected = "";
+static char expected_buf[128];
+static int last_level;
 static void on_log(enum ggml_log_level level, const char *text, void *user) {
     (void)user;
     if (level == GGML_LOG_LEVEL_CONT) level = (enum ggml_log_level)last_level;
     last_level = level;
     if (level != GGML_LOG_LEVEL_WARN && level != GGML_LOG_LEVEL_ERROR) return;
-    fprintf(stderr, "llama.cpp (%s): %s", phase, text);
-    if (strict) FAIL("llama.cpp warned while %s: %s", phase, text);
+    int ok = *expected && strncmp(text, expected, strlen(expected)) == 0;
+    fprintf(stderr, "llama.cpp (%s)%s: %s", phase, ok ? " (expected)" : "", text);
+    if (!ok) FAIL("llama.cpp warned while %s: %s", phase, text);
 }
 
 static char *read_file(const char *path, size_t *len) {
@@ -114,7 +119,7 @@ int main(int argc, char **argv) {
     ggml_backend_load_all_from_path(libdir);
     llama_backend_init();
 
-    phase = "loading the model", strict = 1;
+    phase = "loading the model";
     struct llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
     struct llama_model *model = llama_model_load_from_file(model_path, mp);
@@ -155,7 +160,7 @@ int main(int argc, char **argv) {
     }
     if (at != text_len || memcmp(back, text, text_len) != 0)
         FAIL("%s: the pieces of the ids give %zu bytes, not the text", model_path, at);
-    phase = "running", strict = 0;
+    phase = "running";
 
     /* the logits of every position, the prompt and the generated ids in one batch */
     struct llama_context_params cp = llama_context_default_params();
@@ -165,6 +170,12 @@ int main(int argc, char **argv) {
     cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.type_k = cp.type_v = GGML_TYPE_F32;
     cp.no_perf = 1;
+    uint32_t rounded = (cp.n_ctx + 255) / 256 * 256;
+    if ((int)rounded > llama_model_n_ctx_train(model)) {
+        snprintf(expected_buf, sizeof expected_buf, "llama_context: n_ctx_seq (%u) > n_ctx_train (%d)", rounded,
+                 llama_model_n_ctx_train(model));
+        expected = expected_buf;
+    }
     struct llama_context *ctx = llama_init_from_model(model, cp);
     if (!ctx) {
         fprintf(stderr, "FAIL: llama.cpp cannot make a context\n");
@@ -230,7 +241,7 @@ int main(int argc, char **argv) {
     } else {
         printf("greedy decoding: %d tokens as tessera's\n", G);
     }
-    phase = "detokenizing", strict = 1;
+    phase = "detokenizing";
     char *cont = malloc((size_t)G * 64 + 1);
     n = llama_detokenize(vocab, gen, G, cont, G * 64, 0, 0);
     int same = n >= 0, pos = 0;

@@ -15,7 +15,7 @@ try:
     import torch
     import torch.nn.functional as F
 except ImportError as e:  # test_kernels reports exit status 3 as the missing package
-    print(f"python3-torch is missing: run make deps ({e})", file=sys.stderr)
+    print(f"torch does not import under {sys.executable} (the tests' Python is tests/py_setup.sh's): {e}", file=sys.stderr)
     sys.exit(3)
 
 TOL = 1e-5

@@ -15,6 +15,13 @@ BUILD=$(cd "$BUILD" && pwd)
 export TESSERA="$BUILD/tessera" TSR_BUILD="$BUILD" TSR_ROOT="$ROOT"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:${ASAN_OPTIONS:-}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+# the tests' Python environment and llama.cpp, made once and cached outside the
+# tree (minutes the first time), before any test's clock starts
+setup_start=$(date +%s)
+TSR_PY=$(sh "$ROOT/tests/py_setup.sh") || { echo "run.sh: the tests' Python environment could not be set up" >&2; exit 1; }
+sh "$ROOT/tests/llama_setup.sh" >/dev/null || { echo "run.sh: llama.cpp could not be built for the tests" >&2; exit 1; }
+export TSR_PY
+echo "test tools: $TSR_PY, llama.cpp in $(sh "$ROOT/tests/llama_setup.sh") ($(( $(date +%s) - setup_start )) s)"
 TMPBASE=$(mktemp -d /tmp/tessera-test.XXXXXX)
 trap 'rm -rf "$TMPBASE"' EXIT INT TERM
 pass=0 fail=0 skip=0 failed=""

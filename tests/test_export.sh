@@ -4,11 +4,12 @@
 # Hugging Face's layout (safetensors, sharded or not, f32 or bf16), is loaded by
 # an independent PyTorch Llama written in Hugging Face's rotary convention that
 # reads the files directly: its logits equal tessera logits within 1e-5. GGUF
-# exports (f32, bf16, f16) are read back field by field by an independent reader.
+# exports (f32, bf16, f16) are read back field by field by an independent reader,
+# and by the gguf library (GGUFReader) against the checkpoint's tensors.
 . "$TSR_ROOT/tests/mpi.sh"
 cd "$TSR_TMP" || exit 1
-PY=/usr/bin/python3
-$PY -c "import torch, numpy" 2>/dev/null || { echo "FAIL: python3-torch is missing: run make deps" >&2; exit 1; }
+need_py
+PY=$TSR_PY
 CFG="$TSR_ROOT/train/configs/debug.toml"
 TOK=72,101,108,108,111,44,32,119,111,114,108,100,256,84,104,101
 "$T" data prep --out data --synthetic 256k >/dev/null || fail "data prep"
@@ -44,7 +45,14 @@ PYEOF
 for dt in f32 bf16 f16; do
     expect 0 "export gguf $dt" "$T" export "$A" --format gguf "m-$dt.gguf" --dtype $dt
     $PY "$TSR_ROOT/tests/gguf_check.py" "m-$dt.gguf" hf32 $dt || fail "gguf $dt does not check"
+    # and by llama.cpp's own gguf library, against the checkpoint itself
+    with_lib $PY "$TSR_ROOT/tests/gguf_lib_check.py" "m-$dt.gguf" "$A" $dt || fail "gguf $dt: gguf's GGUFReader"
 done
+# the check can fail: one byte of a tensor's data changed
+cp m-f32.gguf bad.gguf
+printf '\001' | dd of=bad.gguf bs=1 seek=$(($(wc -c <bad.gguf) - 3)) conv=notrunc 2>/dev/null
+with_lib $PY "$TSR_ROOT/tests/gguf_lib_check.py" bad.gguf "$A" f32 >out.txt 2>&1 && fail "a changed byte passes GGUFReader's check"
+grep -q "output.weight: bytes differ" out.txt || fail "a changed byte of output.weight is not named: $(cat out.txt)"
 # errors
 expect 2 "bad format" "$T" export "$A" --format onnx x
 expect 2 "no tokens" "$T" logits "$A"

@@ -5,8 +5,8 @@
 # f32 checkpoint stays f32; --dtype still chooses.
 . "$TSR_ROOT/tests/common.sh"
 cd "$TSR_TMP" || exit 1
-PY=/usr/bin/python3
-$PY -c "import torch, numpy" 2>/dev/null || { echo "FAIL: python3-torch is missing: run make deps" >&2; exit 1; }
+need_py
+PY=$TSR_PY
 "$T" data prep --out data --synthetic 64k >/dev/null || fail "data prep"
 "$T" train --config "$TSR_ROOT/train/configs/debug.toml" --job.dump_folder=run --training.steps=1 \
     --training.seq_len=32 --training.dataset=tokens --training.dataset_path=data --checkpoint.enable=true \

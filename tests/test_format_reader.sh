@@ -10,13 +10,14 @@
 # them (blobs, tensors, placements).
 . "$TSR_ROOT/tests/common.sh"
 cd "${TSR_TMP:?}" || exit 1
-PY=/usr/bin/python3
+need_py
+PY=$TSR_PY
 R="$TSR_ROOT/tests/format_reader.py"
 V="$TSR_ROOT/formats/testdata"
 
 $PY "$R" "$V/step-00000007" "$V/expected.txt" >out.txt 2>&1
 rc=$?
-[ $rc = 77 ] && { cat out.txt; exit 77; }
+[ $rc = 77 ] && { echo "FAIL: format_reader.py lacks what it needs under $PY:" >&2; cat out.txt >&2; exit 1; }
 [ $rc = 0 ] || { fail "the reader does not find the test vector as expected.txt says"; cat out.txt >&2; }
 
 # a changed expected value is reported, naming the element

@@ -7,8 +7,8 @@
 # continues from an import; damaged files and configs fail with a clear error.
 . "$TSR_ROOT/tests/mpi.sh"
 cd "$TSR_TMP" || exit 1
-PY=/usr/bin/python3
-$PY -c "import torch, numpy" 2>/dev/null || { echo "FAIL: python3-torch is missing: run make deps" >&2; exit 1; }
+need_py
+PY=$TSR_PY
 TOK=72,101,108,108,111,44,32,119,111,114,108,100,256,84,104,299
 check() { # NAME HFDIR IMPORT-OPTIONS...
     name=$1 hf=$2; shift 2

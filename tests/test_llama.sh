@@ -2,8 +2,8 @@
 # GGUF exports in the real llama.cpp: a debug model trained for a few steps is
 # exported as GGUF in f32, bf16 and f16, with and without Llama 3.1 rope scaling
 # (the same weights imported back from a Hugging Face config that asks for it),
-# and loaded by llama.cpp's own library (node-llama-cpp@3.21.1's prebuilt
-# linux-x64 CPU build and its llama.h, installed by tests/llama_setup.sh into a
+# and loaded by llama.cpp's own library (built from the source that the
+# llama-cpp-python 0.3.36 sdist vendors, CPU only, by tests/llama_setup.sh into a
 # cache outside the repository). For each file tests/llama_check.c checks a text
 # prompt with spaces, a leading space, double spaces, a tab, a newline, non-ASCII
 # UTF-8 and " ." (which llama.cpp's default pre-tokenizer would rewrite):
@@ -18,16 +18,18 @@
 #     ... --generate 50` (f32 files: all 50; f16 and bf16 files: up to a near-tie
 #     that their rounding may turn, see tests/llama_check.c), and its text is
 #     those ids' bytes.
-# The safetensors export of the same checkpoint does the same with its tokenizer
-# files (tests/hf_generate.py).
+# The f32 file rewritten by the gguf library's own tool (gguf_new_metadata, a new
+# description) passes the same checks. The safetensors export of the same
+# checkpoint does the same with its tokenizer files (tests/hf_generate.py).
 # The context length of the checkpoint (its training.seq_len, or the imported
 # max_position_embeddings) is the GGUF's and config.json's, and stays when a job
 # resumes the model at a shorter length.
 . "$TSR_ROOT/tests/common.sh"
 cd "$TSR_TMP" || exit 1
+need_py
 LL=$(sh "$TSR_ROOT/tests/llama_setup.sh") || { echo "FAIL: llama.cpp could not be installed for the test (see above)" >&2; exit 1; }
 cc -std=c11 -O1 -g -Wall -Wextra -Werror -I"$LL/include" "$TSR_ROOT/tests/llama_check.c" \
-    "$LL/lib/libllama.v0.4.0.so" "$LL/lib/libggml.v0.4.0.so" "$LL/lib/libggml-base.so" -Wl,-rpath,"$LL/lib" -lm \
+    "$LL/lib/libllama.so" "$LL/lib/libggml.so" "$LL/lib/libggml-base.so" -Wl,-rpath,"$LL/lib" -lm \
     -o llama_check || { echo "FAIL: tests/llama_check.c does not build against $LL" >&2; exit 1; }
 # one thread each: on a loaded machine, OpenMP's spinning threads cost more than they give
 export OMP_NUM_THREADS=1
@@ -69,6 +71,13 @@ expect 0 "export gguf f32" "$T" export "$A" --format gguf m-f32.gguf --dtype f32
 check m-f32.gguf a 1e-5 exact
 grep -q "context length 128," m-f32.gguf.out || fail "the GGUF's context length is not the training seq_len 128"
 grep -q "add BOS 0, add EOS 0" m-f32.gguf.out || fail "llama.cpp adds BOS or EOS to a prompt"
+# the gguf library's tool rewrites the file (it refuses an empty array, such as an
+# empty merges list), and llama.cpp finds the same model in the copy
+"$TSR_PY" -m gguf.scripts.gguf_new_metadata --general-description "rewritten by gguf-py" m-f32.gguf \
+    m-f32-new.gguf >new.log 2>&1 || { fail "gguf_new_metadata cannot rewrite the export"; tail -3 new.log >&2; }
+"$TSR_PY" -c 'import gguf, sys; f = gguf.GGUFReader(sys.argv[1]).fields["general.description"]; assert f.contents() == "rewritten by gguf-py"' \
+    m-f32-new.gguf || fail "the rewritten file lacks its new description"
+check m-f32-new.gguf a 1e-5 exact
 for dt in bf16 f16; do
     expect 0 "reshard $dt" "$T" reshard "$A" "$dt" --layout dp_shard=1 --only model --dtype $dt
     reference "$dt" "$dt"
@@ -87,7 +96,7 @@ expect 0 "export safetensors" "$T" export "$A" --format safetensors hf --dtype f
 grep -q '"max_position_embeddings": 128,' hf/config.json || fail "config.json: max_position_embeddings is not 128"
 # the safetensors export continues the prompt the same way (its tokenizer files read
 # by the format, the weights by an independent PyTorch Llama)
-/usr/bin/python3 "$TSR_ROOT/tests/hf_generate.py" hf text.txt ids.txt a.gen || fail "the safetensors export differs"
+"$TSR_PY" "$TSR_ROOT/tests/hf_generate.py" hf text.txt ids.txt a.gen || fail "the safetensors export differs"
 sed -i 's/"rope_scaling": null/"rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 16}/; s/"max_position_embeddings": 128/"max_position_embeddings": 200/' hf/config.json
 expect 0 "import with rope scaling" "$T" import hf R --layout dp_shard=1
 reference R r
@@ -108,4 +117,4 @@ check r-f16.gguf rf16 5e-4 rounded
     --checkpoint.interval=1 >resume.log 2>&1 || { fail "resume at seq_len 64"; tail -5 resume.log >&2; }
 expect 0 "export after the resume" "$T" export run/checkpoint/step-00000151 --format safetensors hf151 --dtype f32
 grep -q '"max_position_embeddings": 128,' hf151/config.json || fail "a resume at seq_len 64 lost the context length 128"
-finish "llama: 6 GGUF files (f32, bf16, f16; with and without rope scaling) tokenize, decode and continue text as tessera does"
+finish "llama: 6 GGUF files (f32, bf16, f16; with and without rope scaling) and one rewritten by gguf-py tokenize, decode and continue text as tessera does"

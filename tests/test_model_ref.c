@@ -58,13 +58,15 @@ static void check_whole(const tsr_tensor_decl *d, const tsr_box *box, const char
 
 int main(void) {
     tmp = getenv("TSR_TMP");
-    const char *root = getenv("TSR_ROOT");
-    REQUIRE(tmp && root, "TSR_TMP and TSR_ROOT must be set (tests/run.sh sets them)");
+    const char *root = getenv("TSR_ROOT"), *py = getenv("TSR_PY");
+    REQUIRE(tmp && root && py, "TSR_TMP, TSR_ROOT and TSR_PY must be set (tests/run.sh sets them)");
 
     /* no reference, no test: a failure, as for the kernels */
-    int rc = system("/usr/bin/python3 -c 'import numpy, torch' >/dev/null 2>&1");
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd, "'%s' -c 'import numpy, torch' >/dev/null 2>&1", py);
+    int rc = system(cmd);
     if (rc == -1 || !WIFEXITED(rc) || WEXITSTATUS(rc) != 0) {
-        fprintf(stderr, "python3-torch is missing: run make deps\n");
+        fprintf(stderr, "%s cannot import numpy and torch: the tests' Python environment is tests/py_setup.sh's\n", py);
         return 1;
     }
 
@@ -152,11 +154,11 @@ int main(void) {
     free(logits);
     if (check_done()) return 1;
 
-    char cmd[8192];
-    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s/tests/ref_model.py' '%s'", root, tmp);
+    snprintf(cmd, sizeof cmd, "'%s' '%s/tests/ref_model.py' '%s'", py, root, tmp);
     rc = system(cmd);
     if (rc == -1 || !WIFEXITED(rc)) REQUIRE(0, "cannot run %s", cmd);
-    if (WEXITSTATUS(rc) == 3) fprintf(stderr, "python3-torch is missing: run make deps\n");
+    if (WEXITSTATUS(rc) == 3 || WEXITSTATUS(rc) == 127)
+        fprintf(stderr, "%s has no torch: the tests' Python environment is tests/py_setup.sh's\n", py);
     else if (WEXITSTATUS(rc)) fprintf(stderr, "tests/ref_model.py: the debug model disagrees with PyTorch\n");
     return WEXITSTATUS(rc);
 }

@@ -1,8 +1,11 @@
-"""test_python.py DIR TRAINED LOGITS TOKENS: the Python package (python/tessera)
+"""test_python.py DIR TRAINED LOGITS TOKENS [--no-torch]: the Python package (python/tessera)
 against the library and against tests/format_reader.py, an independent reader of
 FORMAT.md. DIR: a scratch folder; TRAINED: a checkpoint root written by `tessera
 train` on 2 ranks (tp=2); LOGITS: `tessera logits` of it for TOKENS (float32, T x
-V). Prints "FAIL: ..." for each failed check, exits 1 if any."""
+V). The PyTorch checks (tensors in and out, tessera.torch) need torch: without it
+they fail, unless --no-torch says to leave them out and to prove that the package
+works with numpy alone (it must not import torch). Prints "FAIL: ..." for each
+failed check, exits 1 if any."""
 import os
 import sys
 
@@ -35,6 +38,7 @@ def raises(fn, *words):
 
 
 d, trained = sys.argv[1], sys.argv[2]
+no_torch = sys.argv[5:] == ["--no-torch"]
 rng = np.random.default_rng(7)
 
 # 1. every dtype the package writes, 0-d to 3-d and empty, read whole and in boxes
@@ -111,12 +115,16 @@ with tessera.open(trained) as ck:
     check(int.from_bytes(ck.blob("train.step"), "little") == ck.step, "train.step blob")
     ck.verify()
 
-# 4. PyTorch, where it imports: tensors out (bfloat16 for bf16) and in
-try:
-    import torch
-except ImportError:
-    torch = None
-    print("SKIP: torch does not import: the PyTorch checks are skipped")
+# 4. PyTorch: tensors out (bfloat16 for bf16) and in; with --no-torch, the package
+# has not needed it
+torch = None
+if no_torch:
+    check("torch" not in sys.modules, "the package imported torch")
+else:
+    try:
+        import torch
+    except ImportError as e:
+        check(False, "torch does not import under %s: %s" % (sys.executable, e))
 if torch is not None:
     t = torch.randn(3, 5).to(torch.bfloat16)
     tessera.save(os.path.join(d, "pt", "step-00000002"), {"w": t, "x": torch.arange(6, dtype=torch.int64)}, step=2)
@@ -198,4 +206,4 @@ if fails:
     sys.exit(1)
 print("python: %d dtypes round trip, boxes, blobs, errors, the trained checkpoint as format_reader.py reads it%s"
       % (len(arrays), ", PyTorch in and out, a Hugging Face-named module with tessera's logits (relative error %.2g)"
-         % err if torch is not None else ""))
+         % err if torch is not None else " (numpy only, no torch)"))

@@ -1,22 +1,18 @@
 #!/bin/sh
 # test_python.sh: the Python package python/tessera over libtessera.so (ctypes),
-# under Debian's python3-numpy and python3-torch: every dtype round trips, boxes,
-# blobs and errors; a checkpoint trained on 2 ranks (tp=2) reads exactly as
-# tests/format_reader.py (written from FORMAT.md alone) reads it; PyTorch tensors
-# in and out; tessera.torch.load_state_dict fills a PyTorch Llama module with Hugging
-# Face's names from that checkpoint, whose logits (tests/hf_llama.py's forward)
-# equal `tessera logits`. The checks are tests/test_python.py.
+# under the tests' Python (tests/py_setup.sh: numpy and PyTorch): every dtype
+# round trips, boxes, blobs and errors; a checkpoint trained on 2 ranks (tp=2)
+# reads exactly as tests/format_reader.py (written from FORMAT.md alone) reads it;
+# PyTorch tensors in and out; tessera.torch.load_state_dict fills a PyTorch Llama
+# module with Hugging Face's names from that checkpoint, whose logits
+# (tests/hf_llama.py's forward) equal `tessera logits`. The same checks but
+# PyTorch's run again under Debian's python3 with python3-numpy and no torch: the
+# package needs numpy alone. The checks are tests/test_python.py.
 . "$TSR_ROOT/tests/mpi.sh"
 cd "${TSR_TMP:?}" || exit 1
-PY=/usr/bin/python3
-$PY -c 'import numpy' 2>/dev/null || { echo "FAIL: /usr/bin/python3 has no numpy (python3-numpy: make deps)" >&2; exit 1; }
-LIB=$TSR_BUILD/libtessera.so.0
-[ -e "$LIB" ] || { echo "FAIL: $LIB is not built" >&2; exit 1; }
-# a sanitizer build's library needs the sanitizers' runtimes loaded first
-pre=""
-if nm -D "$LIB" | grep -q __asan_; then
-    pre="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)"
-fi
+need_py
+SYS=/usr/bin/python3
+$SYS -c 'import numpy' 2>/dev/null || { echo "FAIL: $SYS has no numpy (python3-numpy: make test installs it)" >&2; exit 1; }
 run_np 2 "$T" train --config "$TSR_ROOT/train/configs/debug.toml" --training.steps=4 --checkpoint.enable \
     --checkpoint.interval=4 --parallelism.tensor_parallel_degree=2 --job.dump_folder=trained >train.log 2>&1 ||
     { fail "training the checkpoint to read"; tail -5 train.log >&2; }
@@ -24,8 +20,11 @@ run_np 2 "$T" train --config "$TSR_ROOT/train/configs/debug.toml" --training.ste
 TOK=72,101,108,108,111,44,32,119,111,114,108,100,256,84,104,101
 "$T" logits trained/checkpoint --tokens $TOK --out logits.bin >/dev/null 2>logits.err ||
     { fail "tessera logits"; cat logits.err >&2; }
-env LD_PRELOAD="$pre" ASAN_OPTIONS=detect_leaks=0 TESSERA_LIB="$LIB" PYTHONPATH="$TSR_ROOT/python" \
-    $PY "$TSR_ROOT/tests/test_python.py" "$TSR_TMP" trained/checkpoint logits.bin $TOK >out.txt 2>&1 ||
-    fail "tests/test_python.py: exit $?"
+mkdir env sys
+with_lib "$TSR_PY" "$TSR_ROOT/tests/test_python.py" "$TSR_TMP/env" trained/checkpoint logits.bin $TOK >out.txt 2>&1 ||
+    fail "tests/test_python.py under $TSR_PY: exit $?"
+cat out.txt
+with_lib $SYS "$TSR_ROOT/tests/test_python.py" "$TSR_TMP/sys" trained/checkpoint logits.bin $TOK --no-torch >out.txt 2>&1 ||
+    fail "tests/test_python.py under $SYS without torch: exit $?"
 cat out.txt
 finish

@@ -1,9 +1,23 @@
 #!/bin/sh
-# Installs the Debian packages tessera needs that are missing. Run by make test/run/bench.
+# deps.sh [run|test|bench]: installs the Debian packages that are missing for
+#   run    building tessera and the main job (make, make run): the compiler, the
+#          libraries tessera links, Open MPI, gnuplot for the loss plot;
+#   test   make test: those, and clang with its sanitizer runtimes (fuzz targets),
+#          Debian's python3 with numpy and venv (the tests' Python environment,
+#          tests/py_setup.sh, and the package's numpy-only check), CMake, Ninja and
+#          a C++ compiler (llama.cpp from source, tests/llama_setup.sh), Ceph (a
+#          real S3 server on loopback, tests/rgw.sh), GNU time;
+#   bench  make bench: the run set, Ceph, GNU time and python3.
 set -e
-pkgs="build-essential clang libclang-rt-14-dev pkg-config liburing-dev libzstd-dev libxxhash-dev
-libcurl4-openssl-dev time libssl-dev libxml2-dev libinih-dev libcjson-dev libopenmpi-dev openmpi-bin libopenblas-dev gnuplot-nox python3-numpy python3-torch
-ceph-mon ceph-mgr ceph-osd radosgw ceph-common"
+run="build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libcurl4-openssl-dev libssl-dev
+libxml2-dev libinih-dev libcjson-dev libopenmpi-dev openmpi-bin libopenblas-dev gnuplot-nox"
+ceph="ceph-mon ceph-mgr ceph-osd radosgw ceph-common"
+case ${1:-run} in
+run) pkgs=$run;;
+test) pkgs="$run clang libclang-rt-14-dev time python3 python3-numpy python3-venv cmake ninja-build g++ $ceph";;
+bench) pkgs="$run time python3 $ceph";;
+*) echo "usage: deps.sh [run|test|bench]" >&2; exit 2;;
+esac
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

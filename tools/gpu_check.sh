@@ -4,14 +4,11 @@
 #   sh tools/gpu_check.sh prepare OUT   (here, after make cuda-variant) puts in OUT
 #       the CUDA build's command and GPU test with the shared libraries they link
 #       that are not the C library's or CUDA's (liburing, zstd, curl, MPI, ...),
-#       and this script; a short training run's checkpoint, its safetensors
-#       export and tessera's logits for tests/hf_transformers.py, with the
-#       Python package; and the same as OUT.tar.xz;
+#       and this script; and the same as OUT.tar.xz;
 #   sh OUT/gpu_check.sh run [SUMMARY]   (on the GPU machine, in at most a few
 #       minutes) runs every GPU kernel test against its CPU twin (under
-#       compute-sanitizer's memcheck and racecheck too, where it is), the
-#       export and the Python package in Hugging Face transformers (where the
-#       machine has it), then tessera bench gpu, and writes one summary file (default
+#       compute-sanitizer's memcheck and racecheck too, where it is), then
+#       tessera bench gpu, and writes one summary file (default
 #       OUT/gpu-summary.txt). Exit 0 only if the tests passed.
 set -u
 cmd=${1:-}
@@ -30,23 +27,6 @@ prepare)
     ldd "$B/tessera" "$B/tests/test_cuda" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u |
         grep -Ev '/(libc|libm|libpthread|libdl|librt|ld-linux[^/]*|libcuda|libcudart|libcublas|libcublasLt|libnccl)\.so' |
         while read -r lib; do cp -L "$lib" "$OUT/lib/" || exit 1; done
-    # for tests/hf_transformers.py, where the GPU machine has transformers: a
-    # checkpoint of a short training run, its safetensors export, a prompt with
-    # tessera's logits over it, and the Python package with the shared library
-    H=$OUT/hf-check T=$B/tessera
-    rm -rf "$H" && mkdir -p "$H/py" || exit 1
-    printf ' A cat, caf\303\251  \342\202\254 .\n\tThe story of Alma' >"$H/text.txt"
-    od -An -tu1 -v "$H/text.txt" | tr -s ' \n' ',,' | sed 's/^,//;s/,$//' >"$H/ids.txt"
-    { "$T" data prep --out "$H/data" --synthetic 64k &&
-      "$T" train --config "$ROOT/train/configs/debug.toml" --job.dump_folder="$H/run" --training.steps=20 \
-          --training.dataset=tokens --training.dataset_path="$H/data" --checkpoint.enable=true \
-          --checkpoint.interval=20 &&
-      mv "$H/run/checkpoint/step-00000020" "$H/ckpt" &&
-      "$T" export "$H/ckpt" --format safetensors "$H/hf" --dtype f32 &&
-      "$T" logits "$H/ckpt" --tokens "$(cat "$H/ids.txt")" --out "$H/ref.bin"; } >"$H/prepare.log" 2>&1 ||
-        { echo "gpu_check: the transformers check's inputs:" >&2; tail -n 5 "$H/prepare.log" >&2; exit 1; }
-    rm -rf "$H/run" "$H/data" "$H/prepare.log"
-    cp -r "$ROOT/python/tessera" "$ROOT/tests/hf_transformers.py" "$H/py/" && cp -L "$B/libtessera.so.0" "$H/py/" || exit 1
     # one compressed file too, for a machine that is sent files by size
     tar -C "$(dirname "$OUT")" -cJf "$OUT.tar.xz" "$(basename "$OUT")" || exit 1
     echo "gpu_check: prepared $OUT ($(ls "$OUT/lib" | wc -l) libraries, $(du -sh "$OUT" | cut -f1); $OUT.tar.xz $(du -sh "$OUT.tar.xz" | cut -f1)); on the GPU machine: sh $OUT/gpu_check.sh run"
@@ -88,27 +68,6 @@ run)
             done
         else
             echo "== no compute-sanitizer on this machine: the memory checks did not run"
-        fi
-        # the safetensors export and the Python package in transformers itself,
-        # where this machine has it: the Python process takes the machine's own
-        # libraries where it has them (PyTorch needs its newer C++ runtime), the
-        # carried ones for the rest
-        if [ -d "$HERE/hf-check" ] && python3 -c "import transformers" 2>/dev/null; then
-            echo "== transformers: tessera's export and checkpoint in Hugging Face transformers (tests/hf_transformers.py)"
-            P=$HERE/hf-check/pylib
-            mkdir -p "$P"
-            for l in "$HERE"/lib/*; do
-                n=$(basename "$l")
-                ldconfig -p | grep -q "^[[:space:]]*$n " || ln -sf "$l" "$P/$n"
-            done
-            start=$(date +%s)
-            LD_LIBRARY_PATH="$P" PYTHONPATH="$HERE/hf-check/py" TESSERA_LIB="$HERE/hf-check/py/libtessera.so.0" \
-                timeout 300 python3 "$HERE/hf-check/py/hf_transformers.py" "$HERE/hf-check" 2>&1
-            hrc=$?
-            echo "hf_transformers: exit $hrc in $(( $(date +%s) - start )) s"
-            [ $rc -eq 0 ] && [ $hrc -ne 0 ] && rc=$hrc
-        else
-            echo "== no transformers on this machine: the export's check in it did not run"
         fi
         # what a save of device state costs a training loop (README, "GPU")
         echo "== bench gpu: the bf16 matrix rate; staging, blocked time and step cost of saves of device state"
