@@ -11,7 +11,7 @@
 # wheel) and checked against its SHA-256 below. The build is CPU only with
 # GGML_NATIVE=OFF (x86-64's baseline instructions, no -march=native), so that the
 # results do not depend on the machine that built it: about 4 minutes on 2 cores
-# the first time, 25 MB in the cache (the 77 MB sdist and the build tree are
+# the first time, 13 MB in the cache (the 77 MB sdist and the build tree are
 # removed). One build at a time (flock); the result is built in a temporary folder
 # and renamed into place, so that a run that waited or died never sees half of
 # it. Prints the directory; exits 1, saying why, when it cannot.

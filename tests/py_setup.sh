@@ -7,7 +7,7 @@
 #   ${TSR_CACHE:-/var/cache/tessera}/pyenv-KEY/
 # torch's wheel asks for NVIDIA's CUDA libraries; where the dynamic linker finds
 # the CUDA Toolkit's (/usr/local/cuda), only the four it lacks are installed (2.3 GB,
-# about 2 minutes the first time); elsewhere tests/requirements-cuda.txt adds the
+# about a minute the first time); elsewhere tests/requirements-cuda.txt adds the
 # rest. One install at a time (flock); the folder counts only once its ok file is
 # written last (a virtual environment cannot be renamed into place: its scripts
 # name their folder), and a folder without it, left by a run that died, is
