@@ -13,7 +13,9 @@
 
 PREFIX ?= /usr/local
 CC ?= cc
-BUILD ?= build/release
+CUDA ?= 0
+# each variant its own folder: the CUDA build beside the host-only one
+BUILD ?= $(if $(filter 1,$(CUDA)),build/release-cuda,build/release)
 OPT ?= -O2 -g
 SAN ?=
 WERROR ?=
@@ -43,7 +45,6 @@ LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 
 # The CUDA build: kernels/cuda/*.cu for sm_90 (machine code and PTX) with the
 # CUDA Toolkit in CUDA_HOME; TSR_CUDA tells the C code that devices exist.
-CUDA ?= 0
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 CUDA_SRC := $(sort $(wildcard kernels/cuda/*.cu))
@@ -73,11 +74,20 @@ SHLIB := $(BUILD)/libtessera.so.$(VERSION)
 .PHONY: all deps deps-test deps-bench test test-long bench bench-long run install uninstall clean fuzz layers cuda-variant
 all: $(BUILD)/tessera $(BUILD)/libtessera.a $(SHLIB) $(BUILD)/tessera.1
 
-$(BUILD)/%.o: %.c $(HEADERS)
+# The flags a folder was built with, in $(BUILD)/flags: every object and program
+# depends on it, and it changes when the flags do, so that a folder never mixes
+# objects of two sets of flags (CUDA=1 in a host-only folder, another SAN or OPT).
+BUILD_FLAGS := $(CC) $(CFLAGS_ALL) | $(LDLIBS_ALL) | $(NVCCFLAGS)
+ifneq ($(BUILD_FLAGS),$(file <$(BUILD)/flags))
+$(shell mkdir -p $(BUILD))
+$(file >$(BUILD)/flags,$(BUILD_FLAGS))
+endif
+
+$(BUILD)/%.o: %.c $(HEADERS) $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -c $< -o $@
 
-$(BUILD)/%.o: %.cu $(HEADERS)
+$(BUILD)/%.o: %.cu $(HEADERS) $(BUILD)/flags
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -130,16 +140,23 @@ test: deps-test
 	$(MAKE) --no-print-directory cuda-variant
 	sh tests/run.sh build/asan build/fuzz $(FUZZ_SECONDS)
 
-# libFuzzer targets, built with clang against the library; FUZZ_EXTRA_<target>
-# names the sources above the library that a target also needs.
+# libFuzzer targets, built with clang against the library (compiled once for all
+# of them, instrumented for coverage); FUZZ_EXTRA_<target> names the sources
+# above the library that a target also needs.
 FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fno-sanitize-recover=undefined -pthread -fopenmp=libgomp $(INCLUDES)
 FUZZ_EXTRA_fuzz_config := $(wildcard train/config*.c)
 build/fuzz/fuzz_config: $(FUZZ_EXTRA_fuzz_config)
 fuzz: $(FUZZ_BIN)
-build/fuzz/%: tests/%.c $(LIB_SRC) $(HEADERS)
+build/fuzz/obj/%.o: %.c $(HEADERS)
 	@mkdir -p $(dir $@)
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-	  -pthread -fopenmp=libgomp $(INCLUDES) -Itests $< $(LIB_SRC) $(FUZZ_EXTRA_$*) -o $@ $(SYS_LIBS) $(MPI_LIBS) -lm -fopenmp=libgomp
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link,address,undefined -c $< -o $@
+build/fuzz/libtessera-fuzz.a: $(LIB_SRC:%.c=build/fuzz/obj/%.o)
+	@rm -f $@
+	ar rcs $@ $^
+build/fuzz/%: tests/%.c build/fuzz/libtessera-fuzz.a $(HEADERS)
+	clang $(FUZZ_CFLAGS) -fsanitize=fuzzer,address,undefined -Itests $< $(FUZZ_EXTRA_$*) build/fuzz/libtessera-fuzz.a \
+	  -o $@ $(SYS_LIBS) $(MPI_LIBS) -lm -fopenmp=libgomp
 
 # The CUDA variant (build/cuda), warnings as errors, wherever nvcc is, so that GPU
 # code never rots; tests/run.sh runs its GPU test, which skips without a GPU.

@@ -6,6 +6,11 @@
 #include "commands.h"
 #include "tessera.h"
 
+#ifdef TSR_CUDA /* for --version: the CUDA runtime and NCCL this binary was built with */
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+#endif
+
 /* name NULL: a command of one word (`tessera train`) */
 typedef struct command {
     const char *group, *name;
@@ -62,6 +67,12 @@ int main(int argc, char **argv) {
     }
     if (strcmp(argv[1], "--version") == 0) {
         printf("tessera %s (checkpoint format %d.%d)\n", TSR_VERSION_STRING, TSR_FORMAT_MAJOR, TSR_FORMAT_MINOR);
+#ifdef TSR_CUDA
+        printf("built with CUDA %d.%d (cuBLAS) and NCCL %d.%d.%d\n", CUDART_VERSION / 1000, CUDART_VERSION % 1000 / 10,
+               NCCL_MAJOR, NCCL_MINOR, NCCL_PATCH);
+#else
+        printf("built without CUDA: host memory only (make CUDA=1 builds the GPU variant)\n");
+#endif
         return EXIT_OK;
     }
     int known_group = 0;
