@@ -2,7 +2,8 @@
 # Runs every test: C test programs (tests/test_*.c, built into BUILD/tests), shell
 # tests of the command (tests/test_*.sh) and the libFuzzer targets (tests/fuzz_*.c)
 # for FUZZ_SECONDS each. Each test exits 0 (pass), 77 (skip, with the reason on
-# stderr) or anything else (fail). Ends with the line "N passed, N failed, N skipped".
+# stderr) or anything else (fail). Prints each test's time, then the ten slowest with
+# the share of their limit they used, and ends with the line "N passed, N failed, N skipped".
 # Each test runs under a time limit (then it fails, named): TSR_TEST_TIMEOUT seconds
 # (default 600); a test whose source has a line with "tsr-timeout: N" gets N
 # instead, unless TSR_TEST_TIMEOUT is set; the fuzz targets get FUZZ_SECONDS more.
@@ -24,7 +25,8 @@ export TSR_PY
 echo "test tools: $TSR_PY, llama.cpp in $(sh "$ROOT/tests/llama_setup.sh") ($(( $(date +%s) - setup_start )) s)"
 TMPBASE=$(mktemp -d /tmp/tessera-test.XXXXXX)
 trap 'rm -rf "$TMPBASE"' EXIT INT TERM
-pass=0 fail=0 skip=0 failed=""
+pass=0 fail=0 skip=0 failed="" suite_start=$(date +%s)
+: >"$TMPBASE/times"
 
 limit_of() { # source file: its time limit in seconds
     if [ -n "${TSR_TEST_TIMEOUT:-}" ]; then echo "$TSR_TEST_TIMEOUT"; return; fi
@@ -41,6 +43,7 @@ run_one() { # name, limit (seconds), command...
     (cd "$dir" && TSR_TMP="$dir" timeout -k 10 "$limit" "$@") >"$dir.log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
+    echo "$secs $limit $name" >>"$TMPBASE/times"
     if { [ $rc = 124 ] || [ $rc = 137 ]; } && [ $secs -ge "$limit" ]; then
         fail=$((fail + 1)); failed="$failed $name"
         echo "FAIL $name: timed out after ${limit}s (TSR_TEST_TIMEOUT or tsr-timeout: N in the test)"
@@ -72,6 +75,9 @@ if [ -d "$FUZZ" ]; then
             sh "$ROOT/tests/fuzz.sh" "$f" "$FUZZ_SECONDS"
     done
 fi
+echo "the ten slowest (seconds, share of the test's limit):"
+sort -rn "$TMPBASE/times" | head -n 10 | awk '{ printf "  %5d s  %3d%%  %s\n", $1, 100 * $1 / $2, $3 }'
+echo "all tests: $(( $(date +%s) - suite_start )) s"
 [ -n "$failed" ] && echo "failed:$failed"
 echo "$pass passed, $fail failed, $skip skipped"
 [ "$fail" = 0 ]
