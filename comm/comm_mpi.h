@@ -29,4 +29,24 @@ struct tsr_comm {
 /* tsr_mpi_err(): TSR_EIO into err, "MPI <what> failed: <MPI's reason for rc>". */
 int tsr_mpi_err(tsr_error *err, int rc, const char *what);
 
+/* tsr_mpi_wait(): MPI_Wait(q), but where this node runs more ranks than it has
+ * cores for them, a wait that sleeps between tests: Open MPI's blocking calls
+ * spin there, calling sched_yield, and a make test of oversubscribed jobs spent
+ * as much time in the kernel as in tessera. @return MPI's code. */
+int tsr_mpi_wait(MPI_Request *q);
+/* TSR_MPI_COLL(rc, MPI_Name, MPI_Iname, args...): rc = MPI_Name(args...) where
+ * each rank has a core; MPI_Iname(args..., &q) and tsr_mpi_wait(&q) where ranks
+ * share cores. */
+int tsr_mpi_shared_cores(void);
+#define TSR_MPI_COLL(rc, blocking, nonblocking, ...)                                                              \
+    do {                                                                                                         \
+        if (!tsr_mpi_shared_cores()) {                                                                           \
+            (rc) = blocking(__VA_ARGS__);                                                                        \
+        } else {                                                                                                 \
+            MPI_Request q_;                                                                                      \
+            (rc) = nonblocking(__VA_ARGS__, &q_);                                                                \
+            if ((rc) == MPI_SUCCESS) (rc) = tsr_mpi_wait(&q_);                                                   \
+        }                                                                                                        \
+    } while (0)
+
 #endif

@@ -4,6 +4,7 @@
  * collectives are the data plane (data_mpi.c). Messages larger than INT_MAX
  * bytes are split. */
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,33 @@ int tsr_mpi_err(tsr_error *err, int rc, const char *what) {
     int len = 0;
     MPI_Error_string(rc, msg, &len);
     return tsr_err(err, TSR_EIO, "MPI %s failed: %.*s", what, len, msg);
+}
+
+/* Whether this node runs more ranks than the cores this process may use (Open
+ * MPI's mpirun says how many ranks it started here): decided once. */
+int tsr_mpi_shared_cores(void) {
+    static int shared = -1;
+    if (shared < 0) {
+        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+        cpu_set_t set;
+        int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+        shared = local && atoi(local) > cores;
+    }
+    return shared;
+}
+
+/* Tests every 20 us at first, then less often up to every 250 us: a collective
+ * advances only while its ranks call into MPI, so the sleeps stay short. */
+int tsr_mpi_wait(MPI_Request *q) {
+    if (!tsr_mpi_shared_cores()) return MPI_Wait(q, MPI_STATUS_IGNORE);
+    long ns = 20000;
+    for (;;) {
+        int done = 0, rc = MPI_Test(q, &done, MPI_STATUS_IGNORE);
+        if (rc != MPI_SUCCESS || done) return rc;
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+        if (ns < 250000) ns *= 2;
+    }
 }
 
 tsr_comm *tsr_comm_mpi_world(tsr_error *err) {
@@ -132,7 +160,8 @@ uint32_t tsr_comm_size(const tsr_comm *c) { return c->size; }
 
 int tsr_comm_barrier(tsr_comm *c, tsr_error *err) {
     if (!c->is_mpi) return 0;
-    int rc = MPI_Barrier(c->comm);
+    int rc;
+    TSR_MPI_COLL(rc, MPI_Barrier, MPI_Ibarrier, c->comm);
     return rc == MPI_SUCCESS ? 0 : tsr_mpi_err(err, rc, "Barrier");
 }
 
@@ -151,7 +180,8 @@ int tsr_comm_bcast(tsr_comm *c, uint32_t root, void *buf, size_t n, tsr_error *e
     if (!c->is_mpi) return 0;
     for (size_t off = 0; off < n || (n == 0 && off == 0); off += TSR_MPI_CHUNK) {
         int len = (int)(n - off < TSR_MPI_CHUNK ? n - off : TSR_MPI_CHUNK);
-        int rc = MPI_Bcast((char *)buf + off, len, MPI_BYTE, (int)root, c->comm);
+        int rc;
+        TSR_MPI_COLL(rc, MPI_Bcast, MPI_Ibcast, (char *)buf + off, len, MPI_BYTE, (int)root, c->comm);
         if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Bcast");
         if (n == 0) break;
     }
@@ -161,7 +191,8 @@ int tsr_comm_bcast(tsr_comm *c, uint32_t root, void *buf, size_t n, tsr_error *e
 int tsr_comm_allreduce_min(tsr_comm *c, int64_t *v, tsr_error *err) {
     if (!c->is_mpi) return 0;
     int64_t in = *v;
-    int rc = MPI_Allreduce(&in, v, 1, MPI_INT64_T, MPI_MIN, c->comm);
+    int rc;
+    TSR_MPI_COLL(rc, MPI_Allreduce, MPI_Iallreduce, &in, v, 1, MPI_INT64_T, MPI_MIN, c->comm);
     return rc == MPI_SUCCESS ? 0 : tsr_mpi_err(err, rc, "Allreduce");
 }
 
@@ -187,7 +218,8 @@ int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, s
     int rc = (!all_n || !rc_cnt || !displs) ? tsr_err(err, TSR_ENOMEM, "out of memory") : 0;
     uint8_t *out = NULL;
     if (!rc) {
-        int r = MPI_Allgather(&mine, 1, MPI_UINT64_T, all_n, 1, MPI_UINT64_T, c->comm);
+        int r;
+        TSR_MPI_COLL(r, MPI_Allgather, MPI_Iallgather, &mine, 1, MPI_UINT64_T, all_n, 1, MPI_UINT64_T, c->comm);
         if (r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Allgather");
     }
     uint64_t total = 0;
@@ -204,7 +236,8 @@ int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, s
             displs[i] = d;
             d += rc_cnt[i];
         }
-        int r = MPI_Allgatherv(buf, (int)n, MPI_BYTE, out, rc_cnt, displs, MPI_BYTE, c->comm);
+        int r;
+        TSR_MPI_COLL(r, MPI_Allgatherv, MPI_Iallgatherv, buf, (int)n, MPI_BYTE, out, rc_cnt, displs, MPI_BYTE, c->comm);
         if (r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Allgatherv");
     }
     free(all_n), free(rc_cnt), free(displs);
@@ -222,7 +255,9 @@ int tsr_comm_send(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n
     if (!c->is_mpi) return tsr_err(err, TSR_EINVAL, "send on a group of one rank");
     for (size_t off = 0; off < n || off == 0; off += TSR_MPI_CHUNK) {
         int len = (int)(n - off < TSR_MPI_CHUNK ? n - off : TSR_MPI_CHUNK);
-        int rc = MPI_Send((const char *)buf + off, len, MPI_BYTE, (int)peer, tag, c->comm);
+        MPI_Request q;
+        int rc = MPI_Isend((const char *)buf + off, len, MPI_BYTE, (int)peer, tag, c->comm, &q);
+        if (rc == MPI_SUCCESS) rc = tsr_mpi_wait(&q);
         if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Send");
         if (n == 0) break;
     }
@@ -233,7 +268,9 @@ int tsr_comm_recv(tsr_comm *c, uint32_t peer, int tag, void *buf, size_t n, tsr_
     if (!c->is_mpi) return tsr_err(err, TSR_EINVAL, "recv on a group of one rank");
     for (size_t off = 0; off < n || off == 0; off += TSR_MPI_CHUNK) {
         int len = (int)(n - off < TSR_MPI_CHUNK ? n - off : TSR_MPI_CHUNK);
-        int rc = MPI_Recv((char *)buf + off, len, MPI_BYTE, (int)peer, tag, c->comm, MPI_STATUS_IGNORE);
+        MPI_Request q;
+        int rc = MPI_Irecv((char *)buf + off, len, MPI_BYTE, (int)peer, tag, c->comm, &q);
+        if (rc == MPI_SUCCESS) rc = tsr_mpi_wait(&q);
         if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Recv");
         if (n == 0) break;
     }
@@ -252,7 +289,8 @@ int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint
     size_t *sizes = is_root ? calloc(c->size, sizeof *sizes) : NULL;
     int rc = is_root && (!all_n || !cnt || !displs || !sizes) ? tsr_err(err, TSR_ENOMEM, "out of memory") : 0;
     /* every rank takes part in both collectives, even after a local failure */
-    int r = MPI_Gather(&mine, 1, MPI_UINT64_T, all_n, 1, MPI_UINT64_T, (int)root, c->comm);
+    int r;
+    TSR_MPI_COLL(r, MPI_Gather, MPI_Igather, &mine, 1, MPI_UINT64_T, all_n, 1, MPI_UINT64_T, (int)root, c->comm);
     if (!rc && r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Gather");
     uint8_t *out = NULL;
     uint64_t total = 0;
@@ -268,7 +306,7 @@ int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint
             d += cnt[i];
         }
     }
-    r = MPI_Gatherv(buf, (int)n, MPI_BYTE, out, cnt, displs, MPI_BYTE, (int)root, c->comm);
+    TSR_MPI_COLL(r, MPI_Gatherv, MPI_Igatherv, buf, (int)n, MPI_BYTE, out, cnt, displs, MPI_BYTE, (int)root, c->comm);
     if (!rc && r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Gatherv");
     free(all_n), free(cnt), free(displs);
     if (rc) {

@@ -51,7 +51,8 @@ static void f32_to_bf16(uint16_t *dst, const float *src, size_t n) {
 static int allreduce_native(tsr_comm *c, void *buf, size_t n, MPI_Datatype t, size_t esz, tsr_error *err) {
     for (size_t off = 0; off < n; off += ALLREDUCE_CHUNK) {
         int len = (int)(n - off < ALLREDUCE_CHUNK ? n - off : ALLREDUCE_CHUNK);
-        int rc = MPI_Allreduce(MPI_IN_PLACE, (char *)buf + off * esz, len, t, MPI_SUM, c->comm);
+        int rc;
+        TSR_MPI_COLL(rc, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, (char *)buf + off * esz, len, t, MPI_SUM, c->comm);
         if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Allreduce");
     }
     return 0;
@@ -122,7 +123,8 @@ static int data_allgatherv_untimed(tsr_comm *c, tsr_dtype dt, const void *send, 
     rc = int_counts(c, counts, &cnt, &displs, &total, "Allgatherv", err);
     if (!rc) {
         const void *sb = send == (char *)recv + (size_t)displs[c->rank] * esz ? MPI_IN_PLACE : send;
-        int r = MPI_Allgatherv(sb, cnt[c->rank], t, recv, cnt, displs, t, c->comm);
+        int r;
+        TSR_MPI_COLL(r, MPI_Allgatherv, MPI_Iallgatherv, sb, cnt[c->rank], t, recv, cnt, displs, t, c->comm);
         if (r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Allgatherv");
     }
     free(cnt), free(displs);
@@ -138,7 +140,8 @@ static int reduce_scatter_bf16(tsr_comm *c, const uint16_t *send, uint16_t *recv
     if (!wide || !part) rc = tsr_err(err, TSR_ENOMEM, "out of memory for a reduce-scatter of %zu bf16", total);
     if (!rc) {
         bf16_to_f32(wide, send, total);
-        int r = MPI_Reduce_scatter(wide, part, cnt, MPI_FLOAT, MPI_SUM, c->comm);
+        int r;
+        TSR_MPI_COLL(r, MPI_Reduce_scatter, MPI_Ireduce_scatter, wide, part, cnt, MPI_FLOAT, MPI_SUM, c->comm);
         if (r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Reduce_scatter");
         else f32_to_bf16(recv, part, mine);
     }
@@ -162,7 +165,8 @@ static int data_reduce_scatterv_untimed(tsr_comm *c, tsr_dtype dt, const void *s
     if (!rc && dt == TSR_BF16) {
         rc = reduce_scatter_bf16(c, send, recv, cnt, total, err);
     } else if (!rc) {
-        int r = MPI_Reduce_scatter(send, recv, cnt, t, MPI_SUM, c->comm);
+        int r;
+        TSR_MPI_COLL(r, MPI_Reduce_scatter, MPI_Ireduce_scatter, send, recv, cnt, t, MPI_SUM, c->comm);
         if (r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Reduce_scatter");
     }
     free(cnt), free(displs);
