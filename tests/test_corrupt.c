@@ -1,10 +1,11 @@
 /* test_corrupt.c: every single-byte corruption of a small checkpoint is detected,
  * exhaustively: in the MANIFEST, every byte position with every one of its 255 other
  * values (parsed in memory), and every position once more through tsr_ckpt_open and
- * verify from disk; in each data file, every byte position (the new value cycling
- * through all 255 changes across positions), by tsr_ckpt_verify and by reading every
- * tensor and blob; the data files once more in memory (/dev/shm), where they
- * are read through a mapping (every third position; every one with TSR_LONG).
+ * verify from disk; in each data file, byte positions spread over the whole file
+ * (the new value cycling through all 255 changes across positions) for a time
+ * budget with a floor, every one under make test-long (TSR_LONG), by
+ * tsr_ckpt_verify and by reading every tensor and blob; the data files once more in
+ * memory (/dev/shm), where they are read through a mapping.
  * Then each of a frame's two checksums on its own: a frame whose stored bytes
  * changed but decode to bytes that match raw_hash is caught by stored_hash alone,
  * and one whose stored bytes match stored_hash but decode to other bytes (a
@@ -118,9 +119,14 @@ static void collect(void *user, const char *msg) {
     if (n + strlen(msg) + 2 < 4096) snprintf(all + n, 4096 - n, "%s\n", msg);
 }
 
-/* Data files of the checkpoint in dir: every stride-th position (1: every one),
- * by verify and by read; truncated and extended. */
-static void data_files(const char *dir, size_t stride) {
+/* Data files of the checkpoint in dir, by verify and by read: every position with
+ * `all` (make test-long), else as many as a time budget allows with a floor,
+ * visited in an order that spreads any prefix over the whole file (position i*step
+ * mod len, step coprime with len, near len/phi); truncated and extended. */
+#define DATA_BUDGET_S 8.0 /* per file */
+#define DATA_FLOOR 1024   /* positions per file, whatever the time */
+static size_t gcd(size_t a, size_t b) { return b ? gcd(b, a % b) : a; }
+static void data_files(const char *dir, int all) {
     for (int f = 0; f < 2; f++) {
         char path[700];
         snprintf(path, sizeof path, "%s/data-%05d.tsd", dir, f);
@@ -128,7 +134,11 @@ static void data_files(const char *dir, size_t stride) {
         uint8_t *d = slurp(path, &len);
         long v_missed = 0, r_missed = 0;
         int failures_before = check_failures;
-        for (size_t pos = 0; pos < len; pos += stride) {
+        size_t step = (size_t)((double)len * 0.6180339887) | 1, n = 0;
+        while (gcd(step, len) != 1) step += 2;
+        double t0 = tsr_now();
+        for (; n < len && (all || n < DATA_FLOOR || tsr_now() - t0 < DATA_BUDGET_S); n++) {
+            size_t pos = n * step % len;
             poke(path, pos, (uint8_t)(d[pos] ^ (1 + pos % 255)));
             if (verify_ok(dir) && v_missed++ < 5) CHECK(0, "%s byte %zu: verify passed", path, pos);
             if (read_ok(dir) && r_missed++ < 5) CHECK(0, "%s byte %zu: read passed", path, pos);
@@ -144,7 +154,7 @@ static void data_files(const char *dir, size_t stride) {
         CHECK(truncate(path, (off_t)len) == 0, "restore");
         poke(path, len - 1, d[len - 1]);
         if (check_failures == failures_before)
-            printf("%s: %zu positions of %zu, all detected\n", path, (len + stride - 1) / stride, len);
+            printf("%s: %zu positions of %zu, all detected\n", path, n, len);
         free(d);
     }
 }
@@ -283,13 +293,13 @@ int main(void) {
     free(m);
     printf("MANIFEST from disk: %.1f s\n", tsr_now() - t0);
     t0 = tsr_now();
-    data_files(dir, 1);
+    int all = getenv("TSR_LONG") != NULL;
+    data_files(dir, all);
     printf("data files from disk: %.1f s\n", tsr_now() - t0);
     t0 = tsr_now();
     /* the same in memory (/dev/shm, tmpfs), where the reader maps the data files
-     * and checks the frames in the file's own pages: every third position (the
-     * checks are the ones above; the mapping is what differs), every one under
-     * make test-long (TSR_LONG) */
+     * and checks the frames in the file's own pages (the checks are the ones
+     * above; the mapping is what differs) */
     char shm[128], cmd[900];
     snprintf(shm, sizeof shm, "/dev/shm/tessera-corrupt-%d", (int)getpid());
     snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", shm, dir, shm);
@@ -301,7 +311,7 @@ int main(void) {
     CHECK(tsr_rfile_map(rf, 0, size) != NULL, "%s/data-00000.tsd is not mapped", shm);
     tsr_rfile_close(rf);
     tsr_store_close(st);
-    data_files(shm, getenv("TSR_LONG") ? 1 : 3);
+    data_files(shm, all);
     printf("data files in memory: %.1f s\n", tsr_now() - t0);
     snprintf(cmd, sizeof cmd, "rm -rf %s", shm);
     CHECK(system(cmd) == 0, "%s", cmd);
