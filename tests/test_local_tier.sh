@@ -47,10 +47,13 @@ sup kill 2
 wait_step kill 10
 [ "$(committed "$SHM-kill/node-0")" -le 2 ] && [ "$(committed "$SHM-kill/node-0")" -ge 1 ] ||
     fail "kill: $(committed "$SHM-kill/node-0") snapshots in node memory, not 1 or 2"
+# the newest snapshot in node memory before the kill (one more may commit before the kill lands)
+newest=$(ls -d "$SHM-kill"/node-0/step-*/MANIFEST 2>/dev/null | sed 's|.*/step-0*\([0-9]*\)/MANIFEST|\1|' | sort -n | tail -n 1)
 kill -9 "$(rank_pid kill 1 1)"
 finished kill 1
-grep -q "resumed from $SHM-kill/node-0/recover/step-[0-9]* (the local tier, step" "$TSR_TMP/kill.log" ||
-    { fail "kill: the relaunch did not resume from the local tier"; grep resumed "$TSR_TMP/kill.log" >&2; }
+got=$(sed -n "s|^resumed from $SHM-kill/node-0/recover/step-0*\([0-9]*\) (the local tier, step.*|\1|p" "$TSR_TMP/kill.log")
+[ -n "$newest" ] && { [ "$got" = "$newest" ] || [ "$got" = $((newest + 1)) ]; } ||
+    { fail "kill: the relaunch resumed from '$got', not the newest snapshot ($newest or the next)"; grep resumed "$TSR_TMP/kill.log" >&2; }
 [ -e "$SHM-kill" ] && fail "kill: the local tier's folder outlives the run"
 compare ref kill 0
 
@@ -94,6 +97,18 @@ grep -q "local tier: step-00000012 is not complete: a data file is in no survivi
 grep -q "(the durable tier, step 8," "$TSR_TMP/both.log" ||
     { fail "both: the restart did not load the durable tier's step 8"; grep resumed "$TSR_TMP/both.log" >&2; }
 compare refc both 1e-4
+
+# a durable checkpoint newer than every complete snapshot (snapshots every 3
+# steps, durable checkpoints every 4: at step 8 the local tier holds 3 and 6): the
+# restart loads the durable tier's step 8, not the local tier's step 6
+run_np 2 "$T" train $JOB --checkpoint.local_interval=3 --training.steps=8 --job.dump_folder="$TSR_TMP/newer" \
+    --checkpoint.local_folder="$SHM-newer" >"$TSR_TMP/newer.log" 2>&1 || fail "newer: exit $?"
+[ "$(committed "$SHM-newer/node-0")" = 2 ] && [ -e "$SHM-newer/node-0/step-00000006/MANIFEST" ] ||
+    fail "newer: the local tier does not hold steps 3 and 6"
+run_np 2 "$T" train $JOB --checkpoint.local_interval=3 --training.steps=10 --job.dump_folder="$TSR_TMP/newer" \
+    --checkpoint.local_folder="$SHM-newer" >>"$TSR_TMP/newer.log" 2>&1 || fail "newer: the restart exited $?"
+grep -q "resumed from $TSR_TMP/newer/checkpoint/step-00000008 (the durable tier, step 8," "$TSR_TMP/newer.log" ||
+    { fail "newer: the restart did not load the durable step 8, newer than the local tier's 6"; grep resumed "$TSR_TMP/newer.log" >&2; }
 
 # 4 ranks as 4 nodes (partner copies in a ring: node k's files on node k+1);
 # nodes 1 and 3 lost. Node 0 holds files 0 and 3, node 2 files 2 and 1: each
