@@ -3,13 +3,15 @@
 # small stand-in tests in a copy of the tree: a test over its time limit fails,
 # named; a test with 77 failed checks fails (exit 1, not a skip) and prints no
 # success line; a multi-rank test without mpirun fails instead of skipping; a
-# skip, a pass and a per-test limit are counted as such.
+# skip, a pass and a per-test limit are counted as such; the ten slowest tests are
+# listed with the share of their limit.
 # tsr-timeout: 180 (the runner takes the first such line: this one, not the stand-in's below)
 . "$TSR_ROOT/tests/common.sh"
 cd "$TSR_TMP" || exit 1
 R=$TSR_TMP/root
 mkdir -p "$R/tests" build/tests
-cp "$TSR_ROOT/tests/run.sh" "$TSR_ROOT/tests/common.sh" "$TSR_ROOT/tests/mpi.sh" "$R/tests/"
+cp "$TSR_ROOT/tests/run.sh" "$TSR_ROOT/tests/common.sh" "$TSR_ROOT/tests/mpi.sh" "$TSR_ROOT/tests/py_setup.sh" \
+    "$TSR_ROOT/tests/llama_setup.sh" "$TSR_ROOT"/tests/requirements*.txt "$R/tests/"
 
 cat >"$R/tests/test_a_pass.sh" <<'EOF'
 . "$TSR_ROOT/tests/common.sh"
@@ -62,6 +64,12 @@ grep -q "^SKIP test_d_skip: SKIP: no such resource" run.out || fail "the skip wa
 grep -q "^FAIL test_f_mpi (exit 1," run.out || fail "a multi-rank test without mpirun did not fail"
 grep -q "mpirun is not installed" run.out || fail "no reason given for the missing mpirun"
 grep -q "^3 passed, 2 failed, 1 skipped$" run.out || fail "run.sh totals: $(tail -n 1 run.out)"
+
+# each test's time, the slowest first with the share of its limit, and the total
+grep -q "^the ten slowest" run.out && grep -Eq "^ +1[0-9] s +1%  test_c_hang$" run.out ||
+    fail "the slowest tests are not listed with their share of the limit"
+grep -Eq "^ +[5-7] s +(62|75|87)%  test_e_slow$" run3.out || fail "test_e_slow's share of its own 8 s limit is not listed"
+grep -q "^all tests: [0-9]* s$" run.out || fail "the suite's time is not printed"
 
 [ $rc3 = 1 ] || fail "run.sh (3 s limit) exited $rc3, expected 1"
 grep -q "^FAIL test_c_hang: timed out after 3s" run3.out || fail "a hanging test was not failed by name"
