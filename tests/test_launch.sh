@@ -40,14 +40,18 @@ expect 2 "launch with a bad key" "$T" launch -np 2 -- train --config "$CFG" --tr
 grep -q "did you mean" err.txt || fail "launch with a bad key: no suggestion"
 [ -e "$TSR_TMP/u" ] && fail "launch with a bad key: the job's folder was made"
 
-# bounded restarts: a job that cannot start is given up after --max-restarts
-"$T" launch -np 2 $FAST --max-restarts 1 -- train $JOB --job.dump_folder="$TSR_TMP/bad" \
+# bounded restarts: a job that cannot start is given up after --max-restarts,
+# the backoff (0.2 s) doubling with each launch in a row that trained no step
+"$T" launch -np 2 $FAST --max-restarts 2 -- train $JOB --job.dump_folder="$TSR_TMP/bad" \
     --training.dataset_path="$TSR_TMP/nowhere" >"$TSR_TMP/bad.log" 2>&1
 rc=$?
 [ $rc = 1 ] || fail "bad: exit $rc, expected 1"
-[ "$(ev bad "e['event']=='relaunch'")" = 1 ] || fail "bad: not one relaunch"
-ev bad "e['event']=='finish' and e['status']=='failed' and e['restarts']==1 and e['rank_exits']==2" >/dev/null ||
-    { fail "bad: no failed finish after 1 restart"; tail -n 3 "$TSR_TMP/bad/launch.jsonl" >&2; }
+[ "$(ev bad "e['event']=='relaunch'")" = 2 ] || fail "bad: not two relaunches"
+ev bad "e['event']=='relaunch' and e['restart']==1 and e['backoff_s']==0.4" >/dev/null &&
+    ev bad "e['event']=='relaunch' and e['restart']==2 and e['backoff_s']==0.8" >/dev/null ||
+    { fail "bad: the backoff is not 0.4 s then 0.8 s"; grep relaunch "$TSR_TMP/bad/launch.jsonl" >&2; }
+ev bad "e['event']=='finish' and e['status']=='failed' and e['restarts']==2 and e['rank_exits']==3" >/dev/null ||
+    { fail "bad: no failed finish after 2 restarts"; tail -n 3 "$TSR_TMP/bad/launch.jsonl" >&2; }
 grep -q "giving up" "$TSR_TMP/bad.log" || fail "bad: no 'giving up' said"
 
 # the uninterrupted runs: 2 ranks, and 2 ranks with the data of steps 9-11 skipped
@@ -67,11 +71,14 @@ t_seen=$(ev kill "e['event']=='rank_exit' and e['launch']==1 and e['rank']==1" t
 $PY -c "import sys; sys.exit(0 if 0 <= $t_seen - $t_kill < 1.0 else 1)" ||
     fail "kill: the rank's exit was seen $t_seen, killed $t_kill: not within 1 s"
 ev kill "e['event']=='recovered' and e['launch']==2 and e['cost_s'] > 0" >/dev/null || fail "kill: no recovered event with its cost"
+ev kill "e['event']=='relaunch' and e['restart']==1 and e['backoff_s']==0.2" >/dev/null ||
+    fail "kill: a launch that trained steps is not relaunched after the plain backoff (0.2 s)"
 grep -q "resumed from" "$TSR_TMP/kill.log" || fail "kill: the relaunch did not resume"
 compare ref kill 0
 
-# a hang: rank 1 stopped; after --hang-timeout the job is killed and relaunched
-sup hang 2 --hang-timeout 4
+# a hang: rank 1 stopped; after the automatic hang timeout (5x the median step,
+# at least 5 s: here the floor) the job is killed and relaunched
+sup hang 2
 wait_step hang 10
 pid=$(rank_pid hang 1 1)
 kill -STOP "$pid"
@@ -99,8 +106,8 @@ send(rec(token, 5, 2, os.getpid()))
 send(rec(token, 1, 2, 1))
 EOF
 finished hang 1
-ev hang "e['event']=='hang' and e['rank']==1 and e['state']=='T' and 4 <= e['silent_s'] < 8" >/dev/null ||
-    { fail "hang: not detected as rank 1 stopped after 4 s"; grep hang "$TSR_TMP/hang/launch.jsonl" >&2; }
+ev hang "e['event']=='hang' and e['rank']==1 and e['state']=='T' and e['timeout_s']==5 and 5 <= e['silent_s'] < 9" >/dev/null ||
+    { fail "hang: not detected as rank 1 stopped after the automatic 5 s"; grep hang "$TSR_TMP/hang/launch.jsonl" >&2; }
 for why in "not a heartbeat" "heartbeat version 1" "compute time 0.2 outside" "wrong token" "rank 1 is already held by pid $pid" "rank 5 of 2" "the record says pid 1"; do
     ev hang "e['event']=='refused' and e['launch']==1 and '$why' in e['reason']" >/dev/null ||
         fail "hostile: '$why' not refused"
