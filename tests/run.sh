@@ -40,9 +40,14 @@ run_one() { # name, limit (seconds), command...
     start=$(date +%s)
     # timeout signals the test's whole process group (servers and mpirun included),
     # then SIGKILL 10 s later
+    ls /dev/shm >"$TMPBASE/shm.before" 2>/dev/null
     (cd "$dir" && TSR_TMP="$dir" timeout -k 10 "$limit" "$@") >"$dir.log" 2>&1
     rc=$?
     secs=$(( $(date +%s) - start ))
+    # Open MPI's shared-memory segments of ranks that were killed outlive them:
+    # what the test left there is removed
+    ls /dev/shm 2>/dev/null | grep -E '^(vader_segment|sm_segment)\.' | grep -vxF -f "$TMPBASE/shm.before" |
+        while read -r f; do rm -f "/dev/shm/$f"; done
     echo "$secs $limit $name" >>"$TMPBASE/times"
     if { [ $rc = 124 ] || [ $rc = 137 ]; } && [ $secs -ge "$limit" ]; then
         fail=$((fail + 1)); failed="$failed $name"
