@@ -183,17 +183,9 @@ class Checkpoint:
             if base in RECORD_SIZES:
                 if base in secs or rec < RECORD_SIZES[base]:
                     raise Refused("MANIFEST: section %d repeated or records too small" % typ)
-                data = m[off:off + size]
-                if packed:
-                    if rec * count > 4 << 30:
-                        raise Refused("MANIFEST: packed section %d over 4 GiB" % typ)
-                    shuffled = np.frombuffer(zstd_frame(bytes(data), rec * count), dtype=np.uint8)
-                    blocks = []  # blocks of 65536 records: byte j of record b + i at b * rec + j * n + i
-                    for b in range(0, count, 65536):
-                        n = min(65536, count - b)
-                        blocks.append(shuffled[b * rec:(b + n) * rec].reshape(rec, n).T.tobytes())
-                    data = b"".join(blocks)
-                secs[base] = (data, rec, count)
+                if packed and rec * count > 4 << 30:
+                    raise Refused("MANIFEST: packed section %d over 4 GiB" % typ)
+                secs[base] = (m[off:off + size], rec, count, packed)
             elif sflags & 1:
                 raise Refused("MANIFEST: unknown required section %d" % typ)
         spans.sort()
@@ -211,7 +203,17 @@ class Checkpoint:
             return check_name(bytes(strings[o:o + n]), what)
 
         def records(typ):
-            data, rec, count = secs[typ]
+            """The records of section typ; a packed one's decoded only now, once the
+            records read before it have justified its count (its size costs nothing to
+            declare: 4 GiB of records pack into 130 KB)."""
+            data, rec, count, packed = secs[typ]
+            if packed:
+                shuffled = np.frombuffer(zstd_frame(bytes(data), rec * count), dtype=np.uint8)
+                blocks = []  # blocks of 65536 records: byte j of record b + i at b * rec + j * n + i
+                for b in range(0, count, 65536):
+                    n = min(65536, count - b)
+                    blocks.append(shuffled[b * rec:(b + n) * rec].reshape(rec, n).T.tobytes())
+                data = b"".join(blocks)
             return [data[i * rec:(i + 1) * rec] for i in range(count)]
 
         self.files = {}
@@ -236,12 +238,19 @@ class Checkpoint:
                 raise Refused("tensor %s: placement" % name)
             if cfirst != next_chunk or (self.tensors and self.tensors[-1]["name"].encode() >= name.encode()):
                 raise Refused("tensor %s: order or chunk range" % name)
+            if ccount > volume(shape[:ndim]):  # its chunks are disjoint, none empty
+                raise Refused("tensor %s: %d chunks for %d elements" % (name, ccount, volume(shape[:ndim])))
             next_chunk += ccount
             self.tensors.append(dict(name=name, group=string(go, gn, "group of " + name), dtype=dtype,
                                      shape=tuple(shape[:ndim]), tp_dim=tp_dim, fsdp=fsdp, pp_role=pp_role,
                                      layer=layer, chunks=range(cfirst, cfirst + ccount)))
         if next_chunk != secs[4][2]:
-            raise Refused("TENSORS do not cover CHUNKS")
+            raise Refused("CHUNKS: %d records, the tensors' chunk ranges cover %d" % (secs[4][2], next_chunk))
+        chunk_recs, blob_recs = records(4), records(6)
+        nframes = sum(struct.unpack_from("<I", r, 12)[0] for r in chunk_recs) + \
+            sum(struct.unpack_from("<I", r, 20)[0] for r in blob_recs)
+        if nframes != secs[5][2]:
+            raise Refused("FRAMES: %d records, the chunks and blobs have %d frames" % (secs[5][2], nframes))
 
         fr = []
         for r in records(5):
@@ -249,7 +258,7 @@ class Checkpoint:
             fr.append(dict(offset=off, stored=stored, raw=raw, raw_hash=rh, stored_hash=sh, codec=codec))
         self.frames, next_frame = fr, 0
         self.chunks = []
-        for i, r in enumerate(records(4)):
+        for i, r in enumerate(chunk_recs):
             ti, fid, ffirst, fcount, sd = struct.unpack_from("<IIIIB", r)
             rows = struct.unpack_from("<Q", r, 24)[0]
             off, ext = struct.unpack_from("<8Q", r, 32), struct.unpack_from("<8Q", r, 96)
@@ -291,7 +300,7 @@ class Checkpoint:
                 raise Refused("tensor %s: chunks overlap or leave a gap" % t["name"])
 
         self.blobs, last = [], None
-        for r in records(6):
+        for r in blob_recs:
             no, nn, rank, fid, ffirst, fcount, size = struct.unpack_from("<IIiIIIQ", r)
             name = string(no, nn, "blob")
             key = (name.encode(), rank)

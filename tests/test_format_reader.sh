@@ -4,7 +4,9 @@
 # vector formats/testdata (section 12) and finds exactly expected.txt's contents;
 # it refuses the vector with one frame byte flipped, and reports an expected
 # value changed; it reads synthetic checkpoints of every dtype (frames of 64 bytes,
-# cut along inner dims; and the default codecs); its layout rule (section 10)
+# cut along inner dims; and the default codecs); it and tessera read a MANIFEST
+# with records wider than v1.0's (chunk records of 1 MiB, packed) and refuse at
+# once one whose packed CHUNKS declares 2 GiB of records; its layout rule (section 10)
 # holds for the worked examples and gives the boxes tessera reshard writes; and it
 # finds a training checkpoint and a model-only checkpoint as section 11 describes
 # them (blobs, tensors, placements).
@@ -38,6 +40,28 @@ expect 0 "synth with 64-byte frames" "$T" ckpt synth small --bytes 16K --dtype m
 expect 0 "read the 64-byte frames" $PY "$R" small
 expect 0 "synth" "$T" ckpt synth mixed --bytes 256K --dtype mix --threads 1
 expect 0 "read the default codecs" $PY "$R" mixed
+
+# FORMAT.md 4.2-4.3 by hand (tests/test_manifest.c rewrites a MANIFEST): every
+# record wider than v1.0's, as a later minor version may write them (chunk
+# records of 1 MiB, packed), read as they were; and a packed CHUNKS that
+# declares 2 GiB of zero records (a zstd frame of 64 KiB) that no tensor holds:
+# tessera and the reader refuse it before decoding it, naming the MANIFEST and
+# the reason (the reader with 1 GiB of address space, where decoding would not
+# fit; one BLAS thread, so that numpy's threads do not take it on a large machine)
+TM="$TSR_BUILD/tests/test_manifest"
+[ -x "$TM" ] || fail "$TM is not built"
+expect 0 "synth for hand-made MANIFESTs" "$T" ckpt synth wide --bytes 16K --dtype mix --threads 1
+cp -r wide hostile && chmod -R u+w wide hostile
+expect 0 "wider records" "$TM" --widen wide
+expect 0 "verify wider records" "$T" ckpt verify wide
+expect 0 "read wider records" $PY "$R" wide
+expect 0 "a packed CHUNKS of 2 GiB of records" "$TM" --hostile hostile
+expect 1 "verify a packed CHUNKS of 2 GiB of records" "$T" ckpt verify hostile
+grep -q "hostile/MANIFEST: CHUNKS declares 13421772 records, more than" err.txt ||
+    fail "verify does not name the MANIFEST and the count: $(cat err.txt)"
+expect 1 "read a packed CHUNKS of 2 GiB of records" \
+    env OPENBLAS_NUM_THREADS=1 sh -c 'ulimit -v 1048576 && exec "$@"' sh $PY "$R" hostile
+grep -q "refused: CHUNKS: 13421772 records" out.txt || fail "the reader does not refuse the count: $(cat out.txt)"
 
 # section 10: the worked examples, by the reader's layout rule; and that rule
 # gives exactly the boxes tessera reshard writes (one data file per rank) for
