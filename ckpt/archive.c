@@ -1,6 +1,8 @@
 /* archive.c: copies of committed checkpoints between a local directory and an
  * S3 location (archive.h): the data files first, the MANIFEST last, so that a
- * copy cut short is never a committed checkpoint on the other side. */
+ * copy cut short is never a committed checkpoint on the other side. What goes
+ * up has its raw frames encoded (compact.h): a save under load stores them
+ * raw, what is kept need not be. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -12,15 +14,15 @@
 
 #include "archive.h"
 #include "common.h"
+#include "compact.h"
 #include "manifest.h"
 
 /* The data file names of the checkpoint in dir (local or remote), from its
- * MANIFEST, and their total size. */
-static int data_files(const char *dir, char (**names)[32], size_t *n, uint64_t *bytes, tsr_error *err) {
+ * MANIFEST. */
+static int data_files(const char *dir, char (**names)[32], size_t *n, tsr_error *err) {
     tsr_ckpt *ck = tsr_ckpt_open(dir, err);
     if (!ck) return err ? err->code : TSR_ECORRUPT;
     *n = tsr_ckpt_n_files(ck);
-    *bytes = 0;
     *names = calloc(*n ? *n : 1, sizeof **names);
     if (!*names) {
         tsr_ckpt_close(ck);
@@ -30,7 +32,6 @@ static int data_files(const char *dir, char (**names)[32], size_t *n, uint64_t *
         tsr_file_info f;
         tsr_ckpt_file(ck, i, &f);
         tsr_data_file_name(f.file_id, (*names)[i], sizeof **names);
-        *bytes += f.size;
     }
     tsr_ckpt_close(ck);
     return 0;
@@ -46,55 +47,152 @@ static int fsync_in(const char *dir, const char *name, tsr_error *err) {
     return rc;
 }
 
-/* Copies the checkpoint between the local directory `local` and the S3 location
- * `url` (push: to S3), file by file, the MANIFEST last. The file list comes from
- * the source's MANIFEST, which a push requires; a pull makes `local` first, and
- * refuses one that holds a committed checkpoint already. */
-static int copy_step(tsr_s3 *s3, const char *local, const char *url, int push, tsr_s3_transfer *t,
-                     tsr_error *err) {
+/* The bucket and the key prefix (no trailing '/') of url, and the key of name
+ * under it. */
+typedef struct remote {
     char bucket[TSR_S3_MAX_BUCKET], prefix[TSR_S3_MAX_KEY];
-    int rc = tsr_s3_split(url, bucket, TSR_S3_MAX_BUCKET, prefix, TSR_S3_MAX_KEY, err);
+} remote;
+
+static int remote_of(const char *url, remote *r, tsr_error *err) {
+    int rc = tsr_s3_split(url, r->bucket, TSR_S3_MAX_BUCKET, r->prefix, TSR_S3_MAX_KEY, err);
+    size_t pl = strlen(r->prefix);
+    if (!rc && pl && r->prefix[pl - 1] == '/') r->prefix[pl - 1] = 0;
+    return rc;
+}
+
+static int key_of(const remote *r, const char *name, char *key, tsr_error *err) {
+    if ((size_t)snprintf(key, TSR_S3_MAX_KEY, "%s%s%s", r->prefix, r->prefix[0] ? "/" : "", name) >= TSR_S3_MAX_KEY)
+        return tsr_err(err, TSR_EINVAL, "s3://%s/%s/%s: key too long", r->bucket, r->prefix, name);
+    return 0;
+}
+
+/* Downloads the committed checkpoint at url into the local directory `local`,
+ * file by file, the MANIFEST last (every data file durable before it comes);
+ * makes `local` first, and refuses one that holds a committed checkpoint. */
+static int pull_step(tsr_s3 *s3, const char *local, const char *url, tsr_s3_transfer *t, tsr_error *err) {
+    remote rm;
+    int rc = remote_of(url, &rm, err);
     if (rc) return rc;
-    size_t pl = strlen(prefix);
-    if (pl && prefix[pl - 1] == '/') prefix[--pl] = 0;
-    if (push && !tsr_ckpt_is_committed(local))
-        return tsr_err(err, TSR_ENOTFOUND, "%s: no MANIFEST (not a committed checkpoint)", local);
     char (*names)[32] = NULL;
     size_t n = 0;
-    uint64_t bytes = 0;
-    if ((rc = data_files(push ? local : url, &names, &n, &bytes, err))) return rc;
-    if (!push) {
-        int e = tsr_mkdir_p(local);
-        if (e) rc = tsr_err(err, e == ENOSPC ? TSR_ENOSPC : TSR_EIO, "%s: cannot create directory: %s", local, strerror(e));
-        char manifest[PATH_MAX + 40];
-        snprintf(manifest, sizeof manifest, "%s/MANIFEST", local);
-        if (!rc && access(manifest, F_OK) == 0)
-            rc = tsr_err(err, TSR_EINVAL, "%s: already holds a committed checkpoint", local);
-    }
+    if ((rc = data_files(url, &names, &n, err))) return rc;
+    int e = tsr_mkdir_p(local);
+    if (e) rc = tsr_err(err, e == ENOSPC ? TSR_ENOSPC : TSR_EIO, "%s: cannot create directory: %s", local, strerror(e));
+    char manifest[PATH_MAX + 40];
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST", local);
+    if (!rc && access(manifest, F_OK) == 0)
+        rc = tsr_err(err, TSR_EINVAL, "%s: already holds a committed checkpoint", local);
     for (size_t i = 0; i <= n && !rc; i++) {
         const char *name = i < n ? names[i] : "MANIFEST"; /* the MANIFEST last */
-        char path[PATH_MAX + 40], key[TSR_S3_MAX_KEY + 40];
+        char path[PATH_MAX + 40], key[TSR_S3_MAX_KEY];
         snprintf(path, sizeof path, "%s/%s", local, name);
-        snprintf(key, sizeof key, "%s%s%s", prefix, pl ? "/" : "", name);
-        /* a pull: every data file durable before the MANIFEST comes (the writeback
-         * of each began when it was downloaded) */
-        for (size_t k = 0; !push && i == n && k < n && !rc; k++) rc = fsync_in(local, names[k], err);
-        if (rc) break;
-        if (strlen(key) >= TSR_S3_MAX_KEY) rc = tsr_err(err, TSR_EINVAL, "s3://%s/%s: key too long", bucket, key);
-        else if (push) rc = tsr_s3_upload_file(s3, path, bucket, key, t, err);
-        else rc = tsr_s3_download_file(s3, bucket, key, path, t, err);
+        /* the writeback of each data file began when it was downloaded */
+        for (size_t k = 0; i == n && k < n && !rc; k++) rc = fsync_in(local, names[k], err);
+        if (!rc) rc = key_of(&rm, name, key, err);
+        if (!rc) rc = tsr_s3_download_file(s3, rm.bucket, key, path, t, err);
     }
-    if (!push && !rc) rc = fsync_in(local, "MANIFEST", err);
+    if (!rc) rc = fsync_in(local, "MANIFEST", err);
     free(names);
     return rc;
 }
 
-int tsr_archive_push_step(tsr_s3 *s3, const char *step_dir, const char *dst, tsr_s3_transfer *t, tsr_error *err) {
-    return copy_step(s3, step_dir, dst, 1, t, err);
+/* 1 when url holds a committed copy of the save save_id: its MANIFEST names
+ * that save (a push uploads it last, once every data file is complete), and
+ * every data file it lists is there at its size. */
+static int pushed_before(tsr_s3 *s3, const remote *rm, const char *url, const uint8_t *save_id) {
+    tsr_error e = {0};
+    tsr_ckpt *ck = tsr_s3_is_url(url) ? tsr_ckpt_open(url, &e) : NULL;
+    int yes = ck && memcmp(tsr_ckpt_save_id(ck), save_id, 16) == 0;
+    for (size_t i = 0; yes && i < tsr_ckpt_n_files(ck); i++) {
+        tsr_file_info f;
+        tsr_s3_object o;
+        char name[32], key[TSR_S3_MAX_KEY];
+        tsr_ckpt_file(ck, i, &f);
+        tsr_data_file_name(f.file_id, name, sizeof name);
+        yes = !key_of(rm, name, key, NULL) && tsr_s3_head(s3, rm->bucket, key, &o, NULL) == 0 && o.size == f.size;
+    }
+    tsr_ckpt_close(ck);
+    return yes;
+}
+
+static void on_recoded(void *user, uint64_t bytes) {
+    tsr_s3_transfer *t = user;
+    if (t && t->progress) t->progress(t->user, bytes);
+}
+
+/* Uploads the committed checkpoint in `local` to url, file by file, the
+ * MANIFEST last. A data file with raw frames goes through the recoder (its
+ * frames encoded, streamed as a multipart upload through the S3 store); the
+ * others, and the MANIFEST when nothing was re-encoded, are uploaded as they
+ * are (skipped when complete, resumed when interrupted). A checkpoint whose
+ * re-encoded copy is committed at url already is not sent again. */
+static int push_step(tsr_s3 *s3, const char *local, const char *url, int threads, tsr_s3_transfer *t,
+                     tsr_recode_stats *st, tsr_error *err) {
+    remote rm;
+    int rc = remote_of(url, &rm, err);
+    if (rc) return rc;
+    if (!tsr_ckpt_is_committed(local))
+        return tsr_err(err, TSR_ENOTFOUND, "%s: no MANIFEST (not a committed checkpoint)", local);
+    tsr_recode *r = tsr_recode_open(local, threads, err);
+    if (!r) return err ? err->code : TSR_ECORRUPT;
+    tsr_recode_progress(r, on_recoded, t);
+    tsr_ckpt *ck = tsr_recode_ckpt(r);
+    size_t n = tsr_ckpt_n_files(ck);
+    int any = 0;
+    for (size_t i = 0; i < n; i++) any |= tsr_recode_file_raw(r, i);
+    if (any && pushed_before(s3, &rm, url, tsr_ckpt_save_id(ck))) {
+        const uint8_t *mf;
+        size_t len;
+        tsr_recode_manifest(r, &mf, &len, NULL); /* the source's: nothing rewritten */
+        for (size_t i = 0; i < n; i++) {
+            tsr_file_info f;
+            tsr_ckpt_file(ck, i, &f);
+            len += f.size;
+        }
+        if (t) t->skipped = 1;
+        on_recoded(t, len);
+        tsr_recode_close(r);
+        return 0;
+    }
+    tsr_store *dst = any ? tsr_store_open(url, 0, err) : NULL;
+    if (any && !dst) rc = err ? err->code : TSR_EIO;
+    for (size_t i = 0; i < n && !rc; i++) {
+        tsr_file_info f;
+        char name[32], path[PATH_MAX + 40], key[TSR_S3_MAX_KEY];
+        tsr_ckpt_file(ck, i, &f);
+        tsr_data_file_name(f.file_id, name, sizeof name);
+        snprintf(path, sizeof path, "%s/%s", local, name);
+        if (!(rc = key_of(&rm, name, key, err)))
+            rc = tsr_recode_file_raw(r, i) ? tsr_recode_file(r, i, dst, err)
+                                           : tsr_s3_upload_file(s3, path, rm.bucket, key, t, err);
+    }
+    char path[PATH_MAX + 40], key[TSR_S3_MAX_KEY];
+    snprintf(path, sizeof path, "%s/MANIFEST", local);
+    if (!rc) rc = key_of(&rm, "MANIFEST", key, err);
+    if (!rc && !tsr_recode_changed(r)) {
+        rc = tsr_s3_upload_file(s3, path, rm.bucket, key, t, err);
+    } else if (!rc) {
+        const uint8_t *mf;
+        size_t len;
+        rc = tsr_recode_manifest(r, &mf, &len, err);
+        if (!rc) rc = tsr_s3_put(s3, rm.bucket, key, mf, len, err);
+        if (!rc && t) t->parts_sent++;
+        if (!rc && t && t->progress) t->progress(t->user, len);
+    }
+    if (st) tsr_recode_stats_get(r, st);
+    tsr_store_close(dst);
+    tsr_recode_close(r);
+    return rc;
+}
+
+int tsr_archive_push_step(tsr_s3 *s3, const char *step_dir, const char *dst, int threads, tsr_s3_transfer *t,
+                          tsr_recode_stats *st, tsr_error *err) {
+    if (st) memset(st, 0, sizeof *st);
+    return push_step(s3, step_dir, dst, threads, t, st, err);
 }
 
 int tsr_archive_pull_step(tsr_s3 *s3, const char *src, const char *dir, tsr_s3_transfer *t, tsr_error *err) {
-    int rc = copy_step(s3, dir, src, 0, t, err);
+    int rc = pull_step(s3, dir, src, t, err);
     return rc ? rc : fsync_in(dir, ".", err); /* the renames survive a crash */
 }
 
@@ -102,6 +200,9 @@ int tsr_archive_pull_step(tsr_s3 *s3, const char *src, const char *dir, tsr_s3_t
 
 #include <pthread.h>
 
+/* The archiver encodes on one thread (its own): the job's cores are the job's,
+ * and one core encodes faster than most uplinks take the bytes. */
+#define ARCHIVE_THREADS 1
 
 struct tsr_archiver {
     tsr_s3 *s3;
@@ -161,9 +262,11 @@ static void *archiver_main(void *arg) {
         /* no retries here: every request already goes through the S3 client's
          * retry loop (TSR_S3_MAX_ATTEMPTS, TSR_S3_RETRY_SECONDS), and a push
          * resumes what an earlier one left */
-        int rc = tsr_archive_push_step(a->s3, a->busy, dst, NULL, &e);
+        tsr_recode_stats st;
+        int rc = tsr_archive_push_step(a->s3, a->busy, dst, ARCHIVE_THREADS, NULL, &st, &e);
         if (!rc) {
-            tsr_log(2, "%s: archived to %s", a->busy, dst);
+            tsr_log(2, "%s: archived to %s (%llu data files re-encoded, %llu -> %llu bytes)", a->busy, dst,
+                    (unsigned long long)st.files, (unsigned long long)st.bytes_in, (unsigned long long)st.bytes_out);
             remote_retention(a);
         } else {
             tsr_log(0, "archive of %s to %s failed: %s", a->busy, dst, e.msg);

@@ -2,10 +2,12 @@
 # Object storage against a real S3-compatible server on loopback, every request's
 # signature checked: moto, or Ceph's RADOS Gateway with S3_SERVER=rgw (test_s3_rgw).
 # On both: push / pull / ls / rm round trips, byte-identical, with multipart and
-# single-PUT objects; AWS CLI interop both ways; a wrong secret and a missing
+# single-PUT objects; raw frames encoded by push (a training checkpoint's f32 state
+# to at most 0.85x its raw bytes in the bucket, bf16 to 0.7x; same values and raw
+# checksums once pulled); AWS CLI interop both ways; a wrong secret and a missing
 # bucket; direct loads and saves from and to the bucket in other layouts; a push
 # killed midway and resumed without re-sending finished parts; archiving from the
-# trainer; a signed payload hash and Content-Type on every upload; a part altered in
+# trainer (encoded too); a signed payload hash and Content-Type on every upload; a part altered in
 # transit (RGW refuses it and the push sends it again; moto keeps it and pull refuses it).
 # On moto only (the client's behaviour, whatever the server): faults from a proxy
 # (500/503, resets, stalls; 429 retried; 403 and 400 not retried, each request
@@ -21,9 +23,12 @@ export TSR_S3_PART_SIZE=5M TSR_S3_MAX_ATTEMPTS=12 TSR_S3_RETRY_SECONDS=120
 B=s3://bkt
 
 # two committed checkpoints: step 10 in multipart objects (about 10 MiB per file),
-# step 20 in single-PUT objects; and an uncommitted step 30
-run_np 2 "$T" ckpt synth ck/step-00000010 --layout dp_shard=2 --bytes 32M --dtype bf16 >/dev/null || fail "synth 10"
-run_np 2 "$T" ckpt synth ck/step-00000020 --layout tp=2 --bytes 2M >/dev/null || fail "synth 20"
+# step 20 in single-PUT objects; and an uncommitted step 30. Their frames are all
+# encoded (--codec bytegroup): push sends such files as they are, byte for byte
+# (raw frames are encoded on the way: below)
+run_np 2 "$T" ckpt synth ck/step-00000010 --layout dp_shard=2 --bytes 32M --dtype bf16 --codec bytegroup >/dev/null ||
+    fail "synth 10"
+run_np 2 "$T" ckpt synth ck/step-00000020 --layout tp=2 --bytes 2M --codec bytegroup >/dev/null || fail "synth 20"
 mkdir -p ck/step-00000030 && echo partial > ck/step-00000030/data-00000.tsd
 
 # --- round trips
@@ -111,6 +116,41 @@ aws s3 cp --quiet --recursive $B/hf/ hf-from-s3 && aws s3 cp --quiet $B/gguf/m.g
     fail "aws s3 cp of the exports"
 for f in config.json model.safetensors; do cmp -s hf/$f hf-from-s3/$f || fail "exported $f differs"; done
 cmp -s m.gguf m-from-s3.gguf || fail "exported gguf differs"
+# --- raw frames are encoded on the way up: a training checkpoint (m above, f32
+# state saved raw) and a synthetic bf16 one stored raw take at most 0.85x and 0.7x
+# their raw bytes in the bucket; pull gives back a checkpoint that verifies, with
+# the same values and raw checksums; a second push sends nothing
+"$T" ckpt synth rawbf/step-00000003 --bytes 12M --codec raw --step 3 >/dev/null || fail "synth raw bf16"
+frames() { # DIR: "tensor raw_size raw_hash codec" of each frame
+    "$T" ckpt info "$1" --json | /usr/bin/python3 -c '
+import json, sys
+for t in json.load(sys.stdin)["tensors"]:
+    for c in t["chunks"]:
+        for f in c["frames"]:
+            print(t["name"], f["raw_size"], f["raw_hash"], f["codec"])'
+}
+for c in m/checkpoint/step-00000002:f32:0.85 rawbf/step-00000003:bf16:0.7; do
+    d=${c%%:*} goal=${c##*:} dt=${c#*:} name=$(basename "${c%%:*}")
+    dt=${dt%:*}
+    frames "$d" >local.frames
+    grep -q " raw$" local.frames || fail "$d: no raw frame to encode"
+    expect 0 "push of the raw $d" "$T" push "$d" $B/enc/ --json
+    grep -q '"files_reencoded":[1-9]' out.txt || fail "push of $d re-encoded no file: $(cat out.txt)"
+    total=$(aws s3 ls --recursive --summarize $B/enc/$name/ | sed -n 's/.*Total Size: //p')
+    raw=$("$T" ckpt ls "$(dirname "$d")" --json | sed -n "s/.*\"dir\":\"$name\",[^}]*\"raw_bytes\":\([0-9]*\).*/\1/p")
+    awk -v t="$total" -v r="$raw" -v g="$goal" -v dt="$dt" 'BEGIN {
+        printf "push of a raw %s checkpoint: %d bytes in the bucket, %.3f of its %d raw bytes (goal <= %s)\n", dt, t, t / r, r, g
+        exit !(r > 0 && t / r <= g) }' || fail "push of $d: the bucket holds more than $goal of the raw bytes"
+    expect 0 "pull of the encoded $d" "$T" pull $B/enc/$name enc-$name
+    expect 0 "verify the pulled $name" "$T" ckpt verify enc-$name
+    expect 0 "diff the pulled $name" "$T" ckpt diff "$d" enc-$name
+    frames enc-$name >pulled.frames
+    cut -d' ' -f1-3 local.frames >a && cut -d' ' -f1-3 pulled.frames >b && cmp -s a b || fail "$name: raw sizes or checksums changed"
+    grep -q " raw$" pulled.frames && [ "$(grep -c " raw$" pulled.frames)" -ge "$(grep -c " raw$" local.frames)" ] &&
+        fail "$name: the pulled copy has as many raw frames as the local one"
+    expect 0 "push of $d again" "$T" push "$d" $B/enc/ --json
+    grep -q '"parts_sent":0,.*"files_reencoded":0,' out.txt || fail "a second push of $d sent something: $(cat out.txt)"
+done
 expect 0 "rm" "$T" rm $B/direct/step-00000005
 # a checkpoint that is not there: said, exit 1, not "removed"
 expect 1 "rm of a checkpoint that does not exist" "$T" rm $B/direct/step-00000005
@@ -314,6 +354,12 @@ ls tr/checkpoint | grep -q step-00000040 || fail "local retention removed the ne
 [ "$(ls tr/checkpoint | grep -c step-)" = 1 ] || fail "local retention kept more than 1"
 expect 0 "pull the archive" "$T" pull $B/train/step-00000040 tr40
 expect 0 "diff archived and local" "$T" ckpt diff tr/checkpoint/step-00000040 tr40
+# the archiver encodes the raw frames of what it pushes too (the local copy stays as saved)
+total=$(aws s3 ls --recursive --summarize $B/train/step-00000040/ | sed -n 's/.*Total Size: //p')
+raw=$("$T" ls $B/train/ --json | sed -n 's/.*"dir":"step-00000040",[^}]*"raw_bytes":\([0-9]*\).*/\1/p')
+awk -v t="$total" -v r="$raw" 'BEGIN { printf "archive of a training checkpoint: %.3f of the raw bytes in the bucket\n", t / r
+    exit !(r > 0 && t / r <= 0.85) }' || fail "archive: the bucket holds more than 0.85 of the raw bytes ($total of $raw)"
+"$T" ckpt verify tr40 >/dev/null || fail "the pulled archive does not verify"
 
 # --- an archive that cannot succeed (no such bucket: refused at once, not
 # retried): each failure is reported, training finishes, local retention goes on
@@ -339,7 +385,7 @@ expect 2 "rm of a directory that is not a step" "$T" rm rml
 # (x-amz-content-sha256, which S3, RGW and MinIO check the body against; RGW 16 ignores
 # x-amz-checksum-sha256) and Content-Type application/octet-stream, for a single PUT
 # and for an object uploaded in parts (its CreateMultipartUpload)
-"$T" ckpt synth sig/step-00000001 --bytes 12M --codec raw --step 1 >/dev/null || fail "synth for sig"
+"$T" ckpt synth sig/step-00000001 --bytes 18M --codec bytegroup --step 1 >/dev/null || fail "synth for sig"
 [ "$(stat -c %s sig/step-00000001/data-00000.tsd)" -gt 10485760 ] || fail "sig: the data file is not over 2 parts"
 TSR_S3_VERBOSE=1 "$T" push sig/step-00000001 $B/sig/ >sig.out 2>sig.err || fail "push with its headers shown"
 want=$(openssl dgst -sha256 -r sig/step-00000001/MANIFEST | cut -c1-64)
@@ -351,6 +397,14 @@ done
 for k in MANIFEST data-00000.tsd; do
     ct=$(aws s3api head-object --bucket bkt --key sig/step-00000001/$k --query ContentType --output text)
     [ "$ct" = "application/octet-stream" ] || fail "$k: Content-Type $ct"
+done
+# the same for a data file encoded on the way (streamed in parts): the parts of the object
+TSR_S3_VERBOSE=1 "$T" push rawbf/step-00000003 $B/sig2/ >sig.out 2>sig.err || fail "push of a raw step with its headers shown"
+aws s3 cp --quiet $B/sig2/step-00000003/data-00000.tsd sig2.tsd || fail "aws s3 cp of the encoded object"
+[ "$(stat -c %s sig2.tsd)" -gt 5242880 ] || fail "sig2: the encoded object is not over one part"
+for p in 1 2; do
+    want=$(dd if=sig2.tsd bs=5242880 skip=$((p - 1)) count=1 2>/dev/null | openssl dgst -sha256 -r | cut -c1-64)
+    grep -q "^x-amz-content-sha256: $want" sig.err || fail "part $p of the encoded data-00000.tsd does not carry x-amz-content-sha256: $want"
 done
 
 finish "s3 on $S3_SERVER: round trips, interop, faults, resumed push and archiving ok"

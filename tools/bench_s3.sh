@@ -14,7 +14,8 @@ export S3_SERVER=${S3_SERVER:-rgw}
 s3_start bkt
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 CK="$OUT/ck/step-00000001"
-$MPIRUN -np 4 "$T" ckpt synth "$CK" --layout dp_shard=2,tp=2 --bytes 1600M --dtype bf16 >/dev/null || exit 1
+# every frame encoded (push sends such files as they are: the transfer alone is measured)
+$MPIRUN -np 4 "$T" ckpt synth "$CK" --layout dp_shard=2,tp=2 --bytes 1600M --dtype bf16 --codec bytegroup >/dev/null || exit 1
 bytes=$(du -sb "$CK" | cut -f1)
 # run WHAT CMD...: wall and CPU (user + system) seconds of CMD into $OUT/WHAT
 run() {
@@ -43,5 +44,23 @@ report() { # direction
 }
 report push
 report pull
+# the bucket's bytes of a push of checkpoints saved raw (codec auto under load: the
+# main job's), and the step's bytes after tessera ckpt compact, against the raw
+# bytes: the small model's f32 training state (AdamW) and its bf16 weights
+R="$OUT/ratio"
+"$T" train --config "$TSR_ROOT/train/configs/small.toml" --job.dump_folder="$R" --training.steps=2 \
+    --checkpoint.enable=true --checkpoint.interval=2 --checkpoint.last_save_model_only=true \
+    --checkpoint.export_dtype=bfloat16 >"$OUT/ratio.log" 2>&1 ||
+    { echo "bench s3: the training run for the ratios failed:"; tail -5 "$OUT/ratio.log"; exit 1; }
+for c in step-00000002:f32:0.85 model-step-00000002:bf16:0.7; do
+    d="$R/checkpoint/${c%%:*}" goal=${c##*:} dt=${c#*:}
+    "$T" push "$d" s3://bkt/ratio/ >/dev/null 2>&1 || { echo "bench s3: push of $d failed"; exit 1; }
+    bucket=$(aws s3 ls --recursive --summarize "s3://bkt/ratio/${c%%:*}/" | sed -n 's/.*Total Size: //p')
+    res=$("$T" ckpt compact "$d" --json) || { echo "bench s3: compact of $d failed"; exit 1; }
+    echo "$res" | sed 's/.*"raw_bytes":\([0-9]*\),"bytes_before":\([0-9]*\),"bytes_after":\([0-9]*\).*/\1 \2 \3/' |
+        awk -v b="$bucket" -v dt="${dt%:*}" -v g="$goal" '{
+        printf "push, %s checkpoint saved raw (small model, %.3fx its raw bytes on disk): %.1f MB in the bucket, %.3fx its raw bytes (goal <= %s)  %s\n", dt, $2 / $1, b / 1e6, b / $1, g, (b / $1 <= g) ? "ok" : "MISSED"
+        printf "compact, the same %s checkpoint: %.1f -> %.1f MB, %.3fx its raw bytes (goal <= %s)  %s\n", dt, $2 / 1e6, $3 / 1e6, $3 / $1, g, ($3 / $1 <= g) ? "ok" : "MISSED" }'
+done
 s3_stop
 rm -rf "$OUT"

@@ -1,4 +1,4 @@
-/* cmd_ckpt.c: tessera ckpt ls | info | verify | diff | synth. */
+/* cmd_ckpt.c: tessera ckpt ls | info | verify | diff | synth | compact. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 #include "casts.h"
 #include "cli.h"
 #include "commands.h"
+#include "compact.h"
 #include "tessera.h"
 
 #define SLAB_BYTES (64u << 20) /* memory bound for walking a tensor */
@@ -419,14 +420,15 @@ static int diff_tensor(tsr_ckpt *a, size_t ta, tsr_ckpt *b, size_t tb, double *m
     size_t es = tsr_dtype_size(t.dtype);
     tsr_box whole = {.ndim = t.ndim};
     for (uint32_t d = 0; d < t.ndim; d++) whole.extent[d] = t.shape[d];
-    uint8_t *x = malloc(SLAB_BYTES), *y = malloc(SLAB_BYTES);
+    size_t slab = t.raw_bytes < SLAB_BYTES ? (size_t)t.raw_bytes + es : SLAB_BYTES; /* a small tensor, small buffers */
+    uint8_t *x = malloc(slab), *y = malloc(slab);
     int rc = (!x || !y) ? -1 : 0;
     *maxdiff = 0;
     *ndiff = 0;
-    uint64_t n = rc ? 0 : tsr_box_pieces(&whole, es, SLAB_BYTES);
+    uint64_t n = rc ? 0 : tsr_box_pieces(&whole, es, slab);
     for (uint64_t k = 0; k < n && !rc; k++) {
         tsr_box piece;
-        tsr_box_piece(&whole, es, SLAB_BYTES, k, &piece);
+        tsr_box_piece(&whole, es, slab, k, &piece);
         if ((rc = tsr_ckpt_read(a, ta, &piece, x, e)) || (rc = tsr_ckpt_read(b, tb, &piece, y, e))) break;
         uint64_t m = tsr_box_volume(&piece);
         for (uint64_t i = 0; i < m; i++) {
@@ -533,4 +535,119 @@ int tsr_cmd_ckpt_diff(int argc, char **argv) {
     tsr_ckpt_close(a);
     tsr_ckpt_close(b);
     return differences || failed ? EXIT_FAIL : EXIT_OK;
+}
+
+/* -------------------------------------------------------------- compact */
+
+static const char compact_help[] =
+    "usage: tessera ckpt compact DIR [--threads N] [--json]\n"
+    "Re-encodes in place the frames a save stored raw (codec auto under load) in\n"
+    "the committed checkpoint DIR, a step directory, or in every committed step of\n"
+    "the root DIR: each as a save with codec auto encodes one (bytegroup for\n"
+    "f32/f16/bf16, zstd otherwise; raw where that is not smaller). The values, the\n"
+    "raw checksums, the chunks and their frames stay; a step without raw frames is\n"
+    "left as it is. Atomic: the new data files (the unchanged ones hard-linked) and\n"
+    "MANIFEST are written and synced in DIR.compact beside DIR, which is then\n"
+    "exchanged with DIR in one rename: a crash leaves DIR the old or the new\n"
+    "checkpoint, and at most a DIR.compact, which the next compact removes. Holds\n"
+    "the lock of DIR's folder: refused while a job or a pull writes there. A load\n"
+    "of DIR meanwhile may fail on a checksum, never read wrong values.\n"
+    "  --threads N  encoder threads (default: the online cores)\n"
+    "  --json       {\"steps\":[...]}: each step's raw bytes, data file bytes before\n"
+    "               and after, data files rewritten, frames encoded\n"
+    "Exit 0: done; 1: a step could not be compacted (it is left as it was);\n"
+    "2: bad usage.\n";
+
+/* The raw bytes of the checkpoint in dir and the bytes of its data files. */
+static int ckpt_sizes(const char *dir, uint64_t *raw, uint64_t *files, tsr_error *e) {
+    tsr_ckpt *ck = tsr_ckpt_open(dir, e);
+    if (!ck) return e->code ? e->code : TSR_EIO;
+    uint64_t stored;
+    totals(ck, raw, &stored);
+    *files = 0;
+    for (size_t i = 0; i < tsr_ckpt_n_files(ck); i++) {
+        tsr_file_info f;
+        tsr_ckpt_file(ck, i, &f);
+        *files += f.size;
+    }
+    tsr_ckpt_close(ck);
+    return 0;
+}
+
+/* Compacts one step; prints its line (text) or its JSON object. */
+static int compact_step(const char *dir, int threads, int json, int first) {
+    tsr_error e = {0};
+    tsr_recode_stats st;
+    uint64_t raw = 0, before = 0, after = 0;
+    int rc = ckpt_sizes(dir, &raw, &before, &e);
+    if (!rc) rc = tsr_ckpt_compact(dir, threads, &st, &e);
+    if (!rc) rc = ckpt_sizes(dir, &raw, &after, &e);
+    if (rc) {
+        fprintf(stderr, "tessera ckpt compact: %s\n", e.msg);
+        return EXIT_FAIL;
+    }
+    char a[32], b[32];
+    if (json) {
+        printf("%s{\"dir\":", first ? "" : ",");
+        tsr_json_str(stdout, dir);
+        printf(",\"raw_bytes\":%llu,\"bytes_before\":%llu,\"bytes_after\":%llu,\"files_rewritten\":%llu,"
+               "\"frames_encoded\":%llu}",
+               (unsigned long long)raw, (unsigned long long)before, (unsigned long long)after,
+               (unsigned long long)st.files, (unsigned long long)st.frames);
+    } else if (st.files) {
+        printf("compacted %s: %s -> %s of data files (%.3f of the raw bytes), %llu frames encoded in %llu file(s)\n",
+               dir, tsr_fmt_bytes(before, a, sizeof a), tsr_fmt_bytes(after, b, sizeof b),
+               raw ? (double)after / (double)raw : 0.0, (unsigned long long)st.frames, (unsigned long long)st.files);
+    } else {
+        printf("%s: no raw frame that encodes smaller: left as it is (%s of data files)\n", dir,
+               tsr_fmt_bytes(after, a, sizeof a));
+    }
+    return EXIT_OK;
+}
+
+int tsr_cmd_ckpt_compact(int argc, char **argv) {
+    if (wants_help(argc, argv, compact_help)) return EXIT_OK;
+    const char *dir = NULL, *v;
+    int json = 0;
+    uint64_t threads = 0;
+    for (int i = 1; i < argc; i++) {
+        int r;
+        if ((r = tsr_opt(argc, argv, &i, "json", 0, &v))) json = 1;
+        else if ((r = tsr_opt(argc, argv, &i, "threads", 1, &v))) {
+            if (r < 0 || tsr_parse_u64(v, &threads) || threads > 1024)
+                return tsr_usage_error("ckpt compact", "--threads takes a number up to 1024");
+        } else if (argv[i][0] == '-') return tsr_usage_error("ckpt compact", "unknown option %s", argv[i]);
+        else if (!dir) dir = argv[i];
+        else return tsr_usage_error("ckpt compact", "one DIR only");
+    }
+    if (!dir) return tsr_usage_error("ckpt compact", "missing DIR");
+    if (tsr_store_is_remote(dir)) return tsr_usage_error("ckpt compact", "DIR is a local directory, not %s", dir);
+    tsr_step_info *steps = NULL;
+    size_t n = 0;
+    int single = tsr_ckpt_is_committed(dir);
+    if (!single && tsr_list_steps(dir, &steps, &n) != 0) {
+        fprintf(stderr, "tessera ckpt compact: %s: neither a committed checkpoint nor a root of step directories\n",
+                dir);
+        free(steps);
+        return EXIT_FAIL;
+    }
+    if (json) printf("{\"steps\":[");
+    int rc = EXIT_OK, done = 0;
+    size_t len = strlen(dir);
+    while (len > 1 && dir[len - 1] == '/') len--;
+    for (size_t i = 0; i < (single ? 1 : n) && rc == EXIT_OK; i++) {
+        char path[PATH_MAX + 80];
+        if (single) snprintf(path, sizeof path, "%s", dir);
+        else if (!steps[i].committed) continue;
+        else snprintf(path, sizeof path, "%.*s/%s", (int)len, dir, steps[i].name);
+        rc = compact_step(path, (int)threads, json, !done);
+        done++;
+    }
+    if (json) printf("],\"ok\":%s}\n", rc == EXIT_OK ? "true" : "false");
+    free(steps);
+    if (rc == EXIT_OK && !done) {
+        fprintf(stderr, "tessera ckpt compact: %s: no committed checkpoint\n", dir);
+        return EXIT_FAIL;
+    }
+    return rc;
 }

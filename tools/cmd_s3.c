@@ -185,6 +185,7 @@ static int copy_steps(const char *cmd, const char *src, const char *dst, int pus
     xfer x = {0};
     tsr_s3_transfer t = {on_bytes, &x, 0, 0, 0};
     uint64_t skipped = 0;
+    tsr_recode_stats rs = {0}; /* push: data files re-encoded, all steps */
     tsr_progress_start(&x.bar, cmd, total);
     double t0 = tsr_now();
     int rc = 0;
@@ -197,9 +198,12 @@ static int copy_steps(const char *cmd, const char *src, const char *dst, int pus
         if (single && !push) snprintf(to, sizeof to, "%.*s", (int)dl, dst);
         else snprintf(to, sizeof to, "%.*s/%s", (int)dl, dst, base_name(dirs[i], name, sizeof name));
         tsr_s3_transfer before = t;
-        rc = push ? tsr_archive_push_step(s3, dirs[i], to, &t, &e) : tsr_archive_pull_step(s3, dirs[i], to, &t, &e);
+        tsr_recode_stats st = {0};
+        rc = push ? tsr_archive_push_step(s3, dirs[i], to, 0, &t, &st, &e)
+                  : tsr_archive_pull_step(s3, dirs[i], to, &t, &e);
         skipped += t.skipped;
         t.skipped = 0;
+        rs.files += st.files, rs.frames += st.frames, rs.bytes_in += st.bytes_in, rs.bytes_out += st.bytes_out;
         if (!rc && !json) {
             tsr_progress_end(&x.bar);
             fprintf(stderr, "%s %s -> %s", push ? "pushed" : "pulled", dirs[i], to);
@@ -207,6 +211,12 @@ static int copy_steps(const char *cmd, const char *src, const char *dst, int pus
                 fprintf(stderr, " (%llu parts sent, %llu already uploaded)",
                         (unsigned long long)(t.parts_sent - before.parts_sent),
                         (unsigned long long)(t.parts_resumed - before.parts_resumed));
+            if (st.files) {
+                char a[32], b[32];
+                fprintf(stderr, ", %llu data file(s) with raw frames re-encoded: %s -> %s",
+                        (unsigned long long)st.files, tsr_fmt_bytes(st.bytes_in, a, sizeof a),
+                        tsr_fmt_bytes(st.bytes_out, b, sizeof b));
+            }
             fprintf(stderr, "\n");
             tsr_progress_start(&x.bar, cmd, total);
             x.bar.done = x.bytes;
@@ -223,9 +233,11 @@ static int copy_steps(const char *cmd, const char *src, const char *dst, int pus
     }
     if (json)
         printf("{\"steps\":%zu,\"bytes\":%llu,\"seconds\":%.3f,\"parts_sent\":%llu,\"parts_resumed\":%llu,"
-               "\"objects_skipped\":%llu}\n",
+               "\"objects_skipped\":%llu,\"files_reencoded\":%llu,\"frames_encoded\":%llu,"
+               "\"reencoded_bytes_in\":%llu,\"reencoded_bytes_out\":%llu}\n",
                n, (unsigned long long)x.bytes, secs, (unsigned long long)t.parts_sent,
-               (unsigned long long)t.parts_resumed, (unsigned long long)skipped);
+               (unsigned long long)t.parts_resumed, (unsigned long long)skipped, (unsigned long long)rs.files,
+               (unsigned long long)rs.frames, (unsigned long long)rs.bytes_in, (unsigned long long)rs.bytes_out);
     else {
         char b[32];
         printf("%s %zu checkpoint(s), %s in %.2f s (%.0f MB/s)\n", push ? "pushed" : "pulled", n,
@@ -238,10 +250,17 @@ static const char push_help[] =
     "usage: tessera push DIR DST [--endpoint URL] [--json]\n"
     "Uploads a committed checkpoint DIR (to DST/<its name>), or every committed\n"
     "checkpoint of the root DIR, to DST = s3://bucket/prefix/. Data files go first,\n"
-    "the MANIFEST last: a checkpoint cut short is never listed as committed. Objects\n"
-    "already complete (size and content hash) are skipped and an interrupted\n"
-    "multipart upload is resumed (parts of the same size and SHA-256 are not sent\n"
-    "again), so running the same push again finishes it.\n";
+    "the MANIFEST last: a checkpoint cut short is never listed as committed.\n"
+    "Frames a save stored raw are encoded on the way (as a save with codec auto\n"
+    "encodes them: bytegroup for f32/f16/bf16, zstd otherwise; raw where that is\n"
+    "not smaller), a batch of frames at a time, and the MANIFEST uploaded\n"
+    "describes them: the same values and raw checksums in fewer bytes. A data file\n"
+    "without raw frames goes up as it is: objects already complete (size and\n"
+    "content hash) are skipped and an interrupted multipart upload is resumed\n"
+    "(parts of the same size and SHA-256 are not sent again); a step whose\n"
+    "re-encoded copy is committed at DST already is not sent again. So running\n"
+    "the same push again finishes it. --json adds the data files re-encoded and\n"
+    "their bytes before and after.\n";
 
 static const char pull_help[] =
     "usage: tessera pull SRC DST [--endpoint URL] [--json]\n"
