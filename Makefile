@@ -77,10 +77,13 @@ all: $(BUILD)/tessera $(BUILD)/libtessera.a $(SHLIB) $(BUILD)/tessera.1
 # The flags a folder was built with, in $(BUILD)/flags: every object and program
 # depends on it, and it changes when the flags do, so that a folder never mixes
 # objects of two sets of flags (CUDA=1 in a host-only folder, another SAN or OPT).
+# $(BUILD)/make-vars keeps the variables that chose them, for a later make in
+# the same folder (make install after make test: see tests/test_install.sh).
 BUILD_FLAGS := $(CC) $(CFLAGS_ALL) | $(LDLIBS_ALL) | $(NVCCFLAGS)
 ifneq ($(BUILD_FLAGS),$(file <$(BUILD)/flags))
 $(shell mkdir -p $(BUILD))
 $(file >$(BUILD)/flags,$(BUILD_FLAGS))
+$(file >$(BUILD)/make-vars,OPT='$(OPT)' SAN='$(SAN)' WERROR='$(WERROR)' CUDA='$(CUDA)')
 endif
 
 $(BUILD)/%.o: %.c $(HEADERS) $(BUILD)/flags

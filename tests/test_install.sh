@@ -8,12 +8,17 @@
 B=${TSR_BUILD:?TSR_BUILD must name the build folder}
 P=$TSR_TMP/prefix
 MAKE="make -C $TSR_ROOT --no-print-directory BUILD=$B PREFIX=$P"
-expect 0 "make install" $MAKE install
+# the variables the folder was built with, so that make install rebuilds nothing
+[ -f "$B/make-vars" ] || { echo "FAIL: $B/make-vars is missing (the Makefile writes it)" >&2; exit 1; }
+eval "set -- $(cat "$B/make-vars")"
+unset MAKEFLAGS MFLAGS MAKELEVEL
+expect 0 "make install" $MAKE "$@" install
+grep -q "^cc \|^ar \|^clang " out.txt && fail "make install rebuilt $B: $(grep -c "^cc " out.txt) compilations"
 for f in bin/tessera lib/libtessera.a lib/libtessera-train.a lib/libtessera.so lib/pkgconfig/tessera.pc \
     include/tessera/tessera.h include/tessera/tsr_ckpt.h share/man/man1/tessera.1; do
     [ -e "$P/$f" ] || fail "make install: $f is missing"
 done
-version=$("$P/bin/tessera" --version | awk '{ print $2 }')
+version=$("$P/bin/tessera" --version | awk 'NR == 1 { print $2 }')
 soname=$(readelf -d "$P/lib/libtessera.so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
 [ "$soname" = "libtessera.so.${version%%.*}" ] || fail "soname '$soname', not libtessera.so.${version%%.*}"
 [ "$(readlink "$P/lib/$soname")" = "libtessera.so.$version" ] || fail "$soname does not link to libtessera.so.$version"
@@ -69,7 +74,7 @@ ck = tessera.open(sys.argv[1])
 print(tessera.library()._name, ck.step, ck.read("w").tolist())' "$TSR_TMP/ck"
 grep -q "^$P/lib/libtessera.so.0 7 \[\[1.0, 2.0, 3.0\], \[4.0, 5.0, 6.0\]\]" out.txt ||
     fail "the installed Python package: $(cat out.txt err.txt)"
-expect 0 "make uninstall" $MAKE uninstall
+expect 0 "make uninstall" $MAKE "$@" uninstall
 left=$(find "$P" -type f -o -type l)
 [ -z "$left" ] || fail "make uninstall left: $left"
 finish "install: command, shared library $soname, pkg-config, manual page; a program links and runs; uninstall clean"

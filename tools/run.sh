@@ -7,7 +7,8 @@
 # node 1 (its second failure: the node is dropped with its memory, and the job
 # restarts on the 2 ranks of node 0, resharded from node 0's snapshots and its
 # partner copies of node 1's files). The event log, the loss curve and the
-# restarts are printed at the end.
+# restarts are printed at the end, and the kept checkpoints are compacted
+# (tessera ckpt compact: the saves stored them raw while training ran).
 set -e
 BUILD=${1:-build/release}
 T="$BUILD/tessera"
@@ -54,6 +55,9 @@ sed -n 's/.*"event": "recovered", \(.*\)}/recovered: \1/p' "$EV"
 echo
 echo "== the loss curve (the restarts: above)"
 $T plot "$RUN/metrics.jsonl" -o "$RUN/loss.png" --title "tessera: small Llama under tessera launch, a rank then a node lost"
+echo
+echo "== the kept checkpoints compacted: saved raw while training kept every core busy, re-encoded now"
+$T ckpt compact "$RUN/checkpoint"
 echo
 echo "== the checkpoints"
 $T ckpt ls "$RUN/checkpoint"
