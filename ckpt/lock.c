@@ -6,10 +6,15 @@
  * holder; the file itself may stay behind and means nothing unless locked.
  * Object storage has no locks: there the folder holds a lease object PREFIX/LOCK
  * with the same text while a writer works, and a writer refuses a prefix where
- * one exists (a holder that died leaves it behind: it is removed by hand). */
+ * one exists (a holder that died leaves it behind: it is removed by hand).
+ *
+ * A checkpoint folder that a tool writes whole (lock.h) is a step of a root under
+ * the root's lock, or a folder written beside its name and renamed into place. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +24,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "lock.h"
 #include "store.h"
 
 #define LOCK_NAME "LOCK"
@@ -146,20 +152,28 @@ int tsr_folder_lock_take(const char *dir, int create, tsr_folder_lock **out, tsr
     return 0;
 }
 
-int tsr_folder_lock_for_ckpt(const char *ckpt_dir, tsr_folder_lock **out, tsr_error *err) {
-    *out = NULL;
-    char parent[PATH_MAX];
+/* The folder that holds ckpt_dir (parent, "." for a bare name) and its own name
+ * (name); *is_step: whether that name is step-N. */
+static int split_ckpt_dir(const char *ckpt_dir, char parent[PATH_MAX], char name[300], int *is_step,
+                          tsr_error *err) {
     size_t n = strlen(ckpt_dir);
     while (n > 1 && ckpt_dir[n - 1] == '/') n--;
     size_t b = n;
     while (b > 0 && ckpt_dir[b - 1] != '/') b--;
-    if (n - b >= 300 || b >= sizeof parent) return tsr_err(err, TSR_EINVAL, "%s: path too long", ckpt_dir);
-    char name[300];
-    snprintf(name, sizeof name, "%.*s", (int)(n - b), ckpt_dir + b);
-    if (b == 0) snprintf(parent, sizeof parent, ".");
-    else snprintf(parent, sizeof parent, "%.*s", b > 1 ? (int)(b - 1) : 1, ckpt_dir);
+    if (n - b >= 300 || b >= PATH_MAX) return tsr_err(err, TSR_EINVAL, "%s: path too long", ckpt_dir);
+    snprintf(name, 300, "%.*s", (int)(n - b), ckpt_dir + b);
+    if (b == 0) snprintf(parent, PATH_MAX, ".");
+    else snprintf(parent, PATH_MAX, "%.*s", b > 1 ? (int)(b - 1) : 1, ckpt_dir);
     uint64_t step;
-    return tsr_folder_lock_take(parent, tsr_parse_step_dir(name, &step), out, err);
+    *is_step = tsr_parse_step_dir(name, &step);
+    return 0;
+}
+
+int tsr_folder_lock_for_ckpt(const char *ckpt_dir, tsr_folder_lock **out, tsr_error *err) {
+    *out = NULL;
+    char parent[PATH_MAX], name[300];
+    int is_step, rc = split_ckpt_dir(ckpt_dir, parent, name, &is_step, err);
+    return rc ? rc : tsr_folder_lock_take(parent, is_step, out, err);
 }
 
 void tsr_folder_lock_release(tsr_folder_lock *l) {
@@ -171,4 +185,106 @@ void tsr_folder_lock_release(tsr_folder_lock *l) {
     }
     if (l->fd >= 0) close(l->fd); /* releases the flock */
     free(l);
+}
+
+/* ------------------------------------------------- a folder written whole */
+
+struct tsr_ckpt_out {
+    tsr_folder_lock *lock;
+    int beside; /* written in dir beside dst, renamed to dst at the end */
+    char dst[PATH_MAX], dir[PATH_MAX + 340], parent[PATH_MAX];
+};
+
+/* A local dst written beside must be new or an empty folder: rename(2) replaces
+ * nothing else, and finding that out only at the end would waste the work. */
+static int check_new(const char *dst, tsr_error *err) {
+    DIR *d = opendir(dst);
+    if (!d) {
+        if (errno == ENOENT) return 0;
+        return tsr_err(err, TSR_EINVAL, "%s: cannot write a checkpoint folder here: %s", dst, strerror(errno));
+    }
+    struct dirent *ent;
+    int empty = 1;
+    while (empty && (ent = readdir(d)))
+        empty = !strcmp(ent->d_name, ".") || !strcmp(ent->d_name, "..");
+    closedir(d);
+    if (!empty)
+        return tsr_err(err, TSR_EINVAL, "%s: exists and is not empty; a checkpoint folder is written only "
+                       "where none exists or into an empty folder", dst);
+    return 0;
+}
+
+/* PARENT/.NAME.tmp-PID-N, the first N free: the pid and a count tell apart the
+ * runs of one machine and the threads of one process; a folder left by a killed
+ * run of the same pid is skipped, not taken. */
+static int make_beside(tsr_ckpt_out *o, const char *name, tsr_error *err) {
+    static _Atomic unsigned seq;
+    int e = tsr_mkdir_p(o->parent);
+    if (e) return tsr_err(err, e == ENOSPC ? TSR_ENOSPC : TSR_EIO, "%s: cannot create the folder: %s", o->parent,
+                          strerror(e));
+    for (int tries = 0;; tries++) {
+        snprintf(o->dir, sizeof o->dir, "%s/.%s.tmp-%ld-%u", o->parent, name, (long)getpid(), seq++);
+        if (mkdir(o->dir, 0755) == 0) break;
+        e = errno;
+        if (e != EEXIST || tries == 100)
+            return tsr_err(err, e == ENOSPC ? TSR_ENOSPC : TSR_EIO, "%s: cannot create %s: %s", o->dst, o->dir,
+                           strerror(e));
+    }
+    o->beside = 1;
+    return 0;
+}
+
+int tsr_ckpt_out_begin(const char *dst, tsr_ckpt_out **out, tsr_error *err) {
+    *out = NULL;
+    tsr_ckpt_out *o = calloc(1, sizeof *o);
+    if (!o) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    char name[300];
+    int is_step, remote = tsr_store_is_remote(dst);
+    int rc = split_ckpt_dir(dst, o->parent, name, &is_step, err);
+    if (!rc && snprintf(o->dst, sizeof o->dst, "%s", dst) >= (int)sizeof o->dst)
+        rc = tsr_err(err, TSR_EINVAL, "%s: path too long", dst);
+    snprintf(o->dir, sizeof o->dir, "%s", o->dst);
+    if (!rc) rc = tsr_folder_lock_take(o->parent, is_step, &o->lock, err);
+    if (!rc && !is_step && remote) rc = tsr_folder_lock_take(dst, 1, &o->lock, err);
+    if (!rc && tsr_ckpt_is_committed(dst))
+        rc = tsr_err(err, TSR_EINVAL, "%s: already holds a committed checkpoint", dst);
+    if (!rc && !is_step && !remote && !(rc = check_new(dst, err))) rc = make_beside(o, name, err);
+    if (rc) {
+        if (rc == TSR_EBUSY) tsr_err_prefix(err, "%s: cannot write this checkpoint", dst);
+        tsr_folder_lock_release(o->lock);
+        free(o);
+        return rc;
+    }
+    *out = o;
+    return 0;
+}
+
+const char *tsr_ckpt_out_dir(const tsr_ckpt_out *o) { return o->dir; }
+
+/* The committed folder renamed to dst, and the rename made durable. */
+static int publish(const tsr_ckpt_out *o, tsr_error *err) {
+    if (rename(o->dir, o->dst) != 0) {
+        int e = errno;
+        if (e == ENOTEMPTY || e == EEXIST)
+            return tsr_err(err, TSR_EBUSY, "%s: another writer made this checkpoint folder while this run wrote "
+                           "it; theirs is kept, this run's copy removed", o->dst);
+        return tsr_err(err, TSR_EIO, "%s: cannot rename %s to it: %s", o->dst, o->dir, strerror(e));
+    }
+    int fd = open(o->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = fd >= 0 ? fsync(fd) : -1, e = errno;
+    if (fd >= 0) close(fd);
+    if (rc != 0)
+        return tsr_err(err, TSR_EIO, "%s: fsync of the directory after renaming %s: %s", o->parent, o->dst,
+                       strerror(e));
+    return 0;
+}
+
+int tsr_ckpt_out_end(tsr_ckpt_out *o, int ok, tsr_error *err) {
+    if (!o) return 0;
+    int rc = ok && o->beside ? publish(o, err) : 0;
+    if (o->beside && (!ok || rc)) tsr_remove_tree(o->dir);
+    else if (!ok && !tsr_store_is_remote(o->dir)) rmdir(o->dir); /* empty once every writer removed its file */
+    tsr_folder_lock_release(o->lock);
+    free(o);
+    return rc;
 }

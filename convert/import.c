@@ -12,6 +12,7 @@
 #include "casts.h"
 #include "common.h"
 #include "hf.h"
+#include "lock.h"
 #include "model.h"
 #include "safetensors.h"
 #include "tsr_convert.h"
@@ -228,13 +229,20 @@ int tsr_import(const char *hf, const char *out, const tsr_layout *layout, tsr_im
     int rc = read_config(hf, &a, &tied, e);
     if (!rc) rc = tsr_model_decls_make(&a, &d, e);
     if (!rc) rc = open_files(hf, &files, &nf, e);
+    /* one rank: written as OUT (which has one writer and appears only once
+     * committed, lock.h); else written consolidated beside it, then resharded */
     int direct = tsr_layout_size(&ro.layout) == 1 && !(ro.layout.flags & TSR_LAYOUT_FLAT);
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.import-%d", out, (int)getpid());
-    if (!rc) rc = write_ckpt(direct ? out : tmp, &a, &d, files, nf, tied, e);
-    if (!rc && !direct) {
+    tsr_ckpt_out *o = NULL;
+    if (!rc && direct) rc = tsr_ckpt_out_begin(out, &o, e);
+    if (!rc) rc = write_ckpt(direct ? tsr_ckpt_out_dir(o) : tmp, &a, &d, files, nf, tied, e);
+    if (direct) {
+        int end = tsr_ckpt_out_end(o, !rc, e);
+        rc = rc ? rc : end;
+    } else {
         ro.layout.n_layers = (uint32_t)a.n_layers;
-        rc = tsr_reshard(tmp, out, &ro, e);
+        if (!rc) rc = tsr_reshard(tmp, out, &ro, e);
         tsr_remove_tree(tmp);
     }
     for (size_t k = 0; files && k < nf; k++) tsr_st_close(files[k]);

@@ -13,6 +13,7 @@
 #include "casts.h"
 #include "common.h"
 #include "encoder.h"
+#include "lock.h"
 #include "pool.h"
 #include "tsr_convert.h"
 
@@ -182,18 +183,29 @@ static int target_decls(job *j, size_t *n_out, tsr_error *err) {
     return 0;
 }
 
+/* The refusal of a layout in which more than half of the ranks would hold no
+ * data (`empty` of them, or at least that many). */
+static int refuse_wide(const char *src_dir, const tsr_layout *l, uint64_t empty, const char *at_least,
+                       tsr_error *err) {
+    char lt[160];
+    tsr_layout_format(l, lt, sizeof lt);
+    return tsr_err(err, TSR_EINVAL,
+                   "%s: layout %s: %llu of its %u ranks would hold no data (%smore than half), yet each would "
+                   "get a data file; choose fewer ranks, or force it (--force)",
+                   src_dir, lt, (unsigned long long)empty, tsr_layout_size(l), at_least);
+}
+
 int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts *o, tsr_error *err) {
     if (o->dtype && !tsr_dtype_is_float(o->dtype))
         return tsr_err(err, TSR_EINVAL, "reshard: --dtype must be a floating type, not %s", tsr_dtype_name(o->dtype));
     if (o->piece_bytes < 4096) return tsr_err(err, TSR_EINVAL, "reshard: pieces of at least 4096 bytes");
-    if (tsr_ckpt_is_committed(dst_dir))
-        return tsr_err(err, TSR_EINVAL, "%s: already holds a committed checkpoint", dst_dir);
     job j = {.o = o};
     tsr_pool *pool = NULL;
     pthread_mutex_init(&j.mu, NULL);
     tsr_save_plan plan = {0};
     tsr_rank_box **held = NULL;
     size_t *n_held = NULL, *esz = NULL, nt = 0;
+    tsr_ckpt_out *out = NULL;
     int rc = 0;
     if (!(j.src = tsr_ckpt_open(src_dir, err))) {
         pthread_mutex_destroy(&j.mu);
@@ -204,6 +216,15 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
     if (!l.n_layers) l.n_layers = from.n_layers;
     uint32_t nr = tsr_layout_size(&l);
     if ((rc = target_decls(&j, &nt, err))) goto out;
+    /* Every target rank gets a data file: a layout far wider than the checkpoint
+     * would write mostly empty ones. The bound refuses most such layouts before
+     * anything is done per rank (a layout may have 2^31 ranks); the boxes of
+     * every rank, below, the others. */
+    uint64_t most = tsr_layout_max_holders(&l, j.decls, nt);
+    if (!o->force && nr > 1 && most < nr && nr - most > nr / 2) {
+        rc = refuse_wide(src_dir, &l, nr - most, "at least that many, ", err);
+        goto out;
+    }
     held = calloc(nr, sizeof *held);
     n_held = calloc(nr, sizeof *n_held);
     esz = calloc(nt + 1, sizeof *esz);
@@ -213,28 +234,29 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
         goto out;
     }
     for (size_t t = 0; t < nt; t++) esz[t] = tsr_dtype_size(j.decls[t].dtype);
-    for (uint32_t r = 0; r < nr && !rc; r++) rc = tsr_layout_boxes(&l, j.decls, nt, r, &held[r], &n_held[r], err);
-    if (rc) goto out;
-    /* Every target rank gets a data file: a layout far wider than the checkpoint
-     * would write mostly empty ones. */
     uint32_t empty = 0;
-    for (uint32_t r = 0; r < nr; r++) empty += n_held[r] == 0;
+    for (uint32_t r = 0; r < nr && !rc; r++) {
+        rc = tsr_layout_boxes(&l, j.decls, nt, r, &held[r], &n_held[r], err);
+        if (!rc && !n_held[r]) { /* an empty rank costs no memory */
+            free(held[r]);
+            held[r] = NULL;
+            empty++;
+        }
+    }
+    if (rc) goto out;
     if (!o->force && nr > 1 && empty > nr / 2) {
-        char lt[160];
-        tsr_layout_format(&l, lt, sizeof lt);
-        rc = tsr_err(err, TSR_EINVAL,
-                     "%s: layout %s: %u of its %u ranks would hold no data (more than half), yet each would get "
-                     "a data file; choose fewer ranks, or force it (--force)",
-                     src_dir, lt, empty, nr);
+        rc = refuse_wide(src_dir, &l, empty, "", err);
         goto out;
     }
     rc = tsr_save_plan_build((const tsr_rank_box *const *)held, n_held, nr, esz, &plan, err);
     if (rc) goto out;
     for (size_t i = 0; i < plan.n; i++) j.total += tsr_box_volume(&plan.boxes[i].box) * esz[plan.boxes[i].tensor];
+    /* DST has one writer, and appears only once committed (lock.h) */
+    if ((rc = tsr_ckpt_out_begin(dst_dir, &out, err))) goto out;
     j.plan = &plan;
     j.n_writers = nr;
     j.n_decls = nt;
-    j.dst = dst_dir;
+    j.dst = tsr_ckpt_out_dir(out);
     if (getrandom(j.save_id, sizeof j.save_id, 0) != (ssize_t)sizeof j.save_id) memset(j.save_id, 0x5a, 16);
     /* the cores: writers at once (all of them when there are at most twice as
      * many as cores, so that none runs alone at the end), each encoding on its
@@ -266,7 +288,8 @@ out:
         if (rc && j.writers[w]) tsr_save_abort(j.writers[w]);
         tsr_save_free(j.writers[w]);
     }
-    if (rc) rmdir(dst_dir); /* empty once every writer has removed its file */
+    int end = tsr_ckpt_out_end(out, !rc, err); /* DST renamed into place, or what this run wrote removed */
+    rc = rc ? rc : end;
     for (uint32_t r = 0; held && r < nr; r++) free(held[r]);
     free(held);
     free(n_held);

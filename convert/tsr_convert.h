@@ -20,8 +20,10 @@ extern "C" {
  * each box is read (only the frames it overlaps) and written in pieces of at most
  * piece_bytes, several writers at once; memory stays near writers x (2 pieces +
  * the encoder's frame buffers) whatever the checkpoint's size. Blobs are copied.
- * The MANIFEST is written last: a failed or interrupted reshard leaves nothing
- * committed (a failure removes what it wrote). A target layout in which more than
+ * DST has one writer and appears only once committed: a step-N DST is written in
+ * place under its root's lock; any other local DST beside it as .DST.tmp-PID-N and
+ * renamed into place (a second writer of the same new DST fails, TSR_EBUSY; a
+ * killed run leaves that folder). A target layout in which more than
  * half of the ranks (of two or more) would hold no element is refused
  * (TSR_EINVAL, saying how many), unless `force` is set. */
 typedef struct tsr_reshard_opts {

@@ -5,6 +5,7 @@
  * ceil division (torch.chunk, FSDP2): n elements into k pieces of c = ceil(n/k),
  * piece i = [i*c, min((i+1)*c, n)), so trailing pieces may be short or empty. */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -176,18 +177,24 @@ static int check_tensor(const tsr_layout *l, const tsr_tensor_decl *t, size_t i,
     return 0;
 }
 
+/* The pipeline stage that holds the tensor; -1: every stage. */
+static int64_t stage_of(const tsr_layout *l, const tsr_placement *p) {
+    switch (p->pp_role) {
+    case TSR_PP_FIRST: return 0;
+    case TSR_PP_LAST: return l->pp - 1;
+    case TSR_PP_LAYER: {
+        if (l->pp == 1) return 0;
+        uint32_t per = l->n_layers / l->pp + (l->n_layers % l->pp != 0);
+        return (uint32_t)p->layer / per;
+    }
+    default: return -1;
+    }
+}
+
 /* 1 if pipeline stage `stage` holds the tensor. */
 static int stage_holds(const tsr_layout *l, const tsr_placement *p, uint32_t stage) {
-    switch (p->pp_role) {
-    case TSR_PP_FIRST: return stage == 0;
-    case TSR_PP_LAST: return stage == l->pp - 1;
-    case TSR_PP_LAYER: {
-        if (l->pp == 1) return 1;
-        uint32_t per = l->n_layers / l->pp + (l->n_layers % l->pp != 0);
-        return (uint32_t)p->layer / per == stage;
-    }
-    default: return 1;
-    }
+    int64_t s = stage_of(l, p);
+    return s < 0 || s == stage;
 }
 
 /* The piece of the tensor that tp rank `t` holds: the whole tensor, or a cut of
@@ -359,6 +366,54 @@ int tsr_layout_boxes(const tsr_layout *l, const tsr_tensor_decl *tensors, size_t
     *out = bl.v;
     *n_out = bl.n;
     return 0;
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* A rank holds data only where its stage holds a tensor, its tp piece of the
+ * tensor is not empty and neither is its dp_shard piece of that (or its range of
+ * a flat buffer, whose F is at most the elements of its class). */
+uint64_t tsr_layout_max_holders(const tsr_layout *l, const tsr_tensor_decl *tensors, size_t n) {
+    uint64_t world = tsr_layout_size(l);
+    if (check_layout(l, NULL)) return world;
+    for (size_t i = 0; i < n; i++)
+        if (check_tensor(l, &tensors[i], i, NULL)) return world; /* no bound: tsr_layout_boxes says why */
+    uint32_t *stage = malloc((n ? n : 1) * sizeof *stage);
+    if (!stage) return world;
+    uint64_t t_most = 0, d_most = 0, stages = 0, elems[4] = {0}; /* elements by flat_class */
+    size_t ns = 0;
+    for (size_t i = 0; i < n; i++) {
+        const tsr_tensor_decl *t = &tensors[i];
+        const tsr_placement *p = &t->placement;
+        uint64_t v = 1;
+        for (uint32_t d = 0; d < t->ndim; d++) v *= t->shape[d]; /* check_tensor: no overflow */
+        if (v == 0) continue; /* an empty tensor is held nowhere */
+        uint64_t *e = &elems[flat_class(t)];
+        *e = tsr_add_ovf(*e, v, e) ? UINT64_MAX : *e;
+        int64_t s = stage_of(l, p);
+        if (s < 0) stages = l->pp;
+        else stage[ns++] = (uint32_t)s;
+        uint64_t tp = l->tp, dp = l->dp_shard; /* the pieces that may be non-empty */
+        if (p->tp_dim >= 0 && t->shape[p->tp_dim] < tp) tp = t->shape[p->tp_dim];
+        if (p->fsdp && t->ndim == 0) dp = 1; /* one element: shard 0 holds it */
+        else if (p->fsdp && t->shape[0] < dp) dp = t->shape[0];
+        if (tp > t_most) t_most = tp;
+        if (dp > d_most) d_most = dp;
+    }
+    if (l->flags & TSR_LAYOUT_FLAT) { /* the cuts of a buffer, whose F is at most its class's elements */
+        d_most = 0;
+        for (int c = 0; c < 4; c++) d_most = elems[c] > d_most ? elems[c] : d_most;
+        if (d_most > l->dp_shard) d_most = l->dp_shard;
+    }
+    if (!stages) {
+        tsr_sort(stage, ns, sizeof *stage, cmp_u32);
+        for (size_t i = 0; i < ns; i++) stages += i == 0 || stage[i] != stage[i - 1];
+    }
+    free(stage);
+    return stages * l->dp_replicate * t_most * d_most; /* each factor at most its degree: at most world */
 }
 
 /* ------------------------------------------------------------ flat ranges */

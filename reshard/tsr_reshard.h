@@ -72,6 +72,14 @@ typedef struct tsr_rank_box {
  * *n_out boxes, in tensor order, and for one tensor in row-major order. */
 int tsr_layout_boxes(const tsr_layout *l, const tsr_tensor_decl *tensors, size_t n, uint32_t rank,
                      tsr_rank_box **out, size_t *n_out, tsr_error *err);
+/* tsr_layout_max_holders(): at most how many ranks of l hold an element of the n
+ * tensors, from the degrees and shapes alone, without visiting the ranks (a
+ * layout may have 2^31): the stages that hold a tensor x dp_replicate x the tp
+ * ranks x the dp_shard ranks that the cuts above can give a non-empty piece (a
+ * ceil division leaves only trailing pieces empty, and no more non-empty ones than
+ * it cuts elements). tsr_layout_boxes of every rank gives the exact count. The
+ * world size when a tensor does not fit the layout (tsr_layout_boxes says why). */
+uint64_t tsr_layout_max_holders(const tsr_layout *l, const tsr_tensor_decl *tensors, size_t n);
 /* tsr_layout_cut(): piece i of n elements cut into k by the rule above (ceil
  * division): its first element *off and its length *ext (0 past the end). */
 void tsr_layout_cut(uint64_t n, uint32_t k, uint32_t i, uint64_t *off, uint64_t *ext);

@@ -4,7 +4,8 @@
 # and compare equal to the source with ckpt diff; whole source chunks are copied
 # as they are stored; --dtype conversions are exact
 # where the target holds the value (bf16 -> f32 -> bf16); --only model drops the
-# other groups; bad input fails clearly; an interrupted reshard commits nothing.
+# other groups; bad input fails clearly (a layout far wider than the checkpoint
+# at once); an interrupted reshard commits nothing.
 . "$TSR_ROOT/tests/mpi.sh"
 cd "$TSR_TMP" || exit 1
 PY=/usr/bin/python3
@@ -102,15 +103,33 @@ expect 1 "a damaged frame copied as stored" "$T" reshard Pbad PbadX --layout dp_
 grep -q "data-00000.tsd: frame 0 (offset 4096) of a chunk copied as it is stored: checksum mismatch (stored bytes)" err.txt || fail "the damaged frame is not named: $(cat err.txt)"
 [ -e PbadX/MANIFEST ] && fail "a reshard of a damaged source committed"
 
-# interrupted: killed midway, nothing committed
+# a layout far wider than the checkpoint: refused at once and in little memory,
+# whatever its width (the ranks are not visited one by one)
+"$T" ckpt synth M --bytes 1M --tensors 2 --threads 1 >/dev/null || fail "synth M"
+for L in dp_shard=100000 dp_shard=2147483648 pp=2,tp=1000,dp_shard=1000 dp_shard=2000000000,flat; do
+    start=$(date +%s)
+    if [ -x /usr/bin/time ]; then
+        expect 1 "reshard to $L" timeout 20 /usr/bin/time -f %M -o rss.txt "$T" reshard M W --layout $L
+        [ "$(tail -1 rss.txt)" -lt 300000 ] || fail "$L: refused at a peak of $(tail -1 rss.txt) KiB"
+    else
+        expect 1 "reshard to $L" timeout 20 "$T" reshard M W --layout $L
+    fi
+    [ $(($(date +%s) - start)) -le 5 ] || fail "$L: refused after $(($(date +%s) - start)) s"
+    grep -q "ranks would hold no data" err.txt || fail "$L: not refused as too wide: $(cat err.txt)"
+done
+[ -e W ] && fail "a refused reshard created W"
+
+# interrupted: killed midway, nothing committed, and K does not appear (it is
+# written as .K.tmp-PID-N beside it, which the kill leaves)
 run_np 1 "$T" ckpt synth BIG --bytes 512M --dtype bf16 >/dev/null || fail "synth BIG"
 "$T" reshard BIG K --layout dp_shard=4 --threads 1 --piece 1M >/dev/null 2>&1 &
 pid=$!
 i=0
-while [ ! -d K ] && [ $i -lt 400 ]; do sleep 0.01; i=$((i + 1)); done
+while ! ls -d .K.tmp-$pid-* >/dev/null 2>&1 && [ $i -lt 400 ]; do sleep 0.01; i=$((i + 1)); done
 sleep 0.2
 kill -9 $pid 2>/dev/null
 wait $pid 2>/dev/null
-[ -f K/MANIFEST ] && fail "an interrupted reshard committed K"
-"$T" ckpt verify K >/dev/null 2>&1 && fail "an interrupted reshard verifies"
+[ -e K ] && fail "an interrupted reshard left K"
+ls -d .K.tmp-$pid-* >/dev/null 2>&1 || fail "no .K.tmp-$pid-* left by the killed reshard (was it killed midway?)"
+"$T" ckpt verify .K.tmp-$pid-* >/dev/null 2>&1 && fail "an interrupted reshard verifies"
 finish "offline reshard: layouts, dtypes, model only, errors and interruption ok"

@@ -27,8 +27,12 @@ static const char USAGE[] =
     "                 layout far wider than the checkpoint writes mostly empty files)\n"
     "Memory: about W x (2 x SIZE + 40 MiB of frame buffers) for W files written at\n"
     "once (W <= 2N), whatever the checkpoint's size (16 MiB pieces, 2 cores: under\n"
-    "300 MiB). The MANIFEST is written last:\n"
-    "an interrupted reshard leaves nothing committed in DST.\n";
+    "300 MiB).\n"
+    "DST has one writer: a step of a root (DST named step-N) is written in place\n"
+    "under the root's lock; any other DST is written as .DST.tmp-PID-N beside it\n"
+    "and renamed to DST once committed, so that it appears complete or not at all,\n"
+    "and of two runs into one new DST one fails, naming it. A failed reshard\n"
+    "removes what it wrote; a killed one leaves that folder (or an uncommitted step).\n";
 
 static void on_progress(void *user, uint64_t done, uint64_t total) {
     tsr_progress *p = user;
@@ -92,11 +96,7 @@ int tsr_cmd_reshard(int argc, char **argv) {
     o.progress = on_progress;
     o.user = &pr;
     double t0 = tsr_now();
-    /* the folder DST is written into has one writer at a time */
-    tsr_folder_lock *lock = NULL;
-    int rc = tsr_folder_lock_for_ckpt(dst, &lock, &e);
-    if (!rc) rc = tsr_reshard(from, dst, &o, &e);
-    tsr_folder_lock_release(lock);
+    int rc = tsr_reshard(from, dst, &o, &e);
     tsr_progress_end(&pr);
     if (rc) {
         fprintf(stderr, "tessera reshard: %s\n", e.msg);

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "lock.h"
 #include "tessera.h"
 
 static const char synth_help[] =
@@ -23,7 +24,9 @@ static const char synth_help[] =
     "turn, and over dp_shard by rows. --dtype mix alternates bf16 model and f32 optim\n"
     "tensors and adds small tensors of other dtypes and shapes. Under mpirun each rank\n"
     "writes the boxes it holds under layout L (default dp_shard=<ranks>), e.g.\n"
-    "pp=2,dp_shard=2,tp=2; replicated boxes are written once.\n";
+    "pp=2,dp_shard=2,tp=2; replicated boxes are written once. DIR has one writer: a\n"
+    "step of a root (DIR named step-N) is written in place under the root's lock;\n"
+    "any other DIR as .DIR.tmp-PID-N beside it, renamed to DIR once committed.\n";
 
 static const char check_help[] =
     "usage: [mpirun -np M] tessera ckpt check DIR [--layout L] [--threads N]\n"
@@ -295,16 +298,19 @@ int tsr_cmd_ckpt_synth(int argc, char **argv) {
     uint32_t rank = tsr_comm_rank(comm), ranks = tsr_comm_size(comm);
     tsr_layout l;
     int status = agree(comm, job_layout(cmd, o.layout, ranks, &l));
-    if (!status && tsr_ckpt_is_committed(o.dir)) {
-        if (rank == 0) fprintf(stderr, "tessera %s: %s already holds a checkpoint; not overwriting it\n", cmd, o.dir);
-        status = EXIT_FAIL;
-    }
     synth_model m = {0};
     rank_state rs = {0};
     tsr_error e = {0};
-    /* rank 0 holds the folder DIR is written into (refused when another writer does) */
-    tsr_folder_lock *lock = NULL;
-    if (!status && rank == 0 && tsr_folder_lock_for_ckpt(o.dir, &lock, &e)) {
+    /* DIR has one writer, rank 0 (lock.h): refused when it holds a checkpoint or
+     * another writer holds it; every rank writes into the folder rank 0 names */
+    tsr_ckpt_out *out = NULL;
+    char dir[PATH_MAX + 340] = "";
+    if (!status && rank == 0 && tsr_ckpt_out_begin(o.dir, &out, &e)) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+        status = EXIT_FAIL;
+    }
+    if (out) snprintf(dir, sizeof dir, "%s", tsr_ckpt_out_dir(out));
+    if (!(status = agree(comm, status)) && tsr_comm_bcast(comm, 0, dir, sizeof dir, &e)) {
         fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
         status = EXIT_FAIL;
     }
@@ -331,9 +337,10 @@ int tsr_cmd_ckpt_synth(int argc, char **argv) {
         eo.write.codec = o.codec;
         if (o.frame_bytes) eo.write.frame_bytes = o.frame_bytes;
         eo.sync = 1;
-        eng = tsr_engine_new(o.dir, comm, &eo, &e);
+        eng = tsr_engine_new(dir, comm, &eo, &e);
         if (!eng) status = EXIT_FAIL, fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
     }
+    double secs = 0;
     if (!(status = agree(comm, status))) {
         char cfg[256];
         int len = snprintf(cfg, sizeof cfg, "synth bytes=%llu dtype=%s tensors=%llu\n", (unsigned long long)o.bytes,
@@ -344,26 +351,33 @@ int tsr_cmd_ckpt_synth(int argc, char **argv) {
                                    {"rng", (int32_t)rank, rng, sizeof rng}};
         tsr_state st = {m.t, m.n, rs.sb, rs.n, blobs, 3, l};
         double t0 = tsr_now();
-        if (tsr_engine_save_dir(eng, o.dir, o.step, &st, &e)) {
+        if (tsr_engine_save_dir(eng, dir, o.step, &st, &e)) {
             fprintf(stderr, "tessera %s: rank %u: %s\n", cmd, rank, e.msg);
             status = EXIT_FAIL;
         }
         status = agree(comm, status);
-        if (!status && rank == 0) {
-            char a[32], lb[128];
-            uint64_t total = 0;
-            for (size_t i = 0; i < m.n; i++) {
-                uint64_t b = tsr_dtype_size(m.t[i].dtype);
-                for (uint32_t d = 0; d < m.t[i].ndim; d++) b *= m.t[i].shape[d];
-                total += b;
-            }
-            tsr_layout_format(&l, lb, sizeof lb);
-            printf("wrote %s: %zu tensors, %s raw, step %llu, %u rank(s) in layout %s, %.3f s\n", o.dir, m.n,
-                   tsr_fmt_bytes(total, a, sizeof a), (unsigned long long)o.step, ranks, lb, tsr_now() - t0);
-        }
+        secs = tsr_now() - t0;
     }
     tsr_engine_free(eng);
-    tsr_folder_lock_release(lock);
+    /* every rank's part committed: rank 0 renames DIR into place, or removes
+     * what this run wrote */
+    if (rank == 0 && tsr_ckpt_out_end(out, !status, &e)) {
+        fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+        status = EXIT_FAIL;
+    }
+    status = agree(comm, status);
+    if (!status && rank == 0) {
+        char a[32], lb[128];
+        uint64_t total = 0;
+        for (size_t i = 0; i < m.n; i++) {
+            uint64_t b = tsr_dtype_size(m.t[i].dtype);
+            for (uint32_t d = 0; d < m.t[i].ndim; d++) b *= m.t[i].shape[d];
+            total += b;
+        }
+        tsr_layout_format(&l, lb, sizeof lb);
+        printf("wrote %s: %zu tensors, %s raw, step %llu, %u rank(s) in layout %s, %.3f s\n", o.dir, m.n,
+               tsr_fmt_bytes(total, a, sizeof a), (unsigned long long)o.step, ranks, lb, secs);
+    }
     rank_state_free(&rs);
     model_free(&m);
     tsr_comm_free(comm);
