@@ -27,7 +27,7 @@ FAST="--backoff 0.2 --grace 2"
 # sup DIR NP [OPTIONS...]: the supervisor in the background (its pid in SUP)
 sup() {
     dir=$1 np=$2; shift 2
-    "$T" launch -np "$np" $FAST "$@" -- train $JOB --job.dump_folder="$TSR_TMP/$dir" >"$TSR_TMP/$dir.log" 2>&1 &
+    "$T" launch -np "$np" $FAST "$@" -- train $JOB ${TRAIN_EXTRA:-} --job.dump_folder="$TSR_TMP/$dir" >"$TSR_TMP/$dir.log" 2>&1 &
     SUP=$!
 }
 # usage: errors in the options or in the job's config before anything runs
@@ -77,9 +77,13 @@ grep -q "resumed from" "$TSR_TMP/kill.log" || fail "kill: the relaunch did not r
 compare ref kill 0
 
 # a hang: rank 1 stopped; after the automatic hang timeout (5x the median step,
-# at least 5 s: here the floor) the job is killed and relaunched
+# at least 5 s: here the floor) the job is killed and relaunched. Checkpoints every
+# 6 steps and the stop after step 7: rank 0 waits for rank 1 in a step, not in the
+# save of step 12 (a save gets the start-up allowance under the automatic timeout)
+TRAIN_EXTRA=--checkpoint.interval=6
 sup hang 2
-wait_step hang 10
+TRAIN_EXTRA=
+wait_step hang 7
 pid=$(rank_pid hang 1 1)
 kill -STOP "$pid"
 # while rank 1 is stopped, hostile heartbeats with the launch's socket and
