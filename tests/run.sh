@@ -26,7 +26,7 @@ echo "test tools: $TSR_PY, llama.cpp in $(sh "$ROOT/tests/llama_setup.sh") ($(( 
 TMPBASE=$(mktemp -d /tmp/tessera-test.XXXXXX)
 trap 'rm -rf "$TMPBASE"' EXIT INT TERM
 pass=0 fail=0 skip=0 failed="" suite_start=$(date +%s)
-: >"$TMPBASE/times"
+times=""
 
 limit_of() { # source file: its time limit in seconds
     if [ -n "${TSR_TEST_TIMEOUT:-}" ]; then echo "$TSR_TEST_TIMEOUT"; return; fi
@@ -48,7 +48,8 @@ run_one() { # name, limit (seconds), command...
     # what the test left there is removed
     ls /dev/shm 2>/dev/null | grep -E '^(vader_segment|sm_segment)\.' | grep -vxF -f "$TMPBASE/shm.before" |
         while read -r f; do rm -f "/dev/shm/$f"; done
-    echo "$secs $limit $name" >>"$TMPBASE/times"
+    times="$times$secs $limit $name
+"
     if { [ $rc = 124 ] || [ $rc = 137 ]; } && [ $secs -ge "$limit" ]; then
         fail=$((fail + 1)); failed="$failed $name"
         echo "FAIL $name: timed out after ${limit}s (TSR_TEST_TIMEOUT or tsr-timeout: N in the test)"
@@ -81,7 +82,7 @@ if [ -d "$FUZZ" ]; then
     done
 fi
 echo "the ten slowest (seconds, share of the test's limit):"
-sort -rn "$TMPBASE/times" | head -n 10 | awk '{ printf "  %5d s  %3d%%  %s\n", $1, 100 * $1 / $2, $3 }'
+printf '%s' "$times" | sort -rn | head -n 10 | awk '{ printf "  %5d s  %3d%%  %s\n", $1, 100 * $1 / $2, $3 }'
 echo "all tests: $(( $(date +%s) - suite_start )) s"
 [ -n "$failed" ] && echo "failed:$failed"
 echo "$pass passed, $fail failed, $skip skipped"
