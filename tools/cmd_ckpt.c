@@ -358,22 +358,30 @@ static void on_problem(void *user, const char *msg) {
     o->n++;
 }
 
-int tsr_cmd_ckpt_verify(int argc, char **argv) {
-    if (wants_help(argc, argv, verify_help)) return EXIT_OK;
-    const char *dir = NULL, *v;
-    int json = 0;
-    uint64_t threads = 0;
+/* The arguments of verify and compact: DIR [--threads N] [--json].
+ * @return 0, or the usage error's exit status. */
+static int dir_args(const char *cmd, int argc, char **argv, const char **dir, int *json, uint64_t *threads) {
+    const char *v;
+    *dir = NULL, *json = 0, *threads = 0;
     for (int i = 1; i < argc; i++) {
         int r;
-        if ((r = tsr_opt(argc, argv, &i, "json", 0, &v))) json = 1;
+        if ((r = tsr_opt(argc, argv, &i, "json", 0, &v))) *json = 1;
         else if ((r = tsr_opt(argc, argv, &i, "threads", 1, &v))) {
-            if (r < 0 || tsr_parse_u64(v, &threads) || threads > 1024)
-                return tsr_usage_error("ckpt verify", "--threads takes a number up to 1024");
-        } else if (argv[i][0] == '-') return tsr_usage_error("ckpt verify", "unknown option %s", argv[i]);
-        else if (!dir) dir = argv[i];
-        else return tsr_usage_error("ckpt verify", "one DIR only");
+            if (r < 0 || tsr_parse_u64(v, threads) || *threads > 1024)
+                return tsr_usage_error(cmd, "--threads takes a number up to 1024");
+        } else if (argv[i][0] == '-') return tsr_usage_error(cmd, "unknown option %s", argv[i]);
+        else if (!*dir) *dir = argv[i];
+        else return tsr_usage_error(cmd, "one DIR only");
     }
-    if (!dir) return tsr_usage_error("ckpt verify", "missing DIR");
+    return *dir ? 0 : tsr_usage_error(cmd, "missing DIR");
+}
+
+int tsr_cmd_ckpt_verify(int argc, char **argv) {
+    if (wants_help(argc, argv, verify_help)) return EXIT_OK;
+    const char *dir;
+    int json, u;
+    uint64_t threads;
+    if ((u = dir_args("ckpt verify", argc, argv, &dir, &json, &threads))) return u;
     tsr_error e = {0};
     tsr_ckpt *ck = open_ckpt("ckpt verify", dir);
     if (!ck) {
@@ -607,20 +615,10 @@ static int compact_step(const char *dir, int threads, int json, int first) {
 
 int tsr_cmd_ckpt_compact(int argc, char **argv) {
     if (wants_help(argc, argv, compact_help)) return EXIT_OK;
-    const char *dir = NULL, *v;
-    int json = 0;
-    uint64_t threads = 0;
-    for (int i = 1; i < argc; i++) {
-        int r;
-        if ((r = tsr_opt(argc, argv, &i, "json", 0, &v))) json = 1;
-        else if ((r = tsr_opt(argc, argv, &i, "threads", 1, &v))) {
-            if (r < 0 || tsr_parse_u64(v, &threads) || threads > 1024)
-                return tsr_usage_error("ckpt compact", "--threads takes a number up to 1024");
-        } else if (argv[i][0] == '-') return tsr_usage_error("ckpt compact", "unknown option %s", argv[i]);
-        else if (!dir) dir = argv[i];
-        else return tsr_usage_error("ckpt compact", "one DIR only");
-    }
-    if (!dir) return tsr_usage_error("ckpt compact", "missing DIR");
+    const char *dir;
+    int json, u;
+    uint64_t threads;
+    if ((u = dir_args("ckpt compact", argc, argv, &dir, &json, &threads))) return u;
     if (tsr_store_is_remote(dir)) return tsr_usage_error("ckpt compact", "DIR is a local directory, not %s", dir);
     tsr_step_info *steps = NULL;
     size_t n = 0;
