@@ -276,3 +276,13 @@ static int rm_entry(const char *path, const struct stat *st, int flag, struct FT
 }
 
 void tsr_remove_tree(const char *dir) { nftw(dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+int tsr_fsync_dir(const char *dir, const char *what, tsr_error *err) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = fd >= 0 ? fsync(fd) : -1, e = errno;
+    if (fd >= 0) close(fd);
+    if (rc != 0)
+        return tsr_err(err, TSR_EIO, "%s: fsync of the directory%s%s: %s", dir, what ? " after " : "", what ? what : "",
+                       strerror(e));
+    return 0;
+}

@@ -123,6 +123,10 @@ int tsr_open_regular(const char *path, uint64_t *size, tsr_error *err);
  * progress; TSR_EIO with the system's reason otherwise. */
 int tsr_pread_all(int fd, const char *path, void *buf, size_t len, uint64_t off, tsr_error *err);
 int tsr_pwrite_all(int fd, const char *path, const void *buf, size_t len, uint64_t off, tsr_error *err);
+/* tsr_fsync_dir(): fsync of the directory dir, which makes a creation or rename
+ * in it durable; `what` (may be NULL) names that for the message. @return 0, or
+ * TSR_EIO "DIR: fsync of the directory after WHAT: reason". */
+int tsr_fsync_dir(const char *dir, const char *what, tsr_error *err);
 
 /* Aligned allocation (TSR_ALIGN) for O_DIRECT buffers; free with free(). */
 void *tsr_alloc_aligned(size_t size);

@@ -354,13 +354,6 @@ static int link_entry(const char *dir, const char *name, void *user) {
     return 0;
 }
 
-static int fsync_dir(const char *dir, tsr_error *err) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = fd < 0 || fsync(fd) != 0 ? tsr_err(err, TSR_EIO, "%s: fsync: %s", dir, strerror(errno)) : 0;
-    if (fd >= 0) close(fd);
-    return rc;
-}
-
 /* Removes the folder tmp if it is there (an interrupted compact's). */
 static int remove_tmp(const char *tmp, tsr_error *err) {
     struct stat sb;
@@ -435,7 +428,7 @@ int tsr_ckpt_compact(const char *step_dir, int threads, tsr_recode_stats *st, ts
     if (!rc && gain && renameat2(AT_FDCWD, tmp, AT_FDCWD, dir, RENAME_EXCHANGE) != 0)
         rc = tsr_err(err, TSR_EIO, "%s: cannot exchange it with %s (renameat2 RENAME_EXCHANGE): %s", dir, tmp,
                      strerror(errno));
-    if (!rc && gain) rc = fsync_dir(parent, err);
+    if (!rc && gain) rc = tsr_fsync_dir(parent, NULL, err);
     if (!rc && gain) tsr_recode_stats_get(r, st);
     if (r && any) { /* the old files, or what a failure left */
         tsr_error e = {0};

@@ -270,13 +270,9 @@ static int publish(const tsr_ckpt_out *o, tsr_error *err) {
                            "it; theirs is kept, this run's copy removed", o->dst);
         return tsr_err(err, TSR_EIO, "%s: cannot rename %s to it: %s", o->dst, o->dir, strerror(e));
     }
-    int fd = open(o->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = fd >= 0 ? fsync(fd) : -1, e = errno;
-    if (fd >= 0) close(fd);
-    if (rc != 0)
-        return tsr_err(err, TSR_EIO, "%s: fsync of the directory after renaming %s: %s", o->parent, o->dst,
-                       strerror(e));
-    return 0;
+    char what[PATH_MAX + 16];
+    snprintf(what, sizeof what, "renaming %s", o->dst);
+    return tsr_fsync_dir(o->parent, what, err);
 }
 
 int tsr_ckpt_out_end(tsr_ckpt_out *o, int ok, tsr_error *err) {

@@ -350,13 +350,9 @@ static int posix_rename(tsr_store *s, const char *from, const char *to, tsr_erro
 
 /* The directory's fsync: makes the creation or rename of `name` durable. */
 static int posix_sync(tsr_store *s, const char *name, tsr_error *err) {
-    int fd = open(s->location, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    int rc = fd >= 0 ? fsync(fd) : -1, e = errno;
-    if (fd >= 0) close(fd);
-    if (rc != 0)
-        return tsr_err(err, TSR_EIO, "%s: fsync of the directory after renaming %s: %s", s->location, name,
-                       strerror(e));
-    return 0;
+    char what[PATH_MAX + 16];
+    snprintf(what, sizeof what, "renaming %s", name);
+    return tsr_fsync_dir(s->location, what, err);
 }
 
 /* --------------------------------------------------------------- names */
