@@ -47,9 +47,14 @@ sup kill 2
 wait_step kill 10
 [ "$(committed "$SHM-kill/node-0")" -le 2 ] && [ "$(committed "$SHM-kill/node-0")" -ge 1 ] ||
     fail "kill: $(committed "$SHM-kill/node-0") snapshots in node memory, not 1 or 2"
-# the newest snapshot in node memory before the kill (one more may commit before the kill lands)
+# both ranks stopped while the newest snapshot in node memory is read, so that
+# none commits between reading it and the kill (a slow machine ran two more
+# steps in that window); one in flight may still commit once rank 0 goes on
+p0=$(rank_pid kill 1 0) p1=$(rank_pid kill 1 1)
+kill -STOP "$p0" "$p1"
 newest=$(ls -d "$SHM-kill"/node-0/step-*/MANIFEST 2>/dev/null | sed 's|.*/step-0*\([0-9]*\)/MANIFEST|\1|' | sort -n | tail -n 1)
-kill -9 "$(rank_pid kill 1 1)"
+kill -9 "$p1"
+kill -CONT "$p0"
 finished kill 1
 got=$(sed -n "s|^resumed from $SHM-kill/node-0/recover/step-0*\([0-9]*\) (the local tier, step.*|\1|p" "$TSR_TMP/kill.log")
 [ -n "$newest" ] && { [ "$got" = "$newest" ] || [ "$got" = $((newest + 1)) ]; } ||
