@@ -66,7 +66,13 @@ static int refuse(tsr_error *err, const char *dir, char *holder) {
 static int take_lease(const char *dir, int create, tsr_folder_lock **out, tsr_error *err) {
     tsr_store *st = tsr_store_open(dir, 0, err);
     if (!st) return err ? err->code : TSR_EIO;
-    if (tsr_store_exists(st, LOCK_NAME)) {
+    int present = tsr_store_exists(st, LOCK_NAME, err);
+    if (present < 0) {
+        tsr_store_close(st);
+        tsr_err_prefix(err, "the lease object");
+        return present;
+    }
+    if (present) {
         uint8_t *b = NULL;
         size_t n = 0;
         char holder[HOLDER_MAX + 1] = "";

@@ -17,7 +17,7 @@
 int tsr_ckpt_is_committed(const char *step_dir) {
     if (tsr_store_is_remote(step_dir)) {
         tsr_store *st = tsr_store_open(step_dir, 0, NULL);
-        int yes = st && tsr_store_exists(st, "MANIFEST");
+        int yes = st && tsr_store_exists(st, "MANIFEST", NULL) == 1;
         tsr_store_close(st);
         return yes;
     }
@@ -68,7 +68,9 @@ int tsr_remove_step_dir(const char *dir, tsr_error *err) {
     /* an object store has no directories: nothing under the prefix, no checkpoint */
     if (!rc && l.n == 0 && tsr_store_is_remote(dir))
         rc = tsr_err(err, TSR_ENOTFOUND, "%s: no such checkpoint (nothing is stored under it)", dir);
-    if (!rc && tsr_store_exists(st, "MANIFEST")) rc = tsr_store_remove(st, "MANIFEST", err);
+    int present = rc ? 0 : tsr_store_exists(st, "MANIFEST", err);
+    if (present < 0) rc = present;
+    if (present > 0) rc = tsr_store_remove(st, "MANIFEST", err);
     for (size_t i = 0; i < l.n && !rc; i++)
         if (strcmp(l.v[i], "MANIFEST") != 0 && l.v[i][strlen(l.v[i]) - 1] != '/') rc = tsr_store_remove(st, l.v[i], err);
     free(l.v);

@@ -104,7 +104,7 @@ int tsr_store_put_staged(tsr_store *s, const char *name, const void *buf, size_t
 
 /* --------------------------------------------------------------- names */
 
-int tsr_store_exists(tsr_store *s, const char *name) { return s->ops->exists(s, name); }
+int tsr_store_exists(tsr_store *s, const char *name, tsr_error *err) { return s->ops->exists(s, name, err); }
 
 int tsr_store_remove(tsr_store *s, const char *name, tsr_error *err) { return s->ops->remove(s, name, err); }
 

@@ -112,7 +112,10 @@ int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t
 /* tsr_store_get(): reads a whole object (at most max bytes) into a malloc'ed buffer. */
 int tsr_store_get(tsr_store *s, const char *name, size_t max, uint8_t **out, size_t *len,
                   tsr_error *err);
-int tsr_store_exists(tsr_store *s, const char *name);
+/* tsr_store_exists(): 1 when NAME is there, 0 when it is not, or a TSR_E code (< 0)
+ * with err set when the store could not tell (a server that does not answer is
+ * not an absent object). */
+int tsr_store_exists(tsr_store *s, const char *name, tsr_error *err);
 int tsr_store_remove(tsr_store *s, const char *name, tsr_error *err);
 /* tsr_store_list(): calls fn for each name directly in the store, with its size;
  * a sub-directory (or deeper keys) as "NAME/" with size 0. A non-zero return
@@ -206,7 +209,7 @@ struct tsr_store_ops {
     int (*rename)(tsr_store *s, const char *from, const char *to, tsr_error *err);
     int (*sync)(tsr_store *s, const char *name, tsr_error *err);
     /* names */
-    int (*exists)(tsr_store *s, const char *name);
+    int (*exists)(tsr_store *s, const char *name, tsr_error *err);
     int (*remove)(tsr_store *s, const char *name, tsr_error *err);
     int (*list)(tsr_store *s, tsr_store_list_fn fn, void *user, tsr_error *err);
 };

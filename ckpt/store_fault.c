@@ -408,7 +408,9 @@ static int fault_sync(tsr_store *st, const char *name, tsr_error *err) {
 
 /* --------------------------------------------------------------- names */
 
-static int fault_exists(tsr_store *s, const char *name) { return inner_of(s)->ops->exists(inner_of(s), name); }
+static int fault_exists(tsr_store *s, const char *name, tsr_error *err) {
+    return inner_of(s)->ops->exists(inner_of(s), name, err);
+}
 
 static int fault_remove(tsr_store *s, const char *name, tsr_error *err) {
     return inner_of(s)->ops->remove(inner_of(s), name, err);

@@ -357,10 +357,12 @@ static int posix_sync(tsr_store *s, const char *name, tsr_error *err) {
 
 /* --------------------------------------------------------------- names */
 
-static int posix_exists(tsr_store *s, const char *name) {
+static int posix_exists(tsr_store *s, const char *name, tsr_error *err) {
     char path[PATH_MAX + 64];
     tsr_store_join(s, name, path, sizeof path);
-    return access(path, F_OK) == 0;
+    if (access(path, F_OK) == 0) return 1;
+    if (errno == ENOENT || errno == ENOTDIR) return 0;
+    return tsr_err(err, TSR_EIO, "%s: %s", path, strerror(errno));
 }
 
 static int posix_remove(tsr_store *s, const char *name, tsr_error *err) {

@@ -179,10 +179,12 @@ static int s3st_put(tsr_store *st, const char *name, const void *buf, size_t len
 
 /* --------------------------------------------------------------- names */
 
-static int s3st_exists(tsr_store *st, const char *name) {
+static int s3st_exists(tsr_store *st, const char *name, tsr_error *err) {
     s3_store *s = (s3_store *)st;
     char key[TSR_S3_MAX_KEY];
-    return !key_of(s, name, key, NULL) && tsr_s3_head(s->s3, s->bucket, key, NULL, NULL) == 0;
+    int rc = key_of(s, name, key, err);
+    if (!rc) rc = tsr_s3_head(s->s3, s->bucket, key, NULL, err);
+    return rc == 0 ? 1 : rc == TSR_ENOTFOUND ? 0 : rc;
 }
 
 static int s3st_remove(tsr_store *st, const char *name, tsr_error *err) {

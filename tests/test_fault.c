@@ -70,7 +70,7 @@ static int verifies(const char *dir) {
 /* 1 when the store at dir holds `name`. */
 static int holds(const char *dir, const char *name) {
     tsr_store *st = tsr_store_open(dir, 0, NULL);
-    int yes = st && tsr_store_exists(st, name);
+    int yes = st && tsr_store_exists(st, name, NULL) == 1;
     tsr_store_close(st);
     return yes;
 }
@@ -151,8 +151,8 @@ static void wrapped_store(const char *base) {
     CHECK(rc == TSR_EIO && strstr(e.msg, "wrapped/b") && strstr(e.msg, "(injected)"), "the second put: %d: %s", rc,
           e.msg);
     CHECK_OK(tsr_store_put_atomic(st, "c", "3", 1, &e));
-    CHECK(tsr_store_exists(st, "a") && tsr_store_exists(st, "c"), "the puts that succeeded are there");
-    CHECK(!tsr_store_exists(st, "b") && !tsr_store_exists(st, "b.tmp"), "the failed put left something");
+    CHECK(tsr_store_exists(st, "a", NULL) == 1 && tsr_store_exists(st, "c", NULL) == 1, "the puts that succeeded are there");
+    CHECK(!tsr_store_exists(st, "b", NULL) && !tsr_store_exists(st, "b.tmp", NULL), "the failed put left something");
     tsr_store_close(st);
     st = tsr_store_open(loc, 0, &e);
     REQUIRE(st, "%s", e.msg);

@@ -3,7 +3,7 @@
 # the lease object PREFIX/LOCK of another writer exists, `ckpt synth` into a step
 # of the prefix and `push` to it are refused, naming the holder, and write
 # nothing; once it is gone they work, and synth's own lease is removed when it
-# ends.
+# ends. A lease check the server does not answer refuses the push.
 . "$TSR_ROOT/tests/common.sh"
 cd "$TSR_TMP" || exit 1
 . "$TSR_ROOT/tests/s3.sh"
@@ -22,6 +22,12 @@ expect 1 "push to a leased prefix" "$T" push ck $B/run/
 grep -q "another writer holds .*pid 4242" err.txt || fail "push: no refusal naming the lease's holder: $(cat err.txt)"
 aws s3 ls $B/run/ --recursive >ls.txt
 grep -q "step-" ls.txt && fail "something was written under the leased prefix: $(cat ls.txt)"
+
+# a server that does not answer the lease check is not an absent lease: push
+# stops at the check (HEAD of PREFIX/LOCK), naming it, and sends no data file
+expect 1 "push to a server that does not answer" env TSR_S3_MAX_ATTEMPTS=2 "$T" push ck $B/run/ --endpoint http://127.0.0.1:9
+grep -q "the lease object: .*run/LOCK: HEAD" err.txt && ! grep -q "PUT" err.txt ||
+    fail "push: the unanswered lease check is not named (or data was sent): $(cat err.txt)"
 
 aws s3 rm $B/run/LOCK >/dev/null || fail "aws s3 rm of the lease"
 expect 0 "synth into a free prefix" "$T" ckpt synth $B/run/step-00000002 --bytes 64K

@@ -159,12 +159,25 @@ static int copy_steps(const char *cmd, const char *src, const char *dst, int pus
      * folder of DST when DST is one step), checked before any request; push:
      * refused when a writer's lease is on the prefix */
     tsr_folder_lock *lock = NULL;
+    /* push: the local source is read first (every step's MANIFEST validated), so
+     * that a bad one costs no request */
+    if (push && steps_of(cmd, src, &dirs, &n, &single)) return EXIT_FAIL;
+    for (size_t i = 0; push && i < n; i++) {
+        tsr_ckpt *ck = tsr_ckpt_open(dirs[i], &e);
+        if (!ck) {
+            fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+            free(dirs);
+            return EXIT_FAIL;
+        }
+        tsr_ckpt_close(ck);
+    }
     if (push ? tsr_folder_lock_take(dst, 0, &lock, &e)
              : tsr_folder_lock_take(dst, 0, &lock, &e) || tsr_folder_lock_for_ckpt(dst, &lock, &e)) {
         fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
+        free(dirs);
         return EXIT_FAIL;
     }
-    if (steps_of(cmd, src, &dirs, &n, &single)) {
+    if (!push && steps_of(cmd, src, &dirs, &n, &single)) {
         tsr_folder_lock_release(lock);
         return EXIT_FAIL;
     }
