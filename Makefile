@@ -23,7 +23,7 @@ FUZZ_SECONDS ?= 30
 
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
-INCLUDES := -Iinclude -Ibase -Ikernels -Ikernels/cuda -Iformats -Ireshard -Icomm -Ickpt -Itrain -Iconvert -I/usr/include/libxml2 $(MPI_CFLAGS)
+INCLUDES := -Iinclude -Ibase -Ikernels -Ikernels/cuda -Iformats -Ireshard -Icomm -Istore -Ickpt -Itrain -Iconvert -Ilaunch -I/usr/include/libxml2 $(MPI_CFLAGS)
 # -fPIC: the library's objects go into libtessera.so as well as libtessera.a
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -fPIC -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
@@ -32,11 +32,11 @@ LDLIBS_ALL := $(SYS_LIBS) $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 
 # The layers, bottom first (README, "Layout"): a folder includes only from
 # folders before it (kernels/ from base/ only); tools/check_layers.sh checks it.
-LAYERS := base kernels formats reshard comm ckpt train convert
+LAYERS := base kernels formats reshard comm store ckpt train convert launch
 # The layers below the trainer: what the fuzz targets link.
-CORE := base kernels formats reshard comm ckpt
+CORE := base kernels formats reshard comm store ckpt
 LIB_SRC := $(sort $(foreach d,$(CORE),$(wildcard $(d)/*.c)))
-TRAIN_SRC := $(sort $(wildcard train/*.c convert/*.c))
+TRAIN_SRC := $(sort $(wildcard train/*.c convert/*.c launch/*.c))
 TOOL_SRC := $(sort $(wildcard tools/*.c))
 TEST_SRC := $(sort $(wildcard tests/test_*.c))
 FUZZ_SRC := $(sort $(wildcard tests/fuzz_*.c))
@@ -107,7 +107,7 @@ $(SHLIB): $(LIB_OBJ)
 $(BUILD)/tessera.1: $(BUILD)/tessera tools/man.sh
 	sh tools/man.sh $(BUILD)/tessera > $@
 
-# The trainer and the converters (train/, convert/) link the library; the
+# The trainer, the converters and the supervisor (train/, convert/, launch/) link the library; the
 # command and the tests link both.
 $(BUILD)/libtessera-train.a: $(TRAIN_OBJ)
 	@rm -f $@

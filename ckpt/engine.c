@@ -181,6 +181,18 @@ int tsr_engine_broken(tsr_engine *e) {
 
 /* ------------------------------------------------------------------ save */
 
+int tsr_engine_prepare(tsr_engine *e, const tsr_state *st, tsr_error *err) {
+    /* after a rewind the first save plans, as without this call: its agreement
+     * is where rank 0 moves the abandoned steps aside */
+    if (e->rewind_pending) return 0;
+    tsr_engine_wait(e, NULL); /* e->bg and the plan are the caller's */
+    /* the first save's agreement, made now: rank 0 makes room, every rank
+     * learns whether all states are valid */
+    int rc = engine_check_state(st, err), broken = 0;
+    int a = engine_agree(e, 0, rc ? AGREE_INVALID : AGREE_REPLAN, rc, &broken, err);
+    return a != AGREE_REPLAN ? a : engine_plan_save(e, st, err);
+}
+
 int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err) {
     tsr_engine_wait(e, NULL); /* the arena is not in use */
     return engine_arena_reserve(e, bytes, err);

@@ -27,6 +27,7 @@
 #include "encoder.h"
 #include "pool.h"
 #include "store.h"
+#include "tsr_ckpt.h"
 
 /* Room for an error message that travels between ranks. */
 #define MSG_LEN 1024

@@ -26,6 +26,7 @@
 #include "common.h"
 #include "lock.h"
 #include "store.h"
+#include "tsr_ckpt.h"
 
 #define LOCK_NAME "LOCK"
 #define HOLDER_MAX 512

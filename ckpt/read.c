@@ -12,6 +12,7 @@
 #include "manifest.h"
 #include "pool.h"
 #include "store.h"
+#include "tsr_ckpt.h"
 
 typedef struct data_file {
     pthread_mutex_t mu;

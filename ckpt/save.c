@@ -14,6 +14,7 @@
 #include "manifest.h"
 #include "pool.h"
 #include "store.h"
+#include "tsr_ckpt.h"
 #include "encoder.h"
 
 #define BATCH_PER_THREAD 2 /* frames encoded per thread between writes */

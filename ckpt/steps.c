@@ -13,6 +13,7 @@
 
 #include "common.h"
 #include "store.h"
+#include "tsr_ckpt.h"
 
 int tsr_ckpt_is_committed(const char *step_dir) {
     if (tsr_store_is_remote(step_dir)) {

@@ -1,5 +1,6 @@
-/* comm_mpi.h: what the two planes over MPI share (control_mpi.c, data_mpi.c):
- * the group itself and the error of a failed MPI call. Not a public interface. */
+/* comm_mpi.h: what the planes over MPI share (control_mpi.c, data_mpi.c,
+ * data_nccl.c): the group itself, and (comm_mpi.c) the error of a failed MPI
+ * call and the waits of ranks that share cores. Not a public interface. */
 #ifndef TSR_COMM_MPI_H
 #define TSR_COMM_MPI_H
 
@@ -21,6 +22,7 @@ struct tsr_comm {
     } *sends;
     size_t n_sends, cap_sends;
     void *nccl; /* the CUDA build's NCCL communicator of the group (ncclComm_t), made on first use */
+    void (*nccl_free)(tsr_comm *c); /* set with nccl by the plane that made it: destroys it */
 };
 
 /* The largest message of one MPI call, in bytes; longer ones are split. */

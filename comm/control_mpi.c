@@ -4,53 +4,17 @@
  * collectives are the data plane (data_mpi.c). Messages larger than INT_MAX
  * bytes are split. */
 #include <limits.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "comm_mpi.h"
-#include "data_nccl.h"
 
 tsr_comm *tsr_comm_self(void) {
     tsr_comm *c = calloc(1, sizeof *c);
     if (c) c->size = 1;
     return c;
-}
-
-int tsr_mpi_err(tsr_error *err, int rc, const char *what) {
-    char msg[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    MPI_Error_string(rc, msg, &len);
-    return tsr_err(err, TSR_EIO, "MPI %s failed: %.*s", what, len, msg);
-}
-
-/* Whether this node runs more ranks than the cores this process may use (Open
- * MPI's mpirun says how many ranks it started here): decided once. */
-int tsr_mpi_shared_cores(void) {
-    static int shared = -1;
-    if (shared < 0) {
-        const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-        cpu_set_t set;
-        int cores = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-        shared = local && atoi(local) > cores;
-    }
-    return shared;
-}
-
-/* Tests every 20 us at first, then less often up to every 250 us: a collective
- * advances only while its ranks call into MPI, so the sleeps stay short. */
-int tsr_mpi_wait(MPI_Request *q) {
-    if (!tsr_mpi_shared_cores()) return MPI_Wait(q, MPI_STATUS_IGNORE);
-    long ns = 20000;
-    for (;;) {
-        int done = 0, rc = MPI_Test(q, &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS || done) return rc;
-        struct timespec ts = {0, ns};
-        nanosleep(&ts, NULL);
-        if (ns < 250000) ns *= 2;
-    }
 }
 
 tsr_comm *tsr_comm_mpi_world(tsr_error *err) {
@@ -147,9 +111,7 @@ void tsr_comm_free(tsr_comm *c) {
      * freed and its buffer left to MPI, which may still read it */
     for (size_t i = 0; i < c->n_sends; i++) MPI_Request_free(&c->sends[i].q);
     free(c->sends);
-#ifdef TSR_CUDA
-    tsr_nccl_free(c);
-#endif
+    if (c->nccl_free) c->nccl_free(c); /* the data plane's, which made it */
     if (c->is_mpi && c->comm != MPI_COMM_WORLD) MPI_Comm_free(&c->comm);
     if (c->finalize) MPI_Finalize();
     free(c);

@@ -18,6 +18,12 @@ static int cuda_err(tsr_error *err, cudaError_t e, const char *what) {
 }
 static cudaStream_t stream(tsr_stream *s) { return (cudaStream_t)s; }
 
+/* Destroys the group's communicator (tsr_comm_free calls it). */
+static void nccl_free(tsr_comm *c) {
+    if (c->nccl) ncclCommDestroy((ncclComm_t)c->nccl);
+    c->nccl = NULL;
+}
+
 /* The group's communicator, made on first use. */
 static int comm_of(tsr_comm *c, ncclComm_t *out, tsr_error *err) {
     if (!c->nccl) {
@@ -32,14 +38,10 @@ static int comm_of(tsr_comm *c, ncclComm_t *out, tsr_error *err) {
         if ((r = ncclCommInitRank(&nc, (int)c->size, id, (int)c->rank)) != ncclSuccess)
             return nccl_err(err, r, "CommInitRank");
         c->nccl = nc;
+        c->nccl_free = nccl_free;
     }
     *out = (ncclComm_t)c->nccl;
     return 0;
-}
-
-void tsr_nccl_free(tsr_comm *c) {
-    if (c && c->nccl) ncclCommDestroy((ncclComm_t)c->nccl);
-    if (c) c->nccl = NULL;
 }
 
 /* The NCCL type of dt; bf16 travels as f32 in sums (see widen). */

@@ -20,7 +20,5 @@ int tsr_nccl_send(tsr_comm *c, uint32_t peer, tsr_dtype dt, const void *buf, siz
 int tsr_nccl_recv(tsr_comm *c, uint32_t peer, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err);
 /* tsr_nccl_wait(): waits for the work queued on s. */
 int tsr_nccl_wait(tsr_stream *s, tsr_error *err);
-/* tsr_nccl_free(): destroys the group's NCCL communicator, if it has one. */
-void tsr_nccl_free(tsr_comm *c);
 
 #endif

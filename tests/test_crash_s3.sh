@@ -2,7 +2,7 @@
 # test_crash_s3.sh: a crash at each step of a save straight into a bucket, where
 # the data objects are uploaded first and the MANIFEST, the commit, last. A
 # one-rank `ckpt synth` into s3://bkt/run/step-00000002 sends itself SIGKILL
-# (TSR_FAULT, see ckpt/store.h: on S3 an upload's completion counts as the
+# (TSR_FAULT, see store/store.h: on S3 an upload's completion counts as the
 # fsync, the MANIFEST's PUT as the rename) after its data object's upload
 # completed, before the MANIFEST's PUT and right after it. Each time: the
 # process dies by SIGKILL; step 2 is committed exactly when the PUT happened

@@ -1,9 +1,9 @@
 #!/bin/sh
 # check_layers.sh: checks the rules of README's "Layout" over the source tree.
 #  - Every folder is a layer and includes only from the layers below it (and
-#    from itself): base < kernels < formats < reshard < comm < ckpt < train <
-#    convert < tools; kernels/ from base/ only; include/ (the public umbrella
-#    header) and tests/ sit on top.
+#    from itself): base < kernels < formats < reshard < comm < store < ckpt <
+#    train < convert < launch < tools; kernels/ from base/ only; include/ (the
+#    public umbrella header) and tests/ sit on top.
 #  - Every quoted #include outside tests/ names a header of the tree, and a
 #    header name belongs to one folder only.
 #  - No source file outside tests/ has more than 900 lines, and no function
@@ -12,7 +12,7 @@
 # Run from anywhere: `sh tools/check_layers.sh [ROOT]`.
 ROOT=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$ROOT" || exit 1
-LAYERS="base kernels formats reshard comm ckpt train convert tools include tests"
+LAYERS="base kernels formats reshard comm store ckpt train convert launch tools include tests"
 MAX_FILE=900
 MAX_FUNC=120
 

@@ -67,7 +67,7 @@ struct tsr_comm *tsr_cli_comm(const char *cmd);
 void tsr_cli_set_threads(void);
 
 /* tsr_cli_faults(): storage fault injection for the command's tests: the spec
- * in the environment variable TSR_FAULT (ckpt/store.h describes it) set for the
+ * in the environment variable TSR_FAULT (store/store.h describes it) set for the
  * whole process (tsr_fault_set), the trainer's NaN at step TSR_FAULT_NAN
  * (tsr_heartbeat_set_fault_nan) and its straggler, rank RANK working MS
  * milliseconds longer each step, from TSR_FAULT_SLOW=RANK:MS

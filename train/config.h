@@ -143,7 +143,7 @@ typedef struct tsr_train_config {
         int codec;                        /* TSR_CODEC_AUTO ("auto"): each frame encoded or stored
                                              raw, whichever keeps the writer busy; "raw", "zstd"
                                              or "bytegroup" force that codec */
-        /* tessera's own: the local tier, snapshots in node memory (train/local_tier.h) */
+        /* tessera's own: the local tier, snapshots in node memory (ckpt/local_tier.h) */
         int local_interval;                 /* 0: off; else a snapshot every N steps */
         char local_folder[TSR_CONFIG_STR];  /* "": /dev/shm/tessera-<hash of job.dump_folder> */
         char local_nodes[TSR_CONFIG_STR];   /* "": every rank on one node; "0,1,...": the ids of

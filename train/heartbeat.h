@@ -1,5 +1,5 @@
 /* heartbeat.h: the training job's side of `tessera launch` (the supervisor,
- * tools/cmd_launch.c): each rank tells the supervisor where it is, and leaves
+ * launch/): each rank tells the supervisor where it is, and leaves
  * when the supervisor is gone.
  *
  * The supervisor listens on a Unix stream socket whose path it passes to the

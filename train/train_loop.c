@@ -415,8 +415,10 @@ static int open_engine(job *j, tsr_error *err) {
     if (!rc) j->engine = tsr_engine_new(j->root, t->world, &eo, err);
     if (!rc && !j->engine) rc = err ? err->code : TSR_EIO;
     if (!rc && c->checkpoint.enable && c->checkpoint.local_interval > 0) {
-        rc = tsr_local_root(c, j->local_root, sizeof j->local_root, err);
-        if (!rc) rc = tsr_local_open(c, t->world, &j->local, err);
+        tsr_local_opts lo = {c->checkpoint.local_folder, c->job.dump_folder, c->checkpoint.local_nodes,
+                             c->checkpoint.commit_timeout_s};
+        rc = tsr_local_root(lo.folder, lo.dump_folder, j->local_root, sizeof j->local_root, err);
+        if (!rc) rc = tsr_local_open(&lo, t->world, &j->local, err);
     }
     tsr_heartbeat_send(j->hb, TSR_HB_LOAD, 0, 0, 0, 0);
     if (!rc) rc = resume(j, &j->pos, &j->start, j->log, err);

@@ -28,16 +28,23 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "config.h"
 #include "tsr_ckpt.h"
 
 #define TSR_LOCAL_KEEP 2       /* snapshots kept per node, and partner copies */
 #define TSR_LOCAL_MAX_NODES 256
 
-/* tsr_local_root(): the tier's folder of the job configured by c. The hash
- * is of job.dump_folder made absolute (against the working directory).
- * @return 0, or TSR_EINVAL when it does not fit len. */
-int tsr_local_root(const tsr_train_config *c, char *out, size_t len, tsr_error *err);
+/* The tier's options (the trainer's checkpoint.local_* and job.dump_folder). */
+typedef struct tsr_local_opts {
+    const char *folder;      /* checkpoint.local_folder; NULL or "": the default */
+    const char *dump_folder; /* job.dump_folder: the default folder is named by its hash */
+    const char *nodes;       /* checkpoint.local_nodes (below); NULL or "": one node */
+    double commit_timeout_s; /* checkpoint.commit_timeout_s of the snapshots' engine */
+} tsr_local_opts;
+
+/* tsr_local_root(): the tier's folder: `folder` if set, else
+ * /dev/shm/tessera-<hash of dump_folder made absolute (against the working
+ * directory)>. @return 0, or TSR_EINVAL when it does not fit len. */
+int tsr_local_root(const char *folder, const char *dump_folder, char *out, size_t len, tsr_error *err);
 
 /* tsr_local_node_dir(): ROOT/node-<node> into out. @return 0, or TSR_EINVAL. */
 int tsr_local_node_dir(const char *root, int node, char *out, size_t len, tsr_error *err);
@@ -48,7 +55,7 @@ typedef struct tsr_local_tier tsr_local_tier;
  * rank's node folder (created if missing) and, when the ranks span more than
  * one node, the thread that sends partner copies. @return 0; TSR_EINVAL for a
  * checkpoint.local_nodes that is not a list of node ids dividing the ranks. */
-int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **out, tsr_error *err);
+int tsr_local_open(const tsr_local_opts *o, tsr_comm *world, tsr_local_tier **out, tsr_error *err);
 
 /* tsr_local_save(): collective. Saves `st` as the snapshot of `step` and
  * returns once it is staged (the engine's asynchronous save: encoding, writing

@@ -21,13 +21,13 @@
 #define TAG_DATA 7102
 #define TAG_ROOM 7109
 
-int tsr_local_root(const tsr_train_config *c, char *out, size_t len, tsr_error *err) {
+int tsr_local_root(const char *folder, const char *dump_folder, char *out, size_t len, tsr_error *err) {
     int n;
-    if (c->checkpoint.local_folder[0]) {
-        n = snprintf(out, len, "%s", c->checkpoint.local_folder);
+    if (folder && folder[0]) {
+        n = snprintf(out, len, "%s", folder);
     } else {
         char cwd[PATH_MAX] = "", abs[2 * PATH_MAX];
-        const char *d = c->job.dump_folder;
+        const char *d = dump_folder;
         if (d[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = 0;
         snprintf(abs, sizeof abs, "%s%s%s", cwd, cwd[0] ? "/" : "", d);
         uint64_t h = 1469598103934665603ull; /* FNV-1a */
@@ -351,19 +351,19 @@ static int start_thread(tsr_local_tier *lt, tsr_comm *world, tsr_error *err) {
     return 0;
 }
 
-int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **out, tsr_error *err) {
+int tsr_local_open(const tsr_local_opts *o, tsr_comm *world, tsr_local_tier **out, tsr_error *err) {
     *out = NULL;
     tsr_local_tier *lt = calloc(1, sizeof *lt);
     if (!lt) return tsr_err(err, TSR_ENOMEM, "out of memory");
     lt->rank = (int)tsr_comm_rank(world);
     lt->world = (int)tsr_comm_size(world);
     lt->world_comm = world;
-    int rc = parse_nodes(c->checkpoint.local_nodes, lt->world, lt->ids, &lt->n_nodes, err);
+    int rc = parse_nodes(o->nodes ? o->nodes : "", lt->world, lt->ids, &lt->n_nodes, err);
     if (!rc) {
         lt->per_node = lt->world / lt->n_nodes;
         lt->node_idx = lt->rank / lt->per_node;
         lt->first_of_node = lt->rank % lt->per_node == 0;
-        rc = tsr_local_root(c, lt->root, sizeof lt->root, err);
+        rc = tsr_local_root(o->folder, o->dump_folder, lt->root, sizeof lt->root, err);
     }
     if (!rc) rc = tsr_local_node_dir(lt->root, lt->ids[lt->node_idx], lt->node_dir, sizeof lt->node_dir, err);
     int e = rc ? 0 : tsr_mkdir_p(lt->node_dir);
@@ -374,7 +374,7 @@ int tsr_local_open(const tsr_train_config *c, tsr_comm *world, tsr_local_tier **
     eo.recycle = 1; /* each snapshot writes over the pages of one retired */
     eo.sync = 0; /* the save returns once staged; the next one hands its copies over */
     eo.overlap_staging = 1; /* the copy overlaps the next step (tsr_local_staged) */
-    eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
+    eo.commit_timeout_s = o->commit_timeout_s;
     eo.quiet = 1; /* its failures are said here, once for a run of them */
     lt->snapshots.what = "snapshot", lt->copies.what = "partner copy";
     if (!rc && !(lt->engine = tsr_engine_new(lt->node_dir, world, &eo, err))) rc = err ? err->code : TSR_EIO;

@@ -43,7 +43,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tsr_ckpt.h"
+#include "tsr_base.h"
 
 typedef struct tsr_store tsr_store;
 typedef struct tsr_rfile tsr_rfile;

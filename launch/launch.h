@@ -1,6 +1,8 @@
-/* launch.h: the parts of `tessera launch` (cmd_launch.c: options, restart
- * policy, summary; launch_proc.c: the job's processes; launch_watch.c: the
- * heartbeat socket and what it detects; launch_log.c: the event log). */
+/* launch.h: the supervisor of `tessera launch` (tools/cmd_launch.c parses its
+ * options and the job's config): supervise.c the restart policy and the
+ * summary; launch_proc.c the job's processes; launch_watch.c the heartbeat
+ * socket and what it detects; launch_chaos.c the faults of --chaos;
+ * launch_log.c the event log. */
 #ifndef TSR_LAUNCH_H
 #define TSR_LAUNCH_H
 
@@ -109,6 +111,17 @@ typedef struct launch {
     int chaos_faults;
     int chaos_fatal; /* the launch that got a fault which ends it (0: none yet) */
 } launch;
+
+/* supervise.c ------------------------------------------------------------- */
+
+enum { LAUNCH_FINISHED = 0, LAUNCH_GAVE_UP = 1, LAUNCH_USAGE = 2 };
+
+/* launch_run(): runs the job of o (job: its config as `tessera train` reads it,
+ * before validation) under mpirun and supervises it until it finishes, gives
+ * up, or the supervisor is asked to stop (SIGTERM, SIGINT, SIGHUP).
+ * @return LAUNCH_FINISHED, LAUNCH_GAVE_UP, or LAUNCH_USAGE when the job's
+ * arguments are wrong (mpirun exited 2: no retry). */
+int launch_run(const launch_opts *o, const tsr_train_config *job);
 
 /* launch_log.c ------------------------------------------------------------ */
 

@@ -3,7 +3,7 @@
  *
  * Open MPI gives each rank a process group of its own, so signalling mpirun's
  * group does not reach the ranks: the supervisor walks /proc for every process
- * below itself instead. It is a child subreaper (cmd_launch.c), so ranks whose
+ * below itself instead. It is a child subreaper (supervise.c), so ranks whose
  * mpirun died are still below it. */
 #include <dirent.h>
 #include <errno.h>

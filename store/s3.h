@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tsr_ckpt.h"
+#include "tsr_base.h"
 
 typedef struct tsr_s3 tsr_s3;
 

@@ -1,0 +1,326 @@
+/* supervise.c: the supervisor of `tessera launch`, which runs the training job
+ * under mpirun and keeps it alive (README, "Keeping a run alive"): the restart
+ * policy (backoff, nodes dropped, NaN rollback), the event log and the summary. */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "launch.h"
+#include "local_tier.h"
+
+static volatile sig_atomic_t stop_sig;
+static volatile int stop_flag;
+static int wake_w = -1;
+
+static void on_signal(int sig) {
+    stop_sig = sig;
+    stop_flag = 1;
+    if (wake_w >= 0 && write(wake_w, "x", 1) < 0) stop_flag = 1;
+}
+
+static int open_events(launch *L) {
+    char path[PATH_MAX];
+    int e = tsr_mkdir_p(L->cfg.job.dump_folder);
+    if (e || snprintf(path, sizeof path, "%s/launch.jsonl", L->cfg.job.dump_folder) >= (int)sizeof path ||
+        !(L->events = fopen(path, "a"))) {
+        launch_say("%s/launch.jsonl: cannot open the event log: %s", L->cfg.job.dump_folder, strerror(e ? e : errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* A supervisor started again on a run (after its predecessor was killed)
+ * takes the data window of the run's last NaN rollback from the event log:
+ * the job may still resume from before it. */
+static void restore_rollback(launch *L) {
+    char path[PATH_MAX], line[4096];
+    if (snprintf(path, sizeof path, "%s/launch.jsonl", L->cfg.job.dump_folder) >= (int)sizeof path) return;
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    double t;
+    long long c;
+    int after, steps;
+    while (fgets(line, sizeof line, f)) {
+        const char *p = strstr(line, "\"checkpoint_step\": "), *q = strstr(line, "\"skip_after\": ");
+        if (!strstr(line, "\"event\": \"rollback\"") || !p || !q || sscanf(line, "{\"time\": %lf", &t) != 1 ||
+            sscanf(p, "\"checkpoint_step\": %lld", &c) != 1 ||
+            sscanf(q, "\"skip_after\": %d, \"skip_steps\": %d", &after, &steps) != 2 || after < 0 || steps < 0)
+            continue;
+        L->skip_after = after, L->skip_steps = steps, L->rollback_to = c > 0 ? (int)c : -1, L->rollback_time = t;
+    }
+    fclose(f);
+    if (L->skip_after >= 0)
+        launch_say("the run's last NaN rollback still applies: the data of %d step(s) after step %d is skipped",
+                   L->skip_steps, L->skip_after);
+}
+
+/* A rollback is pending while a committed checkpoint after the one rolled back
+ * to predates the rollback: the job would resume from it otherwise. */
+static int rollback_pending(launch *L) {
+    if (L->rollback_to < 0) return 0;
+    tsr_step_info *v = NULL;
+    size_t n = 0;
+    int pending = 0;
+    if (tsr_list_steps(L->root, &v, &n) == 0)
+        for (size_t i = 0; i < n; i++) {
+            char m[PATH_MAX + 80];
+            struct stat st;
+            snprintf(m, sizeof m, "%s/%s/MANIFEST", L->root, v[i].name);
+            if (v[i].committed && (int64_t)v[i].step > L->rollback_to && stat(m, &st) == 0 &&
+                st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9 <= L->rollback_time) /* not whole seconds: a
+                step rewritten in the second of the rollback is after it */
+                pending = 1;
+        }
+    free(v);
+    if (!pending) L->rollback_to = -1;
+    return pending;
+}
+
+/* The arguments the supervisor adds to the train command of this launch. */
+static int extra_args(launch *L, char bufs[LAUNCH_MAX_EXTRA][96], char **extra) {
+    int n = 0;
+    if (L->np != L->o.np) {
+        snprintf(bufs[n++], 96, "--parallelism.data_parallel_shard_degree=-1");
+        snprintf(bufs[n++], 96, "--training.global_batch_size=%d", L->global_batch);
+    }
+    if (L->skip_after >= 0) {
+        snprintf(bufs[n++], 96, "--training.skip_data_after_step=%d", L->skip_after);
+        snprintf(bufs[n++], 96, "--training.skip_data_steps=%d", L->skip_steps);
+    }
+    if (rollback_pending(L)) snprintf(bufs[n++], 96, "--checkpoint.load_step=%d", L->rollback_to);
+    if (L->cfg.checkpoint.local_interval > 0 && L->o.nodes > 1) { /* where each rank's node memory is */
+        int k = snprintf(bufs[n], 96, "--checkpoint.local_nodes=");
+        for (int i = 0; i < L->n_alive && k < 90; i++) k += snprintf(bufs[n] + k, (size_t)(96 - k), "%s%d", i ? "," : "", L->alive_nodes[i]);
+        n++;
+    }
+    for (int i = 0; i < n; i++) extra[i] = bufs[i];
+    return n;
+}
+
+/* A new launch: fresh token, rank table and connections. @return 0 or -1. */
+static int start_launch(launch *L) {
+    L->attempt++;
+    free(L->ranks);
+    free(L->conns);
+    L->max_conns = L->np + LAUNCH_SPARE_CONNS;
+    L->ranks = calloc((size_t)L->np, sizeof *L->ranks);
+    L->conns = calloc((size_t)L->max_conns + 1, sizeof *L->conns);
+    L->n_conns = 0;
+    L->first_step = L->last_step = -1;
+    if (!L->ranks || !L->conns || getrandom(&L->token, sizeof L->token, 0) != sizeof L->token) {
+        launch_say("cannot start a launch: out of memory or no random token");
+        return -1;
+    }
+    char bufs[LAUNCH_MAX_EXTRA][96], *extra[LAUNCH_MAX_EXTRA], all[LAUNCH_MAX_EXTRA * 100] = "", j[LAUNCH_MAX_EXTRA * 110];
+    int n = extra_args(L, bufs, extra);
+    for (int i = 0; i < n; i++) snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? " " : "", extra[i]);
+    launch_event(L, "launch", "\"np\": %d, \"nodes\": %d, \"extra_args\": %s", L->np, L->n_alive,
+                 launch_json(all, j, sizeof j));
+    launch_say("launch %d: %d ranks%s%s", L->attempt, L->np, n ? ", with " : "", all);
+    return launch_spawn(L, extra, n);
+}
+
+/* A dropped node's memory is lost with it: its local tier folder goes (on one
+ * machine, the supervisor removes it, as a lost node would lose it). */
+static void forget_node(launch *L, int node) {
+    char root[PATH_MAX], dir[PATH_MAX], j[PATH_MAX + 8];
+    if (L->cfg.checkpoint.local_interval <= 0 || tsr_local_root(L->cfg.checkpoint.local_folder, L->cfg.job.dump_folder, root, sizeof root, NULL) ||
+        tsr_local_node_dir(root, node, dir, sizeof dir, NULL))
+        return;
+    tsr_remove_tree(dir);
+    launch_event(L, "node_memory_lost", "\"node\": %d, \"folder\": %s", node, launch_json(dir, j, sizeof j));
+}
+
+/* A node whose ranks failed twice is dropped, if the job still fits. */
+static void account_node(launch *L, const tsr_train_config *pristine) {
+    if (L->culprit < 0 || L->o.nodes <= 1 || (L->out != OUT_RANK_EXIT && L->out != OUT_HANG)) return;
+    int idx = L->culprit / L->per_node, node = L->alive_nodes[idx];
+    if (++L->node_fails[node] < 2) return;
+    int np = L->np - L->per_node;
+    tsr_train_config c = *pristine;
+    tsr_error e = {0};
+    c.parallelism.data_parallel_shard_degree = -1;
+    c.training.global_batch_size = L->global_batch;
+    if (L->n_alive <= 1 || np < L->o.min_ranks || tsr_config_validate(&c, np, &e)) {
+        launch_say("node %d failed %d times; kept: %s", node, L->node_fails[node],
+                   e.msg[0] ? e.msg : "fewer ranks would be below --min-ranks");
+        return;
+    }
+    memmove(L->alive_nodes + idx, L->alive_nodes + idx + 1, (size_t)(L->n_alive - idx - 1) * sizeof *L->alive_nodes);
+    L->n_alive--;
+    L->np = np;
+    launch_event(L, "node_dropped", "\"node\": %d, \"failures\": %d, \"np\": %d", node, L->node_fails[node], np);
+    forget_node(L, node);
+    launch_say("node %d failed %d times: dropped; the job goes on with %d ranks", node, L->node_fails[node], np);
+}
+
+/* After a NaN at step s: back to the newest committed checkpoint c before s,
+ * skipping the data of steps c+1..s. */
+static void plan_rollback(launch *L) {
+    int64_t s = L->bad_step, c = 0;
+    tsr_step_info *v = NULL;
+    size_t n = 0;
+    if (L->cfg.checkpoint.enable && tsr_list_steps(L->root, &v, &n) == 0)
+        for (size_t i = 0; i < n; i++)
+            if (v[i].committed && (int64_t)v[i].step < s && (int64_t)v[i].step > c) c = (int64_t)v[i].step;
+    free(v);
+    int k = (int)(s - c);
+    if (L->skip_after == (int)c) k += L->skip_steps; /* the same restart point: the windows add up */
+    L->skip_after = (int)c;
+    L->skip_steps = k;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    L->rollback_to = c > 0 ? (int)c : -1; /* none before s: the job starts over */
+    L->rollback_bad = s;
+    L->rollback_time = (double)ts.tv_sec;
+    launch_event(L, "rollback", "\"bad_step\": %lld, \"checkpoint_step\": %lld, \"skip_after\": %d, \"skip_steps\": %d",
+                 (long long)s, (long long)c, L->skip_after, L->skip_steps);
+    launch_say("rollback: step %lld gave a non-finite value; back to the checkpoint of step %lld, skipping the data "
+               "of %d step(s)", (long long)s, (long long)c, k);
+}
+
+/* Waits `s` seconds unless a stop signal comes first. */
+static void backoff_wait(launch *L, double s) {
+    double end = tsr_now() + s;
+    while (!stop_flag && tsr_now() < end) {
+        struct pollfd p = {L->wake_fd, POLLIN, 0};
+        poll(&p, 1, (int)fmin(100, (end - tsr_now()) * 1000 + 1));
+    }
+}
+
+static const char *const OUTCOME[] = {"finished", "rank_exit", "hang", "nan", "job_exit", "usage", "signal"};
+
+/* Ends a failed launch. @return 1 to relaunch, 0 to give up. */
+static int after_failure(launch *L, const tsr_train_config *pristine, int *counts) {
+    char j[300];
+    launch_say("launch %d failed (%s): %s", L->attempt, OUTCOME[L->out], L->why);
+    if (!L->failed_at) L->failed_at = tsr_now();
+    if (L->last_step > L->failed_step) L->failed_step = L->last_step;
+    launch_close_conns(L);
+    double k = launch_kill_all(L);
+    launch_event(L, "killed", "\"cause\": \"%s\", \"why\": %s, \"seconds\": %.3f", OUTCOME[L->out],
+                 launch_json(L->why, j, sizeof j), k);
+    counts[L->out]++;
+    if (L->out == OUT_SIGNAL || L->out == OUT_USAGE) return 0;
+    if (L->restarts >= L->o.max_restarts) {
+        launch_say("giving up: %d restart(s), the limit (--max-restarts)", L->restarts);
+        return 0;
+    }
+    account_node(L, pristine);
+    if (L->out == OUT_NAN) plan_rollback(L);
+    /* the backoff doubles with each launch in a row that trained no step */
+    L->quick_fails = L->first_step >= 0 ? 0 : L->quick_fails + 1;
+    double b = fmin(30, L->o.backoff * pow(2, L->quick_fails));
+    L->restarts++;
+    launch_event(L, "relaunch", "\"restart\": %d, \"backoff_s\": %.3f, \"np\": %d", L->restarts, b, L->np);
+    backoff_wait(L, b);
+    return !stop_flag;
+}
+
+static void summary(launch *L, int ok, const int *counts) {
+    double wall = tsr_now() - L->t0, train = fmax(0, wall - L->lost_s);
+    launch_event(L, "finish", "\"status\": \"%s\", \"restarts\": %d, \"rank_exits\": %d, \"hangs\": %d, \"nans\": %d, "
+                 "\"job_exits\": %d, \"np\": %d, \"wall_s\": %.3f, \"lost_s\": %.3f, \"train_s\": %.3f, \"chaos_faults\": %d",
+                 ok ? "ok" : "failed", L->restarts, counts[OUT_RANK_EXIT], counts[OUT_HANG], counts[OUT_NAN],
+                 counts[OUT_JOB_EXIT], L->np, wall, L->lost_s, train, L->chaos_faults);
+    launch_say("%s after %d launch(es): %d restart(s) (%d rank exit(s), %d hang(s), %d NaN rollback(s), %d job "
+               "exit(s)); %d of %d ranks at the end; %.1f s in all, %.1f s lost to failures, %.1f s of training",
+               ok ? "finished" : "gave up", L->attempt, L->restarts, counts[OUT_RANK_EXIT], counts[OUT_HANG],
+               counts[OUT_NAN], counts[OUT_JOB_EXIT], L->np, L->o.np, wall, L->lost_s, train);
+}
+
+static int supervise(launch *L, const tsr_train_config *pristine) {
+    int counts[7] = {0}, ok = 0;
+    char cmd[1024] = "", j[1200];
+    for (int i = 0; i < L->o.train_argc; i++)
+        snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), "%s%s", i ? " " : "", L->o.train_argv[i]);
+    launch_event(L, "start", "\"np\": %d, \"nodes\": %d, \"min_ranks\": %d, \"max_restarts\": %d, \"hang_timeout_s\": "
+                 "%.3f, \"pid\": %d, \"command\": %s", L->o.np, L->o.nodes, L->o.min_ranks, L->o.max_restarts,
+                 L->o.hang_timeout, (int)getpid(), launch_json(cmd, j, sizeof j));
+    launch_chaos_start(L);
+    for (;;) {
+        if (start_launch(L)) break;
+        launch_watch(L, &stop_flag);
+        if (L->out == OUT_FINISHED) {
+            ok = 1;
+            break;
+        }
+        if (!after_failure(L, pristine, counts)) break;
+    }
+    launch_close_conns(L);
+    launch_kill_all(L);
+    char root[PATH_MAX];
+    if (ok && L->cfg.checkpoint.local_interval > 0 && !tsr_local_root(L->cfg.checkpoint.local_folder, L->cfg.job.dump_folder, root, sizeof root, NULL))
+        tsr_remove_tree(root); /* the run is over: its snapshots in memory are of no more use */
+    summary(L, ok, counts);
+    return ok ? LAUNCH_FINISHED : L->out == OUT_USAGE ? LAUNCH_USAGE : LAUNCH_GAVE_UP;
+}
+
+static void on_signals(void) {
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+
+int launch_run(const launch_opts *o, const tsr_train_config *job) {
+    static launch L0;
+    static tsr_train_config pristine;
+    launch *L = &L0;
+    L->o = *o;
+    pristine = *job;
+    L->listen_fd = L->wake_fd = -1;
+    L->skip_after = L->rollback_to = -1;
+    L->cfg = pristine;
+    tsr_error e = {0};
+    if (tsr_config_validate(&L->cfg, L->o.np, &e)) {
+        launch_say("%s", e.msg);
+        return LAUNCH_USAGE;
+    }
+    L->global_batch = L->cfg.training.global_batch_size;
+    const char *d = L->cfg.job.dump_folder, *f = L->cfg.checkpoint.folder;
+    int n = f[0] == '/' ? snprintf(L->root, sizeof L->root, "%s", f) : snprintf(L->root, sizeof L->root, "%s/%s", d, f);
+    if (n < 0 || (size_t)n >= sizeof L->root) {
+        launch_say("checkpoint.folder: path too long");
+        return LAUNCH_USAGE;
+    }
+    L->np = L->o.np;
+    L->per_node = L->o.np / L->o.nodes;
+    L->n_alive = L->o.nodes;
+    L->alive_nodes = calloc((size_t)L->o.nodes, sizeof *L->alive_nodes);
+    L->node_fails = calloc((size_t)L->o.nodes, sizeof *L->node_fails);
+    int pipefd[2];
+    restore_rollback(L);
+    if (!L->alive_nodes || !L->node_fails || pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) || open_events(L) || launch_listen(L)) {
+        launch_unlisten(L);
+        return LAUNCH_GAVE_UP;
+    }
+    for (int i = 0; i < L->o.nodes; i++) L->alive_nodes[i] = i;
+    L->wake_fd = pipefd[0];
+    wake_w = pipefd[1];
+    on_signals();
+    prctl(PR_SET_CHILD_SUBREAPER, 1); /* ranks whose mpirun died stay below the supervisor */
+    L->t0 = tsr_now();
+    int rc = supervise(L, &pristine);
+    launch_unlisten(L);
+    fclose(L->events);
+    free(L->ranks);
+    free(L->conns);
+    free(L->alive_nodes);
+    free(L->node_fails);
+    return rc;
+}
