@@ -101,7 +101,7 @@ static int pull_step(tsr_s3 *s3, const char *local, const char *url, tsr_s3_tran
  * every data file it lists is there at its size. */
 static int pushed_before(tsr_s3 *s3, const remote *rm, const char *url, const uint8_t *save_id) {
     tsr_error e = {0};
-    tsr_ckpt *ck = tsr_s3_is_url(url) ? tsr_ckpt_open(url, &e) : NULL;
+    tsr_ckpt *ck = tsr_ckpt_open(url, &e);
     int yes = ck && memcmp(tsr_ckpt_save_id(ck), save_id, 16) == 0;
     for (size_t i = 0; yes && i < tsr_ckpt_n_files(ck); i++) {
         tsr_file_info f;

@@ -99,7 +99,7 @@ tsr_recode *tsr_recode_open(const char *step_dir, int threads, tsr_error *err) {
     snprintf(r->dir, sizeof r->dir, "%s", step_dir);
     char path[PATH_MAX + 16];
     snprintf(path, sizeof path, "%s/MANIFEST", step_dir);
-    int rc = tsr_store_is_remote(step_dir) ? tsr_err(err, TSR_EINVAL, "%s: a local checkpoint directory is needed "
+    int rc = !(tsr_store_caps(step_dir) & TSR_STORE_RENAME) ? tsr_err(err, TSR_EINVAL, "%s: a local checkpoint directory is needed "
                                                      "here, not an object-store location", step_dir)
                                            : tsr_ckpt_read_manifest(step_dir, &r->src_mf, &r->src_len, err);
     if (!rc && !(rc = tsr_manifest_parse(r->src_mf, r->src_len, path, 0, &r->m, err))) r->parsed = 1;
@@ -401,7 +401,7 @@ int tsr_ckpt_compact(const char *step_dir, int threads, tsr_recode_stats *st, ts
     snprintf(tmp, sizeof tmp, "%s.compact", dir);
     const char *slash = strrchr(dir, '/');
     snprintf(parent, sizeof parent, "%.*s", slash ? (slash == dir ? 1 : (int)(slash - dir)) : 1, slash ? dir : ".");
-    if (tsr_store_is_remote(dir)) return tsr_err(err, TSR_EINVAL, "%s: compact rewrites local checkpoints only", dir);
+    if (!(tsr_store_caps(dir) & TSR_STORE_RENAME)) return tsr_err(err, TSR_EINVAL, "%s: compact rewrites local checkpoints only", dir);
     /* the folder's lock (a root's: a job or a pull), and the parent folder
      * itself for compacts of a folder that is not a step (no lock is taken
      * for those): one compact at a time uses dir.compact */

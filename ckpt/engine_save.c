@@ -66,7 +66,7 @@ void engine_retention(tsr_engine *e, int before_save) {
         tsr_error rerr;
         char spare[PATH_MAX + 16];
         spare_dir(e, spare, sizeof spare);
-        int recycle = e->opts.recycle && v[i].committed && !tsr_store_is_remote(e->root);
+        int recycle = e->opts.recycle && v[i].committed && (tsr_store_caps(e->root) & TSR_STORE_RENAME);
         if ((recycle ? tsr_retire_step_dir(path, spare, &rerr) : tsr_remove_step_dir(path, &rerr)) == 0) {
             if (!v[i].committed && e->opts.quiet) continue; /* the failed save: its owner said it */
             tsr_log(before_save ? 1 : 2, "%s: removed (%s)", path,
@@ -93,7 +93,7 @@ static void move_aside(tsr_engine *e) {
         if (v[i].step <= e->continue_from || !v[i].committed) continue;
         char from[PATH_MAX + 80], to[PATH_MAX + 160];
         snprintf(from, sizeof from, "%s/%s", e->root, v[i].name);
-        if (tsr_store_is_remote(e->root)) {
+        if (!(tsr_store_caps(e->root) & TSR_STORE_RENAME)) {
             tsr_log(0, "%s: after step %llu, which this job continues from, but it cannot be moved aside on object "
                        "storage", from, (unsigned long long)e->continue_from);
             continue;

@@ -110,7 +110,7 @@ static int take_lease(const char *dir, int create, tsr_folder_lock **out, tsr_er
 
 int tsr_folder_lock_take(const char *dir, int create, tsr_folder_lock **out, tsr_error *err) {
     *out = NULL;
-    if (tsr_store_is_remote(dir)) return take_lease(dir, create, out, err);
+    if (!(tsr_store_caps(dir) & TSR_STORE_LOCKS)) return take_lease(dir, create, out, err);
     char path[PATH_MAX + 16];
     if (snprintf(path, sizeof path, "%s/" LOCK_NAME, dir) >= (int)sizeof path)
         return tsr_err(err, TSR_EINVAL, "%s: path too long", dir);
@@ -246,7 +246,7 @@ int tsr_ckpt_out_begin(const char *dst, tsr_ckpt_out **out, tsr_error *err) {
     tsr_ckpt_out *o = calloc(1, sizeof *o);
     if (!o) return tsr_err(err, TSR_ENOMEM, "out of memory");
     char name[300];
-    int is_step, remote = tsr_store_is_remote(dst);
+    int is_step, remote = !(tsr_store_caps(dst) & TSR_STORE_RENAME); /* no writing beside and renaming */
     int rc = split_ckpt_dir(dst, o->parent, name, &is_step, err);
     if (!rc && snprintf(o->dst, sizeof o->dst, "%s", dst) >= (int)sizeof o->dst)
         rc = tsr_err(err, TSR_EINVAL, "%s: path too long", dst);
@@ -286,7 +286,7 @@ int tsr_ckpt_out_end(tsr_ckpt_out *o, int ok, tsr_error *err) {
     if (!o) return 0;
     int rc = ok && o->beside ? publish(o, err) : 0;
     if (o->beside && (!ok || rc)) tsr_remove_tree(o->dir);
-    else if (!ok && !tsr_store_is_remote(o->dir)) rmdir(o->dir); /* empty once every writer removed its file */
+    else if (!ok && (tsr_store_caps(o->dir) & TSR_STORE_DIRS)) rmdir(o->dir); /* empty once every writer removed its file */
     tsr_folder_lock_release(o->lock);
     free(o);
     return rc;

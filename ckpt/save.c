@@ -219,7 +219,7 @@ tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint
     char name[64];
     tsr_data_file_name(file_id, name, sizeof name);
     int flags = 0;
-    if (s->opts.spare_dir && s->opts.spare_dir[0] && !tsr_store_is_remote(step_dir)) {
+    if (s->opts.spare_dir && s->opts.spare_dir[0] && (tsr_store_caps(step_dir) & TSR_STORE_RENAME)) {
         char from[PATH_MAX + 80], to[PATH_MAX + 80];
         snprintf(from, sizeof from, "%s/%s", s->opts.spare_dir, name);
         snprintf(to, sizeof to, "%s/%s", step_dir, name);

@@ -16,7 +16,7 @@
 #include "tsr_ckpt.h"
 
 int tsr_ckpt_is_committed(const char *step_dir) {
-    if (tsr_store_is_remote(step_dir)) {
+    if (!(tsr_store_caps(step_dir) & TSR_STORE_DIRS)) { /* keys under a prefix */
         tsr_store *st = tsr_store_open(step_dir, 0, NULL);
         int yes = st && tsr_store_exists(st, "MANIFEST", NULL) == 1;
         tsr_store_close(st);
@@ -67,7 +67,7 @@ int tsr_remove_step_dir(const char *dir, tsr_error *err) {
     name_list l = {0};
     int rc = tsr_store_list(st, collect_name, &l, err);
     /* an object store has no directories: nothing under the prefix, no checkpoint */
-    if (!rc && l.n == 0 && tsr_store_is_remote(dir))
+    if (!rc && l.n == 0 && !(tsr_store_caps(dir) & TSR_STORE_DIRS))
         rc = tsr_err(err, TSR_ENOTFOUND, "%s: no such checkpoint (nothing is stored under it)", dir);
     int present = rc ? 0 : tsr_store_exists(st, "MANIFEST", err);
     if (present < 0) rc = present;
@@ -76,7 +76,7 @@ int tsr_remove_step_dir(const char *dir, tsr_error *err) {
         if (strcmp(l.v[i], "MANIFEST") != 0 && l.v[i][strlen(l.v[i]) - 1] != '/') rc = tsr_store_remove(st, l.v[i], err);
     free(l.v);
     tsr_store_close(st);
-    if (!rc && !tsr_store_is_remote(dir) && rmdir(dir) != 0)
+    if (!rc && (tsr_store_caps(dir) & TSR_STORE_DIRS) && rmdir(dir) != 0)
         rc = tsr_err(err, TSR_EIO, "%s: cannot remove the directory: %s", dir, strerror(errno));
     return rc;
 }

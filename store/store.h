@@ -7,11 +7,35 @@
  * atomically. Readers read byte ranges.
  *
  * The interface is a table of operations (tsr_store_ops) with one implementation
- * per kind of location, chosen once, from the location, by tsr_store_open: POSIX
- * files written through io_uring (store_posix.c) and S3 objects (store_s3.c).
- * A third implementation wraps another and injects faults (store_fault.c), the
- * way SQLite's test VFS wraps the real one: the same fault tests run against
- * both stores, and the stores themselves hold no test hooks.
+ * per kind of location, chosen once, from the location's scheme, by
+ * tsr_store_open (store_open.c: one row per scheme): POSIX files written through
+ * io_uring (store_posix.c) and S3 objects (store_s3.c). What a caller needs
+ * beyond the calls (real directories, atomic renames, locks) it asks of
+ * tsr_store_caps, never of the scheme. A third implementation wraps another and
+ * injects faults (store_fault.c), the way SQLite's test VFS wraps the real one:
+ * the same fault tests run against both stores, and the stores themselves hold
+ * no test hooks.
+ *
+ * Who calls what, in order (every call may fail; a failed call leaves no object
+ * half-made under its name):
+ *   writer (ckpt/save.c, one per rank and step):
+ *     tsr_store_open(step, create=1)
+ *     tsr_store_create(data-R.tsd) -> tsr_wfile_reserve -> tsr_wfile_submit ...
+ *       (tsr_wfile_release / tsr_wfile_busy to reuse a buffer) -> tsr_wfile_complete
+ *       -> tsr_wfile_finish (durable) | tsr_wfile_abort (removed)
+ *     tsr_store_close
+ *   commit (tsr_save_commit in ckpt/save.c, on rank 0 once every writer has
+ *   finished: the engine's commit, ckpt/engine_save.c):
+ *     tsr_store_put_atomic(MANIFEST): the step exists from here on
+ *   reader (ckpt/read.c, tsr_ckpt_open; the engine's load, the converters):
+ *     tsr_store_open(step, 0) -> tsr_store_get(MANIFEST)
+ *     -> tsr_store_open_read(data-R.tsd) -> tsr_rfile_map | tsr_rfile_read ...
+ *     -> tsr_rfile_close -> tsr_store_close
+ *   steps and retention (ckpt/steps.c), leases (ckpt/lock.c), the archiver
+ *   (ckpt/archive.c): tsr_store_list, tsr_store_exists, tsr_store_get,
+ *   tsr_store_put_atomic, tsr_store_remove (the MANIFEST first).
+ * Every call on one tsr_store or tsr_wfile comes from one thread at a time,
+ * but for tsr_rfile_read, which is thread-safe on one tsr_rfile.
  *
  * Fault injection for tests: tsr_fault_set("OP:N:KIND") makes the Nth call
  * (counted from 1, per process, from that tsr_fault_set) of OP fail, where OP is
@@ -53,14 +77,33 @@ typedef struct tsr_store_ops tsr_store_ops;
 /* Called for each name by tsr_store_list; a non-zero return stops the listing. */
 typedef int (*tsr_store_list_fn)(void *user, const char *name, uint64_t size);
 
-/* tsr_store_open(): the store at `location`: a directory path, or s3://bucket/prefix
- * (objects PREFIX/NAME through the S3 client, s3.h; write files are streaming
- * multipart uploads, written in order). With `create`, a directory and its
+/* tsr_store_open(): the store at `location`, chosen by its scheme from one table
+ * (store_open.c): s3://bucket/prefix (objects PREFIX/NAME through the S3 client,
+ * s3.h; write files are streaming multipart uploads, written in order), or a
+ * directory path (no scheme). A location of another SCHEME:// is refused
+ * (TSR_EINVAL, naming it), never taken for a path. With `create`, a directory and its
  * parents are made if missing. While a fault spec is set (tsr_fault_set), the
  * store comes wrapped in a fault-injecting one. */
 tsr_store *tsr_store_open(const char *location, int create, tsr_error *err);
-/* tsr_store_is_remote(): 1 for an s3:// location. */
-int tsr_store_is_remote(const char *location);
+
+/* What a store can do, for the callers that need more than the calls below:
+ * they ask the location's store instead of testing its scheme. */
+enum {
+    /* real directories: a location exists with nothing in it, and is removed
+     * (rmdir) once empty; without, names are keys under a prefix and a location
+     * with nothing stored under it does not exist */
+    TSR_STORE_DIRS = 1u << 0,
+    /* whole folders and objects renamed atomically, by the system (rename(2)):
+     * a checkpoint written beside its name and renamed into place, a retired
+     * step's files moved aside and reused, steps moved aside on a rewind */
+    TSR_STORE_RENAME = 1u << 1,
+    /* advisory locks on a file (flock), released when their holder dies;
+     * without, a writer's lease is an object (LOCK) that it removes */
+    TSR_STORE_LOCKS = 1u << 2,
+};
+/* tsr_store_caps(): the TSR_STORE_* of the store that would open `location`
+ * (nothing is opened); 0 for a scheme no store serves. */
+unsigned tsr_store_caps(const char *location);
 void tsr_store_close(tsr_store *s);
 const char *tsr_store_location(const tsr_store *s);
 
@@ -216,7 +259,7 @@ struct tsr_store_ops {
 
 /* The two stores (tsr_store_open chooses). */
 tsr_store *tsr_store_posix_open(const char *dir, int create, tsr_error *err);
-tsr_store *tsr_store_s3_open(const char *location, tsr_error *err);
+tsr_store *tsr_store_s3_open(const char *location, int create, tsr_error *err);
 
 /* tsr_store_put_staged(): an atomic put through s's own operations: NAME.tmp
  * created (TSR_CREATE_BUFFERED), written and finished, renamed to NAME, and the

@@ -31,7 +31,7 @@ typedef struct s3_wfile {
 
 static const tsr_store_ops s3_ops;
 
-tsr_store *tsr_store_s3_open(const char *location, tsr_error *err) {
+tsr_store *tsr_store_s3_open(const char *location, int create, tsr_error *err) {
     s3_store *s = calloc(1, sizeof *s);
     if (!s) {
         tsr_err(err, TSR_ENOMEM, "out of memory");

@@ -141,4 +141,11 @@ grep -q '"ok":true' out.txt && [ "$(num frames)" -ge "$(num chunks)" ] && [ "$(n
     fail "bench scale: $(cat out.txt)"
 expect 2 "bench scale, ranks not a multiple of 512" $T bench scale --ranks 1000
 expect 2 "bench scale, an unknown model" $T bench scale --model 7b
+# a location of a scheme no store serves is refused, naming it, never taken for a
+# local path (nothing named gs: appears)
+expect 1 "ckpt info of gs://" $T ckpt info gs://bkt/run/step-00000001
+grep -q "gs://bkt/run/step-00000001: no store serves this scheme" err.txt || fail "ckpt info gs://: $(cat err.txt)"
+expect 1 "ckpt synth into gs://" $T ckpt synth gs://bkt/run/step-00000001 --bytes 64K
+grep -q "no store serves this scheme" err.txt || fail "ckpt synth gs://: $(cat err.txt)"
+[ -e gs: ] && fail "ckpt synth made a local folder gs: for gs://"
 finish "all command checks passed"

@@ -619,7 +619,7 @@ int tsr_cmd_ckpt_compact(int argc, char **argv) {
     int json, u;
     uint64_t threads;
     if ((u = dir_args("ckpt compact", argc, argv, &dir, &json, &threads))) return u;
-    if (tsr_store_is_remote(dir)) return tsr_usage_error("ckpt compact", "DIR is a local directory, not %s", dir);
+    if (!(tsr_store_caps(dir) & TSR_STORE_RENAME)) return tsr_usage_error("ckpt compact", "DIR is a local directory, not %s", dir);
     tsr_step_info *steps = NULL;
     size_t n = 0;
     int single = tsr_ckpt_is_committed(dir);
