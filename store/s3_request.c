@@ -249,16 +249,14 @@ static int retryable_curl(CURLcode c) {
     }
 }
 
-static _Atomic double outage_until; /* tsr_now() at which an injected outage ends */
-
-void tsr_s3_fault_outage(double seconds) { atomic_store(&outage_until, seconds > 0 ? tsr_now() + seconds : 0); }
-
 /* Judges a finished attempt: 0 success, 1 retry (reason in r->err), or a
  * negative status (fatal, in r->err). */
 static int judge(req *r, CURLcode cc) {
     char where[TSR_S3_MAX_KEY + 64], code[128], msg[512];
     location(r, where, sizeof where);
-    if (tsr_now() < atomic_load(&outage_until)) {
+    char object[TSR_S3_MAX_KEY + 64];
+    snprintf(object, sizeof object, "s3://%s/%s", r->bucket, r->key);
+    if (tsr_fault_in_outage(object)) {
         tsr_err(&r->err, TSR_EIO, "%s: %s: HTTP 503 SlowDown: an injected S3 outage (tessera launch --chaos)", where,
                 r->method);
         return 1;

@@ -172,11 +172,21 @@ int tsr_store_list(tsr_store *s, tsr_store_list_fn fn, void *user, tsr_error *er
  * injection off. @return 0, or TSR_EINVAL for a spec that does not parse (the
  * spec in force stays). */
 int tsr_fault_set(const char *spec, tsr_error *err);
-/* tsr_s3_fault_outage(): an S3 outage in this process for the next `seconds`:
- * every S3 request whose attempt ends in that time is taken as answered "HTTP
- * 503 SlowDown" (an injected outage) and goes through the retry loop as that
- * answer would. 0 ends it. */
-void tsr_s3_fault_outage(double seconds);
+/* tsr_fault_set_at(): the fault spec of the stores opened afterwards at
+ * `location` or below it (a directory or s3://bucket/prefix), counting calls
+ * from zero again; a store takes the spec of the closest location above it
+ * that has one (tsr_fault_set's counts as the location above every other).
+ * NULL or "" removes the location's spec. Tests give each store its own.
+ * @return 0, TSR_EINVAL for a spec that does not parse or too many locations. */
+int tsr_fault_set_at(const char *location, const char *spec, tsr_error *err);
+/* tsr_fault_outage(): an outage of the object storage at `location` or below it
+ * (NULL or "": all of it) in this process for the next `seconds`: every S3
+ * request on an object there whose attempt ends in that time is taken as
+ * answered "HTTP 503 SlowDown" (an injected outage) and goes through the retry
+ * loop as that answer would. 0 ends it. tsr_fault_in_outage(): whether one is
+ * in force for the object at `path` (the S3 client asks). */
+void tsr_fault_outage(const char *location, double seconds);
+int tsr_fault_in_outage(const char *path);
 /* tsr_store_fault_wrap(): a store that injects the faults of `spec` into the
  * calls on `inner`, counting its own calls, and otherwise hands each call to
  * `inner`, which it owns from then on (closed with it; closed at once when this

@@ -1,7 +1,8 @@
 /* store_fault.c: the fault-injecting store (store.h): it wraps another store,
- * fails or delays the calls a fault spec names (tsr_fault_set), and hands every
- * other call to the store it wraps. Read files are those of the wrapped store:
- * reads have no faults. */
+ * fails or delays the calls a fault spec names (tsr_fault_set, or per location
+ * tsr_fault_set_at), and hands every other call to the store it wraps. Read
+ * files are those of the wrapped store: reads have no faults. It also keeps
+ * the outages (tsr_fault_outage) that the S3 client asks about. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -100,22 +101,93 @@ static void plan_unref(fault_plan *p) {
     if (p && atomic_fetch_sub(&p->refs, 1) == 1) free(p);
 }
 
-/* The process-wide plan (tsr_fault_set), which tsr_store_open wraps stores with. */
-static pthread_mutex_t global_mu = PTHREAD_MUTEX_INITIALIZER;
-static fault_plan *global_plan;
+/* The plans by location (tsr_fault_set_at; tsr_fault_set's is location ""),
+ * which tsr_store_open wraps stores with, and the outages (tsr_fault_outage). */
+#define MAX_RULES 16
+typedef struct fault_rule {
+    char location[PATH_MAX]; /* "": every store */
+    fault_plan *plan;        /* NULL: the slot is free */
+    double outage_until;     /* tsr_now() at which an outage there ends (0: none) */
+} fault_rule;
+static pthread_mutex_t rules_mu = PTHREAD_MUTEX_INITIALIZER;
+static fault_rule rules[MAX_RULES];
 
-int tsr_fault_set(const char *spec, tsr_error *err) {
+/* Whether path is location or below it ("" is above everything). */
+static int under(const char *path, const char *location) {
+    size_t n = strlen(location);
+    while (n > 0 && location[n - 1] == '/') n--;
+    return n == 0 || (strncmp(path, location, n) == 0 && (path[n] == 0 || path[n] == '/'));
+}
+
+/* The rule of exactly `location`: made in a free slot when missing and `make`;
+ * NULL when missing (or no slot is free). Under rules_mu. */
+static fault_rule *rule_at(const char *location, int make) {
+    fault_rule *free_slot = NULL;
+    for (int i = 0; i < MAX_RULES; i++) {
+        fault_rule *r = &rules[i];
+        if ((r->plan || r->outage_until > 0) && !strcmp(r->location, location)) return r;
+        if (!r->plan && r->outage_until <= 0 && !free_slot) free_slot = r;
+    }
+    if (!make || !free_slot) return NULL;
+    snprintf(free_slot->location, sizeof free_slot->location, "%s", location);
+    return free_slot;
+}
+
+int tsr_fault_set_at(const char *location, const char *spec, tsr_error *err) {
+    location = location ? location : "";
+    if (strlen(location) >= PATH_MAX) return tsr_err(err, TSR_EINVAL, "fault location too long");
     fault_plan *p = NULL;
     if (spec && *spec) {
         int rc = plan_parse(spec, &p, err);
         if (rc) return rc;
     }
-    pthread_mutex_lock(&global_mu);
-    fault_plan *old = global_plan;
-    global_plan = p;
-    pthread_mutex_unlock(&global_mu);
+    pthread_mutex_lock(&rules_mu);
+    fault_rule *r = rule_at(location, p != NULL);
+    fault_plan *old = r ? r->plan : NULL;
+    if (r) r->plan = p;
+    pthread_mutex_unlock(&rules_mu);
     plan_unref(old);
+    if (p && !r) {
+        plan_unref(p);
+        return tsr_err(err, TSR_EINVAL, "%s: no room for another fault location (%d at most)", location, MAX_RULES);
+    }
     return 0;
+}
+
+int tsr_fault_set(const char *spec, tsr_error *err) { return tsr_fault_set_at("", spec, err); }
+
+/* The plan for a store at `location` (a reference the caller drops): that of
+ * the closest location above it that has one. */
+static fault_plan *plan_for(const char *location) {
+    fault_plan *p = NULL;
+    size_t best = 0;
+    pthread_mutex_lock(&rules_mu);
+    for (int i = 0; i < MAX_RULES; i++) {
+        fault_rule *r = &rules[i];
+        size_t n = strlen(r->location);
+        if (r->plan && under(location, r->location) && (!p || n > best)) p = r->plan, best = n;
+    }
+    if (p) atomic_fetch_add(&p->refs, 1);
+    pthread_mutex_unlock(&rules_mu);
+    return p;
+}
+
+void tsr_fault_outage(const char *location, double seconds) {
+    location = location ? location : "";
+    pthread_mutex_lock(&rules_mu);
+    fault_rule *r = rule_at(location, seconds > 0);
+    if (r) r->outage_until = seconds > 0 ? tsr_now() + seconds : 0;
+    pthread_mutex_unlock(&rules_mu);
+}
+
+int tsr_fault_in_outage(const char *path) {
+    int yes = 0;
+    pthread_mutex_lock(&rules_mu);
+    double now = tsr_now();
+    for (int i = 0; i < MAX_RULES && !yes; i++)
+        yes = rules[i].outage_until > now && under(path, rules[i].location);
+    pthread_mutex_unlock(&rules_mu);
+    return yes;
 }
 
 /* ------------------------------------------------------------- injecting */
@@ -197,12 +269,7 @@ tsr_store *tsr_store_fault_wrap(tsr_store *inner, const char *spec, tsr_error *e
         inner->ops->close(inner);
         return NULL;
     }
-    if (!spec) {
-        pthread_mutex_lock(&global_mu);
-        if ((p = global_plan)) atomic_fetch_add(&p->refs, 1);
-        pthread_mutex_unlock(&global_mu);
-        if (!p) return inner;
-    }
+    if (!spec && !(p = plan_for(inner->location))) return inner;
     fault_store *s = calloc(1, sizeof *s);
     if (!s) {
         plan_unref(p);

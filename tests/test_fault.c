@@ -6,7 +6,8 @@
  * last of its operation changes nothing, which pins down the calls each store
  * makes. Each fault runs in a child process, so that a failure in one cannot
  * touch the next. A store wrapped with a spec of its own (tsr_store_fault_wrap)
- * counts its own calls, and specs that do not parse are refused.
+ * counts its own calls, and specs that do not parse are refused. Specs and
+ * outages set for a location hold there and below only.
  *
  * test_fault [LOCATION]: saves under LOCATION, a directory ($TSR_TMP by default)
  * or s3://bucket/prefix: the same cases run against the POSIX store and, from
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
@@ -159,6 +161,45 @@ static void wrapped_store(const char *base) {
     CHECK(!tsr_store_fault_wrap(st, "rename:x:EIO", &e) && strstr(e.msg, "rename:x:EIO"), "a bad spec: %s", e.msg);
 }
 
+/* Specs by location (tsr_fault_set_at): a save under the faulted folder fails,
+ * one beside it (whose name starts alike) does not; the closest location wins
+ * over tsr_fault_set's; removing them ends the faults. Outages
+ * (tsr_fault_outage) hold for the objects at or below their location only, and
+ * end when told or when their time is up. */
+static void by_location(const char *base) {
+    char bad[600], near[600], dir[700];
+    snprintf(bad, sizeof bad, "%s/loc", base);
+    snprintf(near, sizeof near, "%s/loc2", base);
+    CHECK_OK(tsr_fault_set_at(bad, "write:1:EIO", &e));
+    snprintf(dir, sizeof dir, "%s/step-00000001", bad);
+    CHECK(save(dir, 0) == TSR_EIO && strstr(e.msg, "(injected)"), "a save under %s: %s", bad, e.msg);
+    snprintf(dir, sizeof dir, "%s/step-00000001", near);
+    CHECK(save(dir, 0) == 0 && verifies(dir), "a save under %s, beside the faulted folder: %s", near, e.msg);
+    CHECK_OK(tsr_fault_set("write:1:ENOSPC", &e));
+    CHECK_OK(tsr_fault_set_at(bad, "write:1:EIO", &e)); /* its count from zero again */
+    snprintf(dir, sizeof dir, "%s/step-00000002", bad);
+    CHECK(save(dir, 0) == TSR_EIO, "the closest location's spec, not the process-wide one: %s", e.msg);
+    snprintf(dir, sizeof dir, "%s/step-00000002", near);
+    CHECK(save(dir, 0) == TSR_ENOSPC, "elsewhere the process-wide spec: %s", e.msg);
+    tsr_fault_set(NULL, NULL);
+    CHECK_OK(tsr_fault_set_at(bad, NULL, &e));
+    snprintf(dir, sizeof dir, "%s/step-00000003", bad);
+    CHECK(save(dir, 0) == 0 && verifies(dir), "the spec removed: %s", e.msg);
+
+    tsr_fault_outage("s3://bkt/run", 60);
+    CHECK(tsr_fault_in_outage("s3://bkt/run/step-00000001/MANIFEST") && tsr_fault_in_outage("s3://bkt/run"),
+          "an object under the outage's location is not in it");
+    CHECK(!tsr_fault_in_outage("s3://bkt/run2/x") && !tsr_fault_in_outage("s3://other/run/x"),
+          "an object elsewhere is in the outage");
+    tsr_fault_outage("s3://bkt/run", 0);
+    CHECK(!tsr_fault_in_outage("s3://bkt/run/x"), "an ended outage holds");
+    tsr_fault_outage(NULL, 0.05);
+    CHECK(tsr_fault_in_outage("s3://any/x"), "an outage of every location misses an object");
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    CHECK(!tsr_fault_in_outage("s3://any/x"), "an outage outlives its time");
+}
+
 int main(int argc, char **argv) {
     const char *t = getenv("TSR_TMP");
     char base[512], good[600], spec[64], dir[700];
@@ -214,6 +255,7 @@ int main(int argc, char **argv) {
     tsr_fault_set(NULL, NULL);
     CHECK(took >= sizeof state / 1e6, "a save of %zu bytes at 1 MB/s took %.3f s", sizeof state, took);
     wrapped_store(base);
+    by_location(base);
     /* a spec that does not parse is refused, naming it */
     CHECK(tsr_fault_set("write:0:EIO", &e) == TSR_EINVAL && strstr(e.msg, "write:0:EIO"), "N of 0: %s", e.msg);
     CHECK(tsr_fault_set("read:1:EIO", &e) == TSR_EINVAL && strstr(e.msg, "read"), "unknown op: %s", e.msg);

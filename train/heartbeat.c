@@ -101,7 +101,7 @@ static void on_command(tsr_heartbeat *h) {
     if (tsr_ld32(h->cmd) != TSR_HB_CMD_MAGIC) kind = 0;
     if (kind == TSR_HB_CMD_NAN) atomic_store(&chaos_nan_step, (int64_t)tsr_ld64(h->cmd + 8));
     if (kind == TSR_HB_CMD_ENOSPC) tsr_fault_set("write:1:ENOSPC", NULL);
-    if (kind == TSR_HB_CMD_S3) tsr_s3_fault_outage((double)tsr_ld64(h->cmd + 8) / 1000);
+    if (kind == TSR_HB_CMD_S3) tsr_fault_outage(NULL, (double)tsr_ld64(h->cmd + 8) / 1000);
     h->cmd_have = 0;
 }
 

@@ -14,7 +14,7 @@
  * of `tessera launch --chaos`: TSR_HB_CMD_NAN (arg: the step of this launch
  * whose loss is taken as NaN), TSR_HB_CMD_ENOSPC (through the
  * fault-injecting store, tsr_fault_set: the process's next write to a store
- * fails with ENOSPC) and TSR_HB_CMD_S3 (an S3 outage: tsr_s3_fault_outage). Without TSR_HEARTBEAT every call here is a no-op.
+ * fails with ENOSPC) and TSR_HB_CMD_S3 (an S3 outage: tsr_fault_outage). Without TSR_HEARTBEAT every call here is a no-op.
  *
  * Record layout (80 bytes, version 2): magic u32 "TSHB" | version u16 |
  * phase u16 | token u64 | rank u32 | world u32 | pid u32 | zero u32 | step i64 |
