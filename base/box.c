@@ -1,5 +1,5 @@
-/* box.c: boxes of global tensors and the one strided copy (DESIGN.md, "Global
- * tensors, boxes and layouts"). Save, load and resharding all copy through
+/* box.c: boxes of global tensors and the one strided copy (tsr_base.h, "boxes").
+ * Save, load and resharding all copy through
  * tsr_box_copy. */
 #include <assert.h>
 #include <string.h>

@@ -44,7 +44,7 @@ typedef struct staged_blob {
     size_t off, size;
 } staged_blob;
 
-typedef struct job {
+typedef struct save_job { /* the save in flight: what was staged for it */
     char dir[PATH_MAX];
     uint64_t step;
     uint8_t save_id[16];
@@ -59,7 +59,7 @@ typedef struct job {
     uint64_t staged_bytes; /* raw bytes of the boxes and blobs */
     struct stage_copy *deferred; /* overlap_staging: the boxes' copy, for the background */
     int agree_later;             /* the ranks' agreement on this save is the background's first step */
-} job;
+} save_job;
 
 struct tsr_engine {
     char root[PATH_MAX];
@@ -86,7 +86,7 @@ struct tsr_engine {
     pthread_cond_t cv;
     int pending, busy, stop;
     int staging;        /* overlap_staging: the job's copy of the boxes not done yet */
-    job job;
+    save_job job;
     int last_status;
     tsr_error last_err;
     int broken; /* a commit exchange timed out: e->bg may hold a late message */
@@ -130,7 +130,7 @@ void engine_retention(tsr_engine *e, int before_save);
 /* engine_arena_reserve(): the staging arena holds at least `need` bytes
  * (mapped, touched and, where allowed, locked). */
 int engine_arena_reserve(tsr_engine *e, size_t need, tsr_error *err);
-void engine_job_clear(job *j);
+void engine_job_clear(save_job *j);
 
 /* engine_plan.c */
 void engine_all_boxes_free(all_boxes *a);

@@ -18,13 +18,13 @@
 #define TAG_VERDICT 2
 #define VERDICT_BROKEN 1u /* flag: a rank missed the exchange; its message may come later */
 
-static void deferred_free(job *j);
+static void deferred_free(save_job *j);
 static void deferred_start(tsr_engine *e);
 static int deferred_box(tsr_engine *e, size_t b, tsr_error *err);
 static int deferred_finish(tsr_engine *e, tsr_error *err);
 static int copy_idle(void *ctx, int run);
 
-void engine_job_clear(job *j) {
+void engine_job_clear(save_job *j) {
     deferred_free(j);
     free(j->tensors);
     free(j->names);
@@ -174,7 +174,7 @@ int engine_save_plan(tsr_engine *e, uint64_t step, const tsr_state *st, int *bro
 /* Writes this rank's data file of the staged job: declarations, boxes, blobs;
  * its chunk table (owned by *sp) in *table. *sp is set whenever the save began. */
 static int write_file(tsr_engine *e, tsr_save **sp, const uint8_t **table, size_t *table_len, tsr_error *err) {
-    job *j = &e->job;
+    save_job *j = &e->job;
     if (tsr_ckpt_is_committed(j->dir))
         return tsr_err(err, TSR_EINVAL, "%s: already holds a committed checkpoint", j->dir);
     tsr_write_opts wo = e->opts.write;
@@ -292,7 +292,7 @@ static int exchange_verdict(tsr_engine *e, double timeout, int comm_rc, const ts
  * later) and err set; on rank 0 a committed step queued for archiving and
  * retention run. */
 static void finish(tsr_engine *e, tsr_save *s, int final, int unknown, const uint8_t *outcome, tsr_error *err) {
-    job *j = &e->job;
+    save_job *j = &e->job;
     if (final) {
         if (s && !unknown) tsr_save_abort(s);
         tsr_err(err, final, "save of step %llu to %s failed: %s%s", (unsigned long long)j->step, j->dir,
@@ -377,7 +377,7 @@ int engine_arena_reserve(tsr_engine *e, size_t need, tsr_error *err) {
     return 0;
 }
 
-static int copy_decls(job *j, const tsr_state *st, tsr_error *err) {
+static int copy_decls(save_job *j, const tsr_state *st, tsr_error *err) {
     size_t names = 0;
     for (size_t i = 0; i < st->n_tensors; i++)
         names += strlen(st->tensors[i].name) + strlen(st->tensors[i].group ? st->tensors[i].group : "model") + 2;
@@ -457,7 +457,7 @@ static void stage_one(void *ctx, size_t i, int worker) {
  * engine's save, and its own copy of the declarations. */
 static int job_begin(tsr_engine *e, const char *dir, uint64_t step, const tsr_state *st, tsr_error *err) {
     engine_job_clear(&e->job);
-    job *j = &e->job;
+    save_job *j = &e->job;
     snprintf(j->dir, sizeof j->dir, "%s", dir);
     j->step = step;
     j->layout = st->layout;
@@ -475,7 +475,7 @@ static int blob_is_mine(const tsr_engine *e, const tsr_state_blob *b) { return b
 /* The arena bytes of this rank's boxes then blobs (each aligned); room in the
  * job for their records. */
 static int stage_size(tsr_engine *e, const tsr_state *st, size_t *need, tsr_error *err) {
-    job *j = &e->job;
+    save_job *j = &e->job;
     size_t nb = 0;
     *need = 0;
     for (size_t i = 0; i < e->n_mine; i++) {
@@ -500,7 +500,7 @@ static int stage_size(tsr_engine *e, const tsr_state *st, size_t *need, tsr_erro
 /* The copy of this rank's boxes to the start of the arena, planned (*off: where
  * they end) into sc. */
 static int plan_copy(tsr_engine *e, const tsr_state *st, stage_copy *sc, size_t *off, tsr_error *err) {
-    job *j = &e->job;
+    save_job *j = &e->job;
     if (!e->enc && !(e->enc = tsr_encoder_new(e->opts.write.threads, err))) return err ? err->code : TSR_ENOMEM;
     *off = 0;
     sc->box_end = calloc(e->n_mine + 1, sizeof *sc->box_end);
@@ -543,7 +543,7 @@ static int run_copy(tsr_engine *e, stage_copy *sc, tsr_error *err) {
     return sc->rc;
 }
 
-static void deferred_free(job *j) {
+static void deferred_free(save_job *j) {
     copy_free(j->deferred);
     j->deferred = NULL;
 }
@@ -610,7 +610,7 @@ static int stage_boxes(tsr_engine *e, const tsr_state *st, size_t *off, tsr_erro
 
 /* Copies this rank's blobs after the boxes, from off. @return where they end. */
 static size_t stage_blobs(tsr_engine *e, const tsr_state *st, size_t off) {
-    job *j = &e->job;
+    save_job *j = &e->job;
     for (size_t i = 0; i < st->n_blobs; i++) {
         const tsr_state_blob *b = &st->blobs[i];
         if (!blob_is_mine(e, b)) continue;

@@ -30,8 +30,7 @@ int tsr_local_root(const char *folder, const char *dump_folder, char *out, size_
         const char *d = dump_folder;
         if (d[0] != '/' && !getcwd(cwd, sizeof cwd)) cwd[0] = 0;
         snprintf(abs, sizeof abs, "%s%s%s", cwd, cwd[0] ? "/" : "", d);
-        uint64_t h = 1469598103934665603ull; /* FNV-1a */
-        for (const char *p = abs; *p; p++) h = (h ^ (uint8_t)*p) * 1099511628211ull;
+        uint64_t h = tsr_hash(abs, strlen(abs));
         n = snprintf(out, len, "/dev/shm/tessera-%016llx", (unsigned long long)h);
     }
     return n < 0 || (size_t)n >= len ? tsr_err(err, TSR_EINVAL, "checkpoint.local_folder: path too long") : 0;
@@ -115,16 +114,11 @@ static int slurp(const char *path, uint8_t **buf, uint64_t *size) {
     int fd = tsr_open_regular(path, &n, NULL);
     if (fd < 0) return ENOENT;
     uint8_t *b = malloc(n ? n : 1);
-    size_t got = 0;
-    while (b && got < n) {
-        ssize_t k = read(fd, b + got, n - got);
-        if (k <= 0) break;
-        got += (size_t)k;
-    }
+    int e = !b ? ENOMEM : tsr_pread_all(fd, path, b, n, 0, NULL) ? EIO : 0;
     close(fd);
-    if (!b || got < n) {
+    if (e) {
         free(b);
-        return b ? EIO : ENOMEM;
+        return e;
     }
     *buf = b, *size = n;
     return 0;
@@ -464,33 +458,16 @@ void tsr_local_free(tsr_local_tier *lt) {
  * for each committed step (own snapshot or partner copy) between min_step and
  * max_step: the data files its MANIFEST names, each held by the node at that
  * size (own or partner copy) or not. */
-typedef struct bytes {
-    uint8_t *p;
-    size_t n, cap;
-} bytes;
-
-static int put(bytes *b, const void *v, size_t n) {
-    while (b->n + n > b->cap) {
-        size_t c = b->cap ? 2 * b->cap : 4096;
-        void *q = realloc(b->p, c);
-        if (!q) return TSR_ENOMEM;
-        b->p = q, b->cap = c;
-    }
-    memcpy(b->p + b->n, v, n);
-    b->n += n;
-    return 0;
-}
-
-static int put32(bytes *b, uint32_t v) {
+static void put32(tsr_sbuf *b, uint32_t v) {
     uint8_t x[4];
     tsr_st32(x, v);
-    return put(b, x, 4);
+    tsr_sb_put(b, x, 4);
 }
 
-static int put64(bytes *b, uint64_t v) {
+static void put64(tsr_sbuf *b, uint64_t v) {
     uint8_t x[8];
     tsr_st64(x, v);
-    return put(b, x, 8);
+    tsr_sb_put(b, x, 8);
 }
 
 /* Where this node holds file `name` of step `sname` at `size` bytes: its own
@@ -548,7 +525,7 @@ static tsr_ckpt *node_manifest(const tsr_local_tier *lt, const char *sname, char
 
 #define MAX_STEPS 64 /* a node holds 2 snapshots and 2 partner copies, and leftovers */
 
-static int node_report(const tsr_local_tier *lt, int64_t min_step, int64_t max_step, FILE *out, bytes *b) {
+static int node_report(const tsr_local_tier *lt, int64_t min_step, int64_t max_step, FILE *out, tsr_sbuf *b) {
     uint64_t steps[MAX_STEPS];
     size_t n = node_steps(lt, steps, MAX_STEPS);
     int rc = 0;
@@ -560,16 +537,20 @@ static int node_report(const tsr_local_tier *lt, int64_t min_step, int64_t max_s
         tsr_ckpt *ck = node_manifest(lt, sname, dir, sizeof dir, out);
         if (!ck) continue;
         size_t nf = tsr_ckpt_n_files(ck);
-        rc = put64(b, steps[i]) || put32(b, (uint32_t)nf) ? TSR_ENOMEM : 0;
-        for (size_t f = 0; !rc && f < nf; f++) {
+        put64(b, steps[i]);
+        put32(b, (uint32_t)nf);
+        for (size_t f = 0; f < nf; f++) {
             tsr_file_info fi;
             char name[64];
             tsr_ckpt_file(ck, f, &fi);
             tsr_data_file_name(fi.file_id, name, sizeof name);
             uint8_t have = (uint8_t)held_at(lt, sname, name, fi.size, path, sizeof path, out);
-            rc = put32(b, fi.file_id) || put64(b, fi.size) || put(b, &have, 1) ? TSR_ENOMEM : 0;
+            put32(b, fi.file_id);
+            put64(b, fi.size);
+            tsr_sb_put(b, &have, 1);
         }
         tsr_ckpt_close(ck);
+        rc = b->oom ? TSR_ENOMEM : 0;
     }
     return rc;
 }
@@ -796,7 +777,7 @@ static int gather_files(tsr_local_tier *lt, const plan *p,
 int tsr_local_recover(tsr_local_tier *lt, int64_t min_step, FILE *log, uint64_t *step, char *dir, size_t len,
                       tsr_error *err) {
     FILE *out = log ? log : stderr;
-    bytes b = {0};
+    tsr_sbuf b = {0};
     if (lt->first_of_node && node_report(lt, min_step, -1, out, &b)) {
         fprintf(out, "local tier: node %d: out of memory listing its snapshots; it reports none\n", lt->node_idx);
         b.n = 0;

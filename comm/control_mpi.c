@@ -213,19 +213,6 @@ int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, s
     return 0;
 }
 
-int tsr_comm_send(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n, tsr_error *err) {
-    if (!c->is_mpi) return tsr_err(err, TSR_EINVAL, "send on a group of one rank");
-    for (size_t off = 0; off < n || off == 0; off += TSR_MPI_CHUNK) {
-        int len = (int)(n - off < TSR_MPI_CHUNK ? n - off : TSR_MPI_CHUNK);
-        MPI_Request q;
-        int rc = MPI_Isend((const char *)buf + off, len, MPI_BYTE, (int)peer, tag, c->comm, &q);
-        if (rc == MPI_SUCCESS) rc = tsr_mpi_wait(&q);
-        if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Send");
-        if (n == 0) break;
-    }
-    return 0;
-}
-
 int tsr_comm_recv(tsr_comm *c, uint32_t peer, int tag, void *buf, size_t n, tsr_error *err) {
     if (!c->is_mpi) return tsr_err(err, TSR_EINVAL, "recv on a group of one rank");
     for (size_t off = 0; off < n || off == 0; off += TSR_MPI_CHUNK) {
@@ -236,47 +223,6 @@ int tsr_comm_recv(tsr_comm *c, uint32_t peer, int tag, void *buf, size_t n, tsr_
         if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Recv");
         if (n == 0) break;
     }
-    return 0;
-}
-
-int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint8_t **all,
-                     size_t **counts, tsr_error *err) {
-    *all = NULL;
-    *counts = NULL;
-    if (!c->is_mpi) return tsr_comm_allgatherv(c, buf, n, all, counts, err);
-    uint64_t mine = n;
-    int is_root = c->rank == root;
-    uint64_t *all_n = is_root ? calloc(c->size, sizeof *all_n) : NULL;
-    int *cnt = is_root ? calloc(c->size, sizeof *cnt) : NULL, *displs = is_root ? calloc(c->size, sizeof *displs) : NULL;
-    size_t *sizes = is_root ? calloc(c->size, sizeof *sizes) : NULL;
-    int rc = is_root && (!all_n || !cnt || !displs || !sizes) ? tsr_err(err, TSR_ENOMEM, "out of memory") : 0;
-    /* every rank takes part in both collectives, even after a local failure */
-    int r;
-    TSR_MPI_COLL(r, MPI_Gather, MPI_Igather, &mine, 1, MPI_UINT64_T, all_n, 1, MPI_UINT64_T, (int)root, c->comm);
-    if (!rc && r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Gather");
-    uint8_t *out = NULL;
-    uint64_t total = 0;
-    if (is_root && !rc) {
-        for (uint32_t i = 0; i < c->size; i++) total += all_n[i];
-        if (total > INT_MAX) rc = tsr_err(err, TSR_EINVAL, "gather of %llu bytes: over 2 GiB", (unsigned long long)total);
-        else if (!(out = malloc(total ? total : 1))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-        int d = 0;
-        for (uint32_t i = 0; !rc && i < c->size; i++) {
-            cnt[i] = (int)all_n[i];
-            sizes[i] = all_n[i];
-            displs[i] = d;
-            d += cnt[i];
-        }
-    }
-    TSR_MPI_COLL(r, MPI_Gatherv, MPI_Igatherv, buf, (int)n, MPI_BYTE, out, cnt, displs, MPI_BYTE, (int)root, c->comm);
-    if (!rc && r != MPI_SUCCESS) rc = tsr_mpi_err(err, r, "Gatherv");
-    free(all_n), free(cnt), free(displs);
-    if (rc) {
-        free(out), free(sizes);
-        return rc;
-    }
-    *all = out;
-    *counts = sizes;
     return 0;
 }
 

@@ -51,10 +51,6 @@ int tsr_comm_allreduce_min(tsr_comm *c, int64_t *v, tsr_error *err);
  * byte count. */
 int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, size_t **counts,
                         tsr_error *err);
-/* tsr_comm_gatherv(): like allgatherv, but only `root` receives (*all and
- * *counts are NULL elsewhere). */
-int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint8_t **all,
-                     size_t **counts, tsr_error *err);
 /* Exchanges with a deadline, for work that must not hang on a rank that never
  * arrives (the engine's commit): point to point under `tag`, polled with short
  * sleeps instead of blocking. Only receivers wait: a sender returns at once and
@@ -63,7 +59,8 @@ int tsr_comm_gatherv(tsr_comm *c, uint32_t root, const void *buf, size_t n, uint
  * receiver gave up is never received: a group that timed out should not run
  * such an exchange again (the engine stops saving). A timeout is TSR_EIO with a
  * message naming the ranks, e.g. "ranks 3, 5 did not report within 2.0 s".
- * tsr_comm_gatherv_deadline(): as tsr_comm_gatherv, gathered in a tree: each
+ * tsr_comm_gatherv_deadline(): only `root` receives every rank's message (as
+ * tsr_comm_allgatherv lays them out), gathered in a tree: each
  * rank forwards its own message and those of the ranks below it, so that no
  * rank receives more than about sqrt(size) messages. The root waits until
  * timeout_s for all; a rank with ranks below it waits a share of timeout_s
@@ -82,9 +79,9 @@ int tsr_comm_bcast_deadline(tsr_comm *c, uint32_t root, int tag, void *buf, size
 /* tsr_comm_iprobe(): 1 if a message from peer with tag is waiting, else 0. Not
  * collective, never blocks. */
 int tsr_comm_iprobe(tsr_comm *c, uint32_t peer, int tag);
-/* Point to point: a message of n bytes with a tag (0..32767). Messages between
- * two ranks with one tag arrive in the order they were sent. */
-int tsr_comm_send(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t n, tsr_error *err);
+/* Point to point: a message of n bytes with a tag (0..32767), received whole
+ * (sent by tsr_comm_isend). Messages between two ranks with one tag arrive in
+ * the order they were sent. */
 int tsr_comm_recv(tsr_comm *c, uint32_t peer, int tag, void *buf, size_t n, tsr_error *err);
 /* Nonblocking point to point: requests collect in a tsr_comm_reqs, and
  * tsr_comm_waitall completes all of them (and empties the set). */

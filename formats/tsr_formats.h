@@ -14,8 +14,8 @@ extern "C" {
 /* --------------------------------------------------------------- placement */
 
 /* How a tensor is laid out over the rank mesh [pp][dp_replicate][dp_shard][tp]
- * (DESIGN.md). Recorded with every tensor so that tools can compute any target
- * layout from mesh degrees alone. */
+ * (FORMAT.md, section 10, "Layouts"). Recorded with every tensor so that tools
+ * can compute any target layout from mesh degrees alone. */
 enum { TSR_PP_ALL = 0, TSR_PP_FIRST = 1, TSR_PP_LAST = 2, TSR_PP_LAYER = 3 };
 typedef struct tsr_placement {
     int8_t tp_dim;   /* the dim split over tp ranks, or -1: replicated over tp */

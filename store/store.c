@@ -11,7 +11,6 @@ void tsr_store_close(tsr_store *s) {
     if (s) s->ops->close(s);
 }
 
-const char *tsr_store_location(const tsr_store *s) { return s->location; }
 
 void tsr_store_join(const tsr_store *s, const char *name, char *out, size_t len) {
     snprintf(out, len, "%s/%s", s->location, name);
@@ -60,7 +59,6 @@ int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, ts
     return 0;
 }
 
-int tsr_wfile_complete(tsr_wfile *f, tsr_error *err) { return f->ops->complete(f, err); }
 
 int tsr_wfile_release(tsr_wfile *f, const void *buf, tsr_error *err) { return f->ops->release(f, buf, err); }
 

@@ -21,8 +21,8 @@
  *   writer (ckpt/save.c, one per rank and step):
  *     tsr_store_open(step, create=1)
  *     tsr_store_create(data-R.tsd) -> tsr_wfile_reserve -> tsr_wfile_submit ...
- *       (tsr_wfile_release / tsr_wfile_busy to reuse a buffer) -> tsr_wfile_complete
- *       -> tsr_wfile_finish (durable) | tsr_wfile_abort (removed)
+ *       (tsr_wfile_release / tsr_wfile_busy to reuse a buffer)
+ *       -> tsr_wfile_finish (every write done, durable) | tsr_wfile_abort (removed)
  *     tsr_store_close
  *   commit (tsr_save_commit in ckpt/save.c, on rank 0 once every writer has
  *   finished: the engine's commit, ckpt/engine_save.c):
@@ -105,7 +105,6 @@ enum {
  * (nothing is opened); 0 for a scheme no store serves. */
 unsigned tsr_store_caps(const char *location);
 void tsr_store_close(tsr_store *s);
-const char *tsr_store_location(const tsr_store *s);
 
 /* Reading. tsr_store_open_read sets *size. tsr_rfile_read reads exactly len bytes
  * at off (short reads are TSR_ECORRUPT: the object is smaller than it claims).
@@ -126,12 +125,12 @@ int tsr_store_create(tsr_store *s, const char *name, int flags, tsr_wfile **out,
 int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
 /* Asynchronous writes (io_uring on files; a plain write where io_uring is not
  * available): tsr_wfile_submit queues a write with the same rules as
- * tsr_wfile_write; `buf` must stay untouched until tsr_wfile_complete, which waits
- * for every queued write and returns the first failure. Several writes are in
+ * tsr_wfile_write; `buf` must stay untouched until tsr_wfile_release(buf), or
+ * tsr_wfile_finish, which waits for every queued write and returns the first
+ * failure (as does the complete operation, which finish uses). Several writes are in
  * flight at once. Every TSR_STORE_FLUSH_EVERY bytes submitted, the file is asked
  * to start making them durable (the datasync operation), without waiting. */
 int tsr_wfile_submit(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
-int tsr_wfile_complete(tsr_wfile *f, tsr_error *err);
 /* tsr_wfile_release(): waits until no queued write reads from `buf` (the start
  * of a submitted buffer), so that it may be reused; other writes stay queued. */
 int tsr_wfile_release(tsr_wfile *f, const void *buf, tsr_error *err);

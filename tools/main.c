@@ -1,4 +1,4 @@
-/* tessera.c: the tessera command: a thin layer over libtessera. */
+/* main.c: the tessera command: a thin layer over libtessera. */
 #include <stdio.h>
 #include <string.h>
 
