@@ -182,16 +182,15 @@ int tsr_pwrite_all(int fd, const char *path, const void *buf, size_t len, uint64
     return 0;
 }
 
-/* Room for k more bytes and a NUL. @return 0, or -1 (oom set). */
-static int sb_reserve(tsr_sbuf *b, size_t k) {
-    if (b->oom) return -1;
+int tsr_sb_reserve(tsr_sbuf *b, size_t k) {
+    if (b->oom) return TSR_ENOMEM;
     if (b->p && b->n + k + 1 <= b->cap) return 0;
     size_t nc = b->cap ? b->cap * 2 : 1024;
     while (nc < b->n + k + 1) nc *= 2;
     char *np = realloc(b->p, nc);
     if (!np) {
         b->oom = 1;
-        return -1;
+        return TSR_ENOMEM;
     }
     b->p = np;
     b->cap = nc;
@@ -199,7 +198,7 @@ static int sb_reserve(tsr_sbuf *b, size_t k) {
 }
 
 void tsr_sb_put(tsr_sbuf *b, const void *s, size_t k) {
-    if (sb_reserve(b, k)) return;
+    if (tsr_sb_reserve(b, k)) return;
     if (k) memcpy(b->p + b->n, s, k);
     b->n += k;
     b->p[b->n] = 0;
@@ -221,7 +220,7 @@ void tsr_sb_printf(tsr_sbuf *b, const char *fmt, ...) {
             b->n += (size_t)k;
             return;
         }
-        if (sb_reserve(b, (size_t)k)) return;
+        if (tsr_sb_reserve(b, (size_t)k)) return;
     }
 }
 

@@ -83,9 +83,11 @@ static inline void tsr_sort_ctx(void *base, size_t n, size_t size,
  * bytes would not fit in a size_t). */
 int tsr_grow(void **arr, size_t *cap, size_t n, size_t elem);
 
-/* A growable string: tsr_sb_printf and tsr_sb_put (k bytes, any) append, and p
- * stays NUL-terminated; after a failed allocation oom is set and later calls do
- * nothing. free(p) when done. */
+/* A growable string, and the one growable byte buffer: tsr_sb_printf and
+ * tsr_sb_put (k bytes, any) append, and p stays NUL-terminated; after a failed
+ * allocation oom is set and later calls do nothing. tsr_sb_reserve(): room for
+ * k more bytes after n (and the NUL), for a caller that writes them itself;
+ * @return 0 or TSR_ENOMEM. free(p) when done. */
 typedef struct tsr_sbuf {
     char *p;
     size_t n, cap;
@@ -93,6 +95,7 @@ typedef struct tsr_sbuf {
 } tsr_sbuf;
 void tsr_sb_printf(tsr_sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void tsr_sb_put(tsr_sbuf *b, const void *s, size_t k);
+int tsr_sb_reserve(tsr_sbuf *b, size_t k);
 
 /* tsr_parse_size(): "256M", "4k", "1G", "123" (powers of 1024; an optional "B"
  * or "iB") into *out. @return 0, or -1 if the text is not a size. */

@@ -16,34 +16,18 @@
 static const uint32_t rec_size[N_SEC] = {1, TSR_REC_FILE, TSR_REC_TENSOR, TSR_REC_CHUNK, TSR_REC_FRAME,
                                          TSR_REC_BLOB};
 
-typedef struct sbuf {
-    uint8_t *p;
-    size_t len, cap;
-} sbuf;
-
-static int sbuf_reserve(sbuf *b, size_t n) {
-    if (b->len + n <= b->cap) return 0;
-    size_t nc = b->cap ? b->cap : 4096;
-    while (nc < b->len + n) nc *= 2;
-    uint8_t *p = realloc(b->p, nc);
-    if (!p) return TSR_ENOMEM;
-    b->p = p;
-    b->cap = nc;
-    return 0;
-}
-
-static int sbuf_zero(sbuf *b, size_t n) {
+static int sbuf_zero(tsr_sbuf *b, size_t n) {
     if (n == 0) return 0;
-    if (sbuf_reserve(b, n)) return TSR_ENOMEM;
-    memset(b->p + b->len, 0, n);
-    b->len += n;
+    if (tsr_sb_reserve(b, n)) return TSR_ENOMEM;
+    memset(b->p + b->n, 0, n);
+    b->n += n;
     return 0;
 }
 
 /* Interns string s into the STRINGS buffer; returns its offset. Consecutive
  * identical strings (the group of each tensor) are stored once. */
 typedef struct strtab {
-    sbuf b;
+    tsr_sbuf b;
     const char *last;
     uint32_t last_off;
 } strtab;
@@ -55,11 +39,11 @@ static int strtab_add(strtab *st, const char *s, uint32_t *off, uint32_t *len) {
         *len = (uint32_t)n;
         return 0;
     }
-    if (sbuf_reserve(&st->b, n)) return TSR_ENOMEM;
-    *off = (uint32_t)st->b.len;
+    if (tsr_sb_reserve(&st->b, n)) return TSR_ENOMEM;
+    *off = (uint32_t)st->b.n;
     *len = (uint32_t)n;
-    memcpy(st->b.p + st->b.len, s, n);
-    st->b.len += n;
+    memcpy(st->b.p + st->b.n, s, n);
+    st->b.n += n;
     st->last = s;
     st->last_off = *off;
     return 0;
@@ -165,12 +149,12 @@ static void put_header(const tsr_manifest *m, uint8_t *buf, size_t total) {
 
 /* Lays out the header, the section table and the sections (each 8-aligned, of
  * types types[s]), then the checksum, into one malloc'ed buffer. */
-static int assemble(const tsr_manifest *m, const sbuf recs[N_SEC], const uint32_t types[N_SEC],
+static int assemble(const tsr_manifest *m, const tsr_sbuf recs[N_SEC], const uint32_t types[N_SEC],
                     const size_t counts[N_SEC], uint8_t **out, size_t *out_len, tsr_error *err) {
     size_t off = tsr_align_up(TSR_MF_HEADER_SIZE + N_SEC * 32, 8), offs[N_SEC];
     for (int s = 0; s < N_SEC; s++) {
         offs[s] = off;
-        off = tsr_align_up(off + recs[s].len, 8);
+        off = tsr_align_up(off + recs[s].n, 8);
     }
     size_t total = off + 8;
     if (total > TSR_MF_MAX_SIZE)
@@ -183,10 +167,10 @@ static int assemble(const tsr_manifest *m, const sbuf recs[N_SEC], const uint32_
         tsr_st32(e, types[s]);
         tsr_st32(e + 4, 1); /* every v1 section is required */
         tsr_st64(e + 8, offs[s]);
-        tsr_st64(e + 16, recs[s].len);
+        tsr_st64(e + 16, recs[s].n);
         tsr_st32(e + 24, rec_size[s]);
         tsr_st32(e + 28, (uint32_t)counts[s]);
-        if (recs[s].len) memcpy(buf + offs[s], recs[s].p, recs[s].len);
+        if (recs[s].n) memcpy(buf + offs[s], recs[s].p, recs[s].n);
     }
     tsr_st64(buf + total - 8, tsr_hash(buf, total - 8));
     *out = buf;
@@ -199,7 +183,7 @@ typedef void (*put_fn)(const tsr_manifest *m, size_t first, size_t n, uint8_t *p
 /* Section records made by `put` (count records of rec bytes), packed into *out
  * (FORMAT.md 4.3): block by block, each byte-shuffled and fed to one zstd
  * frame, so that neither the records nor their shuffle are ever whole in memory. */
-static int pack_section(const tsr_manifest *m, put_fn put, size_t rec, size_t count, sbuf *out, tsr_error *err) {
+static int pack_section(const tsr_manifest *m, put_fn put, size_t rec, size_t count, tsr_sbuf *out, tsr_error *err) {
     size_t n = rec * count, bn = TSR_MF_PACK_BLOCK * rec;
     if (n > TSR_MF_MAX_PACKED)
         return tsr_err(err, TSR_EINVAL, "%zu bytes of manifest records, over the 4 GiB limit", n);
@@ -216,13 +200,13 @@ static int pack_section(const tsr_manifest *m, put_fn put, size_t rec, size_t co
         ZSTD_inBuffer in = {shuf, k * rec, 0};
         ZSTD_EndDirective mode = i0 + k >= count ? ZSTD_e_end : ZSTD_e_continue;
         do {
-            if (sbuf_reserve(out, ZSTD_CStreamOutSize())) {
+            if (tsr_sb_reserve(out, ZSTD_CStreamOutSize())) {
                 rc = tsr_err(err, TSR_ENOMEM, "out of memory encoding the manifest");
                 break;
             }
-            ZSTD_outBuffer o = {out->p + out->len, out->cap - out->len, 0};
+            ZSTD_outBuffer o = {out->p + out->n, out->cap - out->n - 1, 0}; /* less the NUL */
             r = ZSTD_compressStream2(z, &o, &in, mode);
-            out->len += o.pos;
+            out->n += o.pos;
         } while (!ZSTD_isError(r) && (mode == ZSTD_e_end ? r != 0 : in.pos < in.size));
     }
     if (!rc && ZSTD_isError(r)) rc = tsr_err(err, TSR_EINVAL, "packing manifest records: %s", ZSTD_getErrorName(r));
@@ -233,7 +217,7 @@ static int pack_section(const tsr_manifest *m, put_fn put, size_t rec, size_t co
 
 int tsr_manifest_encode(const tsr_manifest *m, unsigned flags, uint8_t **out, size_t *out_len, tsr_error *err) {
     strtab st = {0};
-    sbuf recs[N_SEC] = {{0}};
+    tsr_sbuf recs[N_SEC] = {{0}};
     size_t counts[N_SEC] = {0, m->n_files, m->n_tensors, m->n_chunks, m->n_frames, m->n_blobs};
     uint32_t types[N_SEC] = {TSR_SEC_STRINGS, TSR_SEC_FILES, TSR_SEC_TENSORS, TSR_SEC_CHUNKS, TSR_SEC_FRAMES,
                              TSR_SEC_BLOBS};
@@ -243,13 +227,14 @@ int tsr_manifest_encode(const tsr_manifest *m, unsigned flags, uint8_t **out, si
         else if (!pack || (s != 3 && s != 4)) nomem = sbuf_zero(&recs[s], counts[s] * rec_size[s]) != 0;
     }
     if (!rc && !nomem) {
-        put_files(m, recs[1].p);
-        nomem = put_tensors(m, &st, recs[2].p) || put_blobs(m, &st, recs[5].p); /* names in this order */
+        put_files(m, (uint8_t *)recs[1].p);
+        /* names in this order */
+        nomem = put_tensors(m, &st, (uint8_t *)recs[2].p) || put_blobs(m, &st, (uint8_t *)recs[5].p);
     }
     if (nomem) rc = tsr_err(err, TSR_ENOMEM, "out of memory encoding the manifest");
     if (!rc && !pack) {
-        put_chunks(m, 0, m->n_chunks, recs[3].p);
-        put_frames(m, 0, m->n_frames, recs[4].p);
+        put_chunks(m, 0, m->n_chunks, (uint8_t *)recs[3].p);
+        put_frames(m, 0, m->n_frames, (uint8_t *)recs[4].p);
     }
     if (!rc && pack) {
         rc = pack_section(m, put_chunks, rec_size[3], counts[3], &recs[3], err);
@@ -257,7 +242,7 @@ int tsr_manifest_encode(const tsr_manifest *m, unsigned flags, uint8_t **out, si
         types[3] += TSR_SEC_PACKED, types[4] += TSR_SEC_PACKED;
     }
     recs[0] = st.b; /* the STRINGS section: one byte records */
-    counts[0] = st.b.len;
+    counts[0] = st.b.n;
     if (!rc) rc = assemble(m, recs, types, counts, out, out_len, err);
     for (int s = 0; s < N_SEC; s++) free(recs[s].p);
     return rc;
