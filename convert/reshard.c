@@ -24,7 +24,7 @@ tsr_reshard_opts tsr_reshard_opts_default(void) {
     return o;
 }
 
-typedef struct job {
+typedef struct reshard_job {
     const tsr_reshard_opts *o;
     const char *dst;
     tsr_ckpt *src;
@@ -42,12 +42,12 @@ typedef struct job {
     pthread_mutex_t mu;
     int rc;
     tsr_error err;
-} job;
+} reshard_job;
 
 /* Whether target box rb is made of whole chunks of the source, in the same
  * dtype and in a codec the target accepts: then they are copied as they are
  * stored (tsr_save_chunk_copy), neither decoded nor encoded. */
-static int passthrough(const job *j, const tsr_rank_box *rb) {
+static int passthrough(const reshard_job *j, const tsr_rank_box *rb) {
     tsr_tensor_info si;
     tsr_ckpt_tensor(j->src, (size_t)j->src_index[rb->tensor], &si);
     if (si.dtype != j->decls[rb->tensor].dtype) return 0;
@@ -68,7 +68,7 @@ static int passthrough(const job *j, const tsr_rank_box *rb) {
 }
 
 /* Copies the source chunks that make up target box rb (passthrough() said so). */
-static int copy_chunks(job *j, tsr_save *s, const tsr_rank_box *rb, tsr_error *e) {
+static int copy_chunks(reshard_job *j, tsr_save *s, const tsr_rank_box *rb, tsr_error *e) {
     tsr_tensor_info si;
     tsr_ckpt_tensor(j->src, (size_t)j->src_index[rb->tensor], &si);
     int rc = 0;
@@ -80,7 +80,7 @@ static int copy_chunks(job *j, tsr_save *s, const tsr_rank_box *rb, tsr_error *e
     return rc;
 }
 
-static void progress(job *j, uint64_t bytes) {
+static void progress(reshard_job *j, uint64_t bytes) {
     if (!j->o->progress) return;
     pthread_mutex_lock(&j->mu);
     j->done += bytes;
@@ -91,7 +91,7 @@ static void progress(job *j, uint64_t bytes) {
 /* Writer w (target rank w's data file), start to finish on one worker: its
  * tensors declared, its boxes piece by piece (read in the source dtype,
  * converted, written), its blobs, its table. */
-static int write_writer(job *j, uint32_t w, int worker, uint8_t *in, uint8_t *out, tsr_error *e) {
+static int write_writer(reshard_job *j, uint32_t w, int worker, uint8_t *in, uint8_t *out, tsr_error *e) {
     tsr_save *s = tsr_save_begin_with(j->dst, w, j->save_id, &j->o->write, j->enc[worker], e);
     if (!s) return e->code ? e->code : TSR_EIO;
     j->writers[w] = s;
@@ -144,7 +144,7 @@ static int write_writer(job *j, uint32_t w, int worker, uint8_t *in, uint8_t *ou
 }
 
 static void write_one(void *ctx, size_t w, int worker) {
-    job *j = ctx;
+    reshard_job *j = ctx;
     size_t cap = j->o->piece_bytes;
     uint8_t *in = malloc(cap), *out = malloc(cap);
     tsr_error e = {0};
@@ -164,7 +164,7 @@ static void write_one(void *ctx, size_t w, int worker) {
 
 /* The target's tensors: the source's (model group only with model_only), float
  * ones in o->dtype when it is set. */
-static int target_decls(job *j, size_t *n_out, tsr_error *err) {
+static int target_decls(reshard_job *j, size_t *n_out, tsr_error *err) {
     size_t n = tsr_ckpt_n_tensors(j->src), k = 0;
     j->decls = calloc(n + 1, sizeof *j->decls);
     j->src_index = calloc(n + 1, sizeof *j->src_index);
@@ -199,7 +199,7 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
     if (o->dtype && !tsr_dtype_is_float(o->dtype))
         return tsr_err(err, TSR_EINVAL, "reshard: --dtype must be a floating type, not %s", tsr_dtype_name(o->dtype));
     if (o->piece_bytes < 4096) return tsr_err(err, TSR_EINVAL, "reshard: pieces of at least 4096 bytes");
-    job j = {.o = o};
+    reshard_job j = {.o = o};
     tsr_pool *pool = NULL;
     pthread_mutex_init(&j.mu, NULL);
     tsr_save_plan plan = {0};
