@@ -1,5 +1,5 @@
 /* export_gguf.c: a checkpoint's model as a GGUF v3 file that llama.cpp loads as
- * a llama model (tsr_export with gguf set). */
+ * a llama model (tsr_export's TSR_EXPORT_GGUF). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -85,8 +85,10 @@ static void rope_factors(const tsr_model_args *a, float *out) {
     }
 }
 
-int tsr_export_gguf_file(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *path, int dtype,
-                       uint64_t *bytes_out, tsr_error *e) {
+/* The model of ck (shapes a, tensors d) as the GGUF file path, matrices in
+ * dtype; *bytes_out receives the file's size. */
+static int gguf_file(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *path, int dtype,
+                     uint64_t *bytes_out, tsr_error *e) {
     size_t np = d->n_params;
     int rope = a->rope_scaling.factor != 0, hd = tsr_model_head_dim(a);
     size_t nt = np + (size_t)rope;
@@ -180,3 +182,11 @@ int tsr_export_gguf_file(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_
     return rc;
 }
 
+int tsr_export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *out, int dtype,
+                    const tsr_export_opts *o, tsr_export_info *res, tsr_error *e) {
+    (void)o; /* no option of its own */
+    int rc = gguf_file(ck, a, d, out, dtype, &res->bytes, e);
+    res->n_tensors = d->n_params + (a->rope_scaling.factor != 0);
+    res->n_files = 1;
+    return rc;
+}

@@ -26,9 +26,14 @@ int tsr_export_stage_commit(const char *stage, const char *dest, tsr_error *e);
 int tsr_gpt2_byte_codepoint(int b);
 void tsr_gpt2_byte_char(int b, char out[3]);
 
-/* tsr_export_gguf_file(): the model of ck (shapes a, tensors d) as the GGUF file
- * path, matrices in dtype; *bytes receives the file's size. */
-int tsr_export_gguf_file(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *path,
-                         int dtype, uint64_t *bytes, tsr_error *e);
+/* The writers of the formats (export.c's table maps tsr_export_format to them):
+ * the model of ck (shapes a, tensors d) into out (safetensors: a folder; GGUF:
+ * a file), matrices in dtype (f32, bf16 or f16, chosen by tsr_export), with o's
+ * options (o->shard_size set). *res receives the tensors, bytes and files
+ * written (its dtype is the caller's). */
+int tsr_export_safetensors(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *out,
+                           int dtype, const tsr_export_opts *o, tsr_export_info *res, tsr_error *e);
+int tsr_export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *out, int dtype,
+                    const tsr_export_opts *o, tsr_export_info *res, tsr_error *e);
 
 #endif

@@ -45,14 +45,14 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
 /* ------------------------------------------------------------------ export */
 
 /* tsr_export(): the model of the committed checkpoint step_dir (any layout, any
- * dtype; only the model's tensors are read) for inference:
- *  - safetensors (gguf 0): out is a folder that receives a Hugging Face
+ * dtype; only the model's tensors are read) for inference, in format o->format:
+ *  - TSR_EXPORT_SAFETENSORS: out is a folder that receives a Hugging Face
  *    LlamaForCausalLM: config.json, the byte-level tokenizer (tokenizer.json,
  *    tokenizer_config.json, special_tokens_map.json: one id per byte, no BOS
  *    added) and model.safetensors, or model-0000K-of-0000N.safetensors files of
  *    at most shard_size bytes with model.safetensors.index.json. Tensors get
  *    Hugging Face's names; q and k are permuted to its rotary convention.
- *  - GGUF (gguf 1): out is a v3 file that llama.cpp loads as a llama model:
+ *  - TSR_EXPORT_GGUF: out is a v3 file that llama.cpp loads as a llama model:
  *    llama.* and general.* keys, the byte-level tokenizer (a byte-level BPE
  *    without merges), tensors token_embd, blk.N.attn_q, ..., output_norm, output
  *    (dims innermost first, 32-byte aligned), norms in f32.
@@ -61,9 +61,18 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
  * written under temporary names (a .tessera-tmp-PID directory next to them) and
  * renamed into place, config.json last, only when all are complete and synced:
  * a failed export leaves nothing, a killed one only that directory. A full disk
- * is TSR_ENOSPC naming the file. *info (may be NULL) receives what was written. */
+ * is TSR_ENOSPC naming the file; an unknown format, TSR_EINVAL. *info (may be
+ * NULL) receives what was written. */
+typedef enum tsr_export_format {
+    TSR_EXPORT_SAFETENSORS, /* the default */
+    TSR_EXPORT_GGUF,
+    TSR_EXPORT_N_FORMATS
+} tsr_export_format;
+/* tsr_export_format_parse(): the format of a name, "safetensors" or "gguf"; -1
+ * for any other. */
+int tsr_export_format_parse(const char *name);
 typedef struct tsr_export_opts {
-    int gguf;            /* 1: GGUF; 0: safetensors */
+    tsr_export_format format;
     int dtype;           /* TSR_F32, TSR_BF16 or TSR_F16; 0: the dtype of the
                             checkpoint's matrices when they all have the same of
                             those, else f32 */

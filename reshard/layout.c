@@ -1,5 +1,5 @@
-/* layout.c: rank meshes and the boxes each rank holds under a layout (DESIGN.md,
- * "Global tensors, boxes and layouts").
+/* layout.c: rank meshes and the boxes each rank holds under a layout (FORMAT.md,
+ * section 10, "Layouts").
  *
  * The mesh is [pp][dp_replicate][dp_shard][tp], tp fastest. Every uneven cut is a
  * ceil division (torch.chunk, FSDP2): n elements into k pieces of c = ceil(n/k),
@@ -129,6 +129,14 @@ uint32_t tsr_layout_rank(const tsr_layout *l, tsr_coord c) {
     return ((c.pp * l->dp_replicate + c.dp_replicate) * l->dp_shard + c.dp_shard) * l->tp + c.tp;
 }
 
+/* The pipeline stage of a layer: L / ceil(n_layers / pp), 0 with one stage (the
+ * one place this rule is written; the trainer's stages follow it). */
+uint32_t tsr_layout_stage_of_layer(const tsr_layout *l, uint32_t layer) {
+    if (l->pp <= 1 || l->n_layers == 0) return 0;
+    uint32_t per = l->n_layers / l->pp + (l->n_layers % l->pp != 0);
+    return layer / per;
+}
+
 /* ------------------------------------------------------------------ boxes */
 
 /* Piece i of n elements cut into k pieces by ceil division. */
@@ -182,11 +190,7 @@ static int64_t stage_of(const tsr_layout *l, const tsr_placement *p) {
     switch (p->pp_role) {
     case TSR_PP_FIRST: return 0;
     case TSR_PP_LAST: return l->pp - 1;
-    case TSR_PP_LAYER: {
-        if (l->pp == 1) return 0;
-        uint32_t per = l->n_layers / l->pp + (l->n_layers % l->pp != 0);
-        return (uint32_t)p->layer / per;
-    }
+    case TSR_PP_LAYER: return tsr_layout_stage_of_layer(l, (uint32_t)p->layer);
     default: return -1;
     }
 }

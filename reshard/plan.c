@@ -1,5 +1,5 @@
-/* plan.c: the planners (DESIGN.md, "Global tensors, boxes and layouts" and
- * "Async save pipeline"):
+/* plan.c: the planners (FORMAT.md, section 10, "Layouts"; README, "Where
+ * things happen"):
  *  - tsr_plan_overlaps: which stored boxes each needed box reads, by a sweep
  *    along one dim that asks a priority search tree about a second, so that it
  *    takes O((n+m) log(n+m) + k) for k overlaps whatever the boxes, not O(n*m)

@@ -51,7 +51,7 @@ typedef struct tsr_rank_box {
 } tsr_rank_box;
 
 /* tsr_layout_boxes(): the boxes that rank `rank` holds of each of the n tensors
- * under layout l (DESIGN.md, "Global tensors, boxes and layouts"):
+ * under layout l (FORMAT.md, section 10, "Layouts"):
  *  - PP: layer L lives on stage L / ceil(n_layers / pp); TSR_PP_FIRST tensors on
  *    stage 0, TSR_PP_LAST on stage pp-1, TSR_PP_ALL on every stage. A rank of
  *    another stage holds nothing of the tensor.
@@ -83,6 +83,11 @@ uint64_t tsr_layout_max_holders(const tsr_layout *l, const tsr_tensor_decl *tens
 /* tsr_layout_cut(): piece i of n elements cut into k by the rule above (ceil
  * division): its first element *off and its length *ext (0 past the end). */
 void tsr_layout_cut(uint64_t n, uint32_t k, uint32_t i, uint64_t *off, uint64_t *ext);
+
+/* tsr_layout_stage_of_layer(): the pipeline stage that holds layer `layer`
+ * under l by the PP rule above: layer / ceil(n_layers / pp); 0 when pp is 1 or
+ * n_layers 0. */
+uint32_t tsr_layout_stage_of_layer(const tsr_layout *l, uint32_t layer);
 
 /* tsr_range_boxes(): the boxes (at most 2*ndim-1, row-major order) that cover the
  * row-major element range [begin, end) of `box`. @return their count. */

@@ -87,15 +87,15 @@ int tsr_cmd_export(int argc, char **argv) {
         }
     }
     if (!src || !dir || !format) return tsr_usage_error("export", "needs CKPT, --format and OUT (see --help)");
-    int gguf = strcmp(format, "gguf") == 0;
-    if (!gguf && strcmp(format, "safetensors") != 0)
-        return tsr_usage_error("export", "--format %s: safetensors or gguf", format);
+    int fmt = tsr_export_format_parse(format);
+    if (fmt < 0) return tsr_usage_error("export", "--format %s: safetensors or gguf", format);
+    int gguf = fmt == TSR_EXPORT_GGUF;
     if (tsr_s3_is_url(dir)) return export_to_s3(argc, argv, dir, gguf);
     char path[4096];
     tsr_resolve_ckpt_dir("export", src, path, sizeof path);
     tsr_error e = {0};
     tsr_export_opts o = tsr_export_opts_default();
-    o.gguf = gguf, o.dtype = dtype, o.shard_size = shard_size;
+    o.format = (tsr_export_format)fmt, o.dtype = dtype, o.shard_size = shard_size;
     tsr_export_info info;
     if (tsr_export(path, dir, &o, &info, &e)) {
         fprintf(stderr, "tessera export: %s\n", e.msg);

@@ -58,7 +58,7 @@ typedef enum tsr_decay_type {
 /* checkpoint.async_mode. TorchTitan's "async_with_pinned_mem" is read as async. */
 typedef enum tsr_async_mode {
     TSR_ASYNC_DISABLED, /* the training loop waits for each save to commit */
-    TSR_ASYNC_ON,       /* the loop waits only for staging (DESIGN.md, async save) */
+    TSR_ASYNC_ON,       /* the loop waits only for staging (README, "Where things happen") */
 } tsr_async_mode;
 
 /* parallelism.pipeline_parallel_schedule ("1F1B", "GPipe"; any case). */
@@ -87,7 +87,7 @@ typedef struct tsr_train_config {
         int warmup_steps;   /* 200: lr rises linearly over steps 1..warmup_steps */
         double decay_ratio; /* fraction of training.steps that decay, in [0, 1]; -1: unset,
                                decay starts right after warmup (TorchTitan's None) */
-        tsr_decay_type decay_type; /* cosine (TorchTitan's default is linear; DESIGN.md says cosine) */
+        tsr_decay_type decay_type; /* cosine (TorchTitan's default is linear; tessera's is cosine) */
         double min_lr_factor;      /* 0.0: the decay ends at lr * min_lr_factor, in [0, 1] */
     } lr_scheduler;
     struct {

@@ -1,40 +1,27 @@
-/* train_loop.c: the training job around the trainer: data, resume, steps,
- * logging and metrics, checkpoints through the engine. */
+/* train_loop.c: the training job around the trainer: data, the steps,
+ * logging and metrics. Its checkpoints (resume, saves, the local tier) are
+ * checkpoint.c's. */
 #include <errno.h>
-#include <limits.h>
 #include <math.h>
-#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "casts.h"
 #include "common.h"
 #include "corpus.h"
-#include "data.h"
 #include "data_plane.h"
-#include "heartbeat.h"
-#include "local_tier.h"
+#include "job.h"
 #include "tokens.h"
-#include "trainer_impl.h"
 
 #define SYNTHETIC_BYTES (8u << 20) /* the default corpus: 8 MiB of text */
 #define SYNTHETIC_SEED 1
-
-/* out = rel if absolute, else base/rel. @return 1 if it does not fit. */
-static int join(char *out, size_t len, const char *base, const char *rel) {
-    int n = rel[0] == '/' || !base[0] ? snprintf(out, len, "%s", rel) : snprintf(out, len, "%s/%s", base, rel);
-    return n < 0 || (size_t)n >= len;
-}
 
 /* The generated default dataset in DIR: train and val shards of the byte-level
  * tokens of the corpus (5% val), written once (by rank 0). */
 static int prepare_synthetic(const char *dir, tsr_error *err) {
     char tr[PATH_MAX], va[PATH_MAX];
-    if (join(tr, sizeof tr, dir, "train_000000.bin") || join(va, sizeof va, dir, "val_000000.bin"))
+    if (tsr_job_join(tr, sizeof tr, dir, "train_000000.bin") || tsr_job_join(va, sizeof va, dir, "val_000000.bin"))
         return tsr_err(err, TSR_EINVAL, "%s: path too long", dir);
     struct stat st;
     if (stat(tr, &st) == 0 && stat(va, &st) == 0) return 0;
@@ -58,292 +45,11 @@ static int prepare_synthetic(const char *dir, tsr_error *err) {
     return rc;
 }
 
-/* ------------------------------------------------------------ checkpoints */
-
-enum { B_STEP, B_POS, B_CONFIG, B_MODEL, B_RNG, B_SCHED, N_BLOBS };
-static const char *const BLOB_NAMES[N_BLOBS] = {"train.step",  "train.data_pos", "train.config",
-                                                "train.model", "train.rng",      "train.lr_scheduler"};
-
-typedef struct job {
-    tsr_trainer *t;
-    tsr_engine *engine;
-    char root[PATH_MAX];
-    tsr_state_box *boxes;
-    size_t n_boxes;
-    tsr_state_blob blobs[N_BLOBS];
-    uint8_t step_le[8], pos_bytes[TSR_DATA_POS_BYTES], rng_le[8];
-    char *config_text;
-    size_t config_len;
-    char model_text[512], sched_text[128];
-    /* the run */
-    FILE *log, *metrics;
-    tsr_loader *loader;
-    int *inputs, *targets;
-    tsr_data_pos pos;
-    int start;          /* the step loaded (0: none); the run trains start+1.. */
-    double t_log, blocked, blocked_total, step_time_total;
-    double data_total; /* seconds of the steps in the data plane's collectives, waits included */
-    int steps_since;
-    int last_save, last_save_refused; /* the step of the last save, and whether it was refused at once */
-    tsr_error last_save_err;
-    tsr_heartbeat *hb; /* the supervisor's, under tessera launch; NULL otherwise */
-    uint64_t first_sample; /* the step's batch: its first sample over the epochs */
-    tsr_local_tier *local; /* the local tier (checkpoint.local_interval); NULL when off */
-    char local_root[PATH_MAX];
-} job;
-
-/* The state of this rank: model (and unless model_only, optimizer) boxes. */
-static int state_boxes(job *j, int model_only, tsr_error *err) {
-    tsr_trainer *t = j->t;
-    size_t n = t->decls.n_params;
-    free(j->boxes);
-    j->boxes = calloc(3 * n, sizeof *j->boxes);
-    if (!j->boxes) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    j->n_boxes = 0;
-    for (int k = 0; k < (model_only ? 1 : 3); k++)
-        for (size_t p = 0; p < n; p++) {
-            param *q = &t->par[p];
-            if (!q->on_stage || !q->shard_n) continue;
-            j->boxes[j->n_boxes++] = (tsr_state_box){(uint32_t)(k * n + p), q->box, k == 0 ? q->w : k == 1 ? q->m : q->v, t->mem};
-        }
-    return 0;
-}
-
-static tsr_state make_state(job *j, int model_only) {
-    tsr_trainer *t = j->t;
-    tsr_state st = {t->decls.decls, (model_only ? 1 : 3) * t->decls.n_params, j->boxes, j->n_boxes,
-                    j->blobs, j->blobs[0].name ? N_BLOBS : 0, t->layout};
-    return st;
-}
-
-static void fill_blobs(job *j, int step, const tsr_data_pos *pos) {
-    tsr_st64(j->step_le, (uint64_t)step);
-    tsr_data_pos_encode(pos, j->pos_bytes);
-    tsr_st64(j->rng_le, (uint64_t)j->t->cfg.training.seed);
-    snprintf(j->sched_text, sizeof j->sched_text, "last_step=%d last_lr=%.9g", step, (double)j->t->last_lr);
-    const void *data[N_BLOBS] = {j->step_le, j->pos_bytes, j->config_text, j->model_text, j->rng_le, j->sched_text};
-    size_t size[N_BLOBS] = {8, TSR_DATA_POS_BYTES, strlen(j->config_text), strlen(j->model_text), 8,
-                            strlen(j->sched_text)};
-    for (int i = 0; i < N_BLOBS; i++) j->blobs[i] = (tsr_state_blob){BLOB_NAMES[i], -1, data[i], size[i]};
-}
-
-/* The whole training state as a save of `step` sees it: boxes and blobs. */
-static int step_state(job *j, int step, tsr_state *st, tsr_error *err) {
-    fill_blobs(j, step, &j->pos);
-    int rc = state_boxes(j, 0, err);
-    *st = make_state(j, 0);
-    return rc;
-}
-
-/* Reads global blob `i` of ck into a malloc'd NUL-terminated buffer. */
-static int read_blob(tsr_ckpt *ck, int i, char **out, size_t *size, tsr_error *err) {
-    long b = tsr_ckpt_find_blob(ck, BLOB_NAMES[i], -1);
-    if (b < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: no blob %s: not a training checkpoint", tsr_ckpt_dir(ck), BLOB_NAMES[i]);
-    tsr_blob_info bi;
-    tsr_ckpt_blob(ck, (size_t)b, &bi);
-    if (bi.size > (64u << 20)) return tsr_err(err, TSR_ECORRUPT, "%s: blob %s of %llu bytes", tsr_ckpt_dir(ck), BLOB_NAMES[i], (unsigned long long)bi.size);
-    char *buf = calloc(1, bi.size + 1);
-    if (!buf) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    int rc = tsr_ckpt_read_blob(ck, (size_t)b, buf, err);
-    if (rc) {
-        free(buf);
-        return rc;
-    }
-    *out = buf;
-    if (size) *size = bi.size;
-    return 0;
-}
-
-/* Refuses a checkpoint of another model shape before any tensor is read. */
-static int check_model(job *j, const char *dir, tsr_error *err) {
-    tsr_ckpt *ck = tsr_ckpt_open(dir, err);
-    if (!ck) return err ? err->code : TSR_EIO;
-    char *text = NULL;
-    int rc = read_blob(ck, B_MODEL, &text, NULL, err);
-    char why[600];
-    if (!rc && tsr_model_args_compare(&j->t->args, text, why, sizeof why))
-        rc = tsr_err(err, TSR_EINVAL, "a checkpoint of another model: %s", why);
-    tsr_model_args saved;
-    if (!rc && tsr_model_args_parse(text, &saved, err) == 0 && saved.max_seq_len > j->t->args.max_seq_len) {
-        /* a job at a shorter length keeps the context length the model had */
-        j->t->args.max_seq_len = saved.max_seq_len;
-        tsr_model_args_to_text(&j->t->args, j->model_text, sizeof j->model_text);
-    }
-    free(text);
-    tsr_ckpt_close(ck);
-    return rc;
-}
-
-/* Resume: the configured step, else the newest committed checkpoint under the
- * root, else checkpoint.initial_load_path. *start is the step it holds (0: none). */
-/* The checkpoint a job starts from: checkpoint.load_step under the root, else
- * the newest committed one there, else checkpoint.initial_load_path (then
- * *model_only as configured). @return 1 with its path in dir, 0 when there is
- * none, or a negative status. */
-static int start_checkpoint(const tsr_train_config *c, const char *root, char *dir, size_t len, int *model_only,
-                            tsr_error *err) {
-    *model_only = 0;
-    if (c->checkpoint.load_step >= 0) {
-        char name[32];
-        tsr_step_dir_name((uint64_t)c->checkpoint.load_step, name, sizeof name);
-        if (join(dir, len, root, name)) return tsr_err(err, TSR_EINVAL, "%s: path too long", root);
-        if (!tsr_ckpt_is_committed(dir))
-            return tsr_err(err, TSR_ENOTFOUND, "checkpoint.load_step=%d: %s is not a committed checkpoint",
-                           c->checkpoint.load_step, dir);
-        return 1;
-    }
-    uint64_t s;
-    if (tsr_latest_step(root, &s, dir, len) == 0) return 1;
-    if (c->checkpoint.initial_load_path[0]) {
-        snprintf(dir, len, "%s", c->checkpoint.initial_load_path);
-        *model_only = c->checkpoint.initial_load_model_only;
-        return 1;
-    }
-    return 0;
-}
-
-static int root_of(const tsr_train_config *c, char *root, size_t len, tsr_error *err) {
-    return join(root, len, c->job.dump_folder, c->checkpoint.folder)
-               ? tsr_err(err, TSR_EINVAL, "checkpoint.folder: path too long")
-               : 0;
-}
-
-int tsr_train_start_shapes(const tsr_train_config *c, tsr_model_args *a, tsr_error *err) {
-    char root[PATH_MAX], dir[PATH_MAX];
-    int model_only, rc = root_of(c, root, sizeof root, err);
-    if (!rc) rc = start_checkpoint(c, root, dir, sizeof dir, &model_only, err);
-    if (rc == 0)
-        return tsr_err(err, TSR_ENOTFOUND,
-                       "model.flavor = \"checkpoint\": no checkpoint in %s and no checkpoint.initial_load_path", root);
-    if (rc < 0) return rc;
-    tsr_ckpt *ck = tsr_ckpt_open(dir, err);
-    if (!ck) return err ? err->code : TSR_EIO;
-    rc = tsr_model_args_from_ckpt(ck, a, err);
-    tsr_ckpt_close(ck);
-    return rc;
-}
-
-/* With the local tier: the newest step complete in the surviving node
- * memories (local_tier.h), unless the durable tier holds a newer one (rank 0
- * looks, every rank learns) or checkpoint.load_step names one. @return 1 with
- * this node's path of it in dir and *local set, 0 to look in the durable tier,
- * or a negative status. */
-static int local_start(job *j, char *dir, size_t len, int *local, tsr_error *err) {
-    const tsr_train_config *c = &j->t->cfg;
-    *local = 0;
-    if (c->checkpoint.load_step >= 0) return 0;
-    int64_t durable = -1;
-    uint64_t s = 0, step = 0;
-    if (j->t->rank == 0 && tsr_latest_step(j->root, &s, NULL, 0) == 0) durable = (int64_t)s;
-    int rc = tsr_comm_bcast(j->t->world, 0, &durable, sizeof durable, err);
-    if (rc) return rc;
-    tsr_error e = {0};
-    int found = tsr_local_recover(j->local, durable, j->log, &step, dir, len, &e);
-    if (found < 0 && j->log) fprintf(j->log, "local tier: %s; the durable tier then\n", e.msg);
-    if (found <= 0 && durable >= 0 && j->log)
-        fprintf(j->log, "local tier: no complete snapshot as new as the durable tier's step %lld\n", (long long)durable);
-    *local = found > 0;
-    return *local;
-}
-
-/* After a load: every rank has read what it needs; each node's first rank
- * removes its assembled step and the local tier's steps after the one loaded. */
-static int local_loaded(job *j, uint64_t step, tsr_error *err) {
-    int rc = tsr_comm_barrier(j->t->world, err);
-    if (!rc) tsr_local_forget_after(j->local, step);
-    return rc;
-}
-
-/* Resume from the checkpoint the job starts from, if any. *start is the step
- * it holds (0: none). */
-static int resume(job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *err) {
-    const tsr_train_config *c = &j->t->cfg;
-    char dir[PATH_MAX];
-    int model_only = 0, local = 0;
-    *start = 0;
-    int found = j->local ? local_start(j, dir, sizeof dir, &local, err) : 0;
-    if (!found) found = start_checkpoint(c, j->root, dir, sizeof dir, &model_only, err);
-    if (found <= 0) {
-        if (!found) tsr_trainer_init_params(j->t); /* a fresh run: nothing will overwrite them */
-        return found;
-    }
-    int rc = check_model(j, dir, err);
-    if (!rc) rc = state_boxes(j, model_only, err);
-    tsr_state st = make_state(j, model_only);
-    tsr_ckpt *ck = NULL;
-    double t0 = tsr_now();
-    if (!rc) rc = tsr_engine_load(j->engine, dir, &st, &ck, err);
-    if (rc) {
-        tsr_err_prefix(err, "resume from %s", dir);
-        return rc;
-    }
-    tsr_layout from = tsr_ckpt_layout(ck);
-    char lf[128], lt[128];
-    tsr_layout_format(&from, lf, sizeof lf);
-    tsr_layout_format(&j->t->layout, lt, sizeof lt);
-    if (!model_only) {
-        char *b = NULL;
-        size_t size = 0;
-        if (!(rc = read_blob(ck, B_STEP, &b, &size, err))) {
-            *start = size == 8 ? (int)tsr_ld64((uint8_t *)b) : -1;
-            free(b);
-        }
-        if (!rc && !(rc = read_blob(ck, B_POS, &b, &size, err))) {
-            if (size == TSR_DATA_POS_BYTES) tsr_data_pos_decode((uint8_t *)b, pos);
-            else rc = tsr_err(err, TSR_ECORRUPT, "%s: blob train.data_pos of %zu bytes", dir, size);
-            free(b);
-        }
-        if (!rc && (*start < 0 || *start > c->training.steps + 1000000))
-            rc = tsr_err(err, TSR_ECORRUPT, "%s: bad train.step", dir);
-    }
-    tsr_ckpt_close(ck);
-    if (!rc && log)
-        fprintf(log, "resumed from %s (the %s tier, step %d, saved as %s, loaded as %s%s) in %.3f s\n", dir,
-                local ? "local" : "durable", *start, lf, lt, model_only ? ", model only" : "", tsr_now() - t0);
-    if (!rc && j->local) rc = local_loaded(j, (uint64_t)*start, err);
-    return rc;
-}
-
-/* The final model-only checkpoint in the export dtype: ROOT/model-step-N. */
-static int save_model_only(job *j, int step, tsr_error *err) {
-    tsr_trainer *t = j->t;
-    int dtype = t->cfg.checkpoint.export_dtype;
-    size_t n = t->decls.n_params;
-    tsr_tensor_decl *decls = malloc(n * sizeof *decls);
-    if (!decls) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    memcpy(decls, t->decls.decls, n * sizeof *decls);
-    for (size_t p = 0; p < n; p++) decls[p].dtype = dtype;
-    int rc = state_boxes(j, 1, err);
-    uint16_t *conv = NULL;
-    if (!rc && dtype == TSR_BF16) {
-        conv = malloc((t->n_shard_elems ? t->n_shard_elems : 1) * sizeof *conv);
-        if (!conv) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-        uint16_t *o = conv;
-        for (size_t i = 0; !rc && i < j->n_boxes; i++) {
-            const float *src = j->boxes[i].data;
-            uint64_t v = tsr_box_volume(&j->boxes[i].box);
-            for (uint64_t e = 0; e < v; e++) o[e] = tsr_f32_to_bf16(src[e]);
-            j->boxes[i].data = o;
-            o += v;
-        }
-    }
-    tsr_state st = make_state(j, 1);
-    st.tensors = decls;
-    char dir[PATH_MAX], name[32];
-    snprintf(name, sizeof name, "model-step-%08d", step);
-    if (join(dir, sizeof dir, j->root, name)) rc = tsr_err(err, TSR_EINVAL, "%s: path too long", j->root);
-    if (!rc) rc = tsr_engine_save_dir(j->engine, dir, (uint64_t)step, &st, err);
-    if (!rc) rc = tsr_engine_wait(j->engine, err);
-    free(conv);
-    free(decls);
-    return rc;
-}
-
 /* ------------------------------------------------------------------- job */
 
 /* training.skip_data_*: the data of the next skip_data_steps steps is passed
  * over (tessera launch's rollback after a NaN), as the loader would serve it. */
-static int skip_data(job *j, tsr_error *err) {
+static int skip_data(train_job *j, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
     for (int k = 0; k < c->training.skip_data_steps; k++) {
         int rc = tsr_loader_next(j->loader, &j->pos, j->t->B, (int)j->t->dp_rank, (int)j->t->dp, j->inputs, j->targets,
@@ -356,12 +62,12 @@ static int skip_data(job *j, tsr_error *err) {
     return 0;
 }
 
-static int open_data(job *j, tsr_loader **out, tsr_error *err) {
+static int open_data(train_job *j, tsr_loader **out, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
     char dir[PATH_MAX];
     int rc = 0;
     if (strcmp(c->training.dataset, "synthetic") == 0) {
-        if (join(dir, sizeof dir, c->job.dump_folder, "data")) return tsr_err(err, TSR_EINVAL, "job.dump_folder: path too long");
+        if (tsr_job_join(dir, sizeof dir, c->job.dump_folder, "data")) return tsr_err(err, TSR_EINVAL, "job.dump_folder: path too long");
         if (j->t->rank == 0) rc = prepare_synthetic(dir, err);
         int64_t ok = rc ? 0 : 1;
         int rc2 = tsr_comm_allreduce_min(j->t->world, &ok, rc ? NULL : err);
@@ -375,74 +81,11 @@ static int open_data(job *j, tsr_loader **out, tsr_error *err) {
     return 0;
 }
 
-/* Whether this host has a core that training leaves idle: this job's ranks on
- * the host (their host names gathered) times each one's OpenMP threads, against
- * the online cores. All ranks learn the same answer where hosts are alike. */
-static int core_to_spare(tsr_comm *world, int *spare, tsr_error *err) {
-    char host[256] = {0};
-    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
-    uint8_t *all = NULL;
-    size_t *counts = NULL;
-    int rc = tsr_comm_allgatherv(world, host, sizeof host, &all, &counts, err);
-    if (rc) return rc;
-    long here = 0, cores = sysconf(_SC_NPROCESSORS_ONLN);
-    for (uint32_t r = 0; r < tsr_comm_size(world); r++) here += !strncmp((char *)all + r * sizeof host, host, sizeof host);
-    free(all), free(counts);
-    *spare = cores > here * omp_get_max_threads();
-    return 0;
-}
-
-/* The engine, with the job's checkpoint options; resumes from a checkpoint
- * when there is one. */
-static int open_engine(job *j, tsr_error *err) {
-    tsr_trainer *t = j->t;
-    const tsr_train_config *c = &t->cfg;
-    tsr_engine_opts eo = tsr_engine_opts_default();
-    eo.keep_latest = (uint32_t)c->checkpoint.keep_latest_k;
-    eo.sync = c->checkpoint.async_mode == TSR_ASYNC_DISABLED;
-    eo.archive_url = c->checkpoint.archive_url;
-    eo.archive_every = (uint64_t)c->checkpoint.archive_interval * (uint64_t)c->checkpoint.interval;
-    eo.archive_keep = (uint32_t)c->checkpoint.archive_keep_latest_k;
-    eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
-    eo.lock_root = c->checkpoint.enable; /* one writer per checkpoint folder */
-    eo.overlap_staging = 1; /* the copy overlaps the next step: staged() before its update */
-    eo.write.codec = c->checkpoint.codec;
-    /* checkpoint.codec = "auto" encodes a frame when encoding keeps ahead of the disk;
-     * with no core to spare from training, every frame encoded in the background
-     * is paid for in step time, so the frames go raw (a forced codec stays) */
-    int spare = 1, rc = c->checkpoint.codec == TSR_CODEC_AUTO ? core_to_spare(t->world, &spare, err) : 0;
-    if (!rc && !spare) eo.write.codec = TSR_CODEC_RAW;
-    if (!rc) j->engine = tsr_engine_new(j->root, t->world, &eo, err);
-    if (!rc && !j->engine) rc = err ? err->code : TSR_EIO;
-    if (!rc && c->checkpoint.enable && c->checkpoint.local_interval > 0) {
-        tsr_local_opts lo = {c->checkpoint.local_folder, c->job.dump_folder, c->checkpoint.local_nodes,
-                             c->checkpoint.commit_timeout_s};
-        rc = tsr_local_root(lo.folder, lo.dump_folder, j->local_root, sizeof j->local_root, err);
-        if (!rc) rc = tsr_local_open(&lo, t->world, &j->local, err);
-    }
-    tsr_heartbeat_send(j->hb, TSR_HB_LOAD, 0, 0, 0, 0);
-    if (!rc) rc = resume(j, &j->pos, &j->start, j->log, err);
-    /* steps after the one loaded (checkpoint.load_step) are an abandoned
-     * future: the first save moves them aside */
-    if (!rc && j->start > 0) tsr_engine_continue_from(j->engine, (uint64_t)j->start);
-    /* the staging arena now, not in the first save: what this rank holds
-     * (parameters and both moments, boxes aligned to TSR_ALIGN) and the blobs */
-    size_t stage = 12 * t->n_shard_elems + TSR_ALIGN * 3 * t->decls.n_params + j->config_len + 4096 + 64 * N_BLOBS;
-    if (!rc && c->checkpoint.enable) rc = tsr_engine_reserve(j->engine, stage, err);
-    /* and the saves' plan: the first save then blocks no longer than the others */
-    if (!rc && c->checkpoint.enable) {
-        tsr_state st;
-        rc = step_state(j, j->start, &st, err);
-        if (!rc) rc = tsr_engine_prepare(j->engine, &st, err);
-    }
-    return rc;
-}
-
 /* Rank 0's metrics file (JSON lines under the dump folder), for appending. */
-static int open_metrics(job *j, tsr_error *err) {
+static int open_metrics(train_job *j, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
     char path[PATH_MAX];
-    int e = join(path, sizeof path, c->job.dump_folder, c->metrics.file) ? ENAMETOOLONG : tsr_mkdir_p(c->job.dump_folder);
+    int e = tsr_job_join(path, sizeof path, c->job.dump_folder, c->metrics.file) ? ENAMETOOLONG : tsr_mkdir_p(c->job.dump_folder);
     if (e || !(j->metrics = fopen(path, "a")))
         return tsr_err(err, TSR_EIO, "%s: cannot open the metrics file: %s", path, strerror(e ? e : errno));
     return 0;
@@ -451,7 +94,7 @@ static int open_metrics(job *j, tsr_error *err) {
 /* Everything a run needs before its first step: data, buffers, the texts of
  * the config and the model, the engine (and the state it resumes from), the
  * metrics file. */
-static int job_open(job *j, tsr_error *err) {
+static int job_open(train_job *j, tsr_error *err) {
     tsr_trainer *t = j->t;
     const tsr_train_config *c = &t->cfg;
     size_t bt = (size_t)t->B * t->T;
@@ -462,23 +105,21 @@ static int job_open(job *j, tsr_error *err) {
     if (t->args.max_seq_len < c->training.seq_len) t->args.max_seq_len = c->training.seq_len;
     tsr_model_args_to_text(&t->args, j->model_text, sizeof j->model_text);
     j->pos = (tsr_data_pos){0, 0, (uint64_t)c->training.seed};
-    if (!rc) rc = root_of(c, j->root, sizeof j->root, err);
-    if (!rc && (c->checkpoint.enable || c->checkpoint.initial_load_path[0])) rc = open_engine(j, err);
-    else if (!rc) tsr_trainer_init_params(t);
+    if (!rc) rc = tsr_job_ckpt_open(j, err);
     if (!rc && t->rank == 0) rc = open_metrics(j, err);
     return rc;
 }
 
 /* Every rank learns whether all of them are ready before the first collective
  * of a step (rank 0 alone opens the metrics file, for one). */
-static int all_ready(job *j, int rc, tsr_error *err) {
+static int all_ready(train_job *j, int rc, tsr_error *err) {
     int64_t ready = rc == 0;
     int rc2 = tsr_comm_allreduce_min(j->t->world, &ready, rc ? NULL : err);
     if (!rc && (rc2 || !ready)) rc = rc2 ? rc2 : tsr_err(err, TSR_EINVAL, "another rank could not start (its error is above)");
     return rc;
 }
 
-static void log_start(job *j) {
+static void log_start(train_job *j) {
     tsr_trainer *t = j->t;
     const tsr_train_config *c = &t->cfg;
     char lt[128];
@@ -491,41 +132,8 @@ static void log_start(job *j) {
     fflush(j->log);
 }
 
-/* The checkpoint of `step`. A failed save is reported and training goes on,
- * unless the engine is broken: then no later save can succeed. */
-static int save_step(job *j, int step, tsr_error *err) {
-    tsr_heartbeat_send(j->hb, TSR_HB_SAVE, step, 0, 0, 0);
-    tsr_state st;
-    int rc = step_state(j, step, &st, err);
-    if (rc) return rc;
-    rc = tsr_engine_save(j->engine, (uint64_t)step, &st, err);
-    j->last_save = step;
-    j->last_save_refused = rc != 0;
-    if (rc && err) j->last_save_err = *err;
-    if (rc && tsr_engine_broken(j->engine)) {
-        /* stop, to be restarted from the last committed checkpoint, rather than
-         * train on without any */
-        tsr_err_prefix(err, "step %d: checkpointing cannot go on; restart the job from its last "
-                       "committed checkpoint", step);
-        return rc;
-    }
-    if (rc && j->log) fprintf(j->log, "step %d: checkpoint failed: %s\n", step, err ? err->msg : "");
-    return 0;
-}
-
-/* The snapshot of `step` in the local tier. A failed one is reported and
- * training goes on. */
-static void local_step(job *j, int step) {
-    tsr_error e = {0};
-    tsr_heartbeat_send(j->hb, TSR_HB_SAVE, step, 0, 0, 0);
-    tsr_state st;
-    int rc = step_state(j, step, &st, &e);
-    if (!rc) rc = tsr_local_save(j->local, (uint64_t)step, &st, &e);
-    if (rc && j->log) fprintf(j->log, "step %d: local snapshot failed: %s\n", step, e.msg);
-}
-
 /* The step's line in the log and in the metrics file; the counters restart. */
-static void log_step(job *j, int step, double loss, double gnorm) {
+static void log_step(train_job *j, int step, double loss, double gnorm) {
     tsr_trainer *t = j->t;
     double dt = tsr_now() - j->t_log;
     double tps = (double)t->cfg.training.global_batch_size * t->T * j->steps_since / (dt > 0 ? dt : 1e-9);
@@ -548,7 +156,7 @@ static void log_step(job *j, int step, double loss, double gnorm) {
 }
 
 /* One step: a batch, forward, backward and update, its checkpoint, its log. */
-static int train_step(job *j, int step, tsr_error *err) {
+static int train_step(train_job *j, int step, tsr_error *err) {
     tsr_trainer *t = j->t;
     const tsr_train_config *c = &t->cfg;
     double t0 = tsr_now(), waited = tsr_data_seconds();
@@ -574,56 +182,12 @@ static int train_step(job *j, int step, tsr_error *err) {
     j->steps_since++;
     if (!rc && (step % c->metrics.log_freq == 0 || step == j->start + 1 || step == c->training.steps))
         log_step(j, step, loss, gnorm);
-    if (!rc && c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps)) {
-        double t2 = tsr_now(); /* blocked: from here, not from the log line's writes, which every step pays */
-        rc = save_step(j, step, err);
-        double b = tsr_now() - t2;
-        j->blocked += b;
-        j->blocked_total += b;
-    }
-    if (!rc && j->local && step % c->checkpoint.local_interval == 0) {
-        double t2 = tsr_now();
-        local_step(j, step);
-        double b = tsr_now() - t2;
-        j->blocked += b;
-        j->blocked_total += b;
-    } else if (!rc) {
-        tsr_local_poll(j->local); /* the last snapshot's partner copies, once it has committed */
-    }
+    if (!rc) rc = tsr_job_ckpt_step(j, step, err);
     j->step_time_total += tsr_now() - t1;
     return rc;
 }
 
-/* After the last step: the last save completes, the model-only checkpoint is
- * written, and a failed checkpoint of the last step fails the run. */
-static int job_finish(job *j, int rc, tsr_error *err) {
-    const tsr_train_config *c = &j->t->cfg;
-    tsr_error e2 = {0};
-    if (!rc) tsr_local_flush(j->local);
-    int last_rc = tsr_engine_wait(j->engine, &e2);
-    if (j->last_save_refused) last_rc = j->last_save_err.code ? j->last_save_err.code : TSR_EIO, e2 = j->last_save_err;
-    /* the job's last checkpoint failed: it is not a success, although
-     * training went on after each failed save */
-    int final_failed = !rc && last_rc && j->last_save == c->training.steps;
-    if (last_rc && j->log && !final_failed) fprintf(j->log, "the last checkpoint failed: %s\n", e2.msg);
-    if (!rc && c->checkpoint.enable && c->checkpoint.last_save_model_only && j->start < c->training.steps) {
-        fill_blobs(j, c->training.steps, &j->pos);
-        rc = save_model_only(j, c->training.steps, err);
-        if (!rc && j->log)
-            fprintf(j->log, "model-only checkpoint (%s): %s/model-step-%08d\n",
-                    c->checkpoint.export_dtype == TSR_BF16 ? "bf16" : "f32", j->root, c->training.steps);
-    }
-    if (final_failed && !rc) {
-        uint64_t newest = 0;
-        char held[64] = "none";
-        if (tsr_latest_step(j->root, &newest, NULL, 0) == 0) snprintf(held, sizeof held, "step %llu", (unsigned long long)newest);
-        rc = tsr_err(err, last_rc, "the checkpoint of the last step (%d) failed; the newest committed checkpoint in %s is %s: %s",
-                     j->last_save, j->root, held, e2.msg);
-    }
-    return rc;
-}
-
-static void log_done(job *j) {
+static void log_done(train_job *j) {
     const tsr_train_config *c = &j->t->cfg;
     int n = c->training.steps - j->start;
     fprintf(j->log,
@@ -634,39 +198,25 @@ static void log_done(job *j) {
             100 * j->data_total / j->step_time_total, c->checkpoint.enable ? j->root : "(disabled)");
 }
 
-static void job_close(job *j) {
+static void job_close(train_job *j) {
     if (j->metrics) fclose(j->metrics);
-    tsr_local_free(j->local);
-    if (j->engine) tsr_engine_free(j->engine);
+    tsr_job_ckpt_close(j);
     tsr_loader_close(j->loader);
     free(j->inputs);
     free(j->targets);
-    free(j->boxes);
     free(j->config_text);
 }
 
-/* Before each optimizer step: the copies of the last checkpoint and snapshot,
- * which overlap forward and backward, done; the wait counts as blocked. */
-static void staged(void *ctx) {
-    job *j = ctx;
-    double t0 = tsr_now();
-    if (j->engine) tsr_engine_staged(j->engine);
-    tsr_local_staged(j->local);
-    double b = tsr_now() - t0;
-    j->blocked += b;
-    j->blocked_total += b;
-}
-
 int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
-    job j = {.t = t, .log = t->rank == 0 ? log : NULL};
+    train_job j = {.t = t, .log = t->rank == 0 ? log : NULL};
     int rc = tsr_heartbeat_open(t->rank, (int)tsr_comm_size(t->world), &j.hb, err);
     if (!rc) rc = job_open(&j, err);
-    tsr_trainer_before_update(t, staged, &j);
+    tsr_trainer_before_update(t, tsr_job_ckpt_staged, &j);
     rc = all_ready(&j, rc, err);
     if (!rc && j.log) log_start(&j);
     j.t_log = tsr_now();
     for (int step = j.start + 1; !rc && step <= t->cfg.training.steps; step++) rc = train_step(&j, step, err);
-    if (j.engine) rc = job_finish(&j, rc, err);
+    if (j.engine) rc = tsr_job_ckpt_finish(&j, rc, err);
     if (!rc && j.log && j.step_time_total > 0) log_done(&j);
     tsr_trainer_before_update(t, NULL, NULL);
     job_close(&j);

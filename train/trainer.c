@@ -1,6 +1,8 @@
 /* trainer.c: the model on the mesh: parameter shards, the forward and backward
- * of a pipeline stage over micro-batches, gradient reduction and AdamW. The job
- * loop (data, checkpoints, logging) is in train_loop.c. */
+ * of a micro-batch through a pipeline stage, gradient reduction and AdamW. The
+ * mesh is in mesh.c, the schedule that runs the micro-batches in pipeline.c,
+ * the job loop (data, logging) in train_loop.c and its checkpoints in
+ * checkpoint.c. */
 #include "trainer_impl.h"
 
 #include <math.h>
@@ -19,51 +21,6 @@
 #include "norm.h"
 #include "optim.h"
 #include "rope.h"
-
-/* ------------------------------------------------------------------- mesh */
-
-/* The rank's place on the mesh, from the config alone (no communication). */
-static int mesh_coords(tsr_trainer *t, tsr_error *err) {
-    const tsr_train_config *c = &t->cfg;
-    tsr_layout *l = &t->layout;
-    *l = (tsr_layout){(uint32_t)c->parallelism.pipeline_parallel_degree,
-                      (uint32_t)c->parallelism.data_parallel_replicate_degree,
-                      (uint32_t)c->parallelism.data_parallel_shard_degree,
-                      (uint32_t)c->parallelism.tensor_parallel_degree, (uint32_t)t->args.n_layers, 0};
-    if (t->args.n_heads % l->tp || t->args.n_kv_heads % l->tp)
-        return tsr_err(err, TSR_EINVAL,
-                       "parallelism.tensor_parallel_degree=%u must divide the model's %d heads and %d kv heads",
-                       l->tp, t->args.n_heads, t->args.n_kv_heads);
-    t->co = tsr_layout_coord(l, t->rank);
-    uint64_t per = (t->args.n_layers + l->pp - 1) / l->pp, nl = (uint64_t)t->args.n_layers;
-    t->l0 = (int)(per * t->co.pp < nl ? per * t->co.pp : nl);
-    t->l1 = (int)(per * (t->co.pp + 1) < nl ? per * (t->co.pp + 1) : nl);
-    t->first = t->co.pp == 0;
-    t->last = t->co.pp == l->pp - 1;
-    tsr_coord k = t->co;
-    if (!t->first) k.pp = t->co.pp - 1, t->prev = tsr_layout_rank(l, k);
-    k = t->co;
-    if (!t->last) k.pp = t->co.pp + 1, t->next = tsr_layout_rank(l, k);
-    t->dp = l->dp_replicate * l->dp_shard;
-    t->dp_rank = t->co.dp_replicate * l->dp_shard + t->co.dp_shard;
-    return 0;
-}
-
-/* The groups: tp, dp_shard and dp_replicate neighbours of this rank. */
-static int mesh_comms(tsr_trainer *t, tsr_error *err) {
-    tsr_layout *l = &t->layout;
-    if (tsr_layout_size(l) != tsr_comm_size(t->world))
-        return tsr_err(err, TSR_EINVAL, "the mesh has %u ranks, the job %u", tsr_layout_size(l),
-                       tsr_comm_size(t->world));
-    tsr_coord k = t->co;
-    k.tp = 0;
-    t->tp = tsr_comm_split(t->world, (int)tsr_layout_rank(l, k), (int)t->co.tp, err);
-    k = t->co, k.dp_shard = 0;
-    if (t->tp) t->shard = tsr_comm_split(t->world, (int)tsr_layout_rank(l, k), (int)t->co.dp_shard, err);
-    k = t->co, k.dp_replicate = 0;
-    if (t->shard) t->rep = tsr_comm_split(t->world, (int)tsr_layout_rank(l, k), (int)t->co.dp_replicate, err);
-    return !t->tp || !t->shard || !t->rep ? (err ? err->code : TSR_EIO) : 0;
-}
 
 /* ------------------------------------------------------------- parameters */
 
@@ -129,10 +86,7 @@ static int params_init(tsr_trainer *t, tsr_error *err) {
     for (size_t p = 0; p < n && !rc; p++) {
         param *q = &t->par[p];
         const tsr_placement *pl = &t->decls.decls[p].placement;
-        q->on_stage = pl->pp_role == TSR_PP_FIRST   ? t->first
-                      : pl->pp_role == TSR_PP_LAST  ? t->last
-                      : pl->pp_role == TSR_PP_LAYER ? (pl->layer >= t->l0 && pl->layer < t->l1)
-                                                    : 1;
+        q->on_stage = tsr_mesh_on_stage(t, pl);
         if (!q->on_stage) continue;
         if (!(q->counts = malloc(S * sizeof *q->counts))) {
             rc = tsr_err(err, TSR_ENOMEM, "out of memory");
@@ -456,7 +410,7 @@ static int layer_bwd(tsr_trainer *t, int layer, layer_act *la, const float *x, t
     return 0;
 }
 
-enum { TAG_FWD = 0, TAG_BWD = 1 };
+/* ---------------------------------------------------------- micro-batches */
 
 /* The first sample's logits (T, V) of the micro-batch (logits: this tp rank's
  * columns, (N, Vt)) into keep_logits, gathered from every tp rank. */
@@ -486,8 +440,9 @@ static int keep_logits(tsr_trainer *t, const float *logits, tsr_error *err) {
  * the caller keeps the logits: those are gathered by rows). */
 static int head_vp(const tsr_trainer *t) { return t->head_vp && !t->keep_logits; }
 
-/* Forward of micro-batch j (samples j*mbs ..) through this stage. */
-static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
+/* Micro-batch j through this stage, forward: from the tokens or the previous
+ * stage, to the next stage or the loss (the schedule: pipeline.c). */
+int tsr_mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     act_set *s = &t->sets[j % t->n_sets];
     size_t N = t->N, C = (size_t)t->args.dim, V = (size_t)t->args.vocab_size;
     const int *tok = t->tokens + (size_t)j * N, *tgt = t->tokens + (size_t)t->B * t->T + (size_t)j * N;
@@ -496,7 +451,7 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
         if ((rc = tsr_fsdp_embed_fwd(t, s, s->xs, tok, err))) return rc;
     } else if (t->first) {
         tsr_embed_fwd(s->xs, tok, t->par[0].wf, (int)N, (int)C, (int)V);
-    } else if ((rc = tsr_data_recv(t->world, t->prev, 2 * j + TAG_FWD, TSR_F32, s->xs, N * C, NULL, err))) {
+    } else if ((rc = tsr_pipeline_recv_fwd(t, j, s->xs, err))) {
         return rc;
     }
     int L = t->l1 - t->l0;
@@ -506,8 +461,7 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
                            err);
     if (rc) return rc;
     float *xL = s->xs + (size_t)L * N * C;
-    if (!t->last)
-        return tsr_data_send(t->world, t->next, 2 * j + TAG_FWD, TSR_F32, xL, N * C, t->reqs, NULL, err);
+    if (!t->last) return tsr_pipeline_send_fwd(t, j, xL, err);
     size_t np = t->decls.n_params, Vt = t->Vt;
     if ((rc = tsr_fsdp_norm_gather(t, err))) return rc;
     tsr_rmsnorm_fwd(s->hf, s->rstdf, xL, t->par[np - 2].wf, (int)N, (int)C, t->args.norm_eps);
@@ -529,7 +483,9 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     return 0;
 }
 
-static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
+/* And backward: from the loss or the next stage, to the previous stage or the
+ * embedding's gradient. */
+int tsr_mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
     act_set *s = &t->sets[j % t->n_sets];
     size_t N = t->N, C = (size_t)t->args.dim, V = (size_t)t->args.vocab_size, np = t->decls.n_params;
     const int *tok = t->tokens + (size_t)j * N, *tgt = t->tokens + (size_t)t->B * t->T + (size_t)j * N;
@@ -555,7 +511,7 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
         tsr_k_fill(t->dres, N * C, 0);
         tsr_rmsnorm_bwd(t->dres, t->par[np - 2].gf, t->dh, xL, t->par[np - 2].wf, s->rstdf, (int)N, (int)C);
         if ((rc = tsr_fsdp_norm_reduce(t, err))) return rc;
-    } else if ((rc = tsr_data_recv(t->world, t->next, 2 * j + TAG_BWD, TSR_F32, t->dres, N * C, NULL, err))) {
+    } else if ((rc = tsr_pipeline_recv_bwd(t, j, t->dres, err))) {
         return rc;
     }
     for (int l = L - 1; l >= 0 && !rc; l--) {
@@ -571,38 +527,7 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
         tsr_embed_bwd(t->par[0].gf, t->dres, tok, (int)N, (int)C, (int)V);
         return 0;
     }
-    float *send = t->dsend + (size_t)j * N * C;
-    tsr_k_copy(send, t->dres, N * C * sizeof(float));
-    return tsr_data_send(t->world, t->prev, 2 * j + TAG_BWD, TSR_F32, send, N * C, t->reqs, NULL, err);
-}
-
-/* The micro-batches through the stage: GPipe (all forwards, then all backwards)
- * or 1F1B (warm-up forwards, then one forward and one backward in turn, then the
- * remaining backwards). Sends are nonblocking and receives blocking, so neither
- * schedule can deadlock. */
-static int run_schedule(tsr_trainer *t, tsr_error *err) {
-    int M = t->M, rc = 0;
-    if (t->layout.pp == 1) {
-        for (int j = 0; j < M && !rc; j++) {
-            rc = mb_fwd(t, j, err);
-            if (!rc) rc = mb_bwd(t, j, err);
-        }
-        return rc;
-    }
-    int warm = M;
-    if (t->cfg.parallelism.pipeline_parallel_schedule == TSR_SCHED_1F1B) {
-        warm = (int)(t->layout.pp - t->co.pp - 1);
-        if (warm > M) warm = M;
-    }
-    int f = 0, b = 0;
-    for (; f < warm && !rc; f++) rc = mb_fwd(t, f, err);
-    while (f < M && !rc) {
-        rc = mb_fwd(t, f++, err);
-        if (!rc) rc = mb_bwd(t, b++, err);
-    }
-    while (b < M && !rc) rc = mb_bwd(t, b++, err);
-    int rc2 = tsr_data_wait(t->world, t->reqs, NULL, rc ? NULL : err);
-    return rc ? rc : rc2;
+    return tsr_pipeline_send_bwd(t, j, t->dres, err);
 }
 
 /* ------------------------------------------------------------------- step */
@@ -626,7 +551,7 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     tsr_k_fill(t->arena + t->n_shard_elems, t->n_shard_elems, 0);
     t->w_unit = -1;
     t->loss_sum = 0;
-    rc = run_schedule(t, err);
+    rc = tsr_pipeline_run(t, err);
     /* HSDP: the shards' gradients all-reduced over dp_replicate */
     if (!rc && t->layout.dp_replicate > 1)
         rc = tsr_data_allreduce_sum(t->rep, TSR_F32, t->arena + t->n_shard_elems, t->n_shard_elems, NULL, err);
@@ -671,8 +596,8 @@ int tsr_trainer_new_args(const tsr_train_config *cfg, const tsr_model_args *args
     t->args = *args;
     int rc = tsr_model_decls_make(&t->args, &t->decls, err);
     t->rank = tsr_comm_rank(world);
-    if (!rc) rc = mesh_coords(t, err);
-    if (!rc) rc = mesh_comms(t, err);
+    if (!rc) rc = tsr_mesh_coords(t, err);
+    if (!rc) rc = tsr_mesh_comms(t, err);
     if (!rc) rc = params_init(t, err);
     if (!rc) rc = params_alloc(t, err);
     if (!rc) rc = shapes_init(t, err);
@@ -700,9 +625,7 @@ void tsr_trainer_free(tsr_trainer *t) {
     tsr_mem_free(t->mem, t->tokens);
     free(t->tok_map);
     tsr_comm_reqs_free(t->reqs);
-    if (t->tp) tsr_comm_free(t->tp);
-    if (t->shard) tsr_comm_free(t->shard);
-    if (t->rep) tsr_comm_free(t->rep);
+    tsr_mesh_comms_free(t);
     group_counts_free(t);
     tsr_fsdp_units_free(t);
     tsr_model_decls_free(&t->decls);
@@ -738,7 +661,7 @@ int tsr_model_report(const tsr_train_config *cfg, FILE *out, tsr_error *err) {
     if (rc) return rc;
     char lt[128];
     t.rank = 0;
-    if (!(rc = mesh_coords(&t, err))) {
+    if (!(rc = tsr_mesh_coords(&t, err))) {
         tsr_layout_format(&t.layout, lt, sizeof lt);
         fprintf(out, "model %s: %llu parameters (%.3f B); layout %s on %u ranks\n", t.args.flavor,
                 (unsigned long long)tsr_model_param_count(&t.args), tsr_model_param_count(&t.args) / 1e9, lt,
@@ -751,7 +674,7 @@ int tsr_model_report(const tsr_train_config *cfg, FILE *out, tsr_error *err) {
     uint32_t worst_rank = 0, n = tsr_layout_size(&t.layout);
     for (uint32_t r = 0; !rc && r < n; r++) {
         t.rank = r;
-        if ((rc = mesh_coords(&t, err)) || (rc = params_init(&t, err)) || (rc = shapes_init(&t, err))) break;
+        if ((rc = tsr_mesh_coords(&t, err)) || (rc = params_init(&t, err)) || (rc = shapes_init(&t, err))) break;
         double state = 16.0 * t.n_shard_elems, full = 4.0 * t.n_full_elems;
         double acts = 4.0 * (double)t.act_floats;
         if (state + full + acts > worst) worst = state + full + acts, worst_rank = r;

@@ -1,6 +1,6 @@
 /* trainer.h: the training job: the model on a mesh of ranks (FSDP, TP, PP and
  * replicated data parallelism), its steps, and its checkpoints through the
- * engine (DESIGN.md, "Trainer").
+ * engine (README, "The trainer").
  *
  * The mesh is [pp][dp_replicate][dp_shard][tp] as in the layout algebra; a
  * rank's parameters are exactly the boxes tsr_layout_boxes gives it, so the

@@ -1,5 +1,6 @@
 /* trainer_impl.h: the trainer's state, shared by trainer.c (the model on the
- * mesh) and train_loop.c (the job). Not a public interface. */
+ * mesh), mesh.c (the mesh), pipeline.c (the schedules), fsdp.c (FSDP's units)
+ * and the job (train_loop.c, checkpoint.c). Not a public interface. */
 #ifndef TSR_TRAINER_IMPL_H
 #define TSR_TRAINER_IMPL_H
 
@@ -55,7 +56,7 @@ struct tsr_trainer {
     tsr_train_config cfg;
     tsr_model_args args;
     tsr_model_decls decls;
-    /* mesh */
+    /* mesh (mesh.c) */
     tsr_comm *world, *tp, *shard, *rep;
     tsr_layout layout;
     tsr_coord co;
@@ -109,6 +110,36 @@ struct tsr_trainer {
     void (*before_update)(void *ctx); /* tsr_trainer_before_update */
     void *before_update_ctx;
 };
+
+/* mesh.c: the mesh. tsr_mesh_coords(): this rank's place on it from the config
+ * alone (no communication): t->layout, co, the stage's layers [l0, l1) (the
+ * layout algebra's stage rule, tsr_layout_stage_of_layer), first, last, prev,
+ * next, dp, dp_rank. tsr_mesh_comms(): the groups of its tp, dp_shard and
+ * dp_replicate neighbours (t->tp, shard, rep); tsr_mesh_comms_free() frees
+ * them. tsr_mesh_on_stage(): whether this rank's stage holds a tensor so
+ * placed. */
+int tsr_mesh_coords(tsr_trainer *t, tsr_error *err);
+int tsr_mesh_comms(tsr_trainer *t, tsr_error *err);
+void tsr_mesh_comms_free(tsr_trainer *t);
+int tsr_mesh_on_stage(const tsr_trainer *t, const tsr_placement *pl);
+
+/* trainer.c: micro-batch j (samples j*mbs ..) of the step's tokens through
+ * this stage, forward (its activations kept in t->sets[j % n_sets]) and
+ * backward (its gradients accumulated). */
+int tsr_mb_fwd(tsr_trainer *t, int j, tsr_error *err);
+int tsr_mb_bwd(tsr_trainer *t, int j, tsr_error *err);
+
+/* pipeline.c: tsr_pipeline_run(): the step's micro-batches through the stage on
+ * the config's schedule (GPipe or 1F1B; with one stage each forward then its
+ * backward), the sends completed. Between stages, micro-batch j's (N, C)
+ * floats: its activations from the previous stage and to the next, their
+ * gradients from the next and to the previous (copied into t->dsend first).
+ * Sends are nonblocking, receives blocking. */
+int tsr_pipeline_run(tsr_trainer *t, tsr_error *err);
+int tsr_pipeline_recv_fwd(tsr_trainer *t, int j, float *x, tsr_error *err);
+int tsr_pipeline_send_fwd(tsr_trainer *t, int j, const float *x, tsr_error *err);
+int tsr_pipeline_recv_bwd(tsr_trainer *t, int j, float *dx, tsr_error *err);
+int tsr_pipeline_send_bwd(tsr_trainer *t, int j, const float *dx, tsr_error *err);
 
 /* fsdp.c: FSDP by units (dp_shard > 1; with dp_shard = 1 the gathers and
  * reductions are no-ops). Unit u: 0 the embedding, 1 + l layer l, the last the

@@ -1,0 +1,61 @@
+/* pipeline.c: the pipeline schedules (GPipe and 1F1B) that run a step's
+ * micro-batches through this rank's stage (tsr_mb_fwd, tsr_mb_bwd of
+ * trainer.c), and the activations and their gradients sent between stages. */
+#include "trainer_impl.h"
+
+#include "buffers.h"
+#include "common.h"
+#include "data_plane.h"
+
+/* Micro-batch j's messages: tag 2 j + TAG_FWD its activations, 2 j + TAG_BWD
+ * their gradients. */
+enum { TAG_FWD = 0, TAG_BWD = 1 };
+
+int tsr_pipeline_recv_fwd(tsr_trainer *t, int j, float *x, tsr_error *err) {
+    return tsr_data_recv(t->world, t->prev, 2 * j + TAG_FWD, TSR_F32, x, t->N * (size_t)t->args.dim, NULL, err);
+}
+
+int tsr_pipeline_send_fwd(tsr_trainer *t, int j, const float *x, tsr_error *err) {
+    return tsr_data_send(t->world, t->next, 2 * j + TAG_FWD, TSR_F32, x, t->N * (size_t)t->args.dim, t->reqs, NULL,
+                         err);
+}
+
+int tsr_pipeline_recv_bwd(tsr_trainer *t, int j, float *dx, tsr_error *err) {
+    return tsr_data_recv(t->world, t->next, 2 * j + TAG_BWD, TSR_F32, dx, t->N * (size_t)t->args.dim, NULL, err);
+}
+
+int tsr_pipeline_send_bwd(tsr_trainer *t, int j, const float *dx, tsr_error *err) {
+    size_t NC = t->N * (size_t)t->args.dim;
+    float *send = t->dsend + (size_t)j * NC; /* unchanged until the step's sends complete */
+    tsr_k_copy(send, dx, NC * sizeof(float));
+    return tsr_data_send(t->world, t->prev, 2 * j + TAG_BWD, TSR_F32, send, NC, t->reqs, NULL, err);
+}
+
+/* The micro-batches through the stage: GPipe (all forwards, then all backwards)
+ * or 1F1B (warm-up forwards, then one forward and one backward in turn, then the
+ * remaining backwards). Sends are nonblocking and receives blocking, so neither
+ * schedule can deadlock. */
+int tsr_pipeline_run(tsr_trainer *t, tsr_error *err) {
+    int M = t->M, rc = 0;
+    if (t->layout.pp == 1) {
+        for (int j = 0; j < M && !rc; j++) {
+            rc = tsr_mb_fwd(t, j, err);
+            if (!rc) rc = tsr_mb_bwd(t, j, err);
+        }
+        return rc;
+    }
+    int warm = M;
+    if (t->cfg.parallelism.pipeline_parallel_schedule == TSR_SCHED_1F1B) {
+        warm = (int)(t->layout.pp - t->co.pp - 1);
+        if (warm > M) warm = M;
+    }
+    int f = 0, b = 0;
+    for (; f < warm && !rc; f++) rc = tsr_mb_fwd(t, f, err);
+    while (f < M && !rc) {
+        rc = tsr_mb_fwd(t, f++, err);
+        if (!rc) rc = tsr_mb_bwd(t, b++, err);
+    }
+    while (b < M && !rc) rc = tsr_mb_bwd(t, b++, err);
+    int rc2 = tsr_data_wait(t->world, t->reqs, NULL, rc ? NULL : err);
+    return rc ? rc : rc2;
+}
