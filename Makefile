@@ -6,7 +6,7 @@
 #   make test-long  the long soak and fuzz runs
 #   make bench      benchmarks (release build)
 #   make run        the main job
-#   make install    install the command, the libraries (shared and static), the headers,
+#   make install    install the command, the libraries (shared, core and static), the headers,
 #                   tessera.pc for pkg-config, the manual page and the Python package under PREFIX
 #   make uninstall  remove what make install put there
 #   make CUDA=1     also build the CUDA kernels (kernels/cuda/*.cu) and link cuBLAS and NCCL
@@ -24,8 +24,9 @@ FUZZ_SECONDS ?= 30
 MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS := $(shell mpicc --showme:link 2>/dev/null)
 INCLUDES := -Iinclude -Ibase -Ikernels -Ikernels/cuda -Iformats -Ireshard -Icomm -Istore -Ickpt -Itrain -Iconvert -Ilaunch -I/usr/include/libxml2 $(MPI_CFLAGS)
-# -fPIC: the library's objects go into libtessera.so as well as libtessera.a
-CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -fPIC -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
+# -fPIC: the library's objects go into libtessera.so as well as libtessera.a;
+# TSR_STORE_S3: the store opens s3:// (store/store_open.c; the core is built without)
+CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -DTSR_STORE_S3 -fPIC -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
 SYS_LIBS := -lzstd -lxxhash -luring -lcjson -lcurl -lxml2 -linih -lcrypto -lopenblas
 LDLIBS_ALL := $(SYS_LIBS) $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
@@ -71,8 +72,35 @@ SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
 SONAME := libtessera.so.$(SOMAJOR)
 SHLIB := $(BUILD)/libtessera.so.$(VERSION)
 
+# The core libraries (README, "The library and its layout"), what the Python
+# package loads: the checkpoint reader and writer, step directories and locks,
+# with what they need of base/, kernels/ (byte planes, casts), formats/ and
+# reshard/, over the POSIX store; no MPI, BLAS or OpenMP. libtessera-core.so has
+# no S3 (its store_open.o is built without TSR_STORE_S3: s3:// is refused by
+# name) and needs no libcurl either; libtessera-core-s3.so adds the S3 store and
+# its client (libcurl, libxml2, libinih, libcrypto), for s3:// locations.
+CORE_SRC := base/box.c base/common.c base/dtype.c base/pool.c kernels/casts.c kernels/planes.c \
+  formats/codec.c formats/datafile.c $(wildcard formats/manifest*.c) reshard/layout.c reshard/plan.c \
+  store/store.c store/store_fault.c store/store_posix.c \
+  ckpt/lock.c ckpt/read.c ckpt/save.c ckpt/steps.c ckpt/synth.c
+CORE_S3_SRC := store/store_s3.c $(wildcard store/s3*.c)
+CORE_LIBS := -lzstd -lxxhash -luring -lm -pthread
+CORE_S3_LIBS := -lcurl -lxml2 -linih -lcrypto
+CORE_SONAME := libtessera-core.so.$(SOMAJOR)
+CORE_SHLIB := $(BUILD)/libtessera-core.so.$(VERSION)
+CORE_S3_SONAME := libtessera-core-s3.so.$(SOMAJOR)
+CORE_S3_SHLIB := $(BUILD)/libtessera-core-s3.so.$(VERSION)
+SHLIBS := $(SHLIB) $(CORE_SHLIB) $(CORE_S3_SHLIB)
+
+# What the shared libraries export: the calls of the public headers and nothing
+# else (no internal tsr_*, engine_* or s3_*), a linker version script that
+# tools/exports.sh makes from PUBLIC_HEADERS, so that a new public call is
+# exported with no second list to keep. The static libraries keep everything:
+# the command and the tests use the internals.
+EXPORTS := $(BUILD)/exports.map
+
 .PHONY: all deps deps-test deps-bench test test-long bench bench-long run install uninstall clean fuzz layers cuda-variant
-all: $(BUILD)/tessera $(BUILD)/libtessera.a $(SHLIB) $(BUILD)/tessera.1
+all: $(BUILD)/tessera $(BUILD)/libtessera.a $(SHLIBS) $(BUILD)/tessera.1
 
 # The flags a folder was built with, in $(BUILD)/flags: every object and program
 # depends on it, and it changes when the flags do, so that a folder never mixes
@@ -98,10 +126,31 @@ $(BUILD)/libtessera.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(SHLIB): $(LIB_OBJ)
-	$(CC) $(CFLAGS_ALL) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined $^ -o $@ $(LDLIBS_ALL)
+$(EXPORTS): $(PUBLIC_HEADERS) tools/exports.sh
+	@mkdir -p $(dir $@)
+	sh tools/exports.sh $(PUBLIC_HEADERS) > $@.tmp && mv $@.tmp $@
+
+$(SHLIB): $(LIB_OBJ) $(EXPORTS)
+	$(CC) $(CFLAGS_ALL) -shared -Wl,-soname,$(SONAME) -Wl,--no-undefined -Wl,--version-script=$(EXPORTS) \
+	  $(LIB_OBJ) -o $@ $(LDLIBS_ALL)
 	ln -sf $(notdir $@) $(BUILD)/$(SONAME)
 	ln -sf $(SONAME) $(BUILD)/libtessera.so
+
+# The core's store table without S3: store_open.c again, TSR_STORE_S3 undefined.
+$(BUILD)/core/store_open.o: store/store_open.c $(HEADERS) $(BUILD)/flags
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -UTSR_STORE_S3 -c $< -o $@
+
+# Linked without -fopenmp and the MPI and BLAS libraries: --no-undefined fails
+# the link when a core object calls into anything else.
+CORE_LINK := $(CC) $(OPT) $(SAN) -shared -pthread -Wl,--no-undefined -Wl,--version-script=$(EXPORTS)
+$(CORE_SHLIB): $(CORE_SRC:%.c=$(BUILD)/%.o) $(BUILD)/core/store_open.o $(EXPORTS)
+	$(CORE_LINK) -Wl,-soname,$(CORE_SONAME) $(filter %.o,$^) -o $@ $(CORE_LIBS)
+	ln -sf $(notdir $@) $(BUILD)/$(CORE_SONAME)
+
+$(CORE_S3_SHLIB): $(CORE_SRC:%.c=$(BUILD)/%.o) $(CORE_S3_SRC:%.c=$(BUILD)/%.o) $(BUILD)/store/store_open.o $(EXPORTS)
+	$(CORE_LINK) -Wl,-soname,$(CORE_S3_SONAME) $(filter %.o,$^) -o $@ $(CORE_S3_LIBS) $(CORE_LIBS)
+	ln -sf $(notdir $@) $(BUILD)/$(CORE_S3_SONAME)
 
 # The manual page, from the command's own help.
 $(BUILD)/tessera.1: $(BUILD)/tessera tools/man.sh
@@ -124,7 +173,7 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libtessera-train.a $(BUILD)/libtessera.a $(
 layers:
 	@sh tools/check_layers.sh
 
-tests: layers $(TESTS) $(BUILD)/tessera $(SHLIB) $(BUILD)/tessera.1
+tests: layers $(TESTS) $(BUILD)/tessera $(SHLIBS) $(BUILD)/tessera.1
 
 # The Debian packages each goal needs (tools/deps.sh says which): make and make run
 # only what builds and runs tessera; make test and make bench their tools too.
@@ -147,7 +196,7 @@ test: deps-test
 # of them, instrumented for coverage); FUZZ_EXTRA_<target> names the sources
 # above the library that a target also needs.
 FUZZ_BIN := $(FUZZ_SRC:tests/%.c=build/fuzz/%)
-FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -g -O1 -fno-sanitize-recover=undefined -pthread -fopenmp=libgomp $(INCLUDES)
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -DTSR_STORE_S3 -g -O1 -fno-sanitize-recover=undefined -pthread -fopenmp=libgomp $(INCLUDES)
 FUZZ_EXTRA_fuzz_config := $(wildcard train/config*.c)
 build/fuzz/fuzz_config: $(FUZZ_EXTRA_fuzz_config)
 fuzz: $(FUZZ_BIN)
@@ -188,8 +237,9 @@ run: deps
 	$(MAKE) --no-print-directory all
 	sh tools/run.sh $(BUILD)
 
-# Installed: the command; libtessera.so (with its soname and development links),
-# libtessera.a and the trainer's libtessera-train.a; the public headers under
+# Installed: the command; libtessera.so (with its soname and development links);
+# the core libraries libtessera-core.so and libtessera-core-s3.so (with their
+# sonames); libtessera.a and the trainer's libtessera-train.a; the public headers under
 # include/tessera/ (tessera.h includes the layers' tsr_*.h); tessera.pc; tessera.1;
 # the Python package (python/tessera) in PYDIR.
 PC_LIBS_PRIVATE := $(SYS_LIBS) $(MPI_LIBS) -lm -fopenmp
@@ -204,6 +254,9 @@ install: all
 	install -m 755 $(SHLIB) $(DESTDIR)$(PREFIX)/lib/
 	ln -sf $(notdir $(SHLIB)) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/libtessera.so
+	install -m 755 $(CORE_SHLIB) $(CORE_S3_SHLIB) $(DESTDIR)$(PREFIX)/lib/
+	ln -sf $(notdir $(CORE_SHLIB)) $(DESTDIR)$(PREFIX)/lib/$(CORE_SONAME)
+	ln -sf $(notdir $(CORE_S3_SHLIB)) $(DESTDIR)$(PREFIX)/lib/$(CORE_S3_SONAME)
 	install -m 644 $(PUBLIC_HEADERS) $(DESTDIR)$(PREFIX)/include/tessera/
 	printf '%s\n' 'prefix=$(PREFIX)' 'libdir=$${prefix}/lib' 'includedir=$${prefix}/include/tessera' '' \
 	  'Name: tessera' 'Description: tessera checkpoints: write, read, reshard, verify, S3' 'Version: $(VERSION)' \
@@ -215,6 +268,7 @@ install: all
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/tessera $(DESTDIR)$(PREFIX)/lib/libtessera.a \
 	  $(DESTDIR)$(PREFIX)/lib/libtessera-train.a $(DESTDIR)$(PREFIX)/lib/libtessera.so* \
+	  $(DESTDIR)$(PREFIX)/lib/libtessera-core.so* $(DESTDIR)$(PREFIX)/lib/libtessera-core-s3.so* \
 	  $(DESTDIR)$(PREFIX)/lib/pkgconfig/tessera.pc $(DESTDIR)$(PREFIX)/share/man/man1/tessera.1
 	rm -rf $(DESTDIR)$(PREFIX)/include/tessera $(DESTDIR)$(PYDIR)/tessera
 

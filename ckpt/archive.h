@@ -26,6 +26,11 @@ int tsr_archive_push_step(tsr_s3 *s3, const char *step_dir, const char *dst, int
  * local directory dir (made if missing; refused if it already holds one): data
  * files, then the MANIFEST. */
 int tsr_archive_pull_step(tsr_s3 *s3, const char *src, const char *dir, tsr_s3_transfer *t, tsr_error *err);
+/* tsr_archive_check_remote(): checks that the S3 location url can be read
+ * (credentials, endpoint, bucket, signature: one listing of a key), so that a
+ * failure is reported with the server's reason rather than as "nothing there".
+ * tsr_pull does it first (copy.c); `tessera ls` too. @return 0 or the error. */
+int tsr_archive_check_remote(const char *url, tsr_error *err);
 
 /* The archiver: a thread that pushes committed checkpoints to an S3 root, one at
  * a time, in the order given (every request goes through the S3 client's retry

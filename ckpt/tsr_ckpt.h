@@ -100,8 +100,8 @@ void tsr_save_free(tsr_save *s);
 
 /* ------------------------------------------------------------------ engine */
 
-/* The distributed, asynchronous checkpoint engine (DESIGN.md, "Async save
- * pipeline" and "Load and online resharding"). Every rank of a tsr_comm opens one
+/* The distributed, asynchronous checkpoint engine (README, "Where things
+ * happen": a save, a load). Every rank of a tsr_comm opens one
  * on the same ROOT; saves and loads are collective. */
 typedef struct tsr_engine tsr_engine;
 typedef struct tsr_ckpt tsr_ckpt; /* an open checkpoint (section "reading") */
@@ -302,6 +302,65 @@ int tsr_folder_lock_take(const char *dir, int create, tsr_folder_lock **out, tsr
  * else only checked. */
 int tsr_folder_lock_for_ckpt(const char *ckpt_dir, tsr_folder_lock **out, tsr_error *err);
 void tsr_folder_lock_release(tsr_folder_lock *l);
+
+/* ----------------------------------------------------------- push and pull */
+
+/* Copies of committed checkpoints between a local folder and object storage
+ * (s3://bucket/prefix; credentials and settings from the environment, as the
+ * tessera command takes them: `tessera push --help`). What a copy did, in all or
+ * (tsr_copy_opts.step_done) for one checkpoint: */
+typedef struct tsr_copy_stats {
+    uint64_t steps;               /* checkpoints copied */
+    uint64_t bytes;               /* bytes sent or received (objects found complete included) */
+    double seconds;               /* the copies' time, from tsr_copy_opts.started on */
+    uint64_t parts_sent;          /* push: parts (and single PUTs) sent */
+    uint64_t parts_resumed;       /* push: parts of interrupted uploads found uploaded */
+    uint64_t objects_skipped;     /* push: checkpoints with an object found complete, not sent again */
+    uint64_t files_reencoded;     /* push: data files whose raw frames were encoded on the way */
+    uint64_t frames_encoded;      /* push: those frames */
+    uint64_t reencoded_bytes_in;  /* push: the bytes of those files before ... */
+    uint64_t reencoded_bytes_out; /* ... and after */
+} tsr_copy_stats;
+
+/* What a copy reports as it goes, for a progress display: every member may be
+ * NULL (a zeroed struct, or NULL for the options, reports nothing), and each is
+ * called from the thread that called tsr_push or tsr_pull. */
+typedef struct tsr_copy_opts {
+    int threads; /* push: encoder threads for raw frames; <= 0: the online cores */
+    void *user;  /* handed to each call below */
+    /* a step of a root that is left out, and why ("ROOT/step-N: not committed,
+     * skipped"), while the steps are listed */
+    void (*skipped)(void *user, const char *msg);
+    /* the copies begin: the bytes of the files of every step to copy */
+    void (*started)(void *user, uint64_t total_bytes);
+    /* n more bytes sent or received */
+    void (*bytes)(void *user, uint64_t n);
+    /* the checkpoint `from` is copied to `to`; *step: that checkpoint's part */
+    void (*step_done)(void *user, const char *from, const char *to, const tsr_copy_stats *step);
+} tsr_copy_opts;
+
+/* tsr_push(): uploads the committed checkpoint src (a local step directory, to
+ * dst_url/<its name>), or every committed step of the local root src (the others
+ * are skipped, said to opts->skipped), to the root dst_url = s3://bucket/prefix.
+ * Every step's MANIFEST is validated before any request; refused (TSR_EBUSY,
+ * naming the holder) while a writer's lease is on dst_url. Each step goes as
+ * the archiver pushes it: data files first, raw frames encoded on the way, the
+ * MANIFEST last, so that a push cut short leaves no committed copy; objects
+ * complete at dst_url are not sent again and interrupted uploads are resumed,
+ * so that the same push run again finishes it. *out (may be NULL) gets what was
+ * done. @return 0 or the error of the first step that failed, naming it. */
+int tsr_push(const char *src, const char *dst_url, const tsr_copy_opts *opts, tsr_copy_stats *out,
+             tsr_error *err);
+/* tsr_pull(): downloads the committed checkpoint src_url (s3://bucket/prefix/
+ * step-N) into the local folder dst, or every committed step of the root src_url
+ * into dst/step-N: data files first, the MANIFEST last, each object's content
+ * hash checked when tessera uploaded it. The S3 location is read first, so that
+ * bad credentials or a missing bucket are reported with the server's reason.
+ * dst has one writer: refused (TSR_EBUSY, naming the holder) while another holds
+ * its lock (the root's, for a step directory dst), and held while the copy
+ * runs. A step that dst holds committed already is refused (TSR_EINVAL). */
+int tsr_pull(const char *src_url, const char *dst, const tsr_copy_opts *opts, tsr_copy_stats *out,
+             tsr_error *err);
 
 /* ----------------------------------------------------------------- reading */
 

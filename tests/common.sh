@@ -25,14 +25,16 @@ need_py() {
     export HF_HUB_OFFLINE=1 # transformers reads the test's files, never the hub
 }
 # with_lib PYTHON ARGS...: runs PYTHON with the package python/tessera over this
-# build's libtessera.so (a sanitizer build's needs the sanitizers' runtimes first)
+# build's libraries (TESSERA_LIB: the build folder, where the package loads the
+# core, libtessera-core.so.0; a sanitizer build's needs the sanitizers' runtimes
+# first)
 with_lib() {
-    _lib=$TSR_BUILD/libtessera.so.0 _pre=""
+    _lib=$TSR_BUILD/libtessera-core.so.0 _pre=""
     [ -e "$_lib" ] || { echo "FAIL: $_lib is not built" >&2; return 1; }
     if nm -D "$_lib" | grep -q __asan_; then
         _pre="$(cc -print-file-name=libasan.so) $(cc -print-file-name=libubsan.so)"
     fi
-    env LD_PRELOAD="$_pre" ASAN_OPTIONS=detect_leaks=0 TESSERA_LIB="$_lib" PYTHONPATH="$TSR_ROOT/python" "$@"
+    env LD_PRELOAD="$_pre" ASAN_OPTIONS=detect_leaks=0 TESSERA_LIB="$TSR_BUILD" PYTHONPATH="$TSR_ROOT/python" "$@"
 }
 finish() { # [success message]
     if [ "$fails" = 0 ]; then

@@ -147,5 +147,7 @@ expect 1 "ckpt info of gs://" $T ckpt info gs://bkt/run/step-00000001
 grep -q "gs://bkt/run/step-00000001: no store serves this scheme" err.txt || fail "ckpt info gs://: $(cat err.txt)"
 expect 1 "ckpt synth into gs://" $T ckpt synth gs://bkt/run/step-00000001 --bytes 64K
 grep -q "no store serves this scheme" err.txt || fail "ckpt synth gs://: $(cat err.txt)"
-[ -e gs: ] && fail "ckpt synth made a local folder gs: for gs://"
+expect 2 "export to gs://" $T export gs://bkt/run/step-00000001 --format gguf gs://bkt/m.gguf
+grep -q "gs://bkt/m.gguf: no store serves this scheme" err.txt || fail "export to gs://: $(cat err.txt)"
+[ -e gs: ] && fail "a command made a local folder gs: for gs://"
 finish "all command checks passed"

@@ -1,9 +1,11 @@
 #!/bin/sh
 # test_install.sh: make install puts the command, libtessera.so (with its soname
-# and links), the static libraries, the headers, tessera.pc and the manual page
-# under PREFIX; a program built with `pkg-config --cflags --libs tessera`
-# against the installed shared library saves a checkpoint and reads it back; the
-# installed command verifies it; make uninstall leaves nothing behind.
+# and links), the core libraries libtessera-core.so.0 and libtessera-core-s3.so.0,
+# the static libraries, the headers, tessera.pc and the manual page under PREFIX;
+# a program built with `pkg-config --cflags --libs tessera` against the installed
+# shared library saves a checkpoint and reads it back; the installed command
+# verifies it; the installed Python package reads it over the installed core;
+# make uninstall leaves nothing behind.
 . "$TSR_ROOT/tests/common.sh"
 B=${TSR_BUILD:?TSR_BUILD must name the build folder}
 P=$TSR_TMP/prefix
@@ -14,7 +16,8 @@ eval "set -- $(cat "$B/make-vars")"
 unset MAKEFLAGS MFLAGS MAKELEVEL
 expect 0 "make install" $MAKE "$@" install
 grep -q "^cc \|^ar \|^clang " out.txt && fail "make install rebuilt $B: $(grep -c "^cc " out.txt) compilations"
-for f in bin/tessera lib/libtessera.a lib/libtessera-train.a lib/libtessera.so lib/pkgconfig/tessera.pc \
+for f in bin/tessera lib/libtessera.a lib/libtessera-train.a lib/libtessera.so lib/libtessera-core.so.0 \
+    lib/libtessera-core-s3.so.0 lib/pkgconfig/tessera.pc \
     include/tessera/tessera.h include/tessera/tsr_ckpt.h share/man/man1/tessera.1; do
     [ -e "$P/$f" ] || fail "make install: $f is missing"
 done
@@ -22,6 +25,11 @@ version=$("$P/bin/tessera" --version | awk 'NR == 1 { print $2 }')
 soname=$(readelf -d "$P/lib/libtessera.so" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
 [ "$soname" = "libtessera.so.${version%%.*}" ] || fail "soname '$soname', not libtessera.so.${version%%.*}"
 [ "$(readlink "$P/lib/$soname")" = "libtessera.so.$version" ] || fail "$soname does not link to libtessera.so.$version"
+for core in libtessera-core libtessera-core-s3; do
+    so=$(readelf -d "$P/lib/$core.so.${version%%.*}" | sed -n 's/.*Library soname: \[\(.*\)\].*/\1/p')
+    [ "$so" = "$core.so.${version%%.*}" ] || fail "$core: soname '$so', not $core.so.${version%%.*}"
+    [ "$(readlink "$P/lib/$so")" = "$core.so.$version" ] || fail "$so does not link to $core.so.$version"
+done
 export PKG_CONFIG_PATH="$P/lib/pkgconfig"
 [ "$(pkg-config --modversion tessera)" = "$version" ] || fail "pkg-config says version $(pkg-config --modversion tessera)"
 cat >prog.c <<'CEOF'
@@ -62,7 +70,7 @@ expect 0 "the installed command verifies what the program saved" "$P/bin/tessera
 MANPAGER=cat man -l "$P/share/man/man1/tessera.1" >man.txt 2>&1 || fail "man cannot read tessera.1"
 grep -q "tessera ckpt verify" man.txt && grep -q "usage: tessera reshard" man.txt ||
     fail "the manual page lacks the commands' help"
-# the installed Python package finds the installed library by itself
+# the installed Python package finds the installed core library by itself
 py=$(find "$P/lib" -path '*dist-packages/tessera/__init__.py' | head -n 1)
 [ -n "$py" ] || fail "make install: no Python package under $P/lib"
 pre=""
@@ -72,9 +80,9 @@ expect 0 "the installed Python package" env -u TESSERA_LIB LD_PRELOAD="$pre" ASA
 import sys, tessera
 ck = tessera.open(sys.argv[1])
 print(tessera.library()._name, ck.step, ck.read("w").tolist())' "$TSR_TMP/ck"
-grep -q "^$P/lib/libtessera.so.0 7 \[\[1.0, 2.0, 3.0\], \[4.0, 5.0, 6.0\]\]" out.txt ||
+grep -q "^$P/lib/libtessera-core.so.0 7 \[\[1.0, 2.0, 3.0\], \[4.0, 5.0, 6.0\]\]" out.txt ||
     fail "the installed Python package: $(cat out.txt err.txt)"
 expect 0 "make uninstall" $MAKE "$@" uninstall
 left=$(find "$P" -type f -o -type l)
 [ -z "$left" ] || fail "make uninstall left: $left"
-finish "install: command, shared library $soname, pkg-config, manual page; a program links and runs; uninstall clean"
+finish "install: command, shared library $soname and the core, pkg-config, manual page; a program links and runs; uninstall clean"

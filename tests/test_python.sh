@@ -1,5 +1,5 @@
 #!/bin/sh
-# test_python.sh: the Python package python/tessera over libtessera.so (ctypes),
+# test_python.sh: the Python package python/tessera over libtessera-core.so (ctypes),
 # under the tests' Python (tests/py_setup.sh: numpy and PyTorch): every dtype
 # round trips, boxes, blobs and errors; a checkpoint trained on 2 ranks (tp=2)
 # reads exactly as tests/format_reader.py (written from FORMAT.md alone) reads it;

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "common.h"
 #include "s3.h"
+#include "store.h"
 
 static const char USAGE[] =
     "usage: tessera export CKPT --format safetensors OUT/ [--dtype f32|bf16|f16] [--shard-size SIZE]\n"
@@ -90,6 +91,7 @@ int tsr_cmd_export(int argc, char **argv) {
     int fmt = tsr_export_format_parse(format);
     if (fmt < 0) return tsr_usage_error("export", "--format %s: safetensors or gguf", format);
     int gguf = fmt == TSR_EXPORT_GGUF;
+    if (!tsr_store_caps(dir)) return tsr_usage_error("export", "%s: no store serves this scheme (s3:// or a path)", dir);
     if (tsr_s3_is_url(dir)) return export_to_s3(argc, argv, dir, gguf);
     char path[4096];
     tsr_resolve_ckpt_dir("export", src, path, sizeof path);

@@ -1,6 +1,5 @@
 /* cmd_s3.c: tessera push | pull | ls | rm: checkpoints to and from S3-compatible
  * object storage. */
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,7 +8,6 @@
 #include "cli.h"
 #include "commands.h"
 #include "s3.h"
-#include "store.h"
 #include "tessera.h"
 
 static const char settings_help[] =
@@ -20,10 +18,23 @@ static const char settings_help[] =
     "TSR_S3_PARALLEL (transfers in flight, default 8), TSR_S3_MAX_ATTEMPTS (default 10),\n"
     "TSR_S3_RETRY_SECONDS (default 300), TSR_S3_ADDRESSING=path|virtual.\n";
 
+/* The progress bar of a push or pull, over the library's reports (tsr_copy_opts). */
 typedef struct xfer {
+    const char *cmd;
+    int json;
     tsr_progress bar;
-    uint64_t bytes;
+    uint64_t bytes, total;
 } xfer;
+
+static void on_skipped(void *user, const char *msg) {
+    fprintf(stderr, "tessera %s: %s\n", ((xfer *)user)->cmd, msg);
+}
+
+static void on_started(void *user, uint64_t total) {
+    xfer *x = user;
+    x->total = total;
+    tsr_progress_start(&x->bar, x->cmd, total);
+}
 
 static void on_bytes(void *user, uint64_t n) {
     xfer *x = user;
@@ -31,80 +42,34 @@ static void on_bytes(void *user, uint64_t n) {
     tsr_progress_add(&x->bar, n);
 }
 
-static int summed(void *user, const char *name, uint64_t size) {
-    (void)name;
-    *(uint64_t *)user += size;
-    return 0;
+/* One step copied: its line, between two bars (none with --json). */
+static void on_step(void *user, const char *from, const char *to, const tsr_copy_stats *st) {
+    xfer *x = user;
+    int push = !strcmp(x->cmd, "push");
+    if (x->json) return;
+    tsr_progress_end(&x->bar);
+    fprintf(stderr, "%s %s -> %s", push ? "pushed" : "pulled", from, to);
+    if (push)
+        fprintf(stderr, " (%llu parts sent, %llu already uploaded)", (unsigned long long)st->parts_sent,
+                (unsigned long long)st->parts_resumed);
+    if (st->files_reencoded) {
+        char a[32], b[32];
+        fprintf(stderr, ", %llu data file(s) with raw frames re-encoded: %s -> %s",
+                (unsigned long long)st->files_reencoded, tsr_fmt_bytes(st->reencoded_bytes_in, a, sizeof a),
+                tsr_fmt_bytes(st->reencoded_bytes_out, b, sizeof b));
+    }
+    fprintf(stderr, "\n");
+    tsr_progress_start(&x->bar, x->cmd, x->total);
+    x->bar.done = x->bytes;
 }
 
-/* The bytes of the files in a step directory (for the progress bar). */
-static uint64_t dir_bytes(const char *dir) {
-    uint64_t n = 0;
-    tsr_error e;
-    tsr_store *st = tsr_store_open(dir, 0, &e);
-    if (st) tsr_store_list(st, summed, &n, NULL);
-    tsr_store_close(st);
-    return n;
-}
-
-static int stop_at_first(void *user, const tsr_s3_object *o, int is_prefix) {
-    (void)user, (void)o, (void)is_prefix;
-    return 1;
-}
-
-/* Checks that the S3 location url can be read (credentials, endpoint, bucket,
- * signature), so that a failure is reported with the server's reason rather than
- * as "nothing there". @return 0, or -1 after printing the reason. */
+/* Checks that the S3 location url can be read, so that a failure is reported
+ * with the server's reason rather than as "nothing there". @return 0, or -1
+ * after printing the reason. */
 static int remote_check(const char *cmd, const char *url) {
     tsr_error e = {0};
-    char bucket[TSR_S3_MAX_BUCKET], key[TSR_S3_MAX_KEY];
-    tsr_s3 *s3 = tsr_s3_split(url, bucket, sizeof bucket, key, sizeof key, &e) ? NULL : tsr_s3_new(NULL, &e);
-    int rc = s3 ? tsr_s3_list(s3, bucket, key, "/", stop_at_first, NULL, &e) : -1;
-    tsr_s3_free(s3);
-    if (rc < 0) {
+    if (tsr_archive_check_remote(url, &e)) {
         fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
-        return -1;
-    }
-    return 0;
-}
-
-/* The committed steps to copy from src: src itself (*single = 1), or every
- * committed step of the root src. Paths into *dirs (malloc'ed). */
-static int steps_of(const char *cmd, const char *src, char (**dirs)[PATH_MAX], size_t *n, int *single) {
-    *dirs = NULL;
-    *n = 0;
-    *single = 0;
-    if (tsr_s3_is_url(src) && remote_check(cmd, src)) return -1;
-    if (tsr_ckpt_is_committed(src)) {
-        *single = 1;
-        if (!(*dirs = calloc(1, sizeof **dirs))) return -1;
-        snprintf((*dirs)[0], sizeof **dirs, "%s", src);
-        *n = 1;
-        return 0;
-    }
-    tsr_step_info *v = NULL;
-    size_t count = 0;
-    if (tsr_list_steps(src, &v, &count) != 0) {
-        fprintf(stderr, "tessera %s: %s: neither a committed checkpoint nor a root of step directories\n", cmd, src);
-        return -1;
-    }
-    *dirs = calloc(count ? count : 1, sizeof **dirs);
-    if (!*dirs) {
-        free(v);
-        return -1;
-    }
-    size_t len = strlen(src);
-    while (len > 1 && src[len - 1] == '/') len--;
-    for (size_t i = 0; i < count; i++) {
-        if (!v[i].committed) {
-            fprintf(stderr, "tessera %s: %.*s/%s: not committed, skipped\n", cmd, (int)len, src, v[i].name);
-            continue;
-        }
-        snprintf((*dirs)[(*n)++], sizeof **dirs, "%.*s/%s", (int)len, src, v[i].name);
-    }
-    free(v);
-    if (*n == 0) {
-        fprintf(stderr, "tessera %s: %s: no committed checkpoint\n", cmd, src);
         return -1;
     }
     return 0;
@@ -149,112 +114,33 @@ static int parse_args(const char *cmd, int argc, char **argv, const char *help, 
     return 0;
 }
 
-/* push and pull: one copy per committed step, with one progress bar. */
+/* push and pull (tsr_push, tsr_pull): one copy per committed step, with one
+ * progress bar, a line per step and the summary. */
 static int copy_steps(const char *cmd, const char *src, const char *dst, int push, int json) {
-    char (*dirs)[PATH_MAX] = NULL;
-    size_t n = 0;
-    int single;
+    xfer x = {.cmd = cmd, .json = json};
+    tsr_copy_opts o = {0, &x, on_skipped, on_started, on_bytes, on_step};
+    tsr_copy_stats s;
     tsr_error e = {0};
-    /* pull: one writer at a time in the local folder it writes into (DST, or the
-     * folder of DST when DST is one step), checked before any request; push:
-     * refused when a writer's lease is on the prefix */
-    tsr_folder_lock *lock = NULL;
-    /* push: the local source is read first (every step's MANIFEST validated), so
-     * that a bad one costs no request */
-    if (push && steps_of(cmd, src, &dirs, &n, &single)) return EXIT_FAIL;
-    for (size_t i = 0; push && i < n; i++) {
-        tsr_ckpt *ck = tsr_ckpt_open(dirs[i], &e);
-        if (!ck) {
-            fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
-            free(dirs);
-            return EXIT_FAIL;
-        }
-        tsr_ckpt_close(ck);
-    }
-    if (push ? tsr_folder_lock_take(dst, 0, &lock, &e)
-             : tsr_folder_lock_take(dst, 0, &lock, &e) || tsr_folder_lock_for_ckpt(dst, &lock, &e)) {
-        fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
-        free(dirs);
-        return EXIT_FAIL;
-    }
-    if (!push && steps_of(cmd, src, &dirs, &n, &single)) {
-        tsr_folder_lock_release(lock);
-        return EXIT_FAIL;
-    }
-    if (!push && !single && !lock && tsr_folder_lock_take(dst, 1, &lock, &e)) { /* a root: DST is the folder */
-        fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
-        free(dirs);
-        return EXIT_FAIL;
-    }
-    tsr_s3 *s3 = tsr_s3_new(NULL, &e);
-    if (!s3) {
-        fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
-        free(dirs);
-        tsr_folder_lock_release(lock);
-        return EXIT_FAIL;
-    }
-    uint64_t total = 0;
-    for (size_t i = 0; i < n; i++) total += dir_bytes(dirs[i]);
-    xfer x = {0};
-    tsr_s3_transfer t = {on_bytes, &x, 0, 0, 0};
-    uint64_t skipped = 0;
-    tsr_recode_stats rs = {0}; /* push: data files re-encoded, all steps */
-    tsr_progress_start(&x.bar, cmd, total);
-    double t0 = tsr_now();
-    int rc = 0;
-    size_t dl = strlen(dst);
-    while (dl > 1 && dst[dl - 1] == '/') dl--;
-    for (size_t i = 0; i < n && !rc; i++) {
-        char to[PATH_MAX + 300], name[300];
-        /* push of a step: DST/NAME (DST is a root); pull of a step: DST itself;
-         * copies of a root: DST/NAME for each step */
-        if (single && !push) snprintf(to, sizeof to, "%.*s", (int)dl, dst);
-        else snprintf(to, sizeof to, "%.*s/%s", (int)dl, dst, base_name(dirs[i], name, sizeof name));
-        tsr_s3_transfer before = t;
-        tsr_recode_stats st = {0};
-        rc = push ? tsr_archive_push_step(s3, dirs[i], to, 0, &t, &st, &e)
-                  : tsr_archive_pull_step(s3, dirs[i], to, &t, &e);
-        skipped += t.skipped;
-        t.skipped = 0;
-        rs.files += st.files, rs.frames += st.frames, rs.bytes_in += st.bytes_in, rs.bytes_out += st.bytes_out;
-        if (!rc && !json) {
-            tsr_progress_end(&x.bar);
-            fprintf(stderr, "%s %s -> %s", push ? "pushed" : "pulled", dirs[i], to);
-            if (push)
-                fprintf(stderr, " (%llu parts sent, %llu already uploaded)",
-                        (unsigned long long)(t.parts_sent - before.parts_sent),
-                        (unsigned long long)(t.parts_resumed - before.parts_resumed));
-            if (st.files) {
-                char a[32], b[32];
-                fprintf(stderr, ", %llu data file(s) with raw frames re-encoded: %s -> %s",
-                        (unsigned long long)st.files, tsr_fmt_bytes(st.bytes_in, a, sizeof a),
-                        tsr_fmt_bytes(st.bytes_out, b, sizeof b));
-            }
-            fprintf(stderr, "\n");
-            tsr_progress_start(&x.bar, cmd, total);
-            x.bar.done = x.bytes;
-        }
-    }
+    int rc = push ? tsr_push(src, dst, &o, &s, &e) : tsr_pull(src, dst, &o, &s, &e);
     tsr_progress_end(&x.bar);
-    double secs = tsr_now() - t0;
-    tsr_s3_free(s3);
-    tsr_folder_lock_release(lock);
-    free(dirs);
     if (rc) {
         fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
         return EXIT_FAIL;
     }
     if (json)
-        printf("{\"steps\":%zu,\"bytes\":%llu,\"seconds\":%.3f,\"parts_sent\":%llu,\"parts_resumed\":%llu,"
+        printf("{\"steps\":%llu,\"bytes\":%llu,\"seconds\":%.3f,\"parts_sent\":%llu,\"parts_resumed\":%llu,"
                "\"objects_skipped\":%llu,\"files_reencoded\":%llu,\"frames_encoded\":%llu,"
                "\"reencoded_bytes_in\":%llu,\"reencoded_bytes_out\":%llu}\n",
-               n, (unsigned long long)x.bytes, secs, (unsigned long long)t.parts_sent,
-               (unsigned long long)t.parts_resumed, (unsigned long long)skipped, (unsigned long long)rs.files,
-               (unsigned long long)rs.frames, (unsigned long long)rs.bytes_in, (unsigned long long)rs.bytes_out);
+               (unsigned long long)s.steps, (unsigned long long)s.bytes, s.seconds,
+               (unsigned long long)s.parts_sent, (unsigned long long)s.parts_resumed,
+               (unsigned long long)s.objects_skipped, (unsigned long long)s.files_reencoded,
+               (unsigned long long)s.frames_encoded, (unsigned long long)s.reencoded_bytes_in,
+               (unsigned long long)s.reencoded_bytes_out);
     else {
         char b[32];
-        printf("%s %zu checkpoint(s), %s in %.2f s (%.0f MB/s)\n", push ? "pushed" : "pulled", n,
-               tsr_fmt_bytes(x.bytes, b, sizeof b), secs, secs > 0 ? (double)x.bytes / secs / 1e6 : 0.0);
+        printf("%s %llu checkpoint(s), %s in %.2f s (%.0f MB/s)\n", push ? "pushed" : "pulled",
+               (unsigned long long)s.steps, tsr_fmt_bytes(s.bytes, b, sizeof b), s.seconds,
+               s.seconds > 0 ? (double)s.bytes / s.seconds / 1e6 : 0.0);
     }
     return EXIT_OK;
 }

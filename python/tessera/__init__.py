@@ -1,4 +1,4 @@
-"""tessera checkpoints from Python, over libtessera.so through ctypes.
+"""tessera checkpoints from Python, over libtessera's core library through ctypes.
 
     ck = tessera.open("runs/small/checkpoint")      # a step directory, or a root: its newest step
     ck.tensors["layers.0.attention.wq.weight"]      # shape, dtype, group, placement
@@ -11,9 +11,14 @@ Local paths and s3://bucket/prefix both work (S3 credentials as for the command)
 Every error is a tessera.Error carrying the library's message, which names the
 file, tensor or request and the reason.
 
-The library is found as $TESSERA_LIB, then where make install put it beside this
-package (PREFIX/lib), then in the source tree's build/release, then as
-libtessera.so.0 on the loader's path.
+The library is the core, libtessera-core.so.0: the checkpoint reader and writer
+over local files, without MPI, BLAS or libcurl; an s3:// location is read and
+written through libtessera-core-s3.so.0, the core with the S3 store (libcurl),
+loaded the first time one is named. Each is looked for where make install put
+it beside this package (PREFIX/lib), then in the source tree's build/release,
+then on the loader's path; in each place the full libtessera.so.0 stands in for
+a core that is not there. $TESSERA_LIB names a library file to load instead,
+for everything, or a folder to look in instead of those places.
 """
 
 import ctypes
@@ -36,26 +41,33 @@ class Error(Exception):
         self.code = code
 
 
+# Each structure names the C struct it mirrors (_c_name_): tests/abi_layout.py
+# compares their sizes and field offsets.
 class _Err(ctypes.Structure):
+    _c_name_ = "tsr_error"
     _fields_ = [("code", ctypes.c_int), ("msg", ctypes.c_char * ERROR_MSG)]
 
 
 class _Box(ctypes.Structure):
+    _c_name_ = "tsr_box"
     _fields_ = [("ndim", ctypes.c_uint32), ("offset", ctypes.c_uint64 * MAX_DIMS),
                 ("extent", ctypes.c_uint64 * MAX_DIMS)]
 
 
 class _Placement(ctypes.Structure):
+    _c_name_ = "tsr_placement"
     _fields_ = [("tp_dim", ctypes.c_int8), ("fsdp", ctypes.c_uint8), ("pp_role", ctypes.c_uint8),
                 ("layer", ctypes.c_int32)]
 
 
 class _Layout(ctypes.Structure):
+    _c_name_ = "tsr_layout"
     _fields_ = [("pp", ctypes.c_uint32), ("dp_replicate", ctypes.c_uint32), ("dp_shard", ctypes.c_uint32),
                 ("tp", ctypes.c_uint32), ("n_layers", ctypes.c_uint32), ("flags", ctypes.c_uint32)]
 
 
 class _TensorInfo(ctypes.Structure):
+    _c_name_ = "tsr_tensor_info"
     _fields_ = [("name", ctypes.c_char_p), ("group", ctypes.c_char_p), ("dtype", ctypes.c_int),
                 ("ndim", ctypes.c_uint32), ("shape", ctypes.c_uint64 * MAX_DIMS), ("placement", _Placement),
                 ("n_chunks", ctypes.c_uint32), ("first_chunk", ctypes.c_uint32), ("raw_bytes", ctypes.c_uint64),
@@ -63,6 +75,7 @@ class _TensorInfo(ctypes.Structure):
 
 
 class _BlobInfo(ctypes.Structure):
+    _c_name_ = "tsr_blob_info"
     _fields_ = [("name", ctypes.c_char_p), ("rank", ctypes.c_int32), ("size", ctypes.c_uint64),
                 ("file_id", ctypes.c_uint32), ("n_frames", ctypes.c_uint32), ("first_frame", ctypes.c_uint32)]
 
@@ -81,31 +94,48 @@ _PP_ROLES = {0: "all", 1: "first", 2: "last", 3: "layer"}
 Tensor = namedtuple("Tensor", "name shape dtype group placement raw_bytes stored_bytes")
 Tensor.__doc__ = "A tensor of a checkpoint: its global shape, dtype name, group and placement."
 
-_lib = None
+_libs = {}  # False: the core; True: the one for s3:// locations
+
+_CORE, _CORE_S3, _FULL = "libtessera-core.so.0", "libtessera-core-s3.so.0", "libtessera.so.0"
 
 
-def _find_library():
+def _find_library(s3=False):
+    """The paths of the libraries to try, in order: for local paths the core,
+    for s3:// locations the core with S3, then in the same place the full
+    libtessera.so.0 (a place without either is passed over); last, their bare
+    names, for the loader's path."""
+    names = (_CORE_S3 if s3 else _CORE, _FULL)
     env = os.environ.get("TESSERA_LIB")
-    if env:
-        return env
+    if env and not os.path.isdir(env):
+        return [env]
     here = os.path.dirname(os.path.abspath(__file__))
-    for cand in (os.path.join(here, "..", "..", "..", "libtessera.so.0"),  # installed: PREFIX/lib/pythonX.Y/dist-packages/tessera
-                 os.path.join(here, "..", "..", "build", "release", "libtessera.so.0")):  # the source tree's python/
-        if os.path.exists(cand):
-            return os.path.normpath(cand)
-    return "libtessera.so.0"
+    places = [env] if env else [os.path.join(here, "..", "..", ".."),  # installed: PREFIX/lib/pythonX.Y/dist-packages/tessera
+                                os.path.join(here, "..", "..", "build", "release")]  # the source tree's python/
+    for place in places:
+        found = [os.path.normpath(os.path.join(place, n)) for n in names if os.path.exists(os.path.join(place, n))]
+        if found:
+            return found
+    if env:
+        raise Error(-1, "tessera: %s (TESSERA_LIB): neither %s nor %s is there" % (env, names[0], _FULL))
+    return list(names)
 
 
-def library():
-    """The loaded libtessera (ctypes.CDLL), loading it on first use."""
-    global _lib
-    if _lib is not None:
-        return _lib
-    path = _find_library()
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as e:
-        raise Error(-1, "tessera: cannot load libtessera (%s): %s; set TESSERA_LIB to its path" % (path, e))
+def library(s3=False):
+    """The loaded library (ctypes.CDLL), loading it on first use: the core
+    (libtessera-core) for local paths, or with s3=True the one for s3://
+    locations (libtessera-core-s3). Its path: library()._name."""
+    s3 = bool(s3)
+    if s3 in _libs:
+        return _libs[s3]
+    tried = []
+    for path in _find_library(s3):
+        try:
+            lib = ctypes.CDLL(path)
+            break
+        except OSError as e:
+            tried.append(str(e))
+    else:
+        raise Error(-1, "tessera: cannot load libtessera (%s); set TESSERA_LIB to its path" % "; ".join(tried))
     P, E = ctypes.c_void_p, ctypes.POINTER(_Err)
     sig = {
         "tsr_ckpt_open": (P, [ctypes.c_char_p, E]),
@@ -135,9 +165,12 @@ def library():
         "tsr_save_free": (None, [P]),
     }
     for name, (res, args) in sig.items():
-        f = getattr(lib, name)
+        try:
+            f = getattr(lib, name)
+        except AttributeError:
+            raise Error(-1, "tessera: %s does not export %s" % (lib._name, name))
         f.restype, f.argtypes = res, args
-    _lib = lib
+    _libs[s3] = lib
     return lib
 
 
@@ -163,9 +196,10 @@ class Checkpoint:
     """An open committed checkpoint (tessera.open). Close it, or use it in a with block."""
 
     def __init__(self, path):
-        lib = library()
-        err = _Err()
+        self._h = None
         p = os.fspath(path)
+        lib = library(s3=p.startswith("s3://"))
+        err = _Err()
         step_dir = p
         manifest_here = p.startswith("s3://") or os.path.exists(os.path.join(p, "MANIFEST"))
         if not manifest_here:  # a root: its newest committed step
@@ -176,7 +210,7 @@ class Checkpoint:
         h = lib.tsr_ckpt_open(step_dir.encode(), ctypes.byref(err))
         if not h:
             _raise(err)
-        self._h = h
+        self._h, self._lib = h, lib
         self.path = step_dir
         self.step = int(lib.tsr_ckpt_step(h))
         lay = lib.tsr_ckpt_layout(h)
@@ -210,7 +244,7 @@ class Checkpoint:
         default) as a NumPy array of the box's shape, or a torch.Tensor with
         torch=True. bf16 elements come as their uint16 bits, or as float32 with
         bf16="float32" (a torch tensor is bfloat16 either way)."""
-        lib, h = library(), self._handle()
+        lib, h = self._lib, self._handle()
         if name not in self._index:
             raise Error(-3, "tessera: %s: no tensor named '%s'" % (self.path, name))
         i, code = self._index[name]
@@ -238,7 +272,7 @@ class Checkpoint:
 
     def blob(self, name, rank=-1):
         """Blob (name, rank) as bytes (rank -1: a global blob)."""
-        lib, h = library(), self._handle()
+        lib, h = self._lib, self._handle()
         i = lib.tsr_ckpt_find_blob(h, name.encode(), rank)
         if i < 0:
             raise Error(-3, "tessera: %s: no blob '%s' of rank %d" % (self.path, name, rank))
@@ -251,7 +285,7 @@ class Checkpoint:
     def verify(self, threads=0):
         """Checks every checksum and rule of FORMAT.md; raises Error listing the
         problems found (each naming its file, tensor and frame)."""
-        lib, h = library(), self._handle()
+        lib, h = self._lib, self._handle()
         problems = []
         cb = _PROBLEM(lambda user, msg: problems.append(msg.decode("utf-8", "replace")))
         err = _Err()
@@ -263,7 +297,7 @@ class Checkpoint:
 
     def close(self):
         if self._h:
-            library().tsr_ckpt_close(self._h)
+            self._lib.tsr_ckpt_close(self._h)
             self._h = None
 
     def __enter__(self):
@@ -313,7 +347,7 @@ def save(path, tensors, step=0, blobs=None):
     bf16, or give (array, "bf16") for bf16 bits in a uint16 array) and `blobs`
     ({name: bytes}) as step `step` into the step directory `path` (local or
     s3://), committed by its MANIFEST written last."""
-    lib = library()
+    lib = library(s3=os.fspath(path).startswith("s3://"))
     err = _Err()
     s = lib.tsr_save_begin(os.fspath(path).encode(), 0, None, None, ctypes.byref(err))
     if not s:
