@@ -285,3 +285,12 @@ int tsr_fsync_dir(const char *dir, const char *what, tsr_error *err) {
                        strerror(e));
     return 0;
 }
+
+const char *tsr_path_base(const char *path, char *buf, size_t len) {
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t b = n;
+    while (b > 0 && path[b - 1] != '/') b--;
+    snprintf(buf, len, "%.*s", (int)(n - b), path + b);
+    return buf;
+}

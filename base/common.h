@@ -111,6 +111,9 @@ void tsr_remove_tree(const char *dir);
 /* tsr_mkdir_p(): creates a directory and its missing parents (mode 0755).
  * @return 0, or the errno of the first mkdir that failed. */
 int tsr_mkdir_p(const char *path);
+/* tsr_path_base(): the last component of path, trailing slashes dropped
+ * ("a/b/" -> "b"), into buf. @return buf. */
+const char *tsr_path_base(const char *path, char *buf, size_t len);
 
 /* tsr_open_regular(): opens path for reading, refusing without blocking anything
  * that is not a regular file: a FIFO (whose open would wait for a writer

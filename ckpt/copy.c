@@ -115,15 +115,6 @@ static int copy_begin(copy_job *j, const char *src, const char *dst, tsr_error *
     return rc;
 }
 
-static const char *base_name(const char *path, char *buf, size_t len) {
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/') n--;
-    size_t b = n;
-    while (b > 0 && path[b - 1] != '/') b--;
-    snprintf(buf, len, "%.*s", (int)(n - b), path + b);
-    return buf;
-}
-
 /* One copy per step, each reported to o->step_done. */
 static int copy_steps(copy_job *j, tsr_s3 *s3, const char *dst, tsr_error *err) {
     const tsr_copy_opts *o = j->o;
@@ -140,7 +131,7 @@ static int copy_steps(copy_job *j, tsr_s3 *s3, const char *dst, tsr_error *err) 
         /* push of a step: DST/NAME (DST is a root); pull of a step: DST itself;
          * copies of a root: DST/NAME for each step */
         if (j->single && !j->push) snprintf(to, sizeof to, "%.*s", (int)dl, dst);
-        else snprintf(to, sizeof to, "%.*s/%s", (int)dl, dst, base_name(j->dirs[i], name, sizeof name));
+        else snprintf(to, sizeof to, "%.*s/%s", (int)dl, dst, tsr_path_base(j->dirs[i], name, sizeof name));
         tsr_s3_transfer before = t;
         uint64_t bytes_before = j->total.bytes;
         double start = tsr_now();

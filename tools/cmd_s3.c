@@ -75,15 +75,6 @@ static int remote_check(const char *cmd, const char *url) {
     return 0;
 }
 
-static const char *base_name(const char *path, char *buf, size_t len) {
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/') n--;
-    size_t b = n;
-    while (b > 0 && path[b - 1] != '/') b--;
-    snprintf(buf, len, "%.*s", (int)(n - b), path + b);
-    return buf;
-}
-
 /* Parses want positional arguments into args, --endpoint URL, and --json when
  * json is not NULL. @return 0, -1 after --help, or EXIT_USAGE. */
 static int parse_args(const char *cmd, int argc, char **argv, const char *help, int want, const char **args,
@@ -195,7 +186,7 @@ int tsr_cmd_rm(int argc, char **argv) {
     if (r) return r < 0 ? EXIT_OK : r;
     char name[300];
     uint64_t step;
-    if (!tsr_parse_step_dir(base_name(loc, name, sizeof name), &step))
+    if (!tsr_parse_step_dir(tsr_path_base(loc, name, sizeof name), &step))
         return tsr_usage_error("rm", "%s: not a step directory (step-NNNNNNNN)", loc);
     tsr_error e = {0};
     if (tsr_remove_step_dir(loc, &e)) {
