@@ -173,7 +173,10 @@ $(BUILD)/tests/%: tests/%.c $(BUILD)/libtessera-train.a $(BUILD)/libtessera.a $(
 layers:
 	@sh tools/check_layers.sh
 
+# Everything the tests run, the layer rule checked, and no circle of calls
+# between files (tools/check_calls.sh, over the built objects).
 tests: layers $(TESTS) $(BUILD)/tessera $(SHLIBS) $(BUILD)/tessera.1
+	@sh tools/check_calls.sh $(BUILD)
 
 # The Debian packages each goal needs (tools/deps.sh says which): make and make run
 # only what builds and runs tessera; make test and make bench their tools too.
@@ -214,7 +217,8 @@ build/fuzz/%: tests/%.c build/fuzz/libtessera-fuzz.a $(HEADERS)
 # code never rots; tests/run.sh runs its GPU test, which skips without a GPU.
 cuda-variant:
 	@if [ -x "$(NVCC)" ]; then \
-	  $(MAKE) --no-print-directory CUDA=1 BUILD=build/cuda WERROR=-Werror all build/cuda/tests/test_cuda; \
+	  $(MAKE) --no-print-directory CUDA=1 BUILD=build/cuda WERROR=-Werror all build/cuda/tests/test_cuda && \
+	  sh tools/check_calls.sh build/cuda; \
 	else echo "make test: no nvcc at $(NVCC): the CUDA variant is not built (CUDA_HOME=...)" >&2; fi
 
 test-long: deps-test

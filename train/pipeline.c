@@ -1,6 +1,7 @@
 /* pipeline.c: the pipeline schedules (GPipe and 1F1B) that run a step's
- * micro-batches through this rank's stage (tsr_mb_fwd, tsr_mb_bwd of
- * trainer.c), and the activations and their gradients sent between stages. */
+ * micro-batches through this rank's stage (by the forward and backward passes
+ * trainer.c hands them), and the activations and their gradients sent between
+ * stages. */
 #include "trainer_impl.h"
 
 #include "buffers.h"
@@ -35,12 +36,12 @@ int tsr_pipeline_send_bwd(tsr_trainer *t, int j, const float *dx, tsr_error *err
  * or 1F1B (warm-up forwards, then one forward and one backward in turn, then the
  * remaining backwards). Sends are nonblocking and receives blocking, so neither
  * schedule can deadlock. */
-int tsr_pipeline_run(tsr_trainer *t, tsr_error *err) {
+int tsr_pipeline_run(tsr_trainer *t, tsr_mb_pass fwd, tsr_mb_pass bwd, tsr_error *err) {
     int M = t->M, rc = 0;
     if (t->layout.pp == 1) {
         for (int j = 0; j < M && !rc; j++) {
-            rc = tsr_mb_fwd(t, j, err);
-            if (!rc) rc = tsr_mb_bwd(t, j, err);
+            rc = fwd(t, j, err);
+            if (!rc) rc = bwd(t, j, err);
         }
         return rc;
     }
@@ -50,12 +51,12 @@ int tsr_pipeline_run(tsr_trainer *t, tsr_error *err) {
         if (warm > M) warm = M;
     }
     int f = 0, b = 0;
-    for (; f < warm && !rc; f++) rc = tsr_mb_fwd(t, f, err);
+    for (; f < warm && !rc; f++) rc = fwd(t, f, err);
     while (f < M && !rc) {
-        rc = tsr_mb_fwd(t, f++, err);
-        if (!rc) rc = tsr_mb_bwd(t, b++, err);
+        rc = fwd(t, f++, err);
+        if (!rc) rc = bwd(t, b++, err);
     }
-    while (b < M && !rc) rc = tsr_mb_bwd(t, b++, err);
+    while (b < M && !rc) rc = bwd(t, b++, err);
     int rc2 = tsr_data_wait(t->world, t->reqs, NULL, rc ? NULL : err);
     return rc ? rc : rc2;
 }

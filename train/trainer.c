@@ -442,7 +442,7 @@ static int head_vp(const tsr_trainer *t) { return t->head_vp && !t->keep_logits;
 
 /* Micro-batch j through this stage, forward: from the tokens or the previous
  * stage, to the next stage or the loss (the schedule: pipeline.c). */
-int tsr_mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
+static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     act_set *s = &t->sets[j % t->n_sets];
     size_t N = t->N, C = (size_t)t->args.dim, V = (size_t)t->args.vocab_size;
     const int *tok = t->tokens + (size_t)j * N, *tgt = t->tokens + (size_t)t->B * t->T + (size_t)j * N;
@@ -485,7 +485,7 @@ int tsr_mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
 
 /* And backward: from the loss or the next stage, to the previous stage or the
  * embedding's gradient. */
-int tsr_mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
+static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
     act_set *s = &t->sets[j % t->n_sets];
     size_t N = t->N, C = (size_t)t->args.dim, V = (size_t)t->args.vocab_size, np = t->decls.n_params;
     const int *tok = t->tokens + (size_t)j * N, *tgt = t->tokens + (size_t)t->B * t->T + (size_t)j * N;
@@ -551,7 +551,7 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     tsr_k_fill(t->arena + t->n_shard_elems, t->n_shard_elems, 0);
     t->w_unit = -1;
     t->loss_sum = 0;
-    rc = tsr_pipeline_run(t, err);
+    rc = tsr_pipeline_run(t, mb_fwd, mb_bwd, err);
     /* HSDP: the shards' gradients all-reduced over dp_replicate */
     if (!rc && t->layout.dp_replicate > 1)
         rc = tsr_data_allreduce_sum(t->rep, TSR_F32, t->arena + t->n_shard_elems, t->n_shard_elems, NULL, err);

@@ -123,19 +123,19 @@ int tsr_mesh_comms(tsr_trainer *t, tsr_error *err);
 void tsr_mesh_comms_free(tsr_trainer *t);
 int tsr_mesh_on_stage(const tsr_trainer *t, const tsr_placement *pl);
 
-/* trainer.c: micro-batch j (samples j*mbs ..) of the step's tokens through
- * this stage, forward (its activations kept in t->sets[j % n_sets]) and
- * backward (its gradients accumulated). */
-int tsr_mb_fwd(tsr_trainer *t, int j, tsr_error *err);
-int tsr_mb_bwd(tsr_trainer *t, int j, tsr_error *err);
+/* A micro-batch's pass through this stage (trainer.c's forward and backward):
+ * micro-batch j (samples j*mbs ..) of the step's tokens, forward (its
+ * activations kept in t->sets[j % n_sets]) or backward (its gradients
+ * accumulated). */
+typedef int (*tsr_mb_pass)(tsr_trainer *t, int j, tsr_error *err);
 
 /* pipeline.c: tsr_pipeline_run(): the step's micro-batches through the stage on
  * the config's schedule (GPipe or 1F1B; with one stage each forward then its
- * backward), the sends completed. Between stages, micro-batch j's (N, C)
+ * backward), by the passes it is given, the sends completed. Between stages, micro-batch j's (N, C)
  * floats: its activations from the previous stage and to the next, their
  * gradients from the next and to the previous (copied into t->dsend first).
  * Sends are nonblocking, receives blocking. */
-int tsr_pipeline_run(tsr_trainer *t, tsr_error *err);
+int tsr_pipeline_run(tsr_trainer *t, tsr_mb_pass fwd, tsr_mb_pass bwd, tsr_error *err);
 int tsr_pipeline_recv_fwd(tsr_trainer *t, int j, float *x, tsr_error *err);
 int tsr_pipeline_send_fwd(tsr_trainer *t, int j, const float *x, tsr_error *err);
 int tsr_pipeline_recv_bwd(tsr_trainer *t, int j, float *dx, tsr_error *err);
