@@ -102,7 +102,8 @@ enum {
     TSR_STORE_LOCKS = 1u << 2,
 };
 /* tsr_store_caps(): the TSR_STORE_* of the store that would open `location`
- * (nothing is opened); 0 for a scheme no store serves. */
+ * (nothing is opened); 0 too for a scheme no store serves (which
+ * tsr_store_open refuses). */
 unsigned tsr_store_caps(const char *location);
 void tsr_store_close(tsr_store *s);
 

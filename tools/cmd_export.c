@@ -91,8 +91,10 @@ int tsr_cmd_export(int argc, char **argv) {
     int fmt = tsr_export_format_parse(format);
     if (fmt < 0) return tsr_usage_error("export", "--format %s: safetensors or gguf", format);
     int gguf = fmt == TSR_EXPORT_GGUF;
-    if (!tsr_store_caps(dir)) return tsr_usage_error("export", "%s: no store serves this scheme (s3:// or a path)", dir);
     if (tsr_s3_is_url(dir)) return export_to_s3(argc, argv, dir, gguf);
+    /* a folder or file of its own: of a local store */
+    if (!(tsr_store_caps(dir) & TSR_STORE_DIRS))
+        return tsr_usage_error("export", "%s: no store serves this scheme (s3:// or a path)", dir);
     char path[4096];
     tsr_resolve_ckpt_dir("export", src, path, sizeof path);
     tsr_error e = {0};
