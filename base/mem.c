@@ -58,7 +58,7 @@ static int cuda_err(tsr_error *err, cudaError_t e, const char *what, size_t n) {
 #endif
 
 int tsr_mem_usable(tsr_mem_kind kind, tsr_error *err) {
-    if (kind == TSR_MEM_HOST) return 0;
+    if (kind == TSR_MEM_HOST || kind == TSR_MEM_GUARD) return 0;
 #ifdef TSR_CUDA
     int n = 0;
     if (kind == TSR_MEM_CUDA) {
@@ -75,6 +75,7 @@ int tsr_mem_usable(tsr_mem_kind kind, tsr_error *err) {
 
 void *tsr_mem_alloc(tsr_mem_kind kind, size_t n, tsr_error *err) {
     if (tsr_mem_usable(kind, err)) return NULL;
+    if (kind == TSR_MEM_GUARD) return tsr_guard_alloc(n, err);
 #ifdef TSR_CUDA
     if (kind == TSR_MEM_CUDA) {
         void *d = NULL;
@@ -101,6 +102,10 @@ void *tsr_mem_alloc(tsr_mem_kind kind, size_t n, tsr_error *err) {
 }
 
 void tsr_mem_free(tsr_mem_kind kind, void *p) {
+    if (kind == TSR_MEM_GUARD) {
+        tsr_guard_free(p);
+        return;
+    }
 #ifdef TSR_CUDA
     if (kind == TSR_MEM_CUDA) {
         cudaFree(p);
@@ -142,7 +147,7 @@ static void stream_give(cudaStream_t s) {
 
 int tsr_mem_pin(void *p, size_t n, tsr_mem_kind kind, tsr_error *err) {
     int rc = tsr_mem_usable(kind, err); /* a kind this build lacks says so */
-    if (rc || kind == TSR_MEM_HOST) return rc;
+    if (rc || kind != TSR_MEM_CUDA) return rc;
 #ifdef TSR_CUDA
     cudaError_t e = cudaHostRegister(p, n, cudaHostRegisterDefault);
     if (e != cudaSuccess) return cuda_err(err, e, "pinning host memory", n);
@@ -158,7 +163,16 @@ void tsr_mem_unpin(void *p, tsr_mem_kind kind) {
     (void)p, (void)kind;
 }
 
+/* The bytes of guard memory at p, for a copy of n bytes. */
+static void *guard_bytes(const void *p, size_t n, tsr_error *err) {
+    void *v = tsr_guard_view(p);
+    if (!v || (n && !tsr_guard_view((const char *)p + n - 1)))
+        tsr_err(err, TSR_EINVAL, "guard memory: a copy of %zu bytes at %p outside any guard buffer", n, p);
+    return v;
+}
+
 int tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind, tsr_error *err) {
+    if (kind == TSR_MEM_GUARD && n && !(src = guard_bytes(src, n, err))) return err ? err->code : TSR_EINVAL;
 #ifdef TSR_CUDA
     if (kind == TSR_MEM_CUDA) {
         cudaStream_t s = stream_take();
@@ -174,6 +188,7 @@ int tsr_mem_to_host(void *dst, const void *src, size_t n, tsr_mem_kind kind, tsr
 }
 
 int tsr_mem_from_host(void *dst, const void *src, size_t n, tsr_mem_kind kind, tsr_error *err) {
+    if (kind == TSR_MEM_GUARD && n && !(dst = guard_bytes(dst, n, err))) return err ? err->code : TSR_EINVAL;
 #ifdef TSR_CUDA
     if (kind == TSR_MEM_CUDA) {
         cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyHostToDevice);

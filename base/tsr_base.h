@@ -89,8 +89,10 @@ int tsr_dtype_is_float(int dtype);
 
 /* Where memory lives: host memory, or a device's. Parameters, gradients,
  * optimizer state, activations and the engine's state boxes carry it; staging
- * copies from any kind this build holds (host only for now). */
-typedef enum tsr_mem_kind { TSR_MEM_HOST = 0, TSR_MEM_CUDA = 1 } tsr_mem_kind;
+ * copies from any kind this build holds. TSR_MEM_GUARD is host memory that
+ * stands in for a device's (tests): host code that touches it crashes, naming
+ * the spot; only kernels and copies reach it (base/mem.h). */
+typedef enum tsr_mem_kind { TSR_MEM_HOST = 0, TSR_MEM_CUDA = 1, TSR_MEM_GUARD = 2 } tsr_mem_kind;
 
 /* A stream orders the work on one device (in the CUDA build, a tsr_stream * is
  * a cudaStream_t). NULL is the host, or the device's default stream: a host

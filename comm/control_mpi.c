@@ -74,6 +74,20 @@ tsr_comm *tsr_comm_dup(tsr_comm *c, tsr_error *err) {
     return d;
 }
 
+int tsr_comm_node_rank(tsr_comm *c, uint32_t *rank, uint32_t *size, tsr_error *err) {
+    *rank = 0, *size = 1;
+    if (!c->is_mpi) return 0;
+    MPI_Comm node;
+    int rc = MPI_Comm_split_type(c->comm, MPI_COMM_TYPE_SHARED, (int)c->rank, MPI_INFO_NULL, &node);
+    if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Comm_split_type");
+    int r = 0, s = 1;
+    MPI_Comm_rank(node, &r);
+    MPI_Comm_size(node, &s);
+    MPI_Comm_free(&node);
+    *rank = (uint32_t)r, *size = (uint32_t)s;
+    return 0;
+}
+
 tsr_comm *tsr_comm_split(tsr_comm *c, int color, int key, tsr_error *err) {
     if (!c->is_mpi) {
         if (color < 0) return NULL;

@@ -37,6 +37,10 @@ uint32_t tsr_comm_size(const tsr_comm *c);
  * communicator (ordered by key, then rank); color -1 gets NULL and no error. */
 tsr_comm *tsr_comm_split(tsr_comm *c, int color, int key, tsr_error *err);
 
+/* tsr_comm_node_rank(): collective; this rank's place among the ranks of the
+ * group on its node (one shared-memory domain): *rank of *size (0 of 1 alone). */
+int tsr_comm_node_rank(tsr_comm *c, uint32_t *rank, uint32_t *size, tsr_error *err);
+
 int tsr_comm_barrier(tsr_comm *c, tsr_error *err);
 /* tsr_comm_barrier_idle(): a barrier that sleeps (1 ms polls) instead of
  * spinning, for ranks that wait a long time and should leave the cores to
