@@ -52,7 +52,7 @@ int main(void) {
     tsr_train_config cfg0 = base_config(1.0);
     tsr_trainer *ref = NULL;
     REQUIRE(tsr_trainer_new(&cfg0, self, &ref, &e) == 0, "tsr_trainer_new: %s", e.msg);
-    tsr_trainer_init_params(ref);
+    REQUIRE(tsr_trainer_init_params(ref, &e) == 0, "init: %s", e.msg);
     double loss = 0, G = 0;
     REQUIRE(tsr_trainer_step(ref, 1, inputs, targets, 0, &loss, &G, &e) == 0, "step: %s", e.msg);
     REQUIRE(isfinite(G) && G > 0, "gradient norm %g", G);
@@ -64,7 +64,7 @@ int main(void) {
         tsr_train_config cfg = base_config(max_norms[c]);
         tsr_trainer *t = NULL;
         REQUIRE(tsr_trainer_new(&cfg, self, &t, &e) == 0, "tsr_trainer_new: %s", e.msg);
-        tsr_trainer_init_params(t);
+        REQUIRE(tsr_trainer_init_params(t, &e) == 0, "init: %s", e.msg);
         /* the weights before the step */
         float **w0 = calloc(d->n_params, sizeof *w0);
         REQUIRE(w0, "out of memory");

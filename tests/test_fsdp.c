@@ -53,7 +53,7 @@ static tsr_trainer *trainer(tsr_comm *c, int shard, int global, int local) {
     tsr_model_args a = model();
     tsr_trainer *t = NULL;
     REQUIRE(tsr_trainer_new_args(&cfg, &a, c, &t, &e) == 0, "tsr_trainer_new_args: %s", e.msg);
-    tsr_trainer_init_params(t);
+    REQUIRE(tsr_trainer_init_params(t, &e) == 0, "init: %s", e.msg);
     /* norm weights start at 1 in every norm: each one its own values here (the
      * same in every layout), so that a norm's weight taken for another's shows */
     for (size_t p = 0; p < t->decls.n_params; p++) {

@@ -83,7 +83,7 @@ int main(void) {
     REQUIRE(self, "tsr_comm_self: out of memory");
     tsr_trainer *t = NULL;
     REQUIRE(tsr_trainer_new(&cfg, self, &t, &e) == 0, "tsr_trainer_new: %s", e.msg);
-    tsr_trainer_init_params(t);
+    REQUIRE(tsr_trainer_init_params(t, &e) == 0, "init: %s", e.msg);
     const tsr_model_args *a = tsr_trainer_model(t);
     const tsr_model_decls *d = tsr_trainer_decls(t);
     int V = a->vocab_size;

@@ -11,7 +11,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "casts.h"
 #include "common.h"
 #include "job.h"
 
@@ -32,7 +31,7 @@ static int state_boxes(train_job *j, int model_only, tsr_error *err) {
         for (size_t p = 0; p < n; p++) {
             param *q = &t->par[p];
             if (!q->on_stage || !q->shard_n) continue;
-            j->boxes[j->n_boxes++] = (tsr_state_box){(uint32_t)(k * n + p), q->box, k == 0 ? q->w : k == 1 ? q->m : q->v, t->mem};
+            j->boxes[j->n_boxes++] = (tsr_state_box){(uint32_t)(k * n + p), q->box, k == 0 ? q->w : k == 1 ? q->m : q->v, t->kc.mem};
         }
     return 0;
 }
@@ -192,8 +191,8 @@ static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_er
     int found = j->local ? local_start(j, dir, sizeof dir, &local, err) : 0;
     if (!found) found = start_checkpoint(c, j->root, dir, sizeof dir, &model_only, err);
     if (found <= 0) {
-        if (!found) tsr_trainer_init_params(j->t); /* a fresh run: nothing will overwrite them */
-        return found;
+        if (!found && tsr_trainer_init_params(j->t, err)) return err ? err->code : TSR_EIO;
+        return found; /* a fresh run: nothing will overwrite them */
     }
     int rc = check_model(j, dir, err);
     if (!rc) rc = state_boxes(j, model_only, err);
@@ -301,7 +300,7 @@ int tsr_job_ckpt_open(train_job *j, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
     int rc = root_of(c, j->root, sizeof j->root, err);
     if (!rc && (c->checkpoint.enable || c->checkpoint.initial_load_path[0])) rc = open_engine(j, err);
-    else if (!rc) tsr_trainer_init_params(j->t);
+    else if (!rc) rc = tsr_trainer_init_params(j->t, err);
     return rc;
 }
 
@@ -376,17 +375,17 @@ static int save_model_only(train_job *j, int step, tsr_error *err) {
     for (size_t p = 0; p < n; p++) decls[p].dtype = dtype;
     int rc = state_boxes(j, 1, err);
     uint16_t *conv = NULL;
-    if (!rc && dtype == TSR_BF16) {
-        conv = malloc((t->n_shard_elems ? t->n_shard_elems : 1) * sizeof *conv);
-        if (!conv) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (!rc && dtype == TSR_BF16) { /* cast where the weights are, by the trainer's kernels */
+        conv = tsr_kc_alloc(&t->kc, (t->n_shard_elems ? t->n_shard_elems : 1) * sizeof *conv, err);
+        if (!conv) rc = err ? err->code : TSR_ENOMEM;
         uint16_t *o = conv;
         for (size_t i = 0; !rc && i < j->n_boxes; i++) {
-            const float *src = j->boxes[i].data;
             uint64_t v = tsr_box_volume(&j->boxes[i].box);
-            for (uint64_t e = 0; e < v; e++) o[e] = tsr_f32_to_bf16(src[e]);
+            tsr_kc_f32_to_bf16(&t->kc, o, j->boxes[i].data, v);
             j->boxes[i].data = o;
             o += v;
         }
+        if (!rc) rc = tsr_kc_sync(&t->kc, err);
     }
     tsr_state st = make_state(j, 1);
     st.tensors = decls;
@@ -395,7 +394,7 @@ static int save_model_only(train_job *j, int step, tsr_error *err) {
     if (tsr_job_join(dir, sizeof dir, j->root, name)) rc = tsr_err(err, TSR_EINVAL, "%s: path too long", j->root);
     if (!rc) rc = tsr_engine_save_dir(j->engine, dir, (uint64_t)step, &st, err);
     if (!rc) rc = tsr_engine_wait(j->engine, err);
-    free(conv);
+    tsr_kc_free(&t->kc, conv);
     free(decls);
     return rc;
 }

@@ -37,13 +37,20 @@ static const choice codec_choices[] = {
     {"auto", TSR_CODEC_AUTO}, {"raw", TSR_CODEC_RAW}, {"zstd", TSR_CODEC_ZSTD}, {"bytegroup", TSR_CODEC_BYTEGROUP},
     {NULL, 0},
 };
+static const choice device_choices[] = {
+    {"cpu", TSR_DEVICE_CPU}, {"cuda", TSR_DEVICE_CUDA}, {"guard", TSR_DEVICE_GUARD}, {NULL, 0},
+};
+static const choice plane_choices[] = {
+    {"auto", TSR_PLANE_AUTO}, {"nccl", TSR_PLANE_NCCL}, {"staged", TSR_PLANE_STAGED}, {NULL, 0},
+};
 static const choice dtype_choices[] = {
     {"float32", TSR_F32}, {"bfloat16", TSR_BF16}, {NULL, 0},
 };
 
 /* store() writes choice fields through an int and tells int from int64_t fields by size. */
 _Static_assert(sizeof(tsr_flavor) == sizeof(int) && sizeof(tsr_decay_type) == sizeof(int) &&
-                   sizeof(tsr_async_mode) == sizeof(int) && sizeof(tsr_pp_schedule) == sizeof(int),
+                   sizeof(tsr_async_mode) == sizeof(int) && sizeof(tsr_pp_schedule) == sizeof(int) &&
+                   sizeof(tsr_device) == sizeof(int) && sizeof(tsr_data_plane_mode) == sizeof(int),
                "choice fields are stored as int");
 _Static_assert(sizeof(int) != sizeof(int64_t), "int and int64_t fields are told apart by size");
 
@@ -84,6 +91,7 @@ static const keydef keys[] = {
     {"training", "skip_data_after_step", K_INT, OFF(training.skip_data_after_step), 0, BIG, F_MINUS1 | F_OURS, NULL,
      "no skip"},
     {"training", "skip_data_steps", K_INT, OFF(training.skip_data_steps), 0, BIG, F_OURS, NULL, NULL},
+    {"training", "device", K_CHOICE, OFF(training.device), 0, 0, F_OURS, device_choices, NULL},
 
     {"parallelism", "data_parallel_replicate_degree", K_INT,
      OFF(parallelism.data_parallel_replicate_degree), 1, BIG, 0, NULL, NULL},
@@ -97,6 +105,7 @@ static const keydef keys[] = {
      OFF(parallelism.pipeline_parallel_microbatch_size), 1, BIG, 0, NULL, NULL},
     {"parallelism", "pipeline_parallel_schedule", K_CHOICE, OFF(parallelism.pipeline_parallel_schedule),
      0, 0, 0, sched_choices, NULL},
+    {"parallelism", "data_plane", K_CHOICE, OFF(parallelism.data_plane), 0, 0, F_OURS, plane_choices, NULL},
 
     {"checkpoint", "enable", K_BOOL, OFF(checkpoint.enable), 0, 0, 0, NULL, NULL},
     {"checkpoint", "folder", K_STR, OFF(checkpoint.folder), 0, 0, F_NONEMPTY, NULL, NULL},

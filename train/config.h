@@ -67,6 +67,21 @@ typedef enum tsr_pp_schedule {
     TSR_SCHED_GPIPE,
 } tsr_pp_schedule;
 
+/* parallelism.data_plane: how a device trainer's collectives move. */
+typedef enum tsr_data_plane_mode {
+    TSR_PLANE_AUTO,   /* NCCL where each rank of a node has a GPU of its own, else staged */
+    TSR_PLANE_NCCL,   /* NCCL, on the trainer's stream; ranks that share a GPU are refused */
+    TSR_PLANE_STAGED, /* through the host: copied there, MPI, copied back */
+} tsr_data_plane_mode;
+
+/* training.device: where the trainer's memory and kernels are. */
+typedef enum tsr_device {
+    TSR_DEVICE_CPU,   /* host memory, the CPU kernels */
+    TSR_DEVICE_CUDA,  /* the rank's GPU (the CUDA build) */
+    TSR_DEVICE_GUARD, /* tests: the device's call sequence on the CPU, over memory host code cannot touch
+                         (TSR_MEM_GUARD), its collectives staged through the host */
+} tsr_device;
+
 typedef struct tsr_train_config {
     struct {
         char dump_folder[TSR_CONFIG_STR]; /* "./outputs": every output of the job goes under it */
@@ -110,6 +125,7 @@ typedef struct tsr_train_config {
            position already. */
         int skip_data_after_step; /* -1: no skip */
         int skip_data_steps;      /* 0 */
+        tsr_device device;        /* "cpu" */
     } training;
     struct {
         int data_parallel_replicate_degree; /* 1 */
@@ -118,6 +134,7 @@ typedef struct tsr_train_config {
         int pipeline_parallel_degree;       /* 1 */
         int pipeline_parallel_microbatch_size; /* 1: sequences per pipeline micro-batch */
         tsr_pp_schedule pipeline_parallel_schedule; /* 1F1B */
+        tsr_data_plane_mode data_plane;             /* "auto" */
     } parallelism;
     struct {
         bool enable;                  /* false (TorchTitan before mid-2025: enable_checkpoint) */

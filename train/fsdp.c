@@ -10,12 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buffers.h"
 #include "common.h"
-#include "data_plane.h"
-#include "embed.h"
-#include "loss.h"
-#include "matmul.h"
 
 void tsr_fsdp_units_free(tsr_trainer *t) {
     for (int u = 0; t->units && u < t->n_units; u++) free(t->units[u].counts);
@@ -94,14 +89,14 @@ int tsr_fsdp_gather(tsr_trainer *t, int u, tsr_error *err) {
     uint32_t S = t->layout.dp_shard;
     if (S == 1 || t->w_unit == u) return 0;
     const fsdp_unit *U = &t->units[u];
-    int rc = tsr_data_allgatherv(t->shard, TSR_F32, t->par[U->p0].w, t->gunit, U->counts, NULL, err);
+    int rc = tsr_plane_allgatherv(&t->plane, t->shard, TSR_F32, t->par[U->p0].w, t->gunit, U->counts, err);
     if (rc) return rc;
     uint64_t at[MAX_UNIT_PARAMS] = {0};
     const float *src = t->gunit;
     for (uint32_t r = 0; r < S; r++) {
         for (size_t p = U->p0; p < U->p1; p++) {
             size_t c = t->par[p].counts[r];
-            tsr_k_copy(t->par[p].wf + at[p - U->p0], src, c * sizeof(float));
+            tsr_kc_copy(&t->kc, t->par[p].wf + at[p - U->p0], src, c * sizeof(float));
             at[p - U->p0] += c, src += c;
         }
     }
@@ -112,7 +107,7 @@ int tsr_fsdp_gather(tsr_trainer *t, int u, tsr_error *err) {
 /* Before unit u's backward: its gradient buffers zeroed (with FSDP; without,
  * the gradients accumulate in the shards, zeroed once a step). */
 void tsr_fsdp_grads_zero(tsr_trainer *t, int u) {
-    if (t->layout.dp_shard > 1) tsr_k_fill(t->gunit, t->units[u].full_n, 0);
+    if (t->layout.dp_shard > 1) tsr_kc_fill(&t->kc, t->gunit, t->units[u].full_n, 0);
 }
 
 /* After unit u's backward: its gradients reduce-scattered over dp_shard (packed
@@ -128,12 +123,12 @@ int tsr_fsdp_grads_reduce(tsr_trainer *t, int u, tsr_error *err) {
     for (uint32_t r = 0; r < S; r++) {
         for (size_t p = U->p0; p < U->p1; p++) {
             size_t c = t->par[p].counts[r];
-            tsr_k_copy(dst, t->par[p].gf + at[p - U->p0], c * sizeof(float));
+            tsr_kc_copy(&t->kc, dst, t->par[p].gf + at[p - U->p0], c * sizeof(float));
             at[p - U->p0] += c, dst += c;
         }
     }
-    int rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, t->wunit, t->rs, U->counts, NULL, err);
-    if (!rc) tsr_k_add(t->par[U->p0].g, t->par[U->p0].g, t->rs, U->shard_n);
+    int rc = tsr_plane_reduce_scatterv(&t->plane, t->shard, TSR_F32, t->wunit, t->rs, U->counts, err);
+    if (!rc) tsr_kc_add(&t->kc, t->par[U->p0].g, t->par[U->p0].g, t->rs, U->shard_n);
     return rc;
 }
 
@@ -150,7 +145,7 @@ static int round_gather(tsr_trainer *t, uint64_t k, float *dst, size_t *counts, 
         counts[r] = n * C, base[r] = at, at += n;
     }
     uint64_t mine = (k * R < t->par[p].counts[t->co.dp_shard] / C ? k * R : 0) * C;
-    return tsr_data_allgatherv(t->shard, TSR_F32, t->par[p].w + mine, dst, counts, NULL, err);
+    return tsr_plane_allgatherv(&t->plane, t->shard, TSR_F32, t->par[p].w + mine, dst, counts, err);
 }
 
 /* Round k's gradient of the output (in src, rank-major as round_gather placed
@@ -158,8 +153,8 @@ static int round_gather(tsr_trainer *t, uint64_t k, float *dst, size_t *counts, 
 static int round_reduce(tsr_trainer *t, uint64_t k, const float *src, const size_t *counts, tsr_error *err) {
     size_t p = t->decls.n_params - 1;
     uint64_t C = (uint64_t)t->args.dim, me = t->co.dp_shard;
-    int rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, src, t->rs, counts, NULL, err);
-    if (!rc && counts[me]) tsr_k_add(t->par[p].g + k * t->chunk_rows * C, t->par[p].g + k * t->chunk_rows * C, t->rs,
+    int rc = tsr_plane_reduce_scatterv(&t->plane, t->shard, TSR_F32, src, t->rs, counts, err);
+    if (!rc && counts[me]) tsr_kc_add(&t->kc, t->par[p].g + k * t->chunk_rows * C, t->par[p].g + k * t->chunk_rows * C, t->rs,
                                      counts[me]);
     return rc;
 }
@@ -194,29 +189,29 @@ static int gather_tokens(tsr_trainer *t, const int *tok, int **all, tsr_error *e
     return rc;
 }
 
-/* Round [k0, k0 + n) of every rank's tokens: each one's row in my shard, or -1. */
-static void shard_rows(const tsr_trainer *t, const int *all, uint64_t k0, uint64_t n) {
+/* Round [k0, k0 + n) of every rank's tokens: each one's row in my shard, or -1,
+ * on the host (tok_map) and in the trainer's memory (tok_map_dev). */
+static int shard_rows(tsr_trainer *t, const int *all, uint64_t k0, uint64_t n, tsr_error *err) {
     uint64_t lo = t->vrow0[t->co.dp_shard], hi = t->vrow0[t->co.dp_shard + 1];
     for (uint64_t i = 0; i < t->layout.dp_shard * n; i++) {
         int v = all[(i / n) * t->N + k0 + i % n];
         t->tok_map[i] = v >= 0 && (uint64_t)v >= lo && (uint64_t)v < hi ? (int)((uint64_t)v - lo) : -1;
     }
+    return tsr_kc_from_host(&t->kc, t->tok_map_dev, t->tok_map, t->layout.dp_shard * n * sizeof *t->tok_map, err);
 }
 
 /* The embedding with FSDP: out (N,C) holds each token's row. */
 int tsr_fsdp_embed_fwd(tsr_trainer *t, act_set *s, float *out, const int *tok, tsr_error *err) {
     uint64_t C = (uint64_t)t->args.dim, P = embed_round(t), S = t->layout.dp_shard;
+    uint64_t rows = t->vrow0[t->co.dp_shard + 1] - t->vrow0[t->co.dp_shard];
     int rc = gather_tokens(t, tok, &s->ids_in, err);
     const int *all = s->ids_in;
     for (uint64_t k0 = 0; !rc && k0 < t->N; k0 += P) {
         uint64_t n = t->N - k0 < P ? t->N - k0 : P;
-        shard_rows(t, all, k0, n);
-#pragma omp parallel for schedule(static)
-        for (uint64_t i = 0; i < S * n; i++) {
-            if (t->tok_map[i] >= 0) memcpy(t->gunit + i * C, t->par[0].w + (uint64_t)t->tok_map[i] * C, C * sizeof(float));
-            else memset(t->gunit + i * C, 0, C * sizeof(float));
-        }
-        rc = tsr_data_reduce_scatter(t->shard, TSR_F32, t->gunit, out + k0 * C, n * C, NULL, err);
+        if ((rc = shard_rows(t, all, k0, n, err))) break;
+        /* the rows my shard holds, zeros for the others: the embedding's lookup on my rows */
+        tsr_kc_embed_fwd(&t->kc, t->gunit, t->tok_map_dev, t->par[0].w, (int)(S * n), (int)C, (int)rows);
+        rc = tsr_plane_reduce_scatter(&t->plane, t->shard, TSR_F32, t->gunit, out + k0 * C, n * C, err);
     }
     return rc;
 }
@@ -228,9 +223,9 @@ int tsr_fsdp_embed_bwd(tsr_trainer *t, const act_set *s, const float *dout, tsr_
     int rc = 0;
     for (uint64_t k0 = 0; !rc && k0 < t->N; k0 += P) {
         uint64_t n = t->N - k0 < P ? t->N - k0 : P;
-        if ((rc = tsr_data_allgather(t->shard, TSR_F32, dout + k0 * C, t->gunit, n * C, NULL, err))) break;
-        shard_rows(t, s->ids_in, k0, n);
-        tsr_embed_bwd(t->par[0].g, t->gunit, t->tok_map, (int)(S * n), (int)C, (int)rows);
+        if ((rc = tsr_plane_allgather(&t->plane, t->shard, TSR_F32, dout + k0 * C, t->gunit, n * C, err))) break;
+        if ((rc = shard_rows(t, s->ids_in, k0, n, err))) break;
+        tsr_kc_embed_bwd(&t->kc, t->par[0].g, t->gunit, t->tok_map_dev, (int)(S * n), (int)C, (int)rows);
     }
     return rc;
 }
@@ -247,8 +242,8 @@ int tsr_fsdp_head_fwd(tsr_trainer *t, float *logits, const float *h, tsr_error *
         for (uint32_t r = 0; r < S; r++) {
             uint64_t n = counts[r] / C, col = t->hrow0[r] + k * t->chunk_rows;
             if (!n) continue;
-            tsr_matmul_fwd(t->logit_tmp, h, t->wunit + C + base[r] * C, (int)N, (int)C, (int)n);
-            for (size_t i = 0; i < N; i++) tsr_k_copy(logits + i * V + col, t->logit_tmp + i * n, n * sizeof(float));
+            tsr_kc_matmul_fwd(&t->kc, t->logit_tmp, h, t->wunit + C + base[r] * C, (int)N, (int)C, (int)n);
+            tsr_kc_copy2d(&t->kc, logits + col, V * sizeof(float), t->logit_tmp, n * sizeof(float), n * sizeof(float), N);
         }
     }
     t->w_unit = -1;
@@ -265,12 +260,12 @@ int tsr_fsdp_head_bwd(tsr_trainer *t, float *dh, const float *dlogits, const flo
     for (uint64_t k = 0; k < t->hrounds && !rc; k++) {
         if ((rc = round_gather(t, k, t->wunit + C, counts, base, err))) break;
         uint64_t rows = base[S - 1] + counts[S - 1] / C;
-        tsr_k_fill(t->gunit + C, rows * C, 0);
+        tsr_kc_fill(&t->kc, t->gunit + C, rows * C, 0);
         for (uint32_t r = 0; r < S; r++) {
             uint64_t n = counts[r] / C, col = t->hrow0[r] + k * t->chunk_rows;
             if (!n) continue;
-            for (size_t i = 0; i < N; i++) tsr_k_copy(t->logit_tmp + i * n, dlogits + i * V + col, n * sizeof(float));
-            tsr_matmul_bwd(dh, t->gunit + C + base[r] * C, t->logit_tmp, h, t->wunit + C + base[r] * C, (int)N,
+            tsr_kc_copy2d(&t->kc, t->logit_tmp, n * sizeof(float), dlogits + col, V * sizeof(float), n * sizeof(float), N);
+            tsr_kc_matmul_bwd(&t->kc, dh, t->gunit + C + base[r] * C, t->logit_tmp, h, t->wunit + C + base[r] * C, (int)N,
                            (int)C, (int)n);
         }
         rc = round_reduce(t, k, t->gunit + C, counts, err);
@@ -291,15 +286,16 @@ int tsr_fsdp_vp_fwd(tsr_trainer *t, act_set *s, const int *tgt, tsr_error *err) 
     uint64_t S = t->layout.dp_shard, me = t->co.dp_shard, C = (uint64_t)t->args.dim, SN = S * t->N;
     uint64_t v0 = t->hrow0[me], Vm = t->hrow0[me + 1] - v0;
     const float *w = t->par[t->decls.n_params - 1].w;
-    int rc = tsr_data_allgather(t->shard, TSR_F32, s->hf, t->h_all, t->N * C, NULL, err);
+    int rc = tsr_plane_allgather(&t->plane, t->shard, TSR_F32, s->hf, t->h_all, t->N * C, err);
     if (!rc) rc = gather_tokens(t, tgt, &s->ids_tgt, err);
+    if (!rc) rc = tsr_kc_from_host(&t->kc, s->ids_tgt_dev, s->ids_tgt, SN * sizeof *s->ids_tgt, err);
     if (rc) return rc;
-    tsr_matmul_fwd(s->probs, t->h_all, w, (int)SN, (int)C, (int)Vm);
+    tsr_kc_matmul_fwd(&t->kc, s->probs, t->h_all, w, (int)SN, (int)C, (int)Vm);
     float *mine = t->xstats + me * 2 * SN;
-    tsr_xent_part_stats(mine, s->probs, (int)SN, (int)Vm);
-    if (!(rc = tsr_data_allgather(t->shard, TSR_F32, mine, t->xstats, 2 * SN, NULL, err))) {
-        tsr_xent_part_fwd(s->losses, s->probs, s->probs, s->ids_tgt, (int)SN, (int)Vm, (int)v0, t->xstats, (int)S);
-        t->loss_sum += tsr_xent_sum(s->losses, (int)SN);
+    tsr_kc_xent_part_stats(&t->kc, mine, s->probs, (int)SN, (int)Vm);
+    if (!(rc = tsr_plane_allgather(&t->plane, t->shard, TSR_F32, mine, t->xstats, 2 * SN, err))) {
+        tsr_kc_xent_part_fwd(&t->kc, s->losses, s->probs, s->probs, s->ids_tgt_dev, (int)SN, (int)Vm, (int)v0, t->xstats, (int)S);
+        tsr_kc_sum_add(&t->kc, &t->sums[0], s->losses, SN);
     }
     return rc;
 }
@@ -309,14 +305,14 @@ int tsr_fsdp_vp_bwd(tsr_trainer *t, const act_set *s, float *dh, tsr_error *err)
     uint64_t v0 = t->hrow0[me], Vm = t->hrow0[me + 1] - v0;
     param *q = &t->par[t->decls.n_params - 1];
     /* h_all is scratch shared by the micro-batches in flight: gathered again */
-    int rc = tsr_data_allgather(t->shard, TSR_F32, s->hf, t->h_all, t->N * C, NULL, err);
+    int rc = tsr_plane_allgather(&t->plane, t->shard, TSR_F32, s->hf, t->h_all, t->N * C, err);
     if (rc) return rc;
-    tsr_k_fill(t->dloss, SN, (float)t->inv_count);
-    tsr_k_fill(t->dlogits, SN * Vm, 0);
-    tsr_xent_part_bwd(t->dlogits, s->probs, s->ids_tgt, t->dloss, (int)SN, (int)Vm, (int)v0, t->args.vocab_size);
-    tsr_k_fill(t->dh_all, SN * C, 0);
-    tsr_matmul_bwd(t->dh_all, q->g, t->dlogits, t->h_all, q->w, (int)SN, (int)C, (int)Vm);
-    return tsr_data_reduce_scatter(t->shard, TSR_F32, t->dh_all, dh, t->N * C, NULL, err);
+    tsr_kc_fill(&t->kc, t->dloss, SN, (float)t->inv_count);
+    tsr_kc_fill(&t->kc, t->dlogits, SN * Vm, 0);
+    tsr_kc_xent_part_bwd(&t->kc, t->dlogits, s->probs, s->ids_tgt_dev, t->dloss, (int)SN, (int)Vm, (int)v0, t->args.vocab_size);
+    tsr_kc_fill(&t->kc, t->dh_all, SN * C, 0);
+    tsr_kc_matmul_bwd(&t->kc, t->dh_all, q->g, t->dlogits, t->h_all, q->w, (int)SN, (int)C, (int)Vm);
+    return tsr_plane_reduce_scatter(&t->plane, t->shard, TSR_F32, t->dh_all, dh, t->N * C, err);
 }
 
 /* The final norm's weight with FSDP (C floats) gathered into wunit, or its
@@ -325,13 +321,13 @@ int tsr_fsdp_norm_gather(tsr_trainer *t, tsr_error *err) {
     const param *q = &t->par[t->decls.n_params - 2];
     if (t->layout.dp_shard == 1) return 0;
     t->w_unit = -1; /* the norm's weight lies where a layer unit's first parameter does */
-    return tsr_data_allgatherv(t->shard, TSR_F32, q->w, q->wf, q->counts, NULL, err);
+    return tsr_plane_allgatherv(&t->plane, t->shard, TSR_F32, q->w, q->wf, q->counts, err);
 }
 
 int tsr_fsdp_norm_reduce(tsr_trainer *t, tsr_error *err) {
     param *q = &t->par[t->decls.n_params - 2];
     if (t->layout.dp_shard == 1) return 0;
-    int rc = tsr_data_reduce_scatterv(t->shard, TSR_F32, q->gf, t->rs, q->counts, NULL, err);
-    if (!rc) tsr_k_add(q->g, q->g, t->rs, q->shard_n);
+    int rc = tsr_plane_reduce_scatterv(&t->plane, t->shard, TSR_F32, q->gf, t->rs, q->counts, err);
+    if (!rc) tsr_kc_add(&t->kc, q->g, q->g, t->rs, q->shard_n);
     return rc;
 }

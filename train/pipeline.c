@@ -4,32 +4,30 @@
  * stages. */
 #include "trainer_impl.h"
 
-#include "buffers.h"
 #include "common.h"
-#include "data_plane.h"
 
 /* Micro-batch j's messages: tag 2 j + TAG_FWD its activations, 2 j + TAG_BWD
  * their gradients. */
 enum { TAG_FWD = 0, TAG_BWD = 1 };
 
 int tsr_pipeline_recv_fwd(tsr_trainer *t, int j, float *x, tsr_error *err) {
-    return tsr_data_recv(t->world, t->prev, 2 * j + TAG_FWD, TSR_F32, x, t->N * (size_t)t->args.dim, NULL, err);
+    return tsr_plane_recv(&t->plane, t->world, t->prev, 2 * j + TAG_FWD, TSR_F32, x, t->N * (size_t)t->args.dim, err);
 }
 
 int tsr_pipeline_send_fwd(tsr_trainer *t, int j, const float *x, tsr_error *err) {
-    return tsr_data_send(t->world, t->next, 2 * j + TAG_FWD, TSR_F32, x, t->N * (size_t)t->args.dim, t->reqs, NULL,
-                         err);
+    return tsr_plane_send(&t->plane, t->world, t->next, 2 * j + TAG_FWD, TSR_F32, x, t->N * (size_t)t->args.dim, t->reqs,
+                          err);
 }
 
 int tsr_pipeline_recv_bwd(tsr_trainer *t, int j, float *dx, tsr_error *err) {
-    return tsr_data_recv(t->world, t->next, 2 * j + TAG_BWD, TSR_F32, dx, t->N * (size_t)t->args.dim, NULL, err);
+    return tsr_plane_recv(&t->plane, t->world, t->next, 2 * j + TAG_BWD, TSR_F32, dx, t->N * (size_t)t->args.dim, err);
 }
 
 int tsr_pipeline_send_bwd(tsr_trainer *t, int j, const float *dx, tsr_error *err) {
     size_t NC = t->N * (size_t)t->args.dim;
     float *send = t->dsend + (size_t)j * NC; /* unchanged until the step's sends complete */
-    tsr_k_copy(send, dx, NC * sizeof(float));
-    return tsr_data_send(t->world, t->prev, 2 * j + TAG_BWD, TSR_F32, send, NC, t->reqs, NULL, err);
+    tsr_kc_copy(&t->kc, send, dx, NC * sizeof(float));
+    return tsr_plane_send(&t->plane, t->world, t->prev, 2 * j + TAG_BWD, TSR_F32, send, NC, t->reqs, err);
 }
 
 /* The micro-batches through the stage: GPipe (all forwards, then all backwards)
@@ -57,6 +55,6 @@ int tsr_pipeline_run(tsr_trainer *t, tsr_mb_pass fwd, tsr_mb_pass bwd, tsr_error
         if (!rc) rc = bwd(t, b++, err);
     }
     while (b < M && !rc) rc = bwd(t, b++, err);
-    int rc2 = tsr_data_wait(t->world, t->reqs, NULL, rc ? NULL : err);
+    int rc2 = tsr_plane_wait(&t->plane, t->world, t->reqs, rc ? NULL : err);
     return rc ? rc : rc2;
 }

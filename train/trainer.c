@@ -10,16 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "activation.h"
 #include "attention.h"
 #include "common.h"
-#include "data_plane.h"
-#include "embed.h"
-#include "loss.h"
-#include "matmul.h"
-#include "buffers.h"
-#include "norm.h"
-#include "optim.h"
 #include "rope.h"
 
 /* ------------------------------------------------------------- parameters */
@@ -114,7 +106,7 @@ static int params_init(tsr_trainer *t, tsr_error *err) {
 static int params_alloc(tsr_trainer *t, tsr_error *err) {
     size_t n = t->decls.n_params, total_shard = t->n_shard_elems;
     size_t total = 4 * total_shard + t->n_full_elems;
-    t->arena = tsr_mem_alloc(t->mem, (total ? total : 1) * sizeof(float), err);
+    t->arena = tsr_kc_alloc(&t->kc, (total ? total : 1) * sizeof(float), err);
     if (!t->arena) {
         tsr_err_prefix(err, "%zu parameters", total_shard);
         return err ? err->code : TSR_ENOMEM;
@@ -145,12 +137,22 @@ static int params_alloc(tsr_trainer *t, tsr_error *err) {
     return 0;
 }
 
-void tsr_trainer_init_params(tsr_trainer *t) {
-    for (size_t p = 0; p < t->decls.n_params; p++) {
+int tsr_trainer_init_params(tsr_trainer *t, tsr_error *err) {
+    size_t most = 0;
+    for (size_t p = 0; p < t->decls.n_params; p++)
+        if (t->par[p].on_stage && t->par[p].shard_n > most) most = t->par[p].shard_n;
+    float *h = malloc(most * sizeof *h + 1);
+    if (!h) return tsr_err(err, TSR_ENOMEM, "out of memory for the initial values of %zu parameters", most);
+    int rc = 0;
+    for (size_t p = 0; p < t->decls.n_params && !rc; p++) {
         param *q = &t->par[p];
-        if (q->on_stage && q->shard_n)
-            tsr_model_init_box(&t->args, &t->decls, p, &q->box, q->w, (uint64_t)t->cfg.training.seed);
+        if (!q->on_stage || !q->shard_n) continue;
+        /* drawn on the host, copied to the trainer's memory */
+        tsr_model_init_box(&t->args, &t->decls, p, &q->box, h, (uint64_t)t->cfg.training.seed);
+        rc = tsr_kc_from_host(&t->kc, q->w, h, q->shard_n * sizeof *h, err);
     }
+    free(h);
+    return rc;
 }
 
 /* ------------------------------------------------------------ activations */
@@ -316,20 +318,36 @@ static int shapes_init(tsr_trainer *t, tsr_error *err) {
 static int acts_alloc(tsr_trainer *t, tsr_error *err) {
     int hd = tsr_model_head_dim(&t->args), L = t->l1 - t->l0;
     t->sets = calloc((size_t)t->n_sets, sizeof *t->sets);
-    t->tok_map = malloc((size_t)t->layout.dp_shard * t->N * sizeof *t->tok_map);
-    t->tokens = tsr_mem_alloc(t->mem, 2 * (size_t)t->B * t->T * sizeof *t->tokens, err);
-    if (!t->sets || !t->tok_map || !t->tokens) return t->tokens ? tsr_err(err, TSR_ENOMEM, "out of memory") : err ? err->code : TSR_ENOMEM;
+    size_t ntok = 2 * (size_t)t->B * t->T, nmap = (size_t)t->layout.dp_shard * t->N;
+    t->tok_map = malloc(nmap * sizeof *t->tok_map);
+    t->tokens_host = malloc(ntok * sizeof *t->tokens_host);
+    if (!t->sets || !t->tok_map || !t->tokens_host) return tsr_err(err, TSR_ENOMEM, "out of memory");
     for (int j = 0; j < t->n_sets; j++)
         if (!(t->sets[j].layers = calloc((size_t)(L > 0 ? L : 1), sizeof *t->sets[j].layers)))
             return tsr_err(err, TSR_ENOMEM, "out of memory");
-    t->act_arena = tsr_mem_alloc(t->mem, t->act_floats * sizeof(float), err);
-    if (!t->act_arena) {
+    if (!(t->tokens = tsr_kc_alloc(&t->kc, ntok * sizeof *t->tokens, err)) ||
+        !(t->tok_map_dev = tsr_kc_alloc(&t->kc, nmap * sizeof *t->tok_map_dev, err)) ||
+        !(t->sums = tsr_kc_alloc(&t->kc, 2 * sizeof *t->sums, err)) ||
+        !(t->act_arena = tsr_kc_alloc(&t->kc, t->act_floats * sizeof(float), err))) {
+        tsr_err_prefix(err, "activations");
+        return err ? err->code : TSR_ENOMEM;
+    }
+    for (int j = 0; j < t->n_sets && t->last && t->head_vp; j++)
+        if (!(t->sets[j].ids_tgt_dev = tsr_kc_alloc(&t->kc, nmap * sizeof(int), err))) {
         tsr_err_prefix(err, "activations");
         return err ? err->code : TSR_ENOMEM;
     }
     act_carve(t, t->act_arena);
+    /* the RoPE tables, computed on the host */
+    size_t half = (size_t)t->T * hd / 2;
+    float *tab = malloc(2 * half * sizeof *tab + 1);
+    if (!tab) return tsr_err(err, TSR_ENOMEM, "out of memory");
     const tsr_rope_scaling *sc = t->args.rope_scaling.factor != 0 ? &t->args.rope_scaling : NULL;
-    tsr_rope_tables(t->rope_cos, t->rope_sin, t->T, hd, t->args.rope_theta, sc);
+    tsr_rope_tables(tab, tab + half, t->T, hd, t->args.rope_theta, sc);
+    int rc = tsr_kc_from_host(&t->kc, t->rope_cos, tab, half * sizeof *tab, err);
+    if (!rc) rc = tsr_kc_from_host(&t->kc, t->rope_sin, tab + half, half * sizeof *tab, err);
+    free(tab);
+    if (rc) return rc;
     t->reqs = tsr_comm_reqs_new();
     if (!t->reqs) return tsr_err(err, TSR_ENOMEM, "out of memory");
     return 0;
@@ -338,7 +356,7 @@ static int acts_alloc(tsr_trainer *t, tsr_error *err) {
 /* ---------------------------------------------------------------- forward */
 
 static int tp_sum(tsr_trainer *t, float *x, size_t n, tsr_error *err) {
-    return t->layout.tp > 1 ? tsr_data_allreduce_sum(t->tp, TSR_F32, x, n, NULL, err) : 0;
+    return t->layout.tp > 1 ? tsr_plane_allreduce_sum(&t->plane, t->tp, TSR_F32, x, n, err) : 0;
 }
 
 static float *W(tsr_trainer *t, int layer, int k) { return t->par[tsr_model_param_index(layer, k)].wf; }
@@ -348,28 +366,28 @@ static float *G(tsr_trainer *t, int layer, int k) { return t->par[tsr_model_para
 static int layer_fwd(tsr_trainer *t, int layer, layer_act *la, const float *x, float *out, tsr_error *err) {
     int N = (int)t->N, C = t->args.dim, hd = tsr_model_head_dim(&t->args);
     int Dq = (int)t->Dq, Dkv = (int)t->Dkv, F = (int)t->Ft;
-    tsr_rmsnorm_fwd(la->h1, la->rstd1, x, W(t, layer, TSR_P_ATTN_NORM), N, C, t->args.norm_eps);
-    tsr_matmul_fwd(la->q, la->h1, W(t, layer, TSR_P_WQ), N, C, Dq);
-    tsr_matmul_fwd(la->k, la->h1, W(t, layer, TSR_P_WK), N, C, Dkv);
-    tsr_matmul_fwd(la->v, la->h1, W(t, layer, TSR_P_WV), N, C, Dkv);
-    tsr_rope_fwd(la->q, t->rope_cos, t->rope_sin, t->mbs, t->T, t->NHt, hd);
-    tsr_rope_fwd(la->k, t->rope_cos, t->rope_sin, t->mbs, t->T, t->NKVt, hd);
-    tsr_attention_fwd(la->a, la->att, la->q, la->k, la->v, t->mbs, t->T, t->NHt, t->NKVt, hd);
-    tsr_matmul_fwd(out, la->a, W(t, layer, TSR_P_WO), N, Dq, C); /* partial over tp */
+    tsr_kc_rmsnorm_fwd(&t->kc, la->h1, la->rstd1, x, W(t, layer, TSR_P_ATTN_NORM), N, C, t->args.norm_eps);
+    tsr_kc_matmul_fwd(&t->kc, la->q, la->h1, W(t, layer, TSR_P_WQ), N, C, Dq);
+    tsr_kc_matmul_fwd(&t->kc, la->k, la->h1, W(t, layer, TSR_P_WK), N, C, Dkv);
+    tsr_kc_matmul_fwd(&t->kc, la->v, la->h1, W(t, layer, TSR_P_WV), N, C, Dkv);
+    tsr_kc_rope_fwd(&t->kc, la->q, t->rope_cos, t->rope_sin, t->mbs, t->T, t->NHt, hd);
+    tsr_kc_rope_fwd(&t->kc, la->k, t->rope_cos, t->rope_sin, t->mbs, t->T, t->NKVt, hd);
+    tsr_kc_attention_fwd(&t->kc, la->a, la->att, la->q, la->k, la->v, t->mbs, t->T, t->NHt, t->NKVt, hd);
+    tsr_kc_matmul_fwd(&t->kc, out, la->a, W(t, layer, TSR_P_WO), N, Dq, C); /* partial over tp */
     int rc = tp_sum(t, out, (size_t)N * C, err);
     if (rc) return rc;
-    tsr_k_add(la->x2, x, out, (size_t)N * C);
-    tsr_rmsnorm_fwd(la->h2, la->rstd2, la->x2, W(t, layer, TSR_P_FFN_NORM), N, C, t->args.norm_eps);
+    tsr_kc_add(&t->kc, la->x2, x, out, (size_t)N * C);
+    tsr_kc_rmsnorm_fwd(&t->kc, la->h2, la->rstd2, la->x2, W(t, layer, TSR_P_FFN_NORM), N, C, t->args.norm_eps);
     if (F > 0) {
-        tsr_matmul_fwd(la->g, la->h2, W(t, layer, TSR_P_W1), N, C, F);
-        tsr_matmul_fwd(la->u, la->h2, W(t, layer, TSR_P_W3), N, C, F);
-        tsr_swiglu_fwd(la->s, la->g, la->u, (size_t)N * F);
-        tsr_matmul_fwd(out, la->s, W(t, layer, TSR_P_W2), N, F, C);
+        tsr_kc_matmul_fwd(&t->kc, la->g, la->h2, W(t, layer, TSR_P_W1), N, C, F);
+        tsr_kc_matmul_fwd(&t->kc, la->u, la->h2, W(t, layer, TSR_P_W3), N, C, F);
+        tsr_kc_swiglu_fwd(&t->kc, la->s, la->g, la->u, (size_t)N * F);
+        tsr_kc_matmul_fwd(&t->kc, out, la->s, W(t, layer, TSR_P_W2), N, F, C);
     } else {
-        tsr_k_fill(out, (size_t)N * C, 0);
+        tsr_kc_fill(&t->kc, out, (size_t)N * C, 0);
     }
     if ((rc = tp_sum(t, out, (size_t)N * C, err))) return rc;
-    tsr_k_add(out, la->x2, out, (size_t)N * C);
+    tsr_kc_add(&t->kc, out, la->x2, out, (size_t)N * C);
     return 0;
 }
 
@@ -378,35 +396,35 @@ static int layer_bwd(tsr_trainer *t, int layer, layer_act *la, const float *x, t
     int N = (int)t->N, C = t->args.dim, hd = tsr_model_head_dim(&t->args);
     int Dq = (int)t->Dq, Dkv = (int)t->Dkv, F = (int)t->Ft;
     size_t NC = (size_t)N * C;
-    tsr_k_fill(t->dh, NC, 0);
+    tsr_kc_fill(&t->kc, t->dh, NC, 0);
     if (F > 0) {
-        tsr_k_fill(t->ds, (size_t)N * F, 0);
-        tsr_k_fill(t->dg, (size_t)N * F, 0);
-        tsr_k_fill(t->du, (size_t)N * F, 0);
-        tsr_matmul_bwd(t->ds, G(t, layer, TSR_P_W2), t->dres, la->s, W(t, layer, TSR_P_W2), N, F, C);
-        tsr_swiglu_bwd(t->dg, t->du, t->ds, la->g, la->u, (size_t)N * F);
-        tsr_matmul_bwd(t->dh, G(t, layer, TSR_P_W1), t->dg, la->h2, W(t, layer, TSR_P_W1), N, C, F);
-        tsr_matmul_bwd(t->dh, G(t, layer, TSR_P_W3), t->du, la->h2, W(t, layer, TSR_P_W3), N, C, F);
+        tsr_kc_fill(&t->kc, t->ds, (size_t)N * F, 0);
+        tsr_kc_fill(&t->kc, t->dg, (size_t)N * F, 0);
+        tsr_kc_fill(&t->kc, t->du, (size_t)N * F, 0);
+        tsr_kc_matmul_bwd(&t->kc, t->ds, G(t, layer, TSR_P_W2), t->dres, la->s, W(t, layer, TSR_P_W2), N, F, C);
+        tsr_kc_swiglu_bwd(&t->kc, t->dg, t->du, t->ds, la->g, la->u, (size_t)N * F);
+        tsr_kc_matmul_bwd(&t->kc, t->dh, G(t, layer, TSR_P_W1), t->dg, la->h2, W(t, layer, TSR_P_W1), N, C, F);
+        tsr_kc_matmul_bwd(&t->kc, t->dh, G(t, layer, TSR_P_W3), t->du, la->h2, W(t, layer, TSR_P_W3), N, C, F);
     }
     int rc = tp_sum(t, t->dh, NC, err);
     if (rc) return rc;
-    tsr_rmsnorm_bwd(t->dres, G(t, layer, TSR_P_FFN_NORM), t->dh, la->x2, W(t, layer, TSR_P_FFN_NORM), la->rstd2, N, C);
+    tsr_kc_rmsnorm_bwd(&t->kc, t->dres, G(t, layer, TSR_P_FFN_NORM), t->dh, la->x2, W(t, layer, TSR_P_FFN_NORM), la->rstd2, N, C);
     /* attention: dres is now d(x2) */
-    tsr_k_fill(t->da, (size_t)N * Dq, 0);
-    tsr_k_fill(t->dq, (size_t)N * Dq, 0);
-    tsr_k_fill(t->dk, (size_t)N * Dkv, 0);
-    tsr_k_fill(t->dv, (size_t)N * Dkv, 0);
-    tsr_matmul_bwd(t->da, G(t, layer, TSR_P_WO), t->dres, la->a, W(t, layer, TSR_P_WO), N, Dq, C);
-    tsr_attention_bwd(t->dq, t->dk, t->dv, t->att_scratch, t->da, la->q, la->k, la->v, la->att, t->mbs, t->T,
+    tsr_kc_fill(&t->kc, t->da, (size_t)N * Dq, 0);
+    tsr_kc_fill(&t->kc, t->dq, (size_t)N * Dq, 0);
+    tsr_kc_fill(&t->kc, t->dk, (size_t)N * Dkv, 0);
+    tsr_kc_fill(&t->kc, t->dv, (size_t)N * Dkv, 0);
+    tsr_kc_matmul_bwd(&t->kc, t->da, G(t, layer, TSR_P_WO), t->dres, la->a, W(t, layer, TSR_P_WO), N, Dq, C);
+    tsr_kc_attention_bwd(&t->kc, t->dq, t->dk, t->dv, t->att_scratch, t->da, la->q, la->k, la->v, la->att, t->mbs, t->T,
                       t->NHt, t->NKVt, hd);
-    tsr_rope_bwd(t->dq, t->rope_cos, t->rope_sin, t->mbs, t->T, t->NHt, hd);
-    tsr_rope_bwd(t->dk, t->rope_cos, t->rope_sin, t->mbs, t->T, t->NKVt, hd);
-    tsr_k_fill(t->dh, NC, 0);
-    tsr_matmul_bwd(t->dh, G(t, layer, TSR_P_WQ), t->dq, la->h1, W(t, layer, TSR_P_WQ), N, C, Dq);
-    tsr_matmul_bwd(t->dh, G(t, layer, TSR_P_WK), t->dk, la->h1, W(t, layer, TSR_P_WK), N, C, Dkv);
-    tsr_matmul_bwd(t->dh, G(t, layer, TSR_P_WV), t->dv, la->h1, W(t, layer, TSR_P_WV), N, C, Dkv);
+    tsr_kc_rope_bwd(&t->kc, t->dq, t->rope_cos, t->rope_sin, t->mbs, t->T, t->NHt, hd);
+    tsr_kc_rope_bwd(&t->kc, t->dk, t->rope_cos, t->rope_sin, t->mbs, t->T, t->NKVt, hd);
+    tsr_kc_fill(&t->kc, t->dh, NC, 0);
+    tsr_kc_matmul_bwd(&t->kc, t->dh, G(t, layer, TSR_P_WQ), t->dq, la->h1, W(t, layer, TSR_P_WQ), N, C, Dq);
+    tsr_kc_matmul_bwd(&t->kc, t->dh, G(t, layer, TSR_P_WK), t->dk, la->h1, W(t, layer, TSR_P_WK), N, C, Dkv);
+    tsr_kc_matmul_bwd(&t->kc, t->dh, G(t, layer, TSR_P_WV), t->dv, la->h1, W(t, layer, TSR_P_WV), N, C, Dkv);
     if ((rc = tp_sum(t, t->dh, NC, err))) return rc;
-    tsr_rmsnorm_bwd(t->dres, G(t, layer, TSR_P_ATTN_NORM), t->dh, x, W(t, layer, TSR_P_ATTN_NORM), la->rstd1, N, C);
+    tsr_kc_rmsnorm_bwd(&t->kc, t->dres, G(t, layer, TSR_P_ATTN_NORM), t->dh, x, W(t, layer, TSR_P_ATTN_NORM), la->rstd1, N, C);
     return 0;
 }
 
@@ -416,19 +434,19 @@ static int layer_bwd(tsr_trainer *t, int layer, layer_act *la, const float *x, t
  * columns, (N, Vt)) into keep_logits, gathered from every tp rank. */
 static int keep_logits(tsr_trainer *t, const float *logits, tsr_error *err) {
     size_t T = (size_t)t->T, V = (size_t)t->args.vocab_size, tp = t->layout.tp;
-    if (tp == 1) {
-        tsr_k_copy(t->keep_logits, logits, T * V * sizeof(float));
-        return 0;
-    }
-    size_t counts[tp];
+    if (tp == 1) return tsr_kc_to_host(&t->kc, t->keep_logits, logits, T * V * sizeof(float), err);
+    size_t counts[tp], mine = 0;
     uint64_t v0[tp], w[tp];
     for (size_t r = 0; r < tp; r++) {
         tsr_layout_cut(V, (uint32_t)tp, (uint32_t)r, &v0[r], &w[r]);
         counts[r] = T * w[r];
+        if (r < t->co.tp) mine += counts[r];
     }
+    /* a test's and a tool's: gathered on the host */
     float *all = malloc(T * V * sizeof(float) + 1);
     if (!all) return tsr_err(err, TSR_ENOMEM, "out of memory for the logits of %zu tokens", T);
-    int rc = tsr_data_allgatherv(t->tp, TSR_F32, logits, all, counts, NULL, err);
+    int rc = tsr_kc_to_host(&t->kc, all + mine, logits, counts[t->co.tp] * sizeof(float), err);
+    if (!rc) rc = tsr_data_allgatherv(t->tp, TSR_F32, all + mine, all, counts, NULL, err);
     for (size_t r = 0, at = 0; !rc && r < tp; at += counts[r], r++)
         for (size_t i = 0; i < T && w[r]; i++)
             memcpy(t->keep_logits + i * V + v0[r], all + at + i * w[r], w[r] * sizeof(float));
@@ -445,12 +463,13 @@ static int head_vp(const tsr_trainer *t) { return t->head_vp && !t->keep_logits;
 static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     act_set *s = &t->sets[j % t->n_sets];
     size_t N = t->N, C = (size_t)t->args.dim, V = (size_t)t->args.vocab_size;
-    const int *tok = t->tokens + (size_t)j * N, *tgt = t->tokens + (size_t)t->B * t->T + (size_t)j * N;
+    size_t at_tok = (size_t)j * N, at_tgt = (size_t)t->B * t->T + (size_t)j * N;
+    const int *tok = t->tokens + at_tok, *tgt = t->tokens + at_tgt; /* the trainer's memory */
     int rc = 0;
     if (t->first && t->layout.dp_shard > 1) {
-        if ((rc = tsr_fsdp_embed_fwd(t, s, s->xs, tok, err))) return rc;
+        if ((rc = tsr_fsdp_embed_fwd(t, s, s->xs, t->tokens_host + at_tok, err))) return rc;
     } else if (t->first) {
-        tsr_embed_fwd(s->xs, tok, t->par[0].wf, (int)N, (int)C, (int)V);
+        tsr_kc_embed_fwd(&t->kc, s->xs, tok, t->par[0].wf, (int)N, (int)C, (int)V);
     } else if ((rc = tsr_pipeline_recv_fwd(t, j, s->xs, err))) {
         return rc;
     }
@@ -464,22 +483,22 @@ static int mb_fwd(tsr_trainer *t, int j, tsr_error *err) {
     if (!t->last) return tsr_pipeline_send_fwd(t, j, xL, err);
     size_t np = t->decls.n_params, Vt = t->Vt;
     if ((rc = tsr_fsdp_norm_gather(t, err))) return rc;
-    tsr_rmsnorm_fwd(s->hf, s->rstdf, xL, t->par[np - 2].wf, (int)N, (int)C, t->args.norm_eps);
-    if (head_vp(t)) return tsr_fsdp_vp_fwd(t, s, tgt, err);
+    tsr_kc_rmsnorm_fwd(&t->kc, s->hf, s->rstdf, xL, t->par[np - 2].wf, (int)N, (int)C, t->args.norm_eps);
+    if (head_vp(t)) return tsr_fsdp_vp_fwd(t, s, t->tokens_host + at_tgt, err);
     if (t->layout.dp_shard > 1) rc = tsr_fsdp_head_fwd(t, s->probs, s->hf, err);
-    else tsr_matmul_fwd(s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)Vt);
+    else tsr_kc_matmul_fwd(&t->kc, s->probs, s->hf, t->par[np - 1].wf, (int)N, (int)C, (int)Vt);
     if (!rc && t->keep_logits && j == t->M - 1) rc = keep_logits(t, s->probs, err);
     if (rc) return rc;
     if (t->layout.tp == 1) {
-        tsr_xent_fwd(s->losses, s->probs, s->probs, tgt, (int)N, (int)V);
+        tsr_kc_xent_fwd(&t->kc, s->losses, s->probs, s->probs, tgt, (int)N, (int)V);
     } else { /* vocabulary-parallel: every tp rank's row maxima and sums, then its columns */
         float *mine = t->xstats + (size_t)t->co.tp * 2 * N;
-        tsr_xent_part_stats(mine, s->probs, (int)N, (int)Vt);
-        if ((rc = tsr_data_allgather(t->tp, TSR_F32, mine, t->xstats, 2 * N, NULL, err))) return rc;
-        tsr_xent_part_fwd(s->losses, s->probs, s->probs, tgt, (int)N, (int)Vt, (int)t->v0, t->xstats,
+        tsr_kc_xent_part_stats(&t->kc, mine, s->probs, (int)N, (int)Vt);
+        if ((rc = tsr_plane_allgather(&t->plane, t->tp, TSR_F32, mine, t->xstats, 2 * N, err))) return rc;
+        tsr_kc_xent_part_fwd(&t->kc, s->losses, s->probs, s->probs, tgt, (int)N, (int)Vt, (int)t->v0, t->xstats,
                           (int)t->layout.tp);
     }
-    t->loss_sum += tsr_xent_sum(s->losses, (int)N);
+    tsr_kc_sum_add(&t->kc, &t->sums[0], s->losses, N);
     return 0;
 }
 
@@ -495,21 +514,21 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
         if (head_vp(t)) {
             rc = tsr_fsdp_vp_bwd(t, s, t->dh, err);
         } else {
-            tsr_k_fill(t->dloss, N, (float)t->inv_count);
-            tsr_k_fill(t->dlogits, N * t->Vt, 0);
-            tsr_xent_part_bwd(t->dlogits, s->probs, tgt, t->dloss, (int)N, (int)t->Vt, (int)t->v0, (int)V);
-            tsr_k_fill(t->dh, N * C, 0);
+            tsr_kc_fill(&t->kc, t->dloss, N, (float)t->inv_count);
+            tsr_kc_fill(&t->kc, t->dlogits, N * t->Vt, 0);
+            tsr_kc_xent_part_bwd(&t->kc, t->dlogits, s->probs, tgt, t->dloss, (int)N, (int)t->Vt, (int)t->v0, (int)V);
+            tsr_kc_fill(&t->kc, t->dh, N * C, 0);
             if (t->layout.dp_shard > 1) rc = tsr_fsdp_head_bwd(t, t->dh, t->dlogits, s->hf, err);
-            else tsr_matmul_bwd(t->dh, t->par[np - 1].gf, t->dlogits, s->hf, t->par[np - 1].wf, (int)N, (int)C,
+            else tsr_kc_matmul_bwd(&t->kc, t->dh, t->par[np - 1].gf, t->dlogits, s->hf, t->par[np - 1].wf, (int)N, (int)C,
                                 (int)t->Vt);
             /* each tp rank's vocabulary columns add their part of d(h) */
             if (!rc) rc = tp_sum(t, t->dh, N * C, err);
         }
         if (!rc) rc = tsr_fsdp_norm_gather(t, err);
         if (rc) return rc;
-        if (t->layout.dp_shard > 1) tsr_k_fill(t->par[np - 2].gf, C, 0);
-        tsr_k_fill(t->dres, N * C, 0);
-        tsr_rmsnorm_bwd(t->dres, t->par[np - 2].gf, t->dh, xL, t->par[np - 2].wf, s->rstdf, (int)N, (int)C);
+        if (t->layout.dp_shard > 1) tsr_kc_fill(&t->kc, t->par[np - 2].gf, C, 0);
+        tsr_kc_fill(&t->kc, t->dres, N * C, 0);
+        tsr_kc_rmsnorm_bwd(&t->kc, t->dres, t->par[np - 2].gf, t->dh, xL, t->par[np - 2].wf, s->rstdf, (int)N, (int)C);
         if ((rc = tsr_fsdp_norm_reduce(t, err))) return rc;
     } else if ((rc = tsr_pipeline_recv_bwd(t, j, t->dres, err))) {
         return rc;
@@ -524,7 +543,7 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
     if (rc) return rc;
     if (t->first && t->layout.dp_shard > 1) return tsr_fsdp_embed_bwd(t, s, t->dres, err);
     if (t->first) {
-        tsr_embed_bwd(t->par[0].gf, t->dres, tok, (int)N, (int)C, (int)V);
+        tsr_kc_embed_bwd(&t->kc, t->par[0].gf, t->dres, tok, (int)N, (int)C, (int)V);
         return 0;
     }
     return tsr_pipeline_send_bwd(t, j, t->dres, err);
@@ -536,10 +555,12 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
                      double *loss, double *grad_norm, tsr_error *err) {
     size_t n = t->decls.n_params, bt = (size_t)t->B * t->T;
     int rc = 0;
-    tsr_k_copy(t->tokens, inputs, bt * sizeof *inputs);
-    tsr_k_copy(t->tokens + bt, targets, bt * sizeof *targets);
+    /* the step's tokens, kept on the host too (FSDP gathers them there) */
+    memcpy(t->tokens_host, inputs, bt * sizeof *inputs);
+    memcpy(t->tokens_host + bt, targets, bt * sizeof *targets);
+    if ((rc = tsr_kc_from_host(&t->kc, t->tokens, t->tokens_host, 2 * bt * sizeof *inputs, err))) return rc;
     /* the global number of counted targets: every rank of one dp index holds the
-     * same ones, so only (pp 0, tp 0) ranks report */
+     * same ones, so only (pp 0, tp 0) ranks report (a host value: MPI) */
     double cnt = 0;
     if (t->co.pp == 0 && t->co.tp == 0)
         for (size_t i = 0; i < bt; i++) cnt += targets[i] >= 0;
@@ -548,19 +569,23 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     /* the gradient shards accumulate the step's micro-batches (with FSDP, each
      * unit's reduced right after its backward); the weights changed since the
      * last gather */
-    tsr_k_fill(t->arena + t->n_shard_elems, t->n_shard_elems, 0);
+    tsr_kc_fill(&t->kc, t->arena + t->n_shard_elems, t->n_shard_elems, 0);
+    tsr_kc_zero(&t->kc, t->sums, 2 * sizeof *t->sums);
     t->w_unit = -1;
-    t->loss_sum = 0;
     rc = tsr_pipeline_run(t, mb_fwd, mb_bwd, err);
     /* HSDP: the shards' gradients all-reduced over dp_replicate */
     if (!rc && t->layout.dp_replicate > 1)
-        rc = tsr_data_allreduce_sum(t->rep, TSR_F32, t->arena + t->n_shard_elems, t->n_shard_elems, NULL, err);
+        rc = tsr_plane_allreduce_sum(&t->plane, t->rep, TSR_F32, t->arena + t->n_shard_elems, t->n_shard_elems, err);
     if (rc) return rc;
-    /* the loss and the gradient norm, each counted once */
-    double red[2] = {t->last ? t->loss_sum : 0, 0}; /* each tp rank the rows whose targets it holds */
+    /* the loss (sums[0], on the last stage: each tp rank the rows whose targets
+     * it holds) and the gradient norm (sums[1]), each counted once, summed over
+     * the world and brought to the host in one copy */
     for (size_t p = 0; p < n; p++)
-        if (t->par[p].on_stage && t->par[p].norm_counts) red[1] += tsr_sumsq(t->par[p].g, t->par[p].shard_n);
-    if ((rc = tsr_data_allreduce_sum(t->world, TSR_F64, red, 2, NULL, err))) return rc;
+        if (t->par[p].on_stage && t->par[p].norm_counts) tsr_kc_sumsq_add(&t->kc, &t->sums[1], t->par[p].g, t->par[p].shard_n);
+    double red[2];
+    if ((rc = tsr_plane_allreduce_sum(&t->plane, t->world, TSR_F64, t->sums, 2, err)) ||
+        (rc = tsr_kc_to_host(&t->kc, red, t->sums, sizeof red, err)))
+        return rc;
     *loss = red[0] * t->inv_count;
     *grad_norm = sqrt(red[1]);
     if (!optimize) return 0;
@@ -572,10 +597,13 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     for (size_t p = 0; p < n; p++) {
         param *q = &t->par[p];
         if (!q->on_stage || !q->shard_n) continue;
-        tsr_adamw(q->w, q->g, clip < 1.0 ? (float)clip : 1.0f, q->m, q->v, q->shard_n, lr, (float)c->optimizer.beta1,
-                  (float)c->optimizer.beta2, (float)c->optimizer.eps, (float)c->optimizer.weight_decay, step);
+        tsr_kc_adamw(&t->kc, q->w, q->g, clip < 1.0 ? (float)clip : 1.0f, q->m, q->v, q->shard_n, lr,
+                     (float)c->optimizer.beta1, (float)c->optimizer.beta2, (float)c->optimizer.eps,
+                     (float)c->optimizer.weight_decay, step);
     }
-    return 0;
+    /* done before the step returns: a save that follows copies the state on
+     * streams of its own, ordered after nothing */
+    return tsr_kc_sync(&t->kc, err);
 }
 
 /* ------------------------------------------------------------ life cycle */
@@ -585,6 +613,39 @@ int tsr_trainer_new(const tsr_train_config *cfg, tsr_comm *world, tsr_trainer **
     int rc = tsr_model_args_get(tsr_flavor_name(cfg->model.flavor), &a, err);
     a.max_seq_len = cfg->training.seq_len; /* as TorchTitan's model args take it */
     return rc ? rc : tsr_trainer_new_args(cfg, &a, world, out, err);
+}
+
+/* The trainer's memory and kernels (training.device) and its data plane. A
+ * GPU rank binds to the GPU of its node-local rank; ranks that share a GPU
+ * (more of them on a node than GPUs) stage their collectives through the host
+ * (NCCL refuses two ranks on one device), which parallelism.data_plane =
+ * "nccl" refuses instead. The guard kind always stages. */
+static int device_open(tsr_trainer *t, tsr_error *err) {
+    tsr_device d = t->cfg.training.device;
+    tsr_data_plane_mode mode = t->cfg.parallelism.data_plane;
+    tsr_mem_kind kind = d == TSR_DEVICE_CUDA ? TSR_MEM_CUDA : d == TSR_DEVICE_GUARD ? TSR_MEM_GUARD : TSR_MEM_HOST;
+    int device = 0, staged = mode == TSR_PLANE_STAGED;
+    int rc = tsr_mem_usable(kind, err);
+    if (!rc && kind == TSR_MEM_CUDA) {
+        uint32_t lr = 0, ls = 1;
+        int gpus = tsr_kctx_devices(kind);
+        if ((rc = tsr_comm_node_rank(t->world, &lr, &ls, err))) return rc;
+        if (gpus < 1) return tsr_err(err, TSR_EINVAL, "training.device = cuda: no GPU on this node");
+        if ((int)ls > gpus && mode == TSR_PLANE_NCCL)
+            return tsr_err(err, TSR_EINVAL,
+                           "training.device = cuda: %u ranks on this node share its %d GPU(s), and NCCL refuses two "
+                           "ranks on one GPU: run at most %d ranks a node, or set parallelism.data_plane = \"staged\"",
+                           ls, gpus, gpus);
+        staged |= (int)ls > gpus;
+        device = (int)(lr % (uint32_t)gpus);
+    }
+    if (!rc) rc = tsr_kctx_init(&t->kc, kind, device, err);
+    if (rc) {
+        tsr_err_prefix(err, "training.device");
+        return rc;
+    }
+    tsr_plane_init(&t->plane, &t->kc, staged && kind != TSR_MEM_HOST);
+    return 0;
 }
 
 int tsr_trainer_new_args(const tsr_train_config *cfg, const tsr_model_args *args, tsr_comm *world,
@@ -598,6 +659,7 @@ int tsr_trainer_new_args(const tsr_train_config *cfg, const tsr_model_args *args
     t->rank = tsr_comm_rank(world);
     if (!rc) rc = tsr_mesh_coords(t, err);
     if (!rc) rc = tsr_mesh_comms(t, err);
+    if (!rc) rc = device_open(t, err);
     if (!rc) rc = params_init(t, err);
     if (!rc) rc = params_alloc(t, err);
     if (!rc) rc = shapes_init(t, err);
@@ -614,16 +676,22 @@ void tsr_trainer_free(tsr_trainer *t) {
     if (!t) return;
     for (size_t p = 0; t->par && p < t->decls.n_params; p++) free(t->par[p].counts);
     free(t->par);
-    tsr_mem_free(t->mem, t->arena);
+    tsr_kc_free(&t->kc, t->arena);
     for (int j = 0; t->sets && j < t->n_sets; j++) {
         free(t->sets[j].layers);
         free(t->sets[j].ids_in);
         free(t->sets[j].ids_tgt);
+        tsr_kc_free(&t->kc, t->sets[j].ids_tgt_dev);
     }
     free(t->sets);
-    tsr_mem_free(t->mem, t->act_arena);
-    tsr_mem_free(t->mem, t->tokens);
+    tsr_kc_free(&t->kc, t->act_arena);
+    tsr_kc_free(&t->kc, t->tokens);
+    tsr_kc_free(&t->kc, t->tok_map_dev);
+    tsr_kc_free(&t->kc, t->sums);
+    free(t->tokens_host);
     free(t->tok_map);
+    tsr_plane_free(&t->plane);
+    tsr_kctx_free(&t->kc);
     tsr_comm_reqs_free(t->reqs);
     tsr_mesh_comms_free(t);
     group_counts_free(t);
@@ -642,6 +710,10 @@ float *tsr_trainer_grad(tsr_trainer *t, size_t p, tsr_box *box) {
     if (p >= t->decls.n_params || !t->par[p].on_stage || !t->par[p].shard_n) return NULL;
     if (box) *box = t->par[p].box;
     return t->par[p].g;
+}
+
+int tsr_trainer_read(tsr_trainer *t, float *dst, const float *src, size_t n, tsr_error *err) {
+    return tsr_kc_to_host(&t->kc, dst, src, n * sizeof *dst, err);
 }
 
 void tsr_trainer_keep_logits(tsr_trainer *t, float *dst) { t->keep_logits = dst; }

@@ -39,7 +39,7 @@ void tsr_trainer_free(tsr_trainer *t);
 void tsr_trainer_before_update(tsr_trainer *t, void (*fn)(void *ctx), void *ctx);
 /* tsr_trainer_init_params(): this rank's parameter shards as a fresh model's
  * (tsr_model_init_box with training.seed: the same values in any layout). */
-void tsr_trainer_init_params(tsr_trainer *t);
+int tsr_trainer_init_params(tsr_trainer *t, tsr_error *err);
 
 /* tsr_trainer_step(): one optimizer step on this rank's part of a global batch:
  * inputs and targets (B_rank, T) with B_rank = global_batch / dp samples (every
@@ -63,10 +63,13 @@ int tsr_train_start_shapes(const tsr_train_config *cfg, tsr_model_args *a, tsr_e
 
 /* For tests and tools: the rank's shard of parameter p (TSR_P_* order of
  * model.h) and its gradient (after tsr_trainer_step), with its box; NULL when
- * the rank holds nothing of it. Logits of the last micro-batch's first sample
+ * the rank holds nothing of it. They are in the trainer's memory (a device's
+ * with training.device = cuda): tsr_trainer_read copies n floats of one to the
+ * host. Logits of the last micro-batch's first sample
  * are kept when keep_logits is set before the step ((T, V) floats). */
 float *tsr_trainer_param(tsr_trainer *t, size_t p, tsr_box *box);
 float *tsr_trainer_grad(tsr_trainer *t, size_t p, tsr_box *box);
+int tsr_trainer_read(tsr_trainer *t, float *dst, const float *src, size_t n, tsr_error *err);
 void tsr_trainer_keep_logits(tsr_trainer *t, float *dst);
 const tsr_model_args *tsr_trainer_model(const tsr_trainer *t);
 const tsr_model_decls *tsr_trainer_decls(const tsr_trainer *t);

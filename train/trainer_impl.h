@@ -4,6 +4,8 @@
 #ifndef TSR_TRAINER_IMPL_H
 #define TSR_TRAINER_IMPL_H
 
+#include "kctx.h"
+#include "plane.h"
 #include "trainer.h"
 
 /* One parameter as this rank holds it, as the layout algebra places it
@@ -50,6 +52,7 @@ typedef struct act_set {
      * by the forward of the embedding (inputs) and of the vocabulary-parallel
      * output (targets), read again by their backward */
     int *ids_in, *ids_tgt;
+    int *ids_tgt_dev;   /* ids_tgt in the trainer's memory, for the kernels */
 } act_set;
 
 struct tsr_trainer {
@@ -63,7 +66,11 @@ struct tsr_trainer {
     uint32_t rank, prev, next, dp, dp_rank;
     int l0, l1;         /* this stage's layers [l0, l1) */
     int first, last;    /* first / last pipeline stage */
-    tsr_mem_kind mem;   /* where parameters, gradients, optimizer state and activations live */
+    /* where parameters, gradients, optimizer state and activations live, and
+     * the one door to them: every kernel and copy goes through kc, every
+     * collective through plane; host code never touches them (kctx.h) */
+    tsr_kctx kc;
+    tsr_plane plane;
     /* parameters */
     param *par;
     struct {
@@ -83,7 +90,8 @@ struct tsr_trainer {
     uint64_t chunk_rows, *vrow0;        /* rows per round; first embedding row of each dp_shard rank (S+1) */
     uint64_t hrounds, *hrow0;           /* the output's rounds, and first rows (Vt) */
     float *logit_tmp;   /* (N, chunk_rows): a block of logits or of their gradients */
-    int *tok_map;       /* (dp_shard N): every rank's tokens' rows in my embedding shard, or -1 */
+    int *tok_map;       /* (dp_shard N): every rank's tokens' rows in my embedding shard, or -1 (host) */
+    int *tok_map_dev;   /* the same in the trainer's memory, for the kernels */
     /* the output vocabulary-parallel over dp_shard (fsdp.c): whether, the most
      * rows a rank's shard has, h and d(h) of every rank's tokens (dp_shard N, C) */
     int head_vp;
@@ -102,9 +110,11 @@ struct tsr_trainer {
     int n_sets;
     float *xstats, *dres, *dh, *dq, *da, *dk, *dv, *ds, *dg, *du, *att_scratch, *dlogits, *dloss, *dsend;
     float *rope_cos, *rope_sin;
-    int *tokens;        /* inputs (B,T) then targets (B,T) */
+    int *tokens;        /* inputs (B,T) then targets (B,T), in the trainer's memory */
+    int *tokens_host;   /* the same on the host (FSDP gathers them there) */
+    double *sums;       /* in the trainer's memory: the step's loss sum and gradient sum of squares */
     tsr_comm_reqs *reqs;
-    double inv_count, loss_sum;
+    double inv_count;
     float last_lr;
     float *keep_logits;
     void (*before_update)(void *ctx); /* tsr_trainer_before_update */
@@ -164,7 +174,7 @@ int tsr_fsdp_head_bwd(tsr_trainer *t, float *dh, const float *dlogits, const flo
 /* The output vocabulary-parallel over dp_shard (t->head_vp): forward, from
  * s->hf (N,C) of this rank's tokens and their targets: s->probs (dp_shard N
  * rows, my shard's columns) and the losses of the rows whose targets my shard
- * holds (into s->losses, dp_shard N, and t->loss_sum); backward: dh (N,C) =
+ * holds (into s->losses, dp_shard N, and t->sums[0]); backward: dh (N,C) =
  * d(h) of my tokens (written), my shard's gradient added. */
 int tsr_fsdp_vp_fwd(tsr_trainer *t, act_set *s, const int *tgt, tsr_error *err);
 int tsr_fsdp_vp_bwd(tsr_trainer *t, const act_set *s, float *dh, tsr_error *err);

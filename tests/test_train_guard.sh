@@ -1,0 +1,58 @@
+#!/bin/sh
+# The trainer's device code path on a machine without a GPU: training.device =
+# "guard" keeps the trainer's memory where host code cannot touch it (only the
+# kernels and copies of its kernel context reach it: any other access is a crash
+# that names the spot) and stages its collectives through the host, as ranks
+# that share a GPU do. 10 steps of the debug model with checkpoints every 3 steps
+# on 1 rank, FSDP, TP, PP (1F1B), HSDP and FSDP+TP give bitwise the losses and
+# gradient norms of the same layout on the CPU; a checkpoint of guard ranks
+# resumes on CPU ranks in another layout, and a CPU checkpoint on guard ranks,
+# within 1e-4 of the uninterrupted run; the final model-only export (bf16, cast
+# by the trainer's kernels) holds what the CPU run's does.
+. "$TSR_ROOT/tests/mpi.sh"
+. "$TSR_ROOT/tests/train_jobs.sh"
+
+"$T" data prep --out "$TSR_TMP/data" --synthetic 1M >/dev/null || fail "data prep"
+CK="--checkpoint.enable=true --checkpoint.interval=3 --checkpoint.async_mode=async --checkpoint.export_dtype=bfloat16"
+both() { # NAME NP ARGS...: the job on the CPU and on the guard kind, bitwise equal
+    b_name=$1 b_np=$2; shift 2
+    train "cpu_$b_name" "$b_np" $CK "$@"
+    train "guard_$b_name" "$b_np" $CK --training.device=guard "$@"
+    compare "cpu_$b_name" "guard_$b_name" 0
+}
+both one 1 --training.global_batch_size=8 --training.local_batch_size=8
+both fsdp2 2 --training.global_batch_size=8 --training.local_batch_size=4
+both tp2 2 --training.global_batch_size=8 --training.local_batch_size=8 --parallelism.tensor_parallel_degree=2
+both pp2 2 --training.global_batch_size=8 --training.local_batch_size=8 --parallelism.pipeline_parallel_degree=2 \
+    --parallelism.pipeline_parallel_microbatch_size=2
+both hsdp4 4 --training.global_batch_size=8 --training.local_batch_size=2 \
+    --parallelism.data_parallel_replicate_degree=2 --parallelism.data_parallel_shard_degree=2
+both fsdp_tp4 4 --training.global_batch_size=8 --training.local_batch_size=4 --parallelism.tensor_parallel_degree=2
+grep -q "layout pp=1,dp_replicate=1,dp_shard=2,tp=2[,;]" "$TSR_TMP/guard_fsdp_tp4.log" ||
+    fail "fsdp_tp4: not the layout asked for"
+
+# the model-only exports of the CPU and guard runs: the same tensors, the same
+# bytes; only the config blob differs (it names the device)
+for l in one fsdp2; do
+    "$T" ckpt diff "$TSR_TMP/cpu_$l/checkpoint/model-step-00000010" "$TSR_TMP/guard_$l/checkpoint/model-step-00000010" \
+        --json >"$TSR_TMP/diff_$l.json" 2>&1
+    [ "$(cat "$TSR_TMP/diff_$l.json")" = '{"differences":["blob train.config (rank -1): contents differ"],"same":false}' ] ||
+        { fail "$l: the model-only exports differ"; cat "$TSR_TMP/diff_$l.json" >&2; }
+done
+
+# cross-resumes from step 6: guard (dp_shard=2) -> CPU (tp=2), CPU (dp_shard=2) -> guard (pp=2)
+from6() { # SRC DST: DST's checkpoint folder holds SRC's step 6 only
+    mkdir -p "$TSR_TMP/$2/checkpoint"
+    cp -r "$TSR_TMP/$1/checkpoint/step-00000006" "$TSR_TMP/$2/checkpoint/" || fail "no step 6 in $1"
+}
+from6 guard_fsdp2 g2c
+train g2c 2 $CK --training.global_batch_size=8 --training.local_batch_size=8 --parallelism.tensor_parallel_degree=2
+from6 cpu_fsdp2 c2g
+train c2g 2 $CK --training.device=guard --training.global_batch_size=8 --training.local_batch_size=8 \
+    --parallelism.pipeline_parallel_degree=2 --parallelism.pipeline_parallel_microbatch_size=2
+for r in g2c c2g; do
+    grep -q "resumed from .*step-00000006" "$TSR_TMP/$r.log" || fail "$r: did not resume from step 6"
+    compare cpu_one "$r" 1e-4 7
+done
+
+finish "the trainer on the guard kind: bitwise the CPU's in six layouts, cross-resumes ok"
