@@ -2,8 +2,9 @@
  * inputs at several shapes (odd sizes included): exactly where the CPU kernel
  * fixes the order of its sums or does one rounding per element (fill, add, bf16
  * casts, AdamW, the embedding), within a relative 1e-5 elsewhere (RMSNorm, the
- * sum of squares); device memory through the allocator and staging's copy; the
- * data plane on a stream (NCCL) over a group of one.
+ * sum of squares, the cross-entropy, whole and vocabulary-parallel, the device
+ * sums); device memory through the allocator and staging's copy; the data plane
+ * on a stream (NCCL) over a group of one.
  * Skipped (exit 77) in a build without CUDA or on a machine without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -235,6 +236,99 @@ static void test_layers(int B, int T, int H, int hd, int V) {
     free(dl), free(dloss), free(tg), free(w), free(mo), free(di), free(dw);
 }
 
+/* Vocabulary-parallel cross-entropy over `parts` parts of widths[r] columns (0:
+ * an empty part), with targets ignored below 0 and at V: each part's stats, then
+ * the forward from every part's device stats (in place on the even parts, probs
+ * aliasing logits) and the backward (adding to a gradient), within 1e-5 of the
+ * CPU's; an empty part's stats exactly -inf and 0. */
+static void test_xent_part(int N, const int *widths, int parts) {
+    int V = 0;
+    for (int r = 0; r < parts; r++) V += widths[r];
+    int *tg = malloc((size_t)N * sizeof *tg);
+    for (int i = 0; i < N; i++) tg[i] = i % 5 == 4 ? -1 : i % 7 == 5 ? V : (int)(tsr_splitmix_next(&rng) % (uint64_t)V);
+    float *st = malloc((size_t)parts * 2 * N * 4), *gst = malloc((size_t)parts * 2 * N * 4);
+    float *dloss = randv((size_t)N), *ls = malloc((size_t)N * 4), *gls = malloc((size_t)N * 4);
+    int *dtg = dev(tg, (size_t)N * sizeof *tg);
+    float *dst = dev(st, (size_t)parts * 2 * N * 4), *ddloss = dev(dloss, (size_t)N * 4), *dls = dev(ls, (size_t)N * 4);
+    float *lg[8], *pr[8], *dl[8], *dlg[8], *dpr[8], *ddl[8];
+    REQUIRE(parts <= 8, "at most 8 parts");
+    for (int r = 0; r < parts; r++) {
+        size_t nl = (size_t)N * widths[r];
+        lg[r] = randv(nl), dl[r] = randv(nl);
+        for (size_t k = 0; k < nl; k++) lg[r][k] *= 8.0f; /* logits far apart: the max matters */
+        pr[r] = r % 2 ? malloc(nl * 4 + 4) : lg[r];
+        dlg[r] = dev(lg[r], nl * 4), ddl[r] = dev(dl[r], nl * 4);
+        dpr[r] = r % 2 ? dev(lg[r], nl * 4) : dlg[r];
+        tsr_xent_part_stats(st + (size_t)r * 2 * N, lg[r], N, widths[r]);
+        tsr_cuda_xent_part_stats(dst + (size_t)r * 2 * N, dlg[r], N, widths[r], NULL);
+    }
+    back(gst, dst, (size_t)parts * 2 * N * 4);
+    for (int r = 0; r < parts; r++) {
+        const float *a = gst + (size_t)r * 2 * N, *b = st + (size_t)r * 2 * N;
+        int empty_ok = 1;
+        for (int i = 0; i < N && !widths[r]; i++) empty_ok &= a[2 * i] == -INFINITY && a[2 * i + 1] == 0.0f;
+        double w = widths[r] ? rel(a, b, (size_t)2 * N) : 0.0;
+        CHECK(widths[r] ? w < 1e-5 : empty_ok, "vocabulary-parallel stats N=%d, part %d of %d (%d columns): %.3g%s", N,
+              r, parts, widths[r], w, empty_ok ? "" : " (an empty part's are not -inf and 0)");
+    }
+    float *got = malloc(((size_t)N * V + 1) * 4);
+    for (int r = 0, v0 = 0; r < parts; v0 += widths[r], r++) {
+        size_t nl = (size_t)N * widths[r];
+        tsr_xent_part_fwd(ls, pr[r], lg[r], tg, N, widths[r], v0, st, parts);
+        tsr_cuda_xent_part_fwd(dls, dpr[r], dlg[r], dtg, N, widths[r], v0, dst, parts, NULL);
+        back(gls, dls, (size_t)N * 4);
+        CHECK(rel(gls, ls, (size_t)N) < 1e-5, "vocabulary-parallel losses N=%d V=%d, part %d at %d (%d columns%s): "
+              "%.3g", N, V, r, v0, widths[r], r % 2 ? "" : ", in place", rel(gls, ls, (size_t)N));
+        if (nl) back(got, dpr[r], nl * 4);
+        CHECK(rel(got, pr[r], nl) < 1e-5, "vocabulary-parallel probabilities, part %d: %.3g", r, rel(got, pr[r], nl));
+        tsr_xent_part_bwd(dl[r], pr[r], tg, dloss, N, widths[r], v0, V);
+        tsr_cuda_xent_part_bwd(ddl[r], dpr[r], dtg, ddloss, N, widths[r], v0, V, NULL);
+        if (nl) back(got, ddl[r], nl * 4);
+        CHECK(rel(got, dl[r], nl) < 1e-5, "vocabulary-parallel backward, part %d: %.3g", r, rel(got, dl[r], nl));
+    }
+    for (int r = 0; r < parts; r++) {
+        if (r % 2) free(pr[r]), tsr_mem_free(TSR_MEM_CUDA, dpr[r]);
+        free(lg[r]), free(dl[r]);
+        tsr_mem_free(TSR_MEM_CUDA, dlg[r]), tsr_mem_free(TSR_MEM_CUDA, ddl[r]);
+    }
+    tsr_mem_free(TSR_MEM_CUDA, dtg), tsr_mem_free(TSR_MEM_CUDA, dst), tsr_mem_free(TSR_MEM_CUDA, ddloss);
+    tsr_mem_free(TSR_MEM_CUDA, dls);
+    free(tg), free(st), free(gst), free(dloss), free(ls), free(gls), free(got);
+}
+
+/* The device accumulators over n elements: the sum within 1e-5 of
+ * tsr_xent_sum's, the sum of squares tsr_cuda_sumsq's double; a second call adds
+ * the same double again; n == 0 adds nothing; the scratch for n within the
+ * scratch for 2^40 elements (what a kernel context holds). */
+static void test_sum_add(size_t n) {
+    float *x = randv(n);
+    size_t ns = tsr_cuda_sum_scratch(n);
+    size_t most = tsr_cuda_sum_scratch((size_t)1 << 40);
+    CHECK(ns >= 1 && ns <= most, "scratch of %zu doubles for %zu floats (%zu for 2^40)", ns, n, most);
+    CHECK(tsr_cuda_sum_scratch(0) == 0, "scratch for no floats: %zu doubles", tsr_cuda_sum_scratch(0));
+    double acc[2] = {0.0, 0.0}, one[2], two[2], gs = -1;
+    float *dx = dev(x, n * 4);
+    double *dacc = dev(acc, sizeof acc), *scr = dev(acc, (ns ? ns : 1) * sizeof(double));
+    tsr_error e = {0};
+    CHECK(tsr_cuda_sumsq(dx, n, &gs, NULL, &e) == 0, "sum of squares: %s", e.msg);
+    for (int k = 0; k < 2; k++) {
+        tsr_cuda_sum_add(dacc, dx, n, scr, NULL);
+        tsr_cuda_sumsq_add(dacc + 1, dx, n, scr, NULL);
+        tsr_cuda_sum_add(dacc, dx, 0, scr, NULL);
+        tsr_cuda_sumsq_add(dacc + 1, dx, 0, scr, NULL);
+        back(k ? two : one, dacc, sizeof acc);
+    }
+    double s = tsr_xent_sum(x, (int)n), sq = tsr_sumsq(x, n);
+    CHECK(fabs(one[0] - s) <= 1e-5 * fmax(1.0, fabs(s)), "device sum of %zu floats: %.17g, the CPU %.17g", n, one[0],
+          s);
+    CHECK(fabs(one[1] - sq) <= 1e-5 * sq && one[1] == gs, "device sum of squares of %zu floats: %.17g, the CPU %.17g, "
+          "tsr_cuda_sumsq %.17g", n, one[1], sq, gs);
+    CHECK(two[0] == 2 * one[0] && two[1] == 2 * one[1], "device sums of %zu floats, twice: %.17g and %.17g, not twice "
+          "%.17g and %.17g", n, two[0], two[1], one[0], one[1]);
+    tsr_mem_free(TSR_MEM_CUDA, dx), tsr_mem_free(TSR_MEM_CUDA, dacc), tsr_mem_free(TSR_MEM_CUDA, scr);
+    free(x);
+}
+
 /* The linear layer in bf16 through cuBLASLt against the CPU kernel on the same
  * (bf16) values: the bf16 results within bf16's rounding (1e-2 by the norm), the
  * f32 weight gradient within 1e-5; the backward adds to what it is given. */
@@ -390,6 +484,11 @@ int main(void) {
     test_matmul_bf16(1, 1, 1), test_matmul_bf16(37, 65, 11), test_matmul_bf16(256, 768, 1024),
         test_matmul_bf16(129, 4096, 1000);
     printf("RoPE, SwiGLU, cross-entropy, matmul (f32 and bf16): %d failure(s) so far\n", check_failures);
+    static const int w3[] = {13, 0, 9}, w2[] = {5, 8}, w1[] = {13};
+    test_xent_part(7, w3, 3), test_xent_part(7, w2, 2), test_xent_part(1, w1, 1), test_xent_part(257, w3, 3);
+    size_t sums[] = {1, 1000, 12289, ((size_t)1 << 20) + 3};
+    for (size_t i = 0; i < sizeof sums / sizeof *sums; i++) test_sum_add(sums[i]);
+    printf("vocabulary-parallel cross-entropy, device sums: %d failure(s) so far\n", check_failures);
     test_attention(1, 1, 1, 1, 1), test_attention(2, 67, 4, 2, 32), test_attention(1, 128, 8, 2, 64);
     printf("attention: %d failure(s) so far\n", check_failures);
     test_nccl(1), test_nccl(100003);

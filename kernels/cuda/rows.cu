@@ -1,7 +1,7 @@
-/* rows.cu: the embedding and RMSNorm, forward and backward, and the sum of
- * squares. Sums over a row use a fixed block reduction; sums over rows (the
- * weight gradients) go row by row in order, one thread per column, so that each
- * result is the same from run to run. */
+/* rows.cu: the embedding and RMSNorm, forward and backward, the sum of squares
+ * and the device accumulators of sums and of sums of squares. Sums over a row use
+ * a fixed block reduction; sums over rows (the weight gradients) go row by row in
+ * order, one thread per column, so that each result is the same from run to run. */
 #include <math.h>
 
 #include "cuda_impl.h"
@@ -76,16 +76,27 @@ extern "C" void tsr_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout, 
 }
 
 /* Fixed chunks, as tsr_sumsq: at most SUMSQ_CHUNKS chunks of at least SUMSQ_MIN
- * elements; one block sums a chunk in double (a fixed tree), the host adds the
- * chunks in order. */
+ * elements; one block sums a chunk in double (a fixed tree), then the chunks are
+ * added in order (by the host for tsr_cuda_sumsq, by one device thread for the
+ * accumulators). The plain sum (tsr_cuda_sum_add) uses the same chunks. */
 #define SUMSQ_CHUNKS 64
 #define SUMSQ_MIN 4096
 
-static __global__ void sumsq_k(double *part, const float *x, size_t n, size_t len) {
+/* sum_chunks(): the length of a chunk of n > 0 elements and their number (at
+ * most SUMSQ_CHUNKS, whatever n). */
+static int sum_chunks(size_t n, size_t *len) {
+    *len = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
+    if (*len < SUMSQ_MIN) *len = SUMSQ_MIN;
+    return (int)((n + *len - 1) / *len);
+}
+
+/* part[chunk] = the chunk's sum of x (SQ 0) or of its squares (SQ 1). */
+template <int SQ>
+static __global__ void chunk_sum_k(double *part, const float *x, size_t n, size_t len) {
     __shared__ double buf[ROW_THREADS];
     size_t i0 = (size_t)blockIdx.x * len, i1 = i0 + len < n ? i0 + len : n;
     double acc = 0.0;
-    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += (double)x[i] * x[i];
+    for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += SQ ? (double)x[i] * x[i] : (double)x[i];
     buf[threadIdx.x] = acc;
     __syncthreads();
     for (unsigned w = ROW_THREADS / 2; w > 0; w /= 2) {
@@ -97,13 +108,12 @@ static __global__ void sumsq_k(double *part, const float *x, size_t n, size_t le
 extern "C" int tsr_cuda_sumsq(const float *x, size_t n, double *out, tsr_stream *s, tsr_error *err) {
     *out = 0.0;
     if (n == 0) return 0;
-    size_t len = (n + SUMSQ_CHUNKS - 1) / SUMSQ_CHUNKS;
-    if (len < SUMSQ_MIN) len = SUMSQ_MIN;
-    int nch = (int)((n + len - 1) / len);
+    size_t len;
+    int nch = sum_chunks(n, &len);
     double *dpart = NULL, part[SUMSQ_CHUNKS], sum = 0.0;
     cudaError_t e = cudaMalloc((void **)&dpart, (size_t)nch * sizeof *dpart);
     if (e == cudaSuccess) {
-        sumsq_k<<<nch, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dpart, x, n, len);
+        chunk_sum_k<1><<<nch, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dpart, x, n, len);
         e = cudaGetLastError();
     }
     if (e == cudaSuccess)
@@ -121,4 +131,33 @@ extern "C" int tsr_cuda_sumsq(const float *x, size_t n, double *out, tsr_stream 
     for (int k = 0; k < nch; k++) sum += part[k];
     *out = sum;
     return 0;
+}
+
+/* *acc += the chunks' sums, added in order into 0 first: tsr_cuda_sumsq's
+ * addition, so that the sum of squares added is the same double. One thread. */
+static __global__ void sum_parts_k(double *acc, const double *part, int nch) {
+    double sum = 0.0;
+    for (int k = 0; k < nch; k++) sum += part[k];
+    *acc += sum;
+}
+extern "C" size_t tsr_cuda_sum_scratch(size_t n) {
+    size_t len;
+    return n ? (size_t)sum_chunks(n, &len) : 0;
+}
+/* The two launches of an accumulator, queued on s: chunks into scratch, then
+ * their sum into *acc. Calls on one stream may share scratch (the stream orders
+ * them). */
+template <int SQ>
+static void sum_add(double *acc, const float *x, size_t n, double *scratch, tsr_stream *s) {
+    if (n == 0) return;
+    size_t len;
+    int nch = sum_chunks(n, &len);
+    chunk_sum_k<SQ><<<nch, ROW_THREADS, 0, tsr_cu_stream(s)>>>(scratch, x, n, len);
+    sum_parts_k<<<1, 1, 0, tsr_cu_stream(s)>>>(acc, scratch, nch);
+}
+extern "C" void tsr_cuda_sum_add(double *acc, const float *x, size_t n, double *scratch, tsr_stream *s) {
+    sum_add<0>(acc, x, n, scratch, s);
+}
+extern "C" void tsr_cuda_sumsq_add(double *acc, const float *x, size_t n, double *scratch, tsr_stream *s) {
+    sum_add<1>(acc, x, n, scratch, s);
 }

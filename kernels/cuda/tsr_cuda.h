@@ -46,6 +46,16 @@ void tsr_cuda_adamw(float *p, const float *g, float gscale, float *m, float *v, 
  * *out, summed in fixed chunks in a fixed order (waits for s). @return 0, or
  * TSR_EIO (TSR_ENOMEM) with CUDA's reason. */
 int tsr_cuda_sumsq(const float *x, size_t n, double *out, tsr_stream *s, tsr_error *err);
+/* Accumulators in device memory, queued on s without allocation or wait: *acc
+ * (one double) += the sum of x (n floats; tsr_xent_sum's, loss.h) or of its
+ * squares (tsr_sumsq's, in tsr_cuda_sumsq's chunks: the same double), in
+ * double, in fixed chunks added in order (the same bits every run); n == 0
+ * adds nothing. scratch: tsr_cuda_sum_scratch(n) doubles of device memory
+ * (never more than for n = 2^40, whatever n), which calls on one stream may
+ * share. */
+size_t tsr_cuda_sum_scratch(size_t n);
+void tsr_cuda_sum_add(double *acc, const float *x, size_t n, double *scratch, tsr_stream *s);
+void tsr_cuda_sumsq_add(double *acc, const float *x, size_t n, double *scratch, tsr_stream *s);
 
 /* rope.h: cos_t and sin_t are tsr_rope_tables', copied to the device. */
 void tsr_cuda_rope_fwd(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, tsr_stream *s);
@@ -59,6 +69,13 @@ void tsr_cuda_xent_fwd(float *losses, float *probs, const float *logits, const i
                        tsr_stream *s);
 void tsr_cuda_xent_bwd(float *dlogits, const float *probs, const int *targets, const float *dloss, int N, int V,
                        tsr_stream *s);
+/* Vocabulary-parallel, as tsr_xent_part_stats, _fwd (without the count of
+ * targets; probs may alias logits) and _bwd; stats (parts x (N,2)) on the device. */
+void tsr_cuda_xent_part_stats(float *stats, const float *logits, int N, int Vt, tsr_stream *s);
+void tsr_cuda_xent_part_fwd(float *losses, float *probs, const float *logits, const int *targets, int N, int Vt, int v0,
+                            const float *stats, int parts, tsr_stream *s);
+void tsr_cuda_xent_part_bwd(float *dlogits, const float *probs, const int *targets, const float *dloss, int N, int Vt,
+                            int v0, int V, tsr_stream *s);
 /* matmul.h, through cuBLAS in f32 (no TF32). @return 0, or TSR_EIO when cuBLAS
  * refuses the call. */
 int tsr_cuda_matmul_fwd(float *out, const float *inp, const float *w, int N, int C, int OC, tsr_stream *s);
