@@ -55,4 +55,13 @@ for r in g2c c2g; do
     compare cpu_one "$r" 1e-4 7
 done
 
+# a device this build cannot hold is refused before any step, by name
+if ! cut -d"|" -f1 "$TSR_BUILD/flags" | grep -q -- "-DTSR_CUDA"; then
+    "$T" train --config "$CFG" $COMMON --training.steps=2 --job.dump_folder="$TSR_TMP/nocuda" --training.device=cuda \
+        >"$TSR_TMP/nocuda.out" 2>&1 && fail "training.device = cuda in a build without CUDA: exit 0"
+    grep -q "training.device: cuda memory: this build holds host memory only" "$TSR_TMP/nocuda.out" ||
+        { fail "training.device = cuda: not refused by name"; cat "$TSR_TMP/nocuda.out" >&2; }
+    grep -q "^step " "$TSR_TMP/nocuda.out" && fail "training.device = cuda: trained before failing"
+fi
+
 finish "the trainer on the guard kind: bitwise the CPU's in six layouts, cross-resumes ok"
