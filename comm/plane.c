@@ -43,6 +43,15 @@ static size_t sum(const size_t *counts, uint32_t n) {
     return s;
 }
 
+/* n for every rank of the group (malloc'd), or NULL with TSR_ENOMEM. */
+static size_t *even_counts(tsr_comm *c, size_t n, tsr_error *err) {
+    uint32_t size = tsr_comm_size(c);
+    size_t *counts = malloc(size * sizeof *counts);
+    if (!counts) tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (uint32_t i = 0; counts && i < size; i++) counts[i] = n;
+    return counts;
+}
+
 int tsr_plane_allreduce_sum(tsr_plane *p, tsr_comm *c, tsr_dtype dt, void *buf, size_t n, tsr_error *err) {
     if (!p->staged) return tsr_data_allreduce_sum(c, dt, buf, n, stream(p), err);
     size_t bytes = n * tsr_dtype_size(dt);
@@ -71,10 +80,8 @@ int tsr_plane_allgatherv(tsr_plane *p, tsr_comm *c, tsr_dtype dt, const void *se
 int tsr_plane_allgather(tsr_plane *p, tsr_comm *c, tsr_dtype dt, const void *send, void *recv, size_t n,
                         tsr_error *err) {
     if (!p->staged) return tsr_data_allgather(c, dt, send, recv, n, stream(p), err);
-    uint32_t size = tsr_comm_size(c);
-    size_t *counts = malloc(size * sizeof *counts);
-    if (!counts) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    for (uint32_t i = 0; i < size; i++) counts[i] = n;
+    size_t *counts = even_counts(c, n, err);
+    if (!counts) return TSR_ENOMEM;
     int rc = tsr_plane_allgatherv(p, c, dt, send, recv, counts, err);
     free(counts);
     return rc;
@@ -96,10 +103,8 @@ int tsr_plane_reduce_scatterv(tsr_plane *p, tsr_comm *c, tsr_dtype dt, const voi
 int tsr_plane_reduce_scatter(tsr_plane *p, tsr_comm *c, tsr_dtype dt, const void *send, void *recv, size_t n,
                              tsr_error *err) {
     if (!p->staged) return tsr_data_reduce_scatter(c, dt, send, recv, n, stream(p), err);
-    uint32_t size = tsr_comm_size(c);
-    size_t *counts = malloc(size * sizeof *counts);
-    if (!counts) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    for (uint32_t i = 0; i < size; i++) counts[i] = n;
+    size_t *counts = even_counts(c, n, err);
+    if (!counts) return TSR_ENOMEM;
     int rc = tsr_plane_reduce_scatterv(p, c, dt, send, recv, counts, err);
     free(counts);
     return rc;
