@@ -6,7 +6,6 @@
 #define TSR_MEM_H
 
 #include <stddef.h>
-#include <stdint.h>
 
 #include "tsr_base.h"
 
@@ -43,14 +42,9 @@ int tsr_mem_from_host(void *dst, const void *src, size_t n, tsr_mem_kind kind, t
  * cannot touch (a fault there prints the buffer and the call stack, then ends
  * the process) while kernels reach the same bytes through a second mapping.
  * tsr_guard_view(): that mapping's address for an address inside a guard
- * buffer; NULL for any other address. tsr_mem_view(): the address a kernel of
- * memory `kind` works on: p itself but for the guard kind (NULL for an address
- * outside guard memory). */
+ * buffer; NULL for any other address. */
 void *tsr_guard_alloc(size_t n, tsr_error *err);
 void tsr_guard_free(void *p);
 void *tsr_guard_view(const void *p);
-static inline void *tsr_mem_view(tsr_mem_kind kind, const void *p) {
-    return kind == TSR_MEM_GUARD ? tsr_guard_view(p) : (void *)(uintptr_t)p;
-}
 
 #endif

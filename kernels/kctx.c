@@ -29,14 +29,12 @@
 
 /* Keeps the first failure of a queued call. */
 static void cuda_failed(tsr_kctx *kc, cudaError_t e, const char *what) {
-    if (e == cudaSuccess || kc->failed) return;
-    kc->failed = 1;
+    if (e == cudaSuccess || kc->err.code) return;
     tsr_err(&kc->err, e == cudaErrorMemoryAllocation ? TSR_ENOMEM : TSR_EIO, "cuda: %s: %s", what,
             cudaGetErrorString(e));
 }
 static void cublas_failed(tsr_kctx *kc, int rc, const char *what) {
-    if (!rc || kc->failed) return;
-    kc->failed = 1;
+    if (!rc || kc->err.code) return;
     tsr_err(&kc->err, TSR_EIO, "cuda: %s: cuBLAS refused the call", what);
 }
 #else
@@ -92,18 +90,16 @@ void *tsr_kc_alloc(tsr_kctx *kc, size_t bytes, tsr_error *err) { return tsr_mem_
 void tsr_kc_free(tsr_kctx *kc, void *p) { tsr_mem_free(kc->mem, p); }
 
 int tsr_kc_check(tsr_kctx *kc, tsr_error *err) {
-    if (!kc->failed) return 0;
-    kc->failed = 0;
+    int rc = kc->err.code;
+    if (!rc) return 0;
     if (err) *err = kc->err;
-    return kc->err.code ? kc->err.code : TSR_EIO;
+    kc->err = (tsr_error){0};
+    return rc;
 }
 
 int tsr_kc_sync(tsr_kctx *kc, tsr_error *err) {
 #ifdef TSR_CUDA
-    if (ON_DEVICE(kc) && !kc->failed) {
-        tsr_error e = {0};
-        if (tsr_cuda_sync(kc->stream, &e)) kc->failed = 1, kc->err = e;
-    }
+    if (ON_DEVICE(kc) && !kc->err.code) tsr_cuda_sync(kc->stream, &kc->err);
 #endif
     return tsr_kc_check(kc, err);
 }

@@ -28,8 +28,7 @@ typedef struct tsr_kctx {
     tsr_mem_kind mem;
     tsr_stream *stream;   /* CUDA: the stream the kernels are queued on (NULL: the default stream) */
     double *sum_scratch;  /* CUDA: the partial sums of tsr_kc_sum_add and tsr_kc_sumsq_add */
-    int failed;
-    tsr_error err;        /* the first failure of a queued kernel */
+    tsr_error err;        /* the first failure of a queued kernel (code 0: none) */
 } tsr_kctx;
 
 /* tsr_kctx_devices(): the devices this process can use for memory of `kind`:

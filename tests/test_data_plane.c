@@ -186,6 +186,10 @@ int main(void) {
     reduce_scatter(c, me);
     ring(c, me);
     refusals(c);
+    /* the ranks of this job run on one node (a device's binding is by this rank) */
+    uint32_t nr = 99, ns = 0;
+    CHECK_OK(tsr_comm_node_rank(c, &nr, &ns, &e));
+    CHECK(nr == me && ns == RANKS, "node rank %u of %u, not %u of %d", nr, ns, me, RANKS);
     tsr_comm_free(c);
     return check_done();
 }
