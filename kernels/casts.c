@@ -25,6 +25,10 @@ uint16_t tsr_f32_to_bf16(float x) {
 }
 float tsr_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
+void tsr_bf16_round(float *out, const float *in, size_t n) {
+    for (size_t i = 0; i < n; i++) out[i] = tsr_bf16_to_f32(tsr_f32_to_bf16(in[i]));
+}
+
 /* Generic: round a finite float to a format with `mbits` mantissa bits and
  * exponent bias `bias`, max biased exponent emax_biased (for finite values). */
 static uint32_t round_small(float x, int ebits, int mbits, int bias, int has_inf, uint32_t maxfinite,

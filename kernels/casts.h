@@ -17,6 +17,11 @@ float tsr_e4m3_to_f32(uint8_t v);
 uint8_t tsr_f32_to_e5m2(float x);
 float tsr_e5m2_to_f32(uint8_t v);
 
+/* tsr_bf16_round(): out[i] = in[i] rounded to bf16's precision (as
+ * tsr_f32_to_bf16, then back to f32); out == in allowed. The operands of mixed
+ * precision's matrix products on the CPU. */
+void tsr_bf16_round(float *out, const float *in, size_t n);
+
 /* tsr_load_f64(): element i of `n` elements of dtype at src, as a double. */
 double tsr_load_f64(int dtype, const void *src, size_t i);
 /* tsr_store_from_f64(): stores v as element i of dtype at dst (floats rounded to

@@ -73,17 +73,39 @@ int tsr_kctx_init(tsr_kctx *kc, tsr_mem_kind kind, int device, tsr_error *err) {
     if (!rc && kind == TSR_MEM_CUDA) {
         cudaError_t e = cudaSetDevice(device);
         if (e != cudaSuccess) return tsr_err(err, TSR_EINVAL, "cuda: device %d: %s", device, cudaGetErrorString(e));
-        size_t n = tsr_cuda_sum_scratch((size_t)1 << 40) * sizeof(double);
+        size_t most = (size_t)1 << 40, a = tsr_cuda_sum_scratch(most), b = tsr_cuda_sumsq_ranges_scratch(most);
+        size_t n = (a > b ? a : b) * sizeof(double);
         if (!(kc->sum_scratch = tsr_mem_alloc(kind, n, err))) rc = err ? err->code : TSR_ENOMEM;
     }
 #endif
     (void)device;
+    kc->gemm = TSR_F32;
     return rc;
 }
 
 void tsr_kctx_free(tsr_kctx *kc) {
     if (kc->sum_scratch) tsr_mem_free(kc->mem, kc->sum_scratch);
-    kc->sum_scratch = NULL;
+    if (kc->scratch) tsr_mem_free(kc->mem, kc->scratch);
+    kc->sum_scratch = NULL, kc->scratch = NULL, kc->scratch_cap = 0;
+}
+
+/* The context's scratch, at least `bytes` of it, or NULL with the failure kept
+ * (the kernel that needed it is skipped). Grown only in a step's first calls:
+ * on a GPU the old one is freed once the kernels queued on it are done. */
+static void *scratch(tsr_kctx *kc, size_t bytes) {
+    if (bytes <= kc->scratch_cap) return kc->scratch;
+#ifdef TSR_CUDA
+    if (ON_DEVICE(kc) && !kc->err.code) tsr_cuda_sync(kc->stream, &kc->err);
+#endif
+    if (kc->err.code) return NULL;
+    if (kc->scratch) tsr_mem_free(kc->mem, kc->scratch);
+    kc->scratch_cap = 0;
+    if (!(kc->scratch = tsr_mem_alloc(kc->mem, bytes, &kc->err))) {
+        tsr_err_prefix(&kc->err, "%zu bytes of scratch for the kernels", bytes);
+        return NULL;
+    }
+    kc->scratch_cap = bytes;
+    return kc->scratch;
 }
 
 void *tsr_kc_alloc(tsr_kctx *kc, size_t bytes, tsr_error *err) { return tsr_mem_alloc(kc->mem, bytes, err); }
@@ -240,13 +262,45 @@ void tsr_kc_rmsnorm_bwd(tsr_kctx *kc, float *dinp, float *dw, const float *dout,
     tsr_rmsnorm_bwd(KV(dinp), KV(dw), KV(dout), KV(inp), KV(w), KV(rstd), N, C);
 }
 
+/* Mixed precision on the CPU: the operands rounded to bf16 in scratch (still
+ * f32, so that sgemm multiplies exactly the values a GPU's bf16 tensor cores
+ * would), in the order of `mixed_rows`: n[i] floats from src[i], NULL skipped.
+ * @return the rounded copies (NULL where src was), or 0 when scratch failed. */
+static int mixed_round(tsr_kctx *kc, int k, const float *const *src, const size_t *n, float **out) {
+    size_t total = 0;
+    for (int i = 0; i < k; i++) total += src[i] ? n[i] : 0;
+    float *s = scratch(kc, (total ? total : 1) * sizeof(float));
+    if (!s) return 0;
+    s = KV(s);
+    for (int i = 0; i < k; i++) {
+        out[i] = NULL;
+        if (!src[i]) continue;
+        tsr_bf16_round(s, KV(src[i]), n[i]);
+        out[i] = s;
+        s += n[i];
+    }
+    return 1;
+}
+
 void tsr_kc_matmul_fwd(tsr_kctx *kc, float *out, const float *inp, const float *w, int N, int C, int OC) {
 #ifdef TSR_CUDA
     if (ON_DEVICE(kc)) {
+        if (kc->gemm == TSR_BF16) {
+            uint16_t *s = scratch(kc, tsr_cuda_matmul_mixed_scratch(N, C, OC) * sizeof(uint16_t));
+            if (s) cublas_failed(kc, tsr_cuda_matmul_mixed_fwd(out, inp, w, N, C, OC, s, kc->stream), "bf16 matmul forward");
+            return;
+        }
         cublas_failed(kc, tsr_cuda_matmul_fwd(out, inp, w, N, C, OC, kc->stream), "matmul forward");
         return;
     }
 #endif
+    if (kc->gemm == TSR_BF16) {
+        const float *src[2] = {inp, w};
+        size_t n[2] = {(size_t)N * C, (size_t)OC * C};
+        float *r[2];
+        if (mixed_round(kc, 2, src, n, r)) tsr_matmul_fwd(KV(out), r[0], r[1], N, C, OC);
+        return;
+    }
     tsr_matmul_fwd(KV(out), KV(inp), KV(w), N, C, OC);
 }
 
@@ -254,10 +308,25 @@ void tsr_kc_matmul_bwd(tsr_kctx *kc, float *dinp, float *dw, const float *dout, 
                        int N, int C, int OC) {
 #ifdef TSR_CUDA
     if (ON_DEVICE(kc)) {
+        if (kc->gemm == TSR_BF16) {
+            uint16_t *s = scratch(kc, tsr_cuda_matmul_mixed_scratch(N, C, OC) * sizeof(uint16_t));
+            if (s)
+                cublas_failed(kc, tsr_cuda_matmul_mixed_bwd(dinp, dw, dout, inp, w, N, C, OC, s, kc->stream),
+                              "bf16 matmul backward");
+            return;
+        }
         cublas_failed(kc, tsr_cuda_matmul_bwd(dinp, dw, dout, inp, w, N, C, OC, kc->stream), "matmul backward");
         return;
     }
 #endif
+    if (kc->gemm == TSR_BF16) {
+        /* dinp needs dout and w, dw needs dout and inp */
+        const float *src[3] = {dout, dinp ? w : NULL, dw ? inp : NULL};
+        size_t n[3] = {(size_t)N * OC, (size_t)OC * C, (size_t)N * C};
+        float *r[3];
+        if (mixed_round(kc, 3, src, n, r)) tsr_matmul_bwd(KV(dinp), KV(dw), r[0], r[2], r[1], N, C, OC);
+        return;
+    }
     tsr_matmul_bwd(KV(dinp), KV(dw), KV(dout), KV(inp), KV(w), N, C, OC);
 }
 
@@ -285,6 +354,11 @@ void tsr_kc_attention_fwd(tsr_kctx *kc, float *out, float *att, const float *q, 
                           int T, int NH, int NKV, int hd) {
 #ifdef TSR_CUDA
     if (ON_DEVICE(kc)) {
+        if (kc->gemm == TSR_BF16) {
+            void *s = scratch(kc, tsr_cuda_attention_tc_scratch(B, T, NH, NKV, hd));
+            if (s) tsr_cuda_attention_tc_fwd(out, att, q, k, v, B, T, NH, NKV, hd, s, kc->stream);
+            return;
+        }
         tsr_cuda_attention_fwd(out, att, q, k, v, B, T, NH, NKV, hd, kc->stream);
         return;
     }
@@ -292,16 +366,21 @@ void tsr_kc_attention_fwd(tsr_kctx *kc, float *out, float *att, const float *q, 
     tsr_attention_fwd(KV(out), KV(att), KV(q), KV(k), KV(v), B, T, NH, NKV, hd);
 }
 
-void tsr_kc_attention_bwd(tsr_kctx *kc, float *dq, float *dk, float *dv, float *scratch, const float *dout,
+void tsr_kc_attention_bwd(tsr_kctx *kc, float *dq, float *dk, float *dv, float *att_scratch, const float *dout,
                           const float *q, const float *k, const float *v, const float *att, int B, int T, int NH,
                           int NKV, int hd) {
 #ifdef TSR_CUDA
     if (ON_DEVICE(kc)) {
-        tsr_cuda_attention_bwd(dq, dk, dv, scratch, dout, q, k, v, att, B, T, NH, NKV, hd, kc->stream);
+        if (kc->gemm == TSR_BF16) {
+            void *s = scratch(kc, tsr_cuda_attention_tc_scratch(B, T, NH, NKV, hd));
+            if (s) tsr_cuda_attention_tc_bwd(dq, dk, dv, att_scratch, dout, q, k, v, att, B, T, NH, NKV, hd, s, kc->stream);
+            return;
+        }
+        tsr_cuda_attention_bwd(dq, dk, dv, att_scratch, dout, q, k, v, att, B, T, NH, NKV, hd, kc->stream);
         return;
     }
 #endif
-    tsr_attention_bwd(KV(dq), KV(dk), KV(dv), KV(scratch), KV(dout), KV(q), KV(k), KV(v), KV(att), B, T, NH, NKV, hd);
+    tsr_attention_bwd(KV(dq), KV(dk), KV(dv), KV(att_scratch), KV(dout), KV(q), KV(k), KV(v), KV(att), B, T, NH, NKV, hd);
 }
 
 void tsr_kc_swiglu_fwd(tsr_kctx *kc, float *out, const float *gate, const float *up, size_t n) {
@@ -387,6 +466,23 @@ void tsr_kc_sumsq_add(tsr_kctx *kc, double *acc, const float *x, size_t n) {
     }
 #endif
     if (n) *(double *)KV(acc) += tsr_sumsq(KV(x), n);
+}
+
+void tsr_kc_sumsq_ranges(tsr_kctx *kc, double *acc, const float *base, const uint64_t *ranges, int count,
+                         size_t total) {
+    if (count <= 0) return;
+#ifdef TSR_CUDA
+    if (ON_DEVICE(kc)) {
+        tsr_cuda_sumsq_ranges(acc, base, ranges, count, total, kc->sum_scratch, kc->stream);
+        return;
+    }
+#endif
+    (void)total;
+    const uint64_t *r = KV(ranges);
+    const float *b = KV(base);
+    double *a = KV(acc);
+    for (int i = 0; i < count; i++)
+        if (r[2 * i + 1]) *a += tsr_sumsq(b + r[2 * i], (size_t)r[2 * i + 1]);
 }
 
 void tsr_kc_adamw(tsr_kctx *kc, float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr,

@@ -27,7 +27,14 @@
 typedef struct tsr_kctx {
     tsr_mem_kind mem;
     tsr_stream *stream;   /* CUDA: the stream the kernels are queued on (NULL: the default stream) */
-    double *sum_scratch;  /* CUDA: the partial sums of tsr_kc_sum_add and tsr_kc_sumsq_add */
+    /* The operands of matrix products (tsr_kc_matmul_*; on a GPU attention's
+     * too): TSR_F32 (the default: the exact path) or TSR_BF16, TorchTitan's
+     * mixed precision: operands rounded to bf16, products accumulated and
+     * stored in f32. Set by the owner after tsr_kctx_init. */
+    tsr_dtype gemm;
+    double *sum_scratch;  /* CUDA: the partial sums of tsr_kc_sum_add, tsr_kc_sumsq_add and tsr_kc_sumsq_ranges */
+    void *scratch;        /* the bf16 operands of mixed precision, grown as needed */
+    size_t scratch_cap;
     tsr_error err;        /* the first failure of a queued kernel (code 0: none) */
 } tsr_kctx;
 
@@ -71,17 +78,21 @@ void tsr_kc_rmsnorm_fwd(tsr_kctx *kc, float *out, float *rstd, const float *inp,
                         float eps);
 void tsr_kc_rmsnorm_bwd(tsr_kctx *kc, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                         const float *rstd, int N, int C);
-/* matmul.h */
+/* matmul.h; with gemm = TSR_BF16 every operand is first rounded to bf16 (to
+ * nearest even: products of bf16 values are exact in f32, so the CPU kernel on
+ * the rounded values and a GPU's bf16 tensor cores agree but for the order of
+ * the f32 sums) */
 void tsr_kc_matmul_fwd(tsr_kctx *kc, float *out, const float *inp, const float *w, int N, int C, int OC);
 void tsr_kc_matmul_bwd(tsr_kctx *kc, float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                        int N, int C, int OC);
 /* rope.h: the tables in the context's memory */
 void tsr_kc_rope_fwd(tsr_kctx *kc, float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd);
 void tsr_kc_rope_bwd(tsr_kctx *kc, float *dx, const float *cos_t, const float *sin_t, int B, int T, int H, int hd);
-/* attention.h */
+/* attention.h; on a GPU with gemm = TSR_BF16 its products run on the tensor
+ * cores (bf16 operands, f32 accumulation and probabilities) */
 void tsr_kc_attention_fwd(tsr_kctx *kc, float *out, float *att, const float *q, const float *k, const float *v, int B,
                           int T, int NH, int NKV, int hd);
-void tsr_kc_attention_bwd(tsr_kctx *kc, float *dq, float *dk, float *dv, float *scratch, const float *dout,
+void tsr_kc_attention_bwd(tsr_kctx *kc, float *dq, float *dk, float *dv, float *att_scratch, const float *dout,
                           const float *q, const float *k, const float *v, const float *att, int B, int T, int NH,
                           int NKV, int hd);
 /* activation.h */
@@ -101,7 +112,14 @@ void tsr_kc_xent_part_bwd(tsr_kctx *kc, float *dlogits, const float *probs, cons
  * device and come to the host in one copy. */
 void tsr_kc_sum_add(tsr_kctx *kc, double *acc, const float *x, size_t n);
 void tsr_kc_sumsq_add(tsr_kctx *kc, double *acc, const float *x, size_t n);
-/* optim.h */
+/* *acc += the sum of squares (tsr_sumsq) of each of `count` ranges of base,
+ * in range order; ranges: `count` pairs (offset, length) in floats, in the
+ * context's memory (uploaded once), `total` their summed lengths. One launch
+ * on a GPU: the gradient norm of every parameter at once. */
+void tsr_kc_sumsq_ranges(tsr_kctx *kc, double *acc, const float *base, const uint64_t *ranges, int count,
+                         size_t total);
+/* optim.h; one call over the whole state where the hyper-parameters are shared
+ * (the update is element-wise) */
 void tsr_kc_adamw(tsr_kctx *kc, float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr,
                   float beta1, float beta2, float eps, float weight_decay, long t);
 

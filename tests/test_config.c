@@ -307,13 +307,14 @@ static void test_torchtitan_config(void) {
     CHECK(c.checkpoint.async_mode == TSR_ASYNC_ON, "async_with_pinned_mem is async");
     CHECK(c.lr_scheduler.decay_ratio == 0.8 && c.lr_scheduler.min_lr_factor == 0.0, "lr_min alias");
     CHECK(c.training.seed == 7, "debug.seed alias: %lld", (long long)c.training.seed);
+    CHECK(c.training.mixed_precision_param == TSR_BF16 && c.training.mixed_precision_reduce == TSR_F32,
+          "mixed_precision_param taken (bf16 operands), mixed_precision_reduce float32 by default");
     /* warnings: one per ignored key whose value is not false */
     const char *want[] = {"titan.toml:6: ignored on CPU: job.use_for_integration_test = true",
                           "ignored on CPU: profiling.save_traces_folder = \"profile_trace\"",
                           "ignored on CPU: profiling.profile_freq = 10",
                           "ignored on CPU: metrics.save_tb_folder",
                           "ignored on CPU: model.tokenizer_path",
-                          "ignored on CPU: training.mixed_precision_param = \"bfloat16\"",
                           "ignored on CPU: parallelism.fsdp_reshard_after_forward",
                           "titan.toml:45: ignored on CPU: parallelism.module_fqns_per_model_part = [",
                           "ignored on CPU: activation_checkpoint.mode = 'selective'",

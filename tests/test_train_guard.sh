@@ -8,7 +8,8 @@
 # gradient norms of the same layout on the CPU; a checkpoint of guard ranks
 # resumes on CPU ranks in another layout, and a CPU checkpoint on guard ranks,
 # within 1e-4 of the uninterrupted run; the final model-only export (bf16, cast
-# by the trainer's kernels) holds what the CPU run's does.
+# by the trainer's kernels) holds what the CPU run's does. Mixed precision
+# (bf16 operands) gives bitwise the CPU's too, and losses near float32's.
 . "$TSR_ROOT/tests/mpi.sh"
 . "$TSR_ROOT/tests/train_jobs.sh"
 
@@ -55,6 +56,34 @@ for r in g2c c2g; do
     compare cpu_one "$r" 1e-4 7
 done
 
+# mixed precision (training.mixed_precision_param = "bfloat16": bf16 operands of
+# every matrix product, f32 sums and master state): the guard kind bitwise the
+# CPU's; the losses within 0.02 of the float32 run's, and not the same numbers
+MP="--training.mixed_precision_param=bfloat16 --training.mixed_precision_reduce=float32"
+both bf16_one 1 --training.global_batch_size=8 --training.local_batch_size=8 $MP
+both bf16_fsdp_tp4 4 --training.global_batch_size=8 --training.local_batch_size=4 --parallelism.tensor_parallel_degree=2 $MP
+$PY - "$TSR_TMP/cpu_one/metrics.jsonl" "$TSR_TMP/cpu_bf16_one/metrics.jsonl" <<'EOF' || fail "bf16: losses not within 0.02 of float32's, or the same"
+import json, sys
+f32, bf16 = ({o["step"]: o["loss"] for o in map(json.loads, open(p))} for p in sys.argv[1:3])
+assert sorted(f32) == sorted(bf16) and len(f32) == 10, (sorted(f32), sorted(bf16))
+worst = max(abs(f32[s] - bf16[s]) for s in f32)
+print("bf16 against float32: %d steps, worst loss difference %.4g" % (len(f32), worst))
+sys.exit(0 if worst <= 0.02 and any(f32[s] != bf16[s] for s in f32) else 1)
+EOF
+
+# refused by name, before any step: gradients reduced in bf16; NCCL without a GPU
+refused() { # NAME MESSAGE ARGS...
+    r_name=$1 r_msg=$2; shift 2
+    "$T" train --config "$CFG" $COMMON --training.steps=2 --job.dump_folder="$TSR_TMP/$r_name" "$@" \
+        >"$TSR_TMP/$r_name.out" 2>&1 && fail "$r_name: exit 0"
+    grep -qF "$r_msg" "$TSR_TMP/$r_name.out" || { fail "$r_name: not refused by name"; cat "$TSR_TMP/$r_name.out" >&2; }
+    grep -q "^step " "$TSR_TMP/$r_name.out" && fail "$r_name: trained before failing"
+}
+refused reduce_bf16 'training.mixed_precision_reduce = "bfloat16": tessera reduces gradients in float32 only' \
+    --training.mixed_precision_reduce=bfloat16
+refused nccl_guard 'parallelism.data_plane = "nccl" needs training.device = "cuda" (training.device is "guard")' \
+    --training.device=guard --parallelism.data_plane=nccl
+
 # a device this build cannot hold is refused before any step, by name
 if ! cut -d"|" -f1 "$TSR_BUILD/flags" | grep -q -- "-DTSR_CUDA"; then
     "$T" train --config "$CFG" $COMMON --training.steps=2 --job.dump_folder="$TSR_TMP/nocuda" --training.device=cuda \
@@ -64,4 +93,4 @@ if ! cut -d"|" -f1 "$TSR_BUILD/flags" | grep -q -- "-DTSR_CUDA"; then
     grep -q "^step " "$TSR_TMP/nocuda.out" && fail "training.device = cuda: trained before failing"
 fi
 
-finish "the trainer on the guard kind: bitwise the CPU's in six layouts, cross-resumes ok"
+finish "the trainer on the guard kind: bitwise the CPU's in six layouts and with bf16 operands, cross-resumes ok"

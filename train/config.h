@@ -125,6 +125,12 @@ typedef struct tsr_train_config {
            position already. */
         int skip_data_after_step; /* -1: no skip */
         int skip_data_steps;      /* 0 */
+        /* TorchTitan's mixed precision: TSR_F32 ("float32", tessera's default,
+           the exact path; TorchTitan's is "bfloat16") or TSR_BF16: matrix
+           products take bf16 operands and accumulate in f32; the master
+           weights, AdamW's moments and the checkpoints stay f32. */
+        int mixed_precision_param;
+        int mixed_precision_reduce; /* TSR_F32 only: gradients are reduced in f32 */
         tsr_device device;        /* "cpu" */
     } training;
     struct {

@@ -34,6 +34,8 @@ void tsr_config_defaults(tsr_train_config *c) {
     c->training.seed = -1;
     strcpy(c->training.dataset, "synthetic");
     c->training.skip_data_after_step = -1;
+    c->training.mixed_precision_param = TSR_F32;
+    c->training.mixed_precision_reduce = TSR_F32;
     c->parallelism.data_parallel_replicate_degree = 1;
     c->parallelism.data_parallel_shard_degree = -1;
     c->parallelism.tensor_parallel_degree = 1;
@@ -101,6 +103,15 @@ int tsr_config_validate(tsr_train_config *c, int world_size, tsr_error *err) {
                        "training.dataset \"%s\": only \"synthetic\" is built in; set training.dataset_path to "
                        "a directory of token shards (tessera data prep) or training.dataset = \"synthetic\"",
                        c->training.dataset);
+    if (c->training.mixed_precision_reduce != TSR_F32)
+        return tsr_err(err, TSR_EINVAL,
+                       "training.mixed_precision_reduce = \"bfloat16\": tessera reduces gradients in float32 only "
+                       "(TorchTitan's default); set it to \"float32\" or leave it out");
+    if (c->parallelism.data_plane == TSR_PLANE_NCCL && c->training.device != TSR_DEVICE_CUDA)
+        return tsr_err(err, TSR_EINVAL,
+                       "parallelism.data_plane = \"nccl\" needs training.device = \"cuda\" (training.device is "
+                       "\"%s\"): NCCL moves GPU memory only; leave data_plane at \"auto\"",
+                       c->training.device == TSR_DEVICE_GUARD ? "guard" : "cpu");
     /* Only now, when every check has passed, resolve: validate leaves *c alone on error. */
     c->parallelism.data_parallel_shard_degree = shard;
     c->training.global_batch_size = global;

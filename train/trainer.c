@@ -100,6 +100,30 @@ static int params_init(tsr_trainer *t, tsr_error *err) {
     return rc;
 }
 
+/* The ranges of the gradient block the gradient norm adds up here (each
+ * parameter counted once over the world: norm_counts), in parameter order,
+ * copied once to the trainer's memory. */
+static int norm_ranges_init(tsr_trainer *t, tsr_error *err) {
+    size_t n = t->decls.n_params;
+    uint64_t *r = malloc(2 * n * sizeof *r + 1);
+    if (!r) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    int k = 0;
+    t->norm_total = 0;
+    for (size_t p = 0; p < n; p++) {
+        const param *q = &t->par[p];
+        if (!q->on_stage || !q->norm_counts || !q->shard_n) continue;
+        r[2 * k] = (uint64_t)(q->g - (t->arena + t->n_shard_elems)), r[2 * k + 1] = q->shard_n;
+        t->norm_total += q->shard_n;
+        k++;
+    }
+    int rc = 0;
+    t->n_norm_ranges = k;
+    if (!(t->norm_ranges = tsr_kc_alloc(&t->kc, 2 * (size_t)k * sizeof *r + 1, err))) rc = err ? err->code : TSR_ENOMEM;
+    if (!rc && k) rc = tsr_kc_from_host(&t->kc, t->norm_ranges, r, 2 * (size_t)k * sizeof *r, err);
+    free(r);
+    return rc;
+}
+
 /* One allocation of the trainer's memory kind: the weight, gradient and both
  * moment shards (each a block in parameter order: a unit's shards are
  * contiguous), then with FSDP the unit buffers. */
@@ -122,7 +146,8 @@ static int params_alloc(tsr_trainer *t, tsr_error *err) {
         at += q->shard_n;
     }
     t->w_unit = -1;
-    if (t->layout.dp_shard == 1) return 0;
+    int rc = norm_ranges_init(t, err);
+    if (rc || t->layout.dp_shard == 1) return rc;
     t->wunit = a + 4 * total_shard;
     t->gunit = t->wunit + t->unit_max;
     t->rs = t->gunit + t->unit_max;
@@ -553,7 +578,7 @@ static int mb_bwd(tsr_trainer *t, int j, tsr_error *err) {
 
 int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *targets, int optimize,
                      double *loss, double *grad_norm, tsr_error *err) {
-    size_t n = t->decls.n_params, bt = (size_t)t->B * t->T;
+    size_t bt = (size_t)t->B * t->T;
     int rc = 0;
     /* the step's tokens, kept on the host too (FSDP gathers them there) */
     memcpy(t->tokens_host, inputs, bt * sizeof *inputs);
@@ -580,8 +605,8 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     /* the loss (sums[0], on the last stage: each tp rank the rows whose targets
      * it holds) and the gradient norm (sums[1]), each counted once, summed over
      * the world and brought to the host in one copy */
-    for (size_t p = 0; p < n; p++)
-        if (t->par[p].on_stage && t->par[p].norm_counts) tsr_kc_sumsq_add(&t->kc, &t->sums[1], t->par[p].g, t->par[p].shard_n);
+    tsr_kc_sumsq_ranges(&t->kc, &t->sums[1], t->arena + t->n_shard_elems, t->norm_ranges, t->n_norm_ranges,
+                        t->norm_total);
     double red[2];
     if ((rc = tsr_plane_allreduce_sum(&t->plane, t->world, TSR_F64, t->sums, 2, err)) ||
         (rc = tsr_kc_to_host(&t->kc, red, t->sums, sizeof red, err)))
@@ -594,13 +619,13 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     double clip = c->training.max_norm / (*grad_norm + 1e-6);
     float lr = (float)tsr_config_lr_at(c, step);
     t->last_lr = lr;
-    for (size_t p = 0; p < n; p++) {
-        param *q = &t->par[p];
-        if (!q->on_stage || !q->shard_n) continue;
-        tsr_kc_adamw(&t->kc, q->w, q->g, clip < 1.0 ? (float)clip : 1.0f, q->m, q->v, q->shard_n, lr,
-                     (float)c->optimizer.beta1, (float)c->optimizer.beta2, (float)c->optimizer.eps,
-                     (float)c->optimizer.weight_decay, step);
-    }
+    /* every parameter at once: the weight, gradient and moment blocks are in
+     * the same parameter order, and the hyper-parameters shared */
+    size_t S = t->n_shard_elems;
+    if (S)
+        tsr_kc_adamw(&t->kc, t->arena, t->arena + S, clip < 1.0 ? (float)clip : 1.0f, t->arena + 2 * S,
+                     t->arena + 3 * S, S, lr, (float)c->optimizer.beta1, (float)c->optimizer.beta2,
+                     (float)c->optimizer.eps, (float)c->optimizer.weight_decay, step);
     /* done before the step returns: a save that follows copies the state on
      * streams of its own, ordered after nothing */
     return tsr_kc_sync(&t->kc, err);
@@ -644,6 +669,7 @@ static int device_open(tsr_trainer *t, tsr_error *err) {
         tsr_err_prefix(err, "training.device");
         return rc;
     }
+    t->kc.gemm = t->cfg.training.mixed_precision_param == TSR_BF16 ? TSR_BF16 : TSR_F32;
     tsr_plane_init(&t->plane, &t->kc, staged && kind != TSR_MEM_HOST);
     return 0;
 }
@@ -688,6 +714,7 @@ void tsr_trainer_free(tsr_trainer *t) {
     tsr_kc_free(&t->kc, t->tokens);
     tsr_kc_free(&t->kc, t->tok_map_dev);
     tsr_kc_free(&t->kc, t->sums);
+    tsr_kc_free(&t->kc, t->norm_ranges);
     free(t->tokens_host);
     free(t->tok_map);
     tsr_plane_free(&t->plane);

@@ -113,6 +113,10 @@ struct tsr_trainer {
     int *tokens;        /* inputs (B,T) then targets (B,T), in the trainer's memory */
     int *tokens_host;   /* the same on the host (FSDP gathers them there) */
     double *sums;       /* in the trainer's memory: the step's loss sum and gradient sum of squares */
+    uint64_t *norm_ranges; /* in the trainer's memory: (offset, length) in the gradient block of every
+                              parameter the gradient norm counts here, one tsr_kc_sumsq_ranges */
+    int n_norm_ranges;
+    size_t norm_total;
     tsr_comm_reqs *reqs;
     double inv_count;
     float last_lr;
