@@ -170,6 +170,7 @@ int tsr_engine_wait(tsr_engine *e, tsr_error *err) {
 
 double tsr_engine_last_wait(const tsr_engine *e) { return e->last_wait; }
 double tsr_engine_last_stall(const tsr_engine *e) { return e->last_stall; }
+double tsr_engine_pin_seconds(const tsr_engine *e) { return e->pin_seconds; }
 
 int tsr_engine_broken(tsr_engine *e) {
     pthread_mutex_lock(&e->mu);
@@ -190,7 +191,10 @@ int tsr_engine_prepare(tsr_engine *e, const tsr_state *st, tsr_error *err) {
      * learns whether all states are valid */
     int rc = engine_check_state(st, err), broken = 0;
     int a = engine_agree(e, 0, rc ? AGREE_INVALID : AGREE_REPLAN, rc, &broken, err);
-    return a != AGREE_REPLAN ? a : engine_plan_save(e, st, err);
+    if (a != AGREE_REPLAN) return a;
+    rc = engine_plan_save(e, st, err);
+    if (!rc) engine_arena_pin(e, st); /* device state: pinned now, not in the first save */
+    return rc;
 }
 
 int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err) {

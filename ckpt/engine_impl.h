@@ -79,6 +79,7 @@ struct tsr_engine {
     size_t arena_cap;
     tsr_mem_kind arena_for; /* the device kind the arena was pinned for (tried once); 0: none */
     int arena_pinned;       /* 1: that pinning took */
+    double pin_seconds;     /* tsr_engine_pin_seconds */
     /* background */
     pthread_t thread;
     int thread_started;
@@ -130,6 +131,9 @@ void engine_retention(tsr_engine *e, int before_save);
 /* engine_arena_reserve(): the staging arena holds at least `need` bytes
  * (mapped, touched and, where allowed, locked). */
 int engine_arena_reserve(tsr_engine *e, size_t need, tsr_error *err);
+/* engine_arena_pin(): the arena pinned for the device kind of st's first
+ * device box (nothing for host state, or when pinned for that kind already). */
+void engine_arena_pin(tsr_engine *e, const tsr_state *st);
 void engine_job_clear(save_job *j);
 
 /* engine_plan.c */

@@ -627,16 +627,19 @@ static size_t stage_blobs(tsr_engine *e, const tsr_state *st, size_t off) {
 
 /* Boxes in device memory are staged into an arena pinned for that device's
  * copies (the link's full speed, and copies that run beside the step's
- * kernels): pinned once, when the first such state comes, and kept while the
- * arena is. A failed pinning is logged once; the copies are then slower. */
-static void arena_pin(tsr_engine *e, const tsr_state *st) {
-    for (size_t i = 0; i < e->n_mine; i++) {
+ * kernels): pinned once, when the first such state comes (tsr_engine_prepare's
+ * or the first save's), and kept while the arena is. A failed pinning is
+ * logged once; the copies are then slower. */
+void engine_arena_pin(tsr_engine *e, const tsr_state *st) {
+    for (size_t i = 0; e->arena && i < e->n_mine; i++) {
         tsr_mem_kind k = st->boxes[e->mine[i]].mem;
         if (k == TSR_MEM_HOST || k == e->arena_for) continue;
+        double t0 = tsr_now();
         if (e->arena_pinned) tsr_mem_unpin(e->arena, e->arena_for);
         tsr_error pe = {0};
         e->arena_for = k;
         e->arena_pinned = tsr_mem_pin(e->arena, e->arena_cap, k, &pe) == 0;
+        e->pin_seconds += tsr_now() - t0;
         if (!e->arena_pinned) tsr_log(1, "the staging arena (%zu bytes) is not pinned: %s", e->arena_cap, pe.msg);
         return;
     }
@@ -647,7 +650,7 @@ int engine_stage(tsr_engine *e, const char *dir, uint64_t step, const tsr_state 
     int rc = job_begin(e, dir, step, st, err);
     if (!rc) rc = stage_size(e, st, &need, err);
     if (!rc) rc = engine_arena_reserve(e, need, err);
-    if (!rc) arena_pin(e, st);
+    if (!rc) engine_arena_pin(e, st);
     if (!rc) rc = stage_boxes(e, st, &off, err);
     if (!rc) e->job.staged_bytes = stage_blobs(e, st, off);
     return rc;

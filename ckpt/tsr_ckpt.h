@@ -216,7 +216,8 @@ int tsr_engine_reserve(tsr_engine *e, size_t bytes, tsr_error *err);
 /* tsr_engine_prepare(): plans the saves of states laid out like st now
  * (collective: every rank, its own state), so that the first save finds its
  * plan made, like every later one of the same layout, and blocks the caller no
- * longer than they do; rank 0 makes room in ROOT now, as that save would.
+ * longer than they do; rank 0 makes room in ROOT now, as that save would,
+ * and the staging arena is pinned for device state (tsr_engine_pin_seconds).
  * Optional: a save without a plan makes one. After tsr_engine_continue_from it
  * does nothing: the first save plans, and moves the abandoned steps aside. */
 int tsr_engine_prepare(tsr_engine *e, const tsr_state *st, tsr_error *err);
@@ -229,6 +230,11 @@ int tsr_engine_wait(tsr_engine *e, tsr_error *err);
  * it blocked the caller in all (wait, plan, staging). */
 double tsr_engine_last_wait(const tsr_engine *e);
 double tsr_engine_last_stall(const tsr_engine *e);
+/* tsr_engine_pin_seconds(): the seconds spent pinning the staging arena for
+ * the copies of device state (page-locking it: once per arena and device, in
+ * tsr_engine_prepare where it is called, else in the first save of such a
+ * state, whose blocked time then holds it). 0 for host state. */
+double tsr_engine_pin_seconds(const tsr_engine *e);
 /* tsr_engine_broken(): 1 once a commit exchange timed out on this rank or, as
  * the next save learns, on another: every later save fails, and the job should
  * stop and restart from its last committed checkpoint. */

@@ -31,6 +31,11 @@ both hsdp4 4 --training.global_batch_size=8 --training.local_batch_size=2 \
 both fsdp_tp4 4 --training.global_batch_size=8 --training.local_batch_size=4 --parallelism.tensor_parallel_degree=2
 grep -q "layout pp=1,dp_replicate=1,dp_shard=2,tp=2[,;]" "$TSR_TMP/guard_fsdp_tp4.log" ||
     fail "fsdp_tp4: not the layout asked for"
+# the staging arena pinned for device copies before the first step, reported
+# apart from the saves' blocked time; host state is not pinned
+grep -q "^checkpoint staging: [0-9]* MiB pinned for device copies in [0-9.]* s, before the first step" \
+    "$TSR_TMP/guard_one.log" || fail "guard: the staging arena's pinning not reported before the first step"
+grep -q "pinned" "$TSR_TMP/cpu_one.log" && fail "cpu: host state reported pinned"
 
 # the model-only exports of the CPU and guard runs: the same tensors, the same
 # bytes; only the config blob differs (it names the device)

@@ -292,6 +292,10 @@ static int open_engine(train_job *j, tsr_error *err) {
         tsr_state st;
         rc = step_state(j, j->start, &st, err);
         if (!rc) rc = tsr_engine_prepare(j->engine, &st, err);
+        double pinned = tsr_engine_pin_seconds(j->engine);
+        if (!rc && pinned > 0 && j->log)
+            fprintf(j->log, "checkpoint staging: %.0f MiB pinned for device copies in %.3f s, before the first step\n",
+                    (double)stage / (1 << 20), pinned);
     }
     return rc;
 }
@@ -313,7 +317,12 @@ static int save_step(train_job *j, int step, tsr_error *err) {
     tsr_state st;
     int rc = step_state(j, step, &st, err);
     if (rc) return rc;
+    double pinned = tsr_engine_pin_seconds(j->engine);
     rc = tsr_engine_save(j->engine, (uint64_t)step, &st, err);
+    pinned = tsr_engine_pin_seconds(j->engine) - pinned;
+    if (pinned > 0 && j->log)
+        fprintf(j->log, "step %d: %.3f s of this save's blocked time pinned the staging arena for device copies "
+                        "(once)\n", step, pinned);
     j->last_save = step;
     j->last_save_refused = rc != 0;
     if (rc && err) j->last_save_err = *err;
