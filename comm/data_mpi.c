@@ -227,12 +227,16 @@ static int data_wait_untimed(tsr_comm *c, tsr_comm_reqs *pending, tsr_stream *s,
 
 /* ------------------------------------------------------------- timing */
 
-/* The public calls: each one's wall time is added to data_seconds. */
+/* The public calls: each one's wall time is added to data_seconds; a call on
+ * a stream returns once queued, and its time on the stream is NCCL's to add
+ * (tsr_nccl_seconds, by events). */
+#define ADD_TIME(s, t0) \
+    if (!(s)) data_seconds += tsr_now() - (t0)
 
 int tsr_data_allreduce_sum(tsr_comm *c, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err) {
     double t0 = tsr_now();
     int rc = data_allreduce_sum_untimed(c, dt, buf, n, s, err);
-    data_seconds += tsr_now() - t0;
+    ADD_TIME(s, t0);
     return rc;
 }
 
@@ -240,7 +244,7 @@ int tsr_data_allgatherv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv,
                         tsr_stream *s, tsr_error *err) {
     double t0 = tsr_now();
     int rc = data_allgatherv_untimed(c, dt, send, recv, counts, s, err);
-    data_seconds += tsr_now() - t0;
+    ADD_TIME(s, t0);
     return rc;
 }
 
@@ -248,7 +252,7 @@ int tsr_data_reduce_scatterv(tsr_comm *c, tsr_dtype dt, const void *send, void *
                              tsr_stream *s, tsr_error *err) {
     double t0 = tsr_now();
     int rc = data_reduce_scatterv_untimed(c, dt, send, recv, counts, s, err);
-    data_seconds += tsr_now() - t0;
+    ADD_TIME(s, t0);
     return rc;
 }
 
@@ -256,7 +260,7 @@ int tsr_data_send(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, const void 
                   tsr_comm_reqs *pending, tsr_stream *s, tsr_error *err) {
     double t0 = tsr_now();
     int rc = data_send_untimed(c, peer, tag, dt, buf, n, pending, s, err);
-    data_seconds += tsr_now() - t0;
+    ADD_TIME(s, t0);
     return rc;
 }
 
@@ -264,15 +268,21 @@ int tsr_data_recv(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, void *buf, 
                   tsr_error *err) {
     double t0 = tsr_now();
     int rc = data_recv_untimed(c, peer, tag, dt, buf, n, s, err);
-    data_seconds += tsr_now() - t0;
+    ADD_TIME(s, t0);
     return rc;
 }
 
 int tsr_data_wait(tsr_comm *c, tsr_comm_reqs *pending, tsr_stream *s, tsr_error *err) {
     double t0 = tsr_now();
     int rc = data_wait_untimed(c, pending, s, err);
-    data_seconds += tsr_now() - t0;
+    ADD_TIME(s, t0);
     return rc;
 }
 
-double tsr_data_seconds(void) { return data_seconds; }
+double tsr_data_seconds(void) {
+#ifdef TSR_CUDA
+    return data_seconds + tsr_nccl_seconds();
+#else
+    return data_seconds;
+#endif
+}

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 
 #include "comm_mpi.h"
+#include "common.h"
 #include "data_nccl.h"
 #include "tsr_cuda.h"
 
@@ -62,7 +63,7 @@ static int scratch(float **out, size_t n, tsr_stream *s, tsr_error *err) {
     return e == cudaSuccess ? 0 : cuda_err(err, e, "scratch for a bf16 sum");
 }
 
-int tsr_nccl_allreduce_sum(tsr_comm *c, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err) {
+static int nccl_allreduce_sum(tsr_comm *c, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err) {
     ncclComm_t nc;
     ncclDataType_t t = ncclFloat32;
     size_t esz = 0;
@@ -88,7 +89,7 @@ static int even(const tsr_comm *c, const size_t *counts) {
     return 1;
 }
 
-int tsr_nccl_allgatherv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
+static int nccl_allgatherv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
                         tsr_stream *s, tsr_error *err) {
     ncclComm_t nc;
     ncclDataType_t t = ncclFloat32;
@@ -124,7 +125,7 @@ static int reduce_parts(tsr_comm *c, ncclComm_t nc, ncclDataType_t t, size_t esz
     return r == ncclSuccess ? 0 : nccl_err(err, r, "grouped Reduce (reduce-scatterv)");
 }
 
-int tsr_nccl_reduce_scatterv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
+static int nccl_reduce_scatterv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
                              tsr_stream *s, tsr_error *err) {
     ncclComm_t nc;
     ncclDataType_t t = ncclFloat32;
@@ -150,6 +151,127 @@ int tsr_nccl_reduce_scatterv(tsr_comm *c, tsr_dtype dt, const void *send, void *
     return rc;
 }
 
+/* ------------------------------------------------ time, and paired sends */
+
+/* The time the stream spends in the calls: each call between two events,
+ * whose intervals tsr_nccl_seconds adds up once they are done (the wall time
+ * of a queued call says nothing: it returns at once). */
+#define N_MARKS 256
+static cudaEvent_t marks[2 * N_MARKS];
+static int n_marks, n_made;
+static double stream_seconds;
+
+/* Adds up the intervals that are done (all of them, waiting, with wait). */
+static void collect(int wait) {
+    int i = 0;
+    for (; i < n_marks; i++) {
+        if (wait) cudaEventSynchronize(marks[2 * i + 1]);
+        float ms = 0;
+        cudaError_t e = cudaEventElapsedTime(&ms, marks[2 * i], marks[2 * i + 1]);
+        if (e == cudaErrorNotReady) break;
+        if (e == cudaSuccess) stream_seconds += ms / 1e3;
+        else cudaGetLastError();
+    }
+    /* the pending ones to the front, keeping every event made */
+    for (int j = 0; j + i < n_marks; j++) {
+        cudaEvent_t a = marks[2 * j], b = marks[2 * j + 1];
+        marks[2 * j] = marks[2 * (j + i)], marks[2 * j + 1] = marks[2 * (j + i) + 1];
+        marks[2 * (j + i)] = a, marks[2 * (j + i) + 1] = b;
+    }
+    n_marks -= i;
+}
+
+/* The start (end = 0) or the end of a call on s. Timing is best effort: an
+ * event that cannot be made leaves the call untimed. */
+static int mark(tsr_stream *s, int end) {
+    if (!end && n_marks == N_MARKS) collect(1);
+    int k = 2 * n_marks + end;
+    if (k >= n_made) {
+        if (cudaEventCreate(&marks[k]) != cudaSuccess) {
+            cudaGetLastError();
+            return 0;
+        }
+        n_made = k + 1;
+    }
+    if (cudaEventRecord(marks[k], stream(s)) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (end) n_marks++;
+    return 1;
+}
+
+double tsr_nccl_seconds(void) {
+    collect(0);
+    return stream_seconds;
+}
+
+/* Sends are held and queued with the next receive, in one NCCL group, or by
+ * the next collective or wait: NCCL's point-to-point calls block the stream
+ * until the peer's matching call runs, so that a 1F1B stage sending forward
+ * while its neighbour sends back would deadlock unless each send goes with the
+ * receive that follows it (send forward / receive backward, as one). */
+typedef struct held_send {
+    const void *buf;
+    size_t n;
+    ncclDataType_t t;
+    int peer;
+    ncclComm_t nc;
+    tsr_stream *s;
+} held_send;
+static held_send *held;
+static size_t n_held, cap_held;
+
+/* The held sends, inside the caller's group. */
+static int queue_held(tsr_error *err) {
+    int rc = 0;
+    for (size_t i = 0; i < n_held; i++) {
+        const held_send *h = &held[i];
+        ncclResult_t r = ncclSend(h->buf, h->n, h->t, h->peer, h->nc, stream(h->s));
+        if (r != ncclSuccess && !rc) rc = nccl_err(err, r, "Send");
+    }
+    n_held = 0;
+    return rc;
+}
+
+/* The held sends, as one group of their own. */
+static int flush_sends(tsr_error *err) {
+    if (!n_held) return 0;
+    int rc = 0;
+    mark(held[0].s, 0);
+    tsr_stream *s = held[0].s;
+    ncclGroupStart();
+    rc = queue_held(err);
+    ncclResult_t r = ncclGroupEnd();
+    mark(s, 1);
+    return rc ? rc : r == ncclSuccess ? 0 : nccl_err(err, r, "grouped Send");
+}
+
+/* A call on the stream, after the held sends, between two marks. */
+#define TIMED(s, call)                     \
+    do {                                   \
+        int rc_ = flush_sends(err);        \
+        if (rc_) return rc_;               \
+        int marked_ = mark((s), 0);        \
+        rc_ = (call);                      \
+        if (marked_) mark((s), 1);         \
+        return rc_;                        \
+    } while (0)
+
+int tsr_nccl_allreduce_sum(tsr_comm *c, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err) {
+    TIMED(s, nccl_allreduce_sum(c, dt, buf, n, s, err));
+}
+
+int tsr_nccl_allgatherv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
+                        tsr_stream *s, tsr_error *err) {
+    TIMED(s, nccl_allgatherv(c, dt, send, recv, counts, s, err));
+}
+
+int tsr_nccl_reduce_scatterv(tsr_comm *c, tsr_dtype dt, const void *send, void *recv, const size_t *counts,
+                             tsr_stream *s, tsr_error *err) {
+    TIMED(s, nccl_reduce_scatterv(c, dt, send, recv, counts, s, err));
+}
+
 int tsr_nccl_send(tsr_comm *c, uint32_t peer, tsr_dtype dt, const void *buf, size_t n, tsr_stream *s,
                   tsr_error *err) {
     ncclComm_t nc;
@@ -157,22 +279,34 @@ int tsr_nccl_send(tsr_comm *c, uint32_t peer, tsr_dtype dt, const void *buf, siz
     size_t esz = 0;
     int rc = type_of(dt, "send", &t, &esz, err);
     if (rc || (rc = comm_of(c, &nc, err))) return rc;
-    ncclResult_t r = ncclSend(buf, n, t, (int)peer, nc, stream(s));
-    return r == ncclSuccess ? 0 : nccl_err(err, r, "Send");
+    if (n_held && held[0].s != s && (rc = flush_sends(err))) return rc;
+    if (tsr_grow((void **)&held, &cap_held, n_held, sizeof *held))
+        return tsr_err(err, TSR_ENOMEM, "out of memory for a held send");
+    held[n_held++] = (held_send){buf, n, t, (int)peer, nc, s};
+    return 0;
 }
 
 int tsr_nccl_recv(tsr_comm *c, uint32_t peer, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err) {
-    ncclComm_t nc;
+    ncclComm_t nc; /* made before the group: a communicator's start is not grouped */
     ncclDataType_t t = ncclFloat32;
     size_t esz = 0;
     int rc = type_of(dt, "recv", &t, &esz, err);
     if (rc || (rc = comm_of(c, &nc, err))) return rc;
-    ncclResult_t r = ncclRecv(buf, n, t, (int)peer, nc, stream(s));
-    return r == ncclSuccess ? 0 : nccl_err(err, r, "Recv");
+    if (n_held && held[0].s != s && (rc = flush_sends(err))) return rc;
+    int marked = mark(s, 0);
+    ncclGroupStart();
+    rc = queue_held(err);
+    ncclResult_t r = ncclRecv(buf, n, t, (int)peer, nc, stream(s)), g = ncclGroupEnd();
+    if (marked) mark(s, 1);
+    if (rc) return rc;
+    if (r != ncclSuccess) return nccl_err(err, r, "Recv");
+    return g == ncclSuccess ? 0 : nccl_err(err, g, "grouped Send/Recv");
 }
 
 int tsr_nccl_wait(tsr_stream *s, tsr_error *err) {
+    int rc = flush_sends(err);
     cudaError_t e = cudaStreamSynchronize(stream(s));
+    if (rc) return rc;
     return e == cudaSuccess ? 0 : cuda_err(err, e, "stream");
 }
 #endif

@@ -18,7 +18,12 @@ int tsr_nccl_reduce_scatterv(tsr_comm *c, tsr_dtype dt, const void *send, void *
 int tsr_nccl_send(tsr_comm *c, uint32_t peer, tsr_dtype dt, const void *buf, size_t n, tsr_stream *s,
                   tsr_error *err);
 int tsr_nccl_recv(tsr_comm *c, uint32_t peer, tsr_dtype dt, void *buf, size_t n, tsr_stream *s, tsr_error *err);
-/* tsr_nccl_wait(): waits for the work queued on s. */
+/* Sends are held until the next receive, collective or wait, and queued with
+ * the receive as one NCCL group (data_nccl.c says why). tsr_nccl_wait(): the
+ * held sends queued, then waits for the work queued on s. */
 int tsr_nccl_wait(tsr_stream *s, tsr_error *err);
+/* tsr_nccl_seconds(): the seconds the streams spent in the calls above that
+ * are done (timed by events around each one): waits for peers included. */
+double tsr_nccl_seconds(void);
 
 #endif

@@ -57,7 +57,9 @@ int tsr_data_recv(tsr_comm *c, uint32_t peer, int tag, tsr_dtype dt, void *buf, 
 int tsr_data_wait(tsr_comm *c, tsr_comm_reqs *pending, tsr_stream *s, tsr_error *err);
 
 /* tsr_data_seconds(): the wall seconds this process has spent inside the calls
- * above since it started, waits for slower peers included (the trainer takes
+ * above since it started, waits for slower peers included; for calls on a
+ * stream (NCCL), which return once queued, the stream's seconds in them,
+ * timed by events, once they are done (the trainer takes
  * it from its step time to tell its own work from the wait for others: the
  * supervisor's straggler rule, README "Keeping a run alive"). Counted by the
  * thread that makes the calls; read it from that thread. */
