@@ -20,7 +20,6 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -51,9 +50,20 @@ static guard *find(uintptr_t a) {
     return NULL;
 }
 
+/* Output from the signal handler: write(2) only, no stdio. */
 static void put_str(const char *s) {
     ssize_t r = write(2, s, strlen(s));
     (void)r;
+}
+
+/* v in base 10 or 16 (with 0x). */
+static void put_num(uintptr_t v, int hex) {
+    char buf[24], *p = buf + sizeof buf;
+    *--p = 0;
+    do *--p = "0123456789abcdef"[v % (hex ? 16 : 10)];
+    while ((v /= (hex ? 16 : 10)));
+    if (hex) *--p = 'x', *--p = '0';
+    put_str(p);
 }
 
 static void on_segv(int sig, siginfo_t *si, void *uc) {
@@ -71,14 +81,17 @@ static void on_segv(int sig, siginfo_t *si, void *uc) {
         signal(SIGSEGV, SIG_DFL);
         return; /* the access faults again, now fatally */
     }
-    char msg[256];
     uintptr_t a = (uintptr_t)si->si_addr, v = atomic_load(&g->view);
-    snprintf(msg, sizeof msg,
-             "tessera: host code touched device memory (the guard kind) at %p: byte %zu of a %zu-byte buffer at "
-             "%p; only the kernels and copies of a kernel context may. Where (addr2line -f -e BINARY OFFSET "
-             "names each frame):\n",
-             si->si_addr, (size_t)(a - v), g->size, (void *)v);
-    put_str(msg);
+    put_str("tessera: host code touched device memory (the guard kind) at ");
+    put_num(a, 1);
+    put_str(": byte ");
+    put_num(a - v, 0);
+    put_str(" of a ");
+    put_num(g->size, 0);
+    put_str("-byte buffer at ");
+    put_num(v, 1);
+    put_str("; only the kernels and copies of a kernel context may. Where (addr2line -f -e BINARY OFFSET "
+            "names each frame):\n");
     void *frames[48];
     int n = backtrace(frames, 48);
     backtrace_symbols_fd(frames, n, 2);
@@ -116,6 +129,8 @@ void *tsr_guard_alloc(size_t n, tsr_error *err) {
             sa.sa_flags = SA_SIGINFO | SA_NODEFER;
             sigemptyset(&sa.sa_mask);
             handler_set = sigaction(SIGSEGV, &sa, &old_segv) == 0;
+            void *warm[1]; /* backtrace loads what it needs now, not in the handler */
+            backtrace(warm, 1);
         }
     }
     pthread_mutex_unlock(&guards_mu);
