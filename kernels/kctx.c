@@ -108,6 +108,18 @@ static void *scratch(tsr_kctx *kc, size_t bytes) {
     return kc->scratch;
 }
 
+int tsr_kctx_mem_used(const tsr_kctx *kc, size_t *used, size_t *total) {
+#ifdef TSR_CUDA
+    size_t fr = 0, all = 0;
+    if (ON_DEVICE(kc) && cudaMemGetInfo(&fr, &all) == cudaSuccess) {
+        *used = all - fr, *total = all;
+        return 0;
+    }
+#endif
+    (void)kc, (void)used, (void)total;
+    return -1;
+}
+
 void *tsr_kc_alloc(tsr_kctx *kc, size_t bytes, tsr_error *err) { return tsr_mem_alloc(kc->mem, bytes, err); }
 void tsr_kc_free(tsr_kctx *kc, void *p) { tsr_mem_free(kc->mem, p); }
 

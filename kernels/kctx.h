@@ -47,6 +47,9 @@ int tsr_kctx_devices(tsr_mem_kind kind);
  * process's current one and the context works on its default stream. */
 int tsr_kctx_init(tsr_kctx *kc, tsr_mem_kind kind, int device, tsr_error *err);
 void tsr_kctx_free(tsr_kctx *kc);
+/* tsr_kctx_mem_used(): for a device, its bytes in use (by every process on
+ * it) and its size; -1 for the host's kinds, which report none. */
+int tsr_kctx_mem_used(const tsr_kctx *kc, size_t *used, size_t *total);
 /* tsr_kc_alloc(), tsr_kc_free(): memory of the context's kind, zeroed. */
 void *tsr_kc_alloc(tsr_kctx *kc, size_t bytes, tsr_error *err);
 void tsr_kc_free(tsr_kctx *kc, void *p);

@@ -34,6 +34,7 @@ typedef struct train_job {
     int start;          /* the step loaded (0: none); the run trains start+1.. */
     double t_log, blocked, blocked_total, step_time_total;
     double data_total; /* seconds of the steps in the data plane's collectives, waits included */
+    size_t dev_peak, dev_total; /* a GPU's bytes in use at the end of a step, the most; its size */
     int steps_since;
     int last_save, last_save_refused; /* the step of the last save, and whether it was refused at once */
     tsr_error last_save_err;

@@ -170,6 +170,8 @@ static int train_step(train_job *j, int step, tsr_error *err) {
     if (!rc && (tsr_heartbeat_fault_nan(first, c->training.global_batch_size) || tsr_heartbeat_chaos_nan(step)))
         loss = NAN;
     double took = tsr_now() - t0; /* compute: less the waits in the data plane */
+    size_t used = 0;
+    if (!rc && !tsr_kctx_mem_used(&t->kc, &used, &j->dev_total) && used > j->dev_peak) j->dev_peak = used;
     double compute = took - (tsr_data_seconds() - waited);
     j->data_total += took - compute;
     if (!rc) tsr_heartbeat_step(j->hb, step, loss, gnorm, took, compute > 0 ? compute : 0);
@@ -196,6 +198,9 @@ static void log_done(train_job *j) {
             n, j->step_time_total, (double)c->training.global_batch_size * j->t->T * n / j->step_time_total,
             j->blocked_total, 100 * j->blocked_total / j->step_time_total, j->data_total,
             100 * j->data_total / j->step_time_total, c->checkpoint.enable ? j->root : "(disabled)");
+    if (j->dev_total)
+        fprintf(j->log, "device memory: peak %.2f GiB in use at the end of a step, of %.2f GiB\n",
+                (double)j->dev_peak / (1 << 30), (double)j->dev_total / (1 << 30));
 }
 
 static void job_close(train_job *j) {
