@@ -1,10 +1,13 @@
 /* test_cuda.c: each CUDA kernel against its CPU twin, the oracle, on random
  * inputs at several shapes (odd sizes included): exactly where the CPU kernel
  * fixes the order of its sums or does one rounding per element (fill, add, bf16
- * casts, AdamW, the embedding), within a relative 1e-5 elsewhere (RMSNorm, the
- * sum of squares, the cross-entropy, whole and vocabulary-parallel, the device
- * sums); device memory through the allocator and staging's copy; the data plane
- * on a stream (NCCL) over a group of one.
+ * casts, AdamW, the embedding and its weight gradient, RMSNorm's weight
+ * gradient), within a relative 1e-5 elsewhere (RMSNorm, the sum of squares, the
+ * cross-entropy, whole and vocabulary-parallel, the device sums), within 1e-12
+ * for the sum of squares over ranges, within f32 summation order of the CPU on
+ * bf16-rounded operands for the mixed-precision matmul, and within bf16's
+ * rounding for the tensor-core attention; device memory through the allocator
+ * and staging's copy; the data plane on a stream (NCCL) over a group of one.
  * Skipped (exit 77) in a build without CUDA or on a machine without a GPU. */
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +48,13 @@ static void *dev(const void *host, size_t n) {
     void *d = tsr_mem_alloc(TSR_MEM_CUDA, n, &e);
     REQUIRE(d, "device allocation: %s", e.msg);
     REQUIRE(cudaMemcpy(d, host, n, cudaMemcpyHostToDevice) == cudaSuccess, "copy to the device");
+    return d;
+}
+/* Device memory left as it is (a kernel's scratch): n bytes, at least 1. */
+static void *dev_scratch(size_t n) {
+    tsr_error e = {0};
+    void *d = tsr_mem_alloc(TSR_MEM_CUDA, n ? n : 1, &e);
+    REQUIRE(d, "device allocation of %zu bytes: %s", n, e.msg);
     return d;
 }
 static void back(void *host, const void *d, size_t n) {
@@ -123,7 +133,7 @@ static void test_adamw(size_t n) {
 static void test_embed(int N, int C, int V) {
     int *tok = malloc((size_t)N * sizeof *tok);
     for (int i = 0; i < N; i++) tok[i] = (int)(tsr_splitmix_next(&rng) % (uint64_t)(V + 1)) - (i == 3); /* -1 and V too */
-    float *wte = randv((size_t)V * C), *dout = randv((size_t)N * C), *dw = calloc((size_t)V * C, 4);
+    float *wte = randv((size_t)V * C), *dout = randv((size_t)N * C), *dw = randv((size_t)V * C); /* added to */
     float *ref = malloc((size_t)N * C * 4), *got = malloc((size_t)(N > V ? N : V) * C * 4);
     int *dtok = dev(tok, (size_t)N * sizeof *tok);
     float *dwte = dev(wte, (size_t)V * C * 4), *dy = dev(dout, (size_t)N * C * 4);
@@ -135,7 +145,8 @@ static void test_embed(int N, int C, int V) {
     tsr_embed_bwd(dw, dout, tok, N, C, V);
     tsr_cuda_embed_bwd(ddw, dy, dtok, N, C, V, NULL);
     back(got, ddw, (size_t)V * C * 4);
-    CHECK(!memcmp(dw, got, (size_t)V * C * 4), "embedding backward N=%d C=%d V=%d: not the CPU's sums", N, C, V);
+    CHECK(!memcmp(dw, got, (size_t)V * C * 4), "embedding backward N=%d C=%d V=%d: not the CPU's sums (worst %.3g)", N,
+          C, V, rel(got, dw, (size_t)V * C));
     tsr_mem_free(TSR_MEM_CUDA, dtok), tsr_mem_free(TSR_MEM_CUDA, dwte), tsr_mem_free(TSR_MEM_CUDA, dy);
     tsr_mem_free(TSR_MEM_CUDA, dx), tsr_mem_free(TSR_MEM_CUDA, ddw);
     free(tok), free(wte), free(dout), free(dw), free(ref), free(got);
@@ -144,7 +155,7 @@ static void test_embed(int N, int C, int V) {
 static void test_rmsnorm(int N, int C) {
     size_t nc = (size_t)N * C;
     float *x = randv(nc), *w = randv((size_t)C), *dy = randv(nc);
-    float *y = malloc(nc * 4), *r = malloc((size_t)N * 4), *dx = calloc(nc, 4), *dw = calloc((size_t)C, 4);
+    float *y = malloc(nc * 4), *r = malloc((size_t)N * 4), *dx = calloc(nc, 4), *dw = randv((size_t)C); /* added to */
     float *gy = malloc(nc * 4), *gr = malloc((size_t)N * 4), *gdx = malloc(nc * 4), *gdw = malloc((size_t)C * 4);
     float *d_x = dev(x, nc * 4), *d_w = dev(w, (size_t)C * 4), *d_dy = dev(dy, nc * 4);
     float *d_y = dev(y, nc * 4), *d_r = dev(r, (size_t)N * 4), *d_dx = dev(dx, nc * 4), *d_dw = dev(dw, (size_t)C * 4);
@@ -155,8 +166,9 @@ static void test_rmsnorm(int N, int C) {
     tsr_rmsnorm_bwd(dx, dw, dy, x, w, r, N, C);
     tsr_cuda_rmsnorm_bwd(d_dx, d_dw, d_dy, d_x, d_w, d_r, N, C, NULL);
     back(gdx, d_dx, nc * 4), back(gdw, d_dw, (size_t)C * 4);
-    CHECK(rel(gdx, dx, nc) < 1e-5 && rel(gdw, dw, (size_t)C) < 1e-5, "RMSNorm backward N=%d C=%d: dx %.3g dw %.3g", N, C,
-          rel(gdx, dx, nc), rel(gdw, dw, (size_t)C));
+    CHECK(rel(gdx, dx, nc) < 1e-5, "RMSNorm backward N=%d C=%d: dx %.3g", N, C, rel(gdx, dx, nc));
+    CHECK(!memcmp(gdw, dw, (size_t)C * 4), "RMSNorm backward N=%d C=%d: dw not the CPU's sums (worst %.3g)", N, C,
+          rel(gdw, dw, (size_t)C));
     double s = tsr_sumsq(x, nc), gs = -1, gs2 = -2;
     tsr_error e = {0};
     CHECK(tsr_cuda_sumsq(d_x, nc, &gs, NULL, &e) == 0, "sum of squares: %s", e.msg);
@@ -329,6 +341,41 @@ static void test_sum_add(size_t n) {
     free(x);
 }
 
+/* The sum of squares over ranges of one buffer (out of order, overlapping, empty,
+ * of one float, to the buffer's end; the ranges end to end longer than the
+ * chunks' least, so that the chunks are more than their minimum and straddle
+ * ranges): added to what *acc held, within 1e-12 of the sum of tsr_sumsq over the
+ * ranges; the same bits twice; no ranges or no floats add nothing; the scratch
+ * within the scratch for 2^40 floats (what a kernel context holds). */
+static void test_sumsq_ranges(void) {
+    enum { NB = 3000017 };
+    static const uint64_t r[] = {1500000, 4096 * 70 + 3, 0, 1000003, 1000003, 0, 2999999, 18, 7, 12289,
+                                 2000000, 1,             0, NB,      123,     999999};
+    int count = (int)(sizeof r / sizeof *r / 2);
+    float *x = randv(NB);
+    size_t total = 0;
+    double ref = 0, acc[3] = {0.25, 0.25, 7.0}, got[3];
+    for (int i = 0; i < count; i++) total += r[2 * i + 1], ref += tsr_sumsq(x + r[2 * i], r[2 * i + 1]);
+    size_t ns = tsr_cuda_sumsq_ranges_scratch(total), most = tsr_cuda_sumsq_ranges_scratch((size_t)1 << 40);
+    CHECK(ns >= 1 && ns <= most && tsr_cuda_sumsq_ranges_scratch(0) == 0, "scratch of %zu doubles for %zu floats in "
+          "ranges (%zu for 2^40, %zu for none)", ns, total, most, tsr_cuda_sumsq_ranges_scratch(0));
+    float *dx = dev(x, (size_t)NB * 4);
+    uint64_t *dr = dev(r, sizeof r);
+    double *dacc = dev(acc, sizeof acc), *scr = dev_scratch(ns * sizeof(double));
+    tsr_cuda_sumsq_ranges(dacc, dx, dr, count, total, scr, NULL);
+    tsr_cuda_sumsq_ranges(dacc + 1, dx, dr, count, total, scr, NULL);
+    tsr_cuda_sumsq_ranges(dacc + 2, dx, dr, 0, total, scr, NULL);
+    tsr_cuda_sumsq_ranges(dacc + 2, dx, dr, count, 0, scr, NULL);
+    back(got, dacc, sizeof acc);
+    CHECK(fabs(got[0] - 0.25 - ref) <= 1e-12 * ref, "sum of squares over %d ranges (%zu floats): %.17g, the CPU %.17g",
+          count, total, got[0] - 0.25, ref);
+    CHECK(got[1] == got[0], "sum of squares over ranges: %.17g, then %.17g", got[0], got[1]);
+    CHECK(got[2] == 7.0, "sum of squares over no ranges or no floats added %.17g", got[2] - 7.0);
+    tsr_mem_free(TSR_MEM_CUDA, dx), tsr_mem_free(TSR_MEM_CUDA, dr), tsr_mem_free(TSR_MEM_CUDA, dacc);
+    tsr_mem_free(TSR_MEM_CUDA, scr);
+    free(x);
+}
+
 /* The linear layer in bf16 through cuBLASLt against the CPU kernel on the same
  * (bf16) values: the bf16 results within bf16's rounding (1e-2 by the norm), the
  * f32 weight gradient within 1e-5; the backward adds to what it is given. */
@@ -365,6 +412,91 @@ static void test_matmul_bf16(int N, int C, int OC) {
     free(x), free(w), free(dy), free(dx), free(dw), free(hx), free(hw), free(hdy), free(hdx), free(g16), free(y), free(got);
 }
 
+/* x (n) rounded to bf16 and back: the values the mixed-precision kernels multiply. */
+static float *bf16_round(const float *x, size_t n) {
+    float *r = malloc(n * 4 + 4);
+    REQUIRE(r, "out of memory");
+    for (size_t i = 0; i < n; i++) r[i] = tsr_bf16_to_f32(tsr_f32_to_bf16(x[i]));
+    return r;
+}
+static float *absv(const float *x, size_t n) {
+    float *r = malloc(n * 4 + 4);
+    REQUIRE(r, "out of memory");
+    for (size_t i = 0; i < n; i++) r[i] = fabsf(x[i]);
+    return r;
+}
+static float *copyv(const float *x, size_t n) {
+    float *r = malloc(n * 4 + 4);
+    REQUIRE(r, "out of memory");
+    return memcpy(r, x, n * 4);
+}
+/* The largest |a - b| / bound of an element, bound its sum of |terms| (a
+ * difference where the bound is 0, or a NaN, is infinitely far). */
+static double brel(const float *a, const float *b, const float *bound, size_t n) {
+    double w = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]), q = d == 0 ? 0 : bound[i] > 0 ? d / bound[i] : INFINITY;
+        if (isnan(d)) q = INFINITY;
+        if (q > w) w = q;
+    }
+    return w;
+}
+
+/* The mixed-precision linear layer (f32 tensors, operands rounded to bf16, f32
+ * accumulation and results) against the CPU kernel on the operands rounded to
+ * bf16 here: products of bf16 values are exact in f32, so every element agrees
+ * to f32 summation order, within 1e-4 of the sum of its |terms| (computed by the
+ * same kernel on |operands|). An operand left unrounded is off by up to 2^-9 of a
+ * term, which the shapes with few terms per sum (C or N of 1) show. The backward
+ * adds to random gradients; with one gradient NULL, the other gets the same bits
+ * again (and the NULL one is not touched). */
+static void test_matmul_mixed(int N, int C, int OC) {
+    size_t ni = (size_t)N * C, nw = (size_t)OC * C, no = (size_t)N * OC;
+    size_t nmax = ni > nw ? (ni > no ? ni : no) : (nw > no ? nw : no);
+    float *x = randv(ni), *w = randv(nw), *dy = randv(no), *dx0 = randv(ni), *dw0 = randv(nw);
+    float *xr = bf16_round(x, ni), *wr = bf16_round(w, nw), *dyr = bf16_round(dy, no);
+    float *ax = absv(xr, ni), *aw = absv(wr, nw), *ady = absv(dyr, no);
+    float *y = malloc(no * 4 + 4), *by = malloc(no * 4 + 4), *dx = copyv(dx0, ni), *dw = copyv(dw0, nw);
+    float *bdx = absv(dx0, ni), *bdw = absv(dw0, nw), *got = malloc(nmax * 4 + 4), *got2 = malloc(nmax * 4 + 4);
+    tsr_matmul_fwd(y, xr, wr, N, C, OC);
+    tsr_matmul_fwd(by, ax, aw, N, C, OC);
+    tsr_matmul_bwd(dx, dw, dyr, xr, wr, N, C, OC);
+    tsr_matmul_bwd(bdx, bdw, ady, ax, aw, N, C, OC);
+    float *d_x = dev(x, ni * 4), *d_w = dev(w, nw * 4), *d_dy = dev(dy, no * 4), *d_y = dev(dy, no * 4);
+    float *d_dx = dev(dx0, ni * 4), *d_dw = dev(dw0, nw * 4), *d_dx2 = dev(dx0, ni * 4), *d_dw2 = dev(dw0, nw * 4);
+    size_t ns = tsr_cuda_matmul_mixed_scratch(N, C, OC);
+    CHECK(ns >= ni + nw + no, "mixed matmul scratch N=%d C=%d OC=%d: %zu elements, fewer than the operands' %zu", N, C,
+          OC, ns, ni + nw + no);
+    uint16_t *scr = dev_scratch(ns * sizeof(uint16_t));
+    CHECK(tsr_cuda_matmul_mixed_fwd(d_y, d_x, d_w, N, C, OC, scr, NULL) == 0, "mixed matmul forward refused N=%d C=%d "
+          "OC=%d", N, C, OC);
+    back(got, d_y, no * 4);
+    CHECK(brel(got, y, by, no) < 1e-4, "mixed matmul forward N=%d C=%d OC=%d: %.3g of the terms", N, C, OC,
+          brel(got, y, by, no));
+    CHECK(tsr_cuda_matmul_mixed_bwd(d_dx, d_dw, d_dy, d_x, d_w, N, C, OC, scr, NULL) == 0, "mixed matmul backward "
+          "refused N=%d C=%d OC=%d", N, C, OC);
+    back(got, d_dx, ni * 4);
+    CHECK(brel(got, dx, bdx, ni) < 1e-4, "mixed matmul backward (input) N=%d C=%d OC=%d: %.3g of the terms", N, C, OC,
+          brel(got, dx, bdx, ni));
+    CHECK(tsr_cuda_matmul_mixed_bwd(d_dx2, NULL, d_dy, d_x, d_w, N, C, OC, scr, NULL) == 0, "mixed backward, no dw");
+    back(got2, d_dx2, ni * 4);
+    CHECK(!memcmp(got, got2, ni * 4), "mixed matmul backward (input) N=%d C=%d OC=%d: other bits without dw", N, C, OC);
+    back(got, d_dw, nw * 4);
+    CHECK(brel(got, dw, bdw, nw) < 1e-4, "mixed matmul backward (weight) N=%d C=%d OC=%d: %.3g of the terms", N, C, OC,
+          brel(got, dw, bdw, nw));
+    back(got2, d_dw2, nw * 4);
+    CHECK(!memcmp(got2, dw0, nw * 4), "mixed matmul backward with dw NULL wrote the weight gradient");
+    CHECK(tsr_cuda_matmul_mixed_bwd(NULL, d_dw2, d_dy, d_x, d_w, N, C, OC, scr, NULL) == 0, "mixed backward, no dinp");
+    back(got2, d_dw2, nw * 4);
+    CHECK(!memcmp(got, got2, nw * 4), "mixed matmul backward (weight) N=%d C=%d OC=%d: other bits without dinp", N, C,
+          OC);
+    float *dptr[] = {d_x, d_w, d_dy, d_y, d_dx, d_dw, d_dx2, d_dw2};
+    for (size_t i = 0; i < sizeof dptr / sizeof *dptr; i++) tsr_mem_free(TSR_MEM_CUDA, dptr[i]);
+    tsr_mem_free(TSR_MEM_CUDA, scr);
+    free(x), free(w), free(dy), free(dx0), free(dw0), free(xr), free(wr), free(dyr), free(ax), free(aw), free(ady);
+    free(y), free(by), free(dx), free(dw), free(bdx), free(bdw), free(got), free(got2);
+}
+
 /* Causal GQA: the probabilities, the output and the three gradients within 1e-4. */
 static void test_attention(int B, int T, int NH, int NKV, int hd) {
     size_t nq = (size_t)B * T * NH * hd, nk = (size_t)B * T * NKV * hd, na = (size_t)B * NH * T * T;
@@ -392,6 +524,70 @@ static void test_attention(int B, int T, int NH, int NKV, int hd) {
     float *dptr[] = {d_q, d_k, d_v, d_do, d_o, d_att, d_scr, d_dq, d_dk, d_dv};
     for (size_t i = 0; i < sizeof dptr / sizeof *dptr; i++) tsr_mem_free(TSR_MEM_CUDA, dptr[i]);
     free(q), free(k), free(v), free(dout), free(out), free(att), free(scr), free(dq), free(dk), free(dv), free(got);
+}
+
+/* The largest |a - b| over the largest |b - base| (base NULL: of |b|): a
+ * difference measured against the size of what was computed. */
+static double mrel(const float *a, const float *b, const float *base, size_t n) {
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]), m = fabs((double)b[i] - (base ? base[i] : 0.0f));
+        if (isnan(e)) return INFINITY;
+        d = e > d ? e : d, r = m > r ? m : r;
+    }
+    return d == 0 ? 0 : r > 0 ? d / r : INFINITY;
+}
+
+/* Causal GQA on tensor cores (bf16 operands) against the CPU's f32 kernel: the
+ * probabilities and the output within 2e-2 of their largest value, each gradient
+ * within 2e-2 of its largest (bf16 rounds by 2^-9; a wrong mask, group or
+ * layout is off by far more); the gradients are added to random values. A second
+ * backward with dq skipped gives dk and dv the same bits (a fixed order, also
+ * for the sum over a group's heads). */
+static void test_attention_tc(int B, int T, int NH, int NKV, int hd) {
+    size_t nq = (size_t)B * T * NH * hd, nk = (size_t)B * T * NKV * hd, na = (size_t)B * NH * T * T;
+    float *q = randv(nq), *k = randv(nk), *v = randv(nk), *dout = randv(nq), *out = malloc(nq * 4);
+    float *att = malloc(na * 4), *scr = malloc(na * 4), *dq0 = randv(nq), *dk0 = randv(nk), *dv0 = randv(nk);
+    float *dq = copyv(dq0, nq), *dk = copyv(dk0, nk), *dv = copyv(dv0, nk);
+    float *got = malloc((na > nq ? na : nq) * 4), *gk = malloc(nk * 4), *gv = malloc(nk * 4), *g2 = malloc(nk * 4);
+    float *d_q = dev(q, nq * 4), *d_k = dev(k, nk * 4), *d_v = dev(v, nk * 4), *d_do = dev(dout, nq * 4);
+    float *d_o = dev(dout, nq * 4), *d_att = dev_scratch(na * 4), *d_scr = dev_scratch(na * 4);
+    float *d_dq = dev(dq0, nq * 4), *d_dk = dev(dk0, nk * 4), *d_dv = dev(dv0, nk * 4);
+    float *d_dk2 = dev(dk0, nk * 4), *d_dv2 = dev(dv0, nk * 4);
+    size_t ns = tsr_cuda_attention_tc_scratch(B, T, NH, NKV, hd);
+    CHECK(ns >= 2 * (2 * nq + 2 * nk + na), "tensor-core attention B=%d T=%d NH=%d NKV=%d hd=%d: scratch of %zu bytes, "
+          "less than the bf16 copies", B, T, NH, NKV, hd, ns);
+    void *tcs = dev_scratch(ns);
+    tsr_attention_fwd(out, att, q, k, v, B, T, NH, NKV, hd);
+    tsr_cuda_attention_tc_fwd(d_o, d_att, d_q, d_k, d_v, B, T, NH, NKV, hd, tcs, NULL);
+    back(got, d_att, na * 4);
+    CHECK(mrel(got, att, NULL, na) < 2e-2, "tensor-core attention probabilities B=%d T=%d NH=%d NKV=%d hd=%d: %.3g", B, T,
+          NH, NKV, hd, mrel(got, att, NULL, na));
+    back(got, d_o, nq * 4);
+    CHECK(mrel(got, out, NULL, nq) < 2e-2, "tensor-core attention output B=%d T=%d NH=%d NKV=%d hd=%d: %.3g", B, T, NH,
+          NKV, hd, mrel(got, out, NULL, nq));
+    tsr_attention_bwd(dq, dk, dv, scr, dout, q, k, v, att, B, T, NH, NKV, hd);
+    tsr_cuda_attention_tc_bwd(d_dq, d_dk, d_dv, d_scr, d_do, d_q, d_k, d_v, d_att, B, T, NH, NKV, hd, tcs, NULL);
+    back(got, d_dq, nq * 4);
+    CHECK(mrel(got, dq, dq0, nq) < 2e-2, "tensor-core attention dq B=%d T=%d NH=%d NKV=%d hd=%d: %.3g", B, T, NH, NKV,
+          hd, mrel(got, dq, dq0, nq));
+    back(gk, d_dk, nk * 4), back(gv, d_dv, nk * 4);
+    CHECK(mrel(gk, dk, dk0, nk) < 2e-2, "tensor-core attention dk B=%d T=%d NH=%d NKV=%d hd=%d: %.3g", B, T, NH, NKV,
+          hd, mrel(gk, dk, dk0, nk));
+    CHECK(mrel(gv, dv, dv0, nk) < 2e-2, "tensor-core attention dv B=%d T=%d NH=%d NKV=%d hd=%d: %.3g", B, T, NH, NKV,
+          hd, mrel(gv, dv, dv0, nk));
+    tsr_cuda_attention_tc_bwd(NULL, d_dk2, d_dv2, d_scr, d_do, d_q, d_k, d_v, d_att, B, T, NH, NKV, hd, tcs, NULL);
+    back(g2, d_dk2, nk * 4);
+    CHECK(!memcmp(g2, gk, nk * 4), "tensor-core attention dk B=%d T=%d NH=%d NKV=%d hd=%d: other bits the second time",
+          B, T, NH, NKV, hd);
+    back(g2, d_dv2, nk * 4);
+    CHECK(!memcmp(g2, gv, nk * 4), "tensor-core attention dv B=%d T=%d NH=%d NKV=%d hd=%d: other bits the second time",
+          B, T, NH, NKV, hd);
+    float *dptr[] = {d_q, d_k, d_v, d_do, d_o, d_att, d_scr, d_dq, d_dk, d_dv, d_dk2, d_dv2};
+    for (size_t i = 0; i < sizeof dptr / sizeof *dptr; i++) tsr_mem_free(TSR_MEM_CUDA, dptr[i]);
+    tsr_mem_free(TSR_MEM_CUDA, tcs);
+    free(q), free(k), free(v), free(dout), free(out), free(att), free(scr), free(dq0), free(dk0), free(dv0);
+    free(dq), free(dk), free(dv), free(got), free(gk), free(gv), free(g2);
 }
 
 /* The data plane on a stream (NCCL) over a group of one: every collective gives
@@ -478,19 +674,26 @@ int main(void) {
     for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) test_elementwise(sizes[i]), test_adamw(sizes[i]);
     printf("elementwise, casts, AdamW: %d failure(s) so far\n", check_failures);
     test_embed(1, 1, 1), test_embed(37, 65, 11), test_embed(512, 768, 300);
+    test_embed(2050, 1100, 7), test_embed(4099, 333, 50); /* tokens held by hundreds of positions; C > 1024 */
     test_rmsnorm(1, 1), test_rmsnorm(3, 257), test_rmsnorm(256, 768), test_rmsnorm(129, 4097);
+    test_rmsnorm(40, 33), test_rmsnorm(8193, 200); /* chunks of unequal rows; many rows */
     printf("embedding, RMSNorm, sum of squares: %d failure(s) so far\n", check_failures);
     test_layers(1, 1, 1, 2, 1), test_layers(2, 17, 3, 64, 259), test_layers(4, 64, 8, 64, 1024);
     test_matmul_bf16(1, 1, 1), test_matmul_bf16(37, 65, 11), test_matmul_bf16(256, 768, 1024),
         test_matmul_bf16(129, 4096, 1000);
-    printf("RoPE, SwiGLU, cross-entropy, matmul (f32 and bf16): %d failure(s) so far\n", check_failures);
+    test_matmul_mixed(1, 1, 1), test_matmul_mixed(3, 1, 5), test_matmul_mixed(1, 7, 3), test_matmul_mixed(37, 65, 11),
+        test_matmul_mixed(256, 768, 1024), test_matmul_mixed(129, 4096, 1000);
+    printf("RoPE, SwiGLU, cross-entropy, matmul (f32, bf16 and mixed): %d failure(s) so far\n", check_failures);
     static const int w3[] = {13, 0, 9}, w2[] = {5, 8}, w1[] = {13};
     test_xent_part(7, w3, 3), test_xent_part(7, w2, 2), test_xent_part(1, w1, 1), test_xent_part(257, w3, 3);
     size_t sums[] = {1, 1000, 12289, ((size_t)1 << 20) + 3};
     for (size_t i = 0; i < sizeof sums / sizeof *sums; i++) test_sum_add(sums[i]);
+    test_sumsq_ranges();
     printf("vocabulary-parallel cross-entropy, device sums: %d failure(s) so far\n", check_failures);
     test_attention(1, 1, 1, 1, 1), test_attention(2, 67, 4, 2, 32), test_attention(1, 128, 8, 2, 64);
-    printf("attention: %d failure(s) so far\n", check_failures);
+    test_attention_tc(1, 1, 1, 1, 1), test_attention_tc(2, 37, 6, 2, 24), test_attention_tc(1, 50, 4, 4, 64),
+        test_attention_tc(2, 64, 8, 2, 64), test_attention_tc(1, 300, 2, 1, 16);
+    printf("attention (f32 and tensor cores): %d failure(s) so far\n", check_failures);
     test_nccl(1), test_nccl(100003);
     printf("NCCL data plane: %d failure(s) so far\n", check_failures);
     test_engine_device();

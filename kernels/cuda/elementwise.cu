@@ -23,11 +23,7 @@ extern "C" void tsr_cuda_add(float *out, const float *a, const float *b, size_t 
 
 /* As tsr_f32_to_bf16: NaN stays a quiet NaN, the rest rounds to nearest even. */
 static __global__ void to_bf16_k(uint16_t *out, const float *in, size_t n) {
-    FOR_EACH(i, n) {
-        uint32_t u = __float_as_uint(in[i]);
-        if ((u & 0x7fffffffu) > 0x7f800000u) out[i] = (uint16_t)((u >> 16) | 0x40);
-        else out[i] = (uint16_t)((u + 0x7fffu + ((u >> 16) & 1)) >> 16);
-    }
+    FOR_EACH(i, n) out[i] = tsr_cu_bf16(in[i]);
 }
 extern "C" void tsr_cuda_f32_to_bf16(uint16_t *out, const float *in, size_t n, tsr_stream *s) {
     if (n) to_bf16_k<<<GRID(n)>>>(out, in, n);

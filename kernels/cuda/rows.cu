@@ -1,7 +1,8 @@
 /* rows.cu: the embedding and RMSNorm, forward and backward, the sum of squares
- * and the device accumulators of sums and of sums of squares. Sums over a row use
- * a fixed block reduction; sums over rows (the weight gradients) go row by row in
- * order, one thread per column, so that each result is the same from run to run. */
+ * and the device accumulators of sums and of sums of squares (of one buffer or
+ * of many ranges of one). Sums over a row use a fixed block reduction; sums over
+ * rows (the weight gradients) keep their CPU twins' order exactly, so that each
+ * result is the CPU's and the same from run to run. */
 #include <math.h>
 
 #include "cuda_impl.h"
@@ -21,19 +22,64 @@ extern "C" void tsr_cuda_embed_fwd(float *out, const int *tokens, const float *w
     if (total) embed_fwd_k<<<tsr_cu_blocks(total, TSR_CU_THREADS), TSR_CU_THREADS, 0, tsr_cu_stream(s)>>>(out, tokens, wte, N, C, V);
 }
 
-/* One thread per column, positions in order: tsr_embed_bwd's sums exactly. */
+/* The embedding's weight gradient, in tsr_embed_bwd's order to the bit: every
+ * element of dwte adds the elements of dout of its token's positions one after
+ * the other, in position order. Sort-free and without scratch: block i (one per
+ * position) goes on only if position i is its token's first (no earlier
+ * position holds it: a scan of tokens[0, i)). That block owns the token's row of
+ * dwte (no atomics, no two blocks on one element): it finds the token's
+ * positions from i on, a stretch of EMBED_THREADS at a time (a ballot per warp,
+ * the set bits in order), and adds their rows of dout to registers that hold
+ * EMBED_UNROLL columns per thread, loaded from dwte and stored back once per
+ * stretch. Cost: the scans read O(N^2 / EMBED_THREADS) ints, from cache; dout is
+ * read once, coalesced; a token held by many positions is the work of one block. */
+#define EMBED_THREADS 256
+#define EMBED_UNROLL 4
+
 static __global__ void embed_bwd_k(float *dwte, const float *dout, const int *tokens, int N, int C, int V) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    for (int i = 0; i < N; i++) {
-        int tok = tokens[i];
-        if (tok >= 0 && tok < V) dwte[(size_t)tok * C + c] += dout[(size_t)i * C + c];
+    __shared__ unsigned masks[EMBED_THREADS / 32];
+    int i = blockIdx.x, tok = tokens[i], lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    if (tok < 0 || tok >= V) return; /* the whole block: tok is the same in every thread */
+    for (int j0 = 0; j0 < i; j0 += EMBED_THREADS) {
+        int j = j0 + threadIdx.x;
+        if (__syncthreads_or(j < i && tokens[j] == tok)) return; /* an earlier position owns the row */
+    }
+    float *row = dwte + (size_t)tok * C;
+    for (int j0 = i; j0 < N; j0 += EMBED_THREADS) {
+        int j = j0 + threadIdx.x;
+        unsigned m = __ballot_sync(0xffffffffu, j < N && tokens[j] == tok);
+        if (lane == 0) masks[warp] = m;
+        __syncthreads();
+        unsigned any = 0;
+        for (int w = 0; w < EMBED_THREADS / 32; w++) any |= masks[w];
+        for (int c0 = 0; any && c0 < C; c0 += EMBED_THREADS * EMBED_UNROLL) {
+            float acc[EMBED_UNROLL];
+#pragma unroll
+            for (int u = 0; u < EMBED_UNROLL; u++) {
+                int c = c0 + u * EMBED_THREADS + threadIdx.x;
+                acc[u] = c < C ? row[c] : 0.0f;
+            }
+            for (int w = 0; w < EMBED_THREADS / 32; w++) /* the stretch's positions of tok, in order */
+                for (unsigned mw = masks[w]; mw; mw &= mw - 1) {
+                    const float *g = dout + (size_t)(j0 + 32 * w + __ffs(mw) - 1) * C;
+#pragma unroll
+                    for (int u = 0; u < EMBED_UNROLL; u++) {
+                        int c = c0 + u * EMBED_THREADS + threadIdx.x;
+                        if (c < C) acc[u] += g[c];
+                    }
+                }
+#pragma unroll
+            for (int u = 0; u < EMBED_UNROLL; u++) {
+                int c = c0 + u * EMBED_THREADS + threadIdx.x;
+                if (c < C) row[c] = acc[u];
+            }
+        }
+        __syncthreads(); /* masks is rewritten by the next stretch */
     }
 }
 extern "C" void tsr_cuda_embed_bwd(float *dwte, const float *dout, const int *tokens, int N, int C, int V,
                                    tsr_stream *s) {
-    if (dwte && N > 0 && C > 0)
-        embed_bwd_k<<<(C + ROW_THREADS - 1) / ROW_THREADS, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dwte, dout, tokens, N, C, V);
+    if (dwte && N > 0 && C > 0) embed_bwd_k<<<N, EMBED_THREADS, 0, tsr_cu_stream(s)>>>(dwte, dout, tokens, N, C, V);
 }
 
 static __global__ void rms_fwd_k(float *out, float *rstd, const float *inp, const float *w, int C, float eps) {
@@ -60,19 +106,42 @@ static __global__ void rms_bwd_rows_k(float *dinp, const float *dout, const floa
     float k = r * r * tsr_cu_block_reduce<ROW_THREADS>(dot, 0) / (float)C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) dinp[row + c] += r * (w[c] * dy[c] - k * x[c]);
 }
-/* dw_c += sum over rows, in row order, of dy_c x_c r: one thread per column. */
+/* dw, in tsr_rmsnorm_bwd's order to the bit (norm.c): the rows cut into
+ * nch = min(N, NORM_CHUNKS) chunks, rows [N k / nch, N (k+1) / nch) of chunk k;
+ * each chunk sums dy_c x_c r over its rows in order into a partial from 0, and
+ * dw_c adds the partials in chunk order. Block (16 columns) x (NORM_CHUNKS
+ * chunks): thread (c, k) sums column c over chunk k, then the chunk-0 threads
+ * add the partials from shared memory. Both levels in a fixed order, without
+ * scratch or atomics; the products and sums rounded one by one (no fused
+ * multiply-add), as the CPU's. NORM_CHUNKS must be norm.c's. */
+#define NORM_CHUNKS 32
+#define NORM_COLS 16
 static __global__ void rms_bwd_w_k(float *dw, const float *dout, const float *inp, const float *rstd, int N, int C) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    __shared__ float part[NORM_CHUNKS][NORM_COLS + 1];
+    int c = blockIdx.x * NORM_COLS + threadIdx.x, k = threadIdx.y, nch = N < NORM_CHUNKS ? N : NORM_CHUNKS;
     float acc = 0.0f;
-    for (int i = 0; i < N; i++) acc += dout[(size_t)i * C + c] * inp[(size_t)i * C + c] * rstd[i];
-    dw[c] += acc;
+    if (c < C && k < nch) {
+        int i0 = (int)((long)N * k / nch), i1 = (int)((long)N * (k + 1) / nch);
+#pragma unroll 4
+        for (int i = i0; i < i1; i++) {
+            size_t at = (size_t)i * C + c;
+            acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(dout[at], inp[at]), rstd[i]));
+        }
+    }
+    part[k][threadIdx.x] = acc;
+    __syncthreads();
+    if (k != 0 || c >= C) return;
+    float d = dw[c];
+    for (int j = 0; j < nch; j++) d = __fadd_rn(d, part[j][threadIdx.x]);
+    dw[c] = d;
 }
 extern "C" void tsr_cuda_rmsnorm_bwd(float *dinp, float *dw, const float *dout, const float *inp, const float *w,
                                      const float *rstd, int N, int C, tsr_stream *s) {
     if (N <= 0 || C <= 0) return;
     if (dinp) rms_bwd_rows_k<<<N, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dinp, dout, inp, w, rstd, C);
-    if (dw) rms_bwd_w_k<<<(C + ROW_THREADS - 1) / ROW_THREADS, ROW_THREADS, 0, tsr_cu_stream(s)>>>(dw, dout, inp, rstd, N, C);
+    if (dw)
+        rms_bwd_w_k<<<(C + NORM_COLS - 1) / NORM_COLS, dim3(NORM_COLS, NORM_CHUNKS), 0, tsr_cu_stream(s)>>>(dw, dout, inp,
+                                                                                                       rstd, N, C);
 }
 
 /* Fixed chunks, as tsr_sumsq: at most SUMSQ_CHUNKS chunks of at least SUMSQ_MIN
@@ -160,4 +229,77 @@ extern "C" void tsr_cuda_sum_add(double *acc, const float *x, size_t n, double *
 }
 extern "C" void tsr_cuda_sumsq_add(double *acc, const float *x, size_t n, double *scratch, tsr_stream *s) {
     sum_add<1>(acc, x, n, scratch, s);
+}
+
+/* The sum of squares of many ranges of one buffer (the gradients of many
+ * parameters) in one launch: the ranges laid end to end make `total` floats,
+ * cut into nch fixed chunks of len floats (at most RANGES_CHUNKS chunks of at
+ * least SUMSQ_MIN); block k sums chunk k in double into part[k] (each thread its
+ * own elements in order, then a fixed tree), finding the pieces of ranges it
+ * covers by walking the ranges in order; a second launch adds the chunks in
+ * order into *acc. The chunks depend on the sizes only, so every run gives the
+ * same bits; the sum is not tsr_sumsq's grouping, so it differs from the CPU's in
+ * the last bits (rounding of doubles, about 1e-15 relative). */
+#define RANGES_CHUNKS 1024
+
+/* ranges_chunks(): the length of a chunk of total > 0 floats and their number. */
+static int ranges_chunks(size_t total, size_t *len) {
+    *len = (total + RANGES_CHUNKS - 1) / RANGES_CHUNKS;
+    if (*len < SUMSQ_MIN) *len = SUMSQ_MIN;
+    return (int)((total + *len - 1) / *len);
+}
+
+/* Block k: part[k] = the sum of squares of floats [k len, (k+1) len) of the
+ * ranges laid end to end. ranges: count pairs (offset, n) in floats from base. */
+static __global__ void ranges_sumsq_k(double *part, const float *base, const uint64_t *ranges, int count, size_t total,
+                                      size_t len) {
+    __shared__ double buf[ROW_THREADS];
+    size_t v0 = (size_t)blockIdx.x * len, v1 = v0 + len < total ? v0 + len : total;
+    size_t at = 0; /* where range r starts, end to end */
+    double acc = 0.0;
+    for (int r = 0; r < count && at < v1; r++) {
+        size_t off = ranges[2 * (size_t)r], n = ranges[2 * (size_t)r + 1];
+        size_t a = at > v0 ? at : v0, e = at + n < v1 ? at + n : v1; /* the chunk's piece of range r */
+        if (a < e) {
+            const float *x = base + off + (a - at);
+            for (size_t i = threadIdx.x; i < e - a; i += blockDim.x) acc += (double)x[i] * x[i];
+        }
+        at += n;
+    }
+    buf[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned w = ROW_THREADS / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) buf[threadIdx.x] += buf[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) part[blockIdx.x] = buf[0];
+}
+
+/* *acc += the nch chunks' sums: each thread adds its chunks (t, t + ROW_THREADS,
+ * ...) in order, then a fixed tree. One block. */
+static __global__ void ranges_finish_k(double *acc, const double *part, int nch) {
+    __shared__ double buf[ROW_THREADS];
+    double sum = 0.0;
+    for (int k = threadIdx.x; k < nch; k += blockDim.x) sum += part[k];
+    buf[threadIdx.x] = sum;
+    __syncthreads();
+    for (unsigned w = ROW_THREADS / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) buf[threadIdx.x] += buf[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *acc += buf[0];
+}
+
+extern "C" size_t tsr_cuda_sumsq_ranges_scratch(size_t total) {
+    size_t len;
+    return total ? (size_t)ranges_chunks(total, &len) : 0;
+}
+
+extern "C" void tsr_cuda_sumsq_ranges(double *acc, const float *base, const uint64_t *ranges, int count, size_t total,
+                                      double *scratch, tsr_stream *s) {
+    if (count <= 0 || total == 0) return;
+    size_t len;
+    int nch = ranges_chunks(total, &len);
+    ranges_sumsq_k<<<nch, ROW_THREADS, 0, tsr_cu_stream(s)>>>(scratch, base, ranges, count, total, len);
+    ranges_finish_k<<<1, ROW_THREADS, 0, tsr_cu_stream(s)>>>(acc, scratch, nch);
 }

@@ -12,7 +12,27 @@ extern "C" int tsr_cuda_devices(void) {
     return n;
 }
 
+/* The first failure noted by tsr_cu_fail since the last tsr_cuda_sync: what
+ * failed and cuBLAS's status (0: none). */
+static char failed_what[96];
+static int failed_status;
+
+void tsr_cu_fail(const char *what, int status) {
+    if (failed_status) return;
+    snprintf(failed_what, sizeof failed_what, "%s", what);
+    failed_status = status ? status : -1;
+}
+
 extern "C" int tsr_cuda_sync(tsr_stream *s, tsr_error *err) {
+    if (failed_status) {
+        if (err) {
+            err->code = TSR_EIO;
+            snprintf(err->msg, sizeof err->msg, "cuda: %s: cuBLAS status %d", failed_what, failed_status);
+        }
+        failed_status = 0;
+        cudaStreamSynchronize(tsr_cu_stream(s)); /* what was queued finishes before the caller frees it */
+        return TSR_EIO;
+    }
     cudaError_t e = cudaGetLastError();
     const char *what = "launch";
     if (e == cudaSuccess) {
