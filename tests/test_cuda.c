@@ -610,6 +610,19 @@ static void test_nccl(size_t n) {
     CHECK(tsr_data_wait(c, NULL, s, &e) == 0, "NCCL wait: %s", e.msg);
     back(got, dy, n * 4), back(g16, dh2, n * 2);
     CHECK(!memcmp(got, x, n * 4) && !memcmp(g16, h, n * 2), "NCCL collectives over one rank changed their input");
+    /* a send is held and queued with the next receive as one group: to this
+     * rank itself that is the only way it completes (an ungrouped send to
+     * oneself blocks the stream); the time of the calls on the stream is
+     * counted by events once they are done */
+    double before = tsr_data_seconds();
+    REQUIRE(cudaMemset(dy, 0, n * 4) == cudaSuccess, "memset");
+    CHECK(tsr_data_send(c, 0, 3, TSR_F32, dx, n, NULL, s, &e) == 0, "NCCL send to oneself: %s", e.msg);
+    CHECK(tsr_data_recv(c, 0, 3, TSR_F32, dy, n, s, &e) == 0, "NCCL receive from oneself: %s", e.msg);
+    CHECK(tsr_data_wait(c, NULL, s, &e) == 0, "NCCL wait after a send and receive: %s", e.msg);
+    back(got, dy, n * 4);
+    CHECK(!memcmp(got, x, n * 4), "NCCL send/receive to oneself: the bytes did not arrive");
+    CHECK(tsr_data_seconds() > before, "NCCL calls on a stream: no time counted (%g s before, %g after)", before,
+          tsr_data_seconds());
     tsr_mem_free(TSR_MEM_CUDA, dx), tsr_mem_free(TSR_MEM_CUDA, dy);
     tsr_mem_free(TSR_MEM_CUDA, dh), tsr_mem_free(TSR_MEM_CUDA, dh2);
     cudaStreamDestroy(cs);
