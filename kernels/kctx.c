@@ -68,6 +68,7 @@ int tsr_kctx_devices(tsr_mem_kind kind) {
 int tsr_kctx_init(tsr_kctx *kc, tsr_mem_kind kind, int device, tsr_error *err) {
     memset(kc, 0, sizeof *kc);
     kc->mem = kind;
+    kc->device = kind == TSR_MEM_CUDA ? device : 0;
     int rc = tsr_mem_usable(kind, err);
 #ifdef TSR_CUDA
     if (!rc && kind == TSR_MEM_CUDA) {

@@ -26,6 +26,7 @@
 
 typedef struct tsr_kctx {
     tsr_mem_kind mem;
+    int device;           /* CUDA: the device's number (0 for the host's kinds) */
     tsr_stream *stream;   /* CUDA: the stream the kernels are queued on (NULL: the default stream) */
     /* The operands of matrix products (tsr_kc_matmul_*; on a GPU attention's
      * too): TSR_F32 (the default: the exact path) or TSR_BF16, TorchTitan's

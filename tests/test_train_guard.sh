@@ -36,6 +36,10 @@ grep -q "layout pp=1,dp_replicate=1,dp_shard=2,tp=2[,;]" "$TSR_TMP/guard_fsdp_tp
 grep -q "^checkpoint staging: [0-9]* MiB pinned for device copies in [0-9.]* s, before the first step" \
     "$TSR_TMP/guard_one.log" || fail "guard: the staging arena's pinning not reported before the first step"
 grep -q "pinned" "$TSR_TMP/cpu_one.log" && fail "cpu: host state reported pinned"
+# the log says where the trainer runs, its products' precision and its data plane
+grep -q "^device guard 0; matrix products with f32 operands; data plane staged through the host$" \
+    "$TSR_TMP/guard_fsdp2.log" || fail "guard_fsdp2: the device line is missing or wrong"
+grep -q "^device " "$TSR_TMP/cpu_fsdp2.log" && fail "cpu_fsdp2: a device line for the default CPU run"
 
 # the model-only exports of the CPU and guard runs: the same tensors, the same
 # bytes; only the config blob differs (it names the device)
@@ -67,6 +71,8 @@ done
 MP="--training.mixed_precision_param=bfloat16 --training.mixed_precision_reduce=float32"
 both bf16_one 1 --training.global_batch_size=8 --training.local_batch_size=8 $MP
 both bf16_fsdp_tp4 4 --training.global_batch_size=8 --training.local_batch_size=4 --parallelism.tensor_parallel_degree=2 $MP
+grep -q "^device cpu 0; matrix products with bf16 operands; data plane none (1 rank)$" "$TSR_TMP/cpu_bf16_one.log" ||
+    fail "cpu_bf16_one: the device line does not say bf16"
 $PY - "$TSR_TMP/cpu_one/metrics.jsonl" "$TSR_TMP/cpu_bf16_one/metrics.jsonl" <<'EOF' || fail "bf16: losses not within 0.02 of float32's, or the same"
 import json, sys
 f32, bf16 = ({o["step"]: o["loss"] for o in map(json.loads, open(p))} for p in sys.argv[1:3])

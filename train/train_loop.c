@@ -129,6 +129,15 @@ static void log_start(train_job *j) {
             "rank; steps %d..%d\n",
             t->args.flavor, tsr_model_param_count(&t->args) / 1e6, lt, c->training.global_batch_size, t->T, t->M,
             t->mbs, j->start + 1, c->training.steps);
+    if (t->kc.mem != TSR_MEM_HOST || t->kc.gemm != TSR_F32) {
+        const char *dev = t->kc.mem == TSR_MEM_CUDA ? "cuda" : t->kc.mem == TSR_MEM_GUARD ? "guard" : "cpu";
+        const char *plane = tsr_comm_size(t->world) == 1 ? "none (1 rank)"
+                            : t->plane.staged            ? "staged through the host"
+                            : t->kc.mem == TSR_MEM_CUDA  ? "NCCL"
+                                                         : "MPI";
+        fprintf(j->log, "device %s %d; matrix products with %s operands; data plane %s\n", dev, t->kc.device,
+                t->kc.gemm == TSR_BF16 ? "bf16" : "f32", plane);
+    }
     fflush(j->log);
 }
 
