@@ -25,6 +25,7 @@
 #include "archive.h"
 #include "common.h"
 #include "encoder.h"
+#include "load_fault.h"
 #include "pool.h"
 #include "store.h"
 #include "tsr_ckpt.h"

@@ -8,7 +8,9 @@
  *   read   my boxes: a read plan per tensor (tsr_ckpt_plan_read), its pieces
  *          spread over threads
  *   send   what I read, to every other rank that holds the same box
- *   agree  every rank learns whether all loaded */
+ *   agree  every rank learns whether all loaded
+ *   check  the digests (FORMAT.md 4.4): every rank's share of each tensor from
+ *          the bytes it holds, summed over the ranks, against the MANIFEST's */
 #include "engine_impl.h"
 #include "mem.h"
 
@@ -19,7 +21,12 @@ typedef struct read_item {
     size_t state_box; /* index into st->boxes */
     size_t chunk;     /* checkpoint chunk index */
     tsr_box region;
+    tsr_box as;       /* the box the state box's memory is read as: its own (but for engine_set_fault_load) */
 } read_item;
+
+static int fault_load; /* engine_set_fault_load */
+
+void engine_set_fault_load(int kind) { fault_load = kind; }
 
 typedef struct load {
     tsr_engine *e;
@@ -170,6 +177,30 @@ static int cmp_by_tensor(const void *a, const void *b, void *ctx) {
     return (x > y) - (x < y);
 }
 
+/* The box that state box i of this rank is read as: itself, or under a planted
+ * fault (engine_set_fault_load) another box of its tensor of the same extents. */
+static tsr_box read_as(const load *l, size_t i) {
+    const tsr_state_box *b = &l->st->boxes[i];
+    const tsr_tensor_decl *t = &l->st->tensors[b->tensor];
+    tsr_box as = b->box;
+    uint32_t me = l->e->rank, from = fault_load == ENGINE_FAULT_SWAP ? (me ^ 1) : 0;
+    if (fault_load == ENGINE_FAULT_SHIFT && as.ndim) {
+        if (as.offset[0] + as.extent[0] < t->shape[0]) as.offset[0]++;
+        else if (as.offset[0] > 0) as.offset[0]--;
+    } else if ((fault_load == ENGINE_FAULT_SWAP && me < 2) || (fault_load == ENGINE_FAULT_BCAST && me > 0)) {
+        for (size_t k = 0; from < l->e->size && k < l->ab.n_held[from]; k++) {
+            const tsr_rank_box *o = &l->ab.held[from][k];
+            int same = o->tensor == b->tensor && o->box.ndim == as.ndim;
+            for (uint32_t d = 0; same && d < as.ndim; d++) same = o->box.extent[d] == as.extent[d];
+            if (same) {
+                as = o->box;
+                break;
+            }
+        }
+    }
+    return as;
+}
+
 /* My reads: per tensor, my boxes through the reader's read plan, one item per
  * frame of a chunk that a box overlaps. */
 static int plan_reads(load *l, tsr_error *err) {
@@ -182,12 +213,12 @@ static int plan_reads(load *l, tsr_error *err) {
     for (size_t g = 0; !rc && g < n;) {
         uint32_t t = st->boxes[mine[g]].tensor;
         size_t h = g;
-        for (; h < n && st->boxes[mine[h]].tensor == t; h++) need[h - g] = st->boxes[mine[h]].box;
+        for (; h < n && st->boxes[mine[h]].tensor == t; h++) need[h - g] = read_as(l, mine[h]);
         tsr_read_piece *pieces = NULL;
         size_t np = 0;
         rc = tsr_ckpt_plan_read(l->ck, (size_t)l->ck_tensor[t], need, h - g, &pieces, &np, err);
         for (size_t k = 0; !rc && k < np; k++) {
-            read_item it = {mine[g + pieces[k].need], pieces[k].chunk, pieces[k].region};
+            read_item it = {mine[g + pieces[k].need], pieces[k].chunk, pieces[k].region, need[pieces[k].need]};
             if (add_item(l, &it)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
         }
         free(pieces);
@@ -202,7 +233,7 @@ static void read_piece(void *ctx, size_t i, int worker) {
     const read_item *it = &l->items[i];
     const tsr_state_box *b = &l->st->boxes[it->state_box];
     tsr_error e = {0};
-    int rc = tsr_ckpt_read_chunk(l->ck, it->chunk, &it->region, b->data, &b->box, &e);
+    int rc = tsr_ckpt_read_chunk(l->ck, it->chunk, &it->region, b->data, &it->as, &e);
     if (rc) {
         pthread_mutex_lock(&l->mu);
         if (!l->rc) l->rc = rc, l->err = e;
@@ -263,6 +294,127 @@ static int agree(load *l, int rc, tsr_error *err) {
     int64_t all_ok = rc == 0;
     tsr_comm_allreduce_min(l->e->comm, &all_ok, NULL);
     if (!rc && !all_ok) rc = tsr_err(err, TSR_EIO, "%s: the load failed on another rank", tsr_ckpt_dir(l->ck));
+    return rc;
+}
+
+/* ---------------------------------------------------------------- check */
+
+/* A piece of the digest's work: rows [lo, hi) of dim 0 of a state box (all of
+ * it for a 0-d box), contiguous in its memory. */
+typedef struct digest_piece {
+    size_t state_box;
+    uint64_t lo, hi, share;
+} digest_piece;
+
+typedef struct digest_job {
+    const load *l;
+    const uint64_t *keys; /* each state tensor's digest key */
+    digest_piece *pieces;
+} digest_job;
+
+static void digest_one(void *ctx, size_t i, int worker) {
+    (void)worker;
+    digest_job *j = ctx;
+    digest_piece *p = &j->pieces[i];
+    const tsr_state_box *b = &j->l->st->boxes[p->state_box];
+    const tsr_tensor_decl *t = &j->l->st->tensors[b->tensor];
+    size_t es = j->l->es[b->tensor];
+    tsr_box part = b->box;
+    const uint8_t *data = b->data;
+    if (part.ndim) {
+        data += (size_t)(p->lo * (tsr_box_volume(&part) / part.extent[0]) * es);
+        part.offset[0] += p->lo;
+        part.extent[0] = p->hi - p->lo;
+    }
+    p->share = tsr_digest_box(j->keys[b->tensor], es, t->shape, &part, data);
+}
+
+/* Each state box's memory in pieces of about 8 MiB, for the threads. */
+static int digest_pieces(const load *l, digest_piece **out, size_t *n_out) {
+    const tsr_state *st = l->st;
+    size_t n = 0, cap = 0;
+    digest_piece *v = NULL;
+    for (size_t i = 0; i < st->n_boxes; i++) {
+        const tsr_box *bx = &st->boxes[i].box;
+        uint64_t vol = tsr_box_volume(bx), rows = bx->ndim ? bx->extent[0] : 1;
+        if (vol == 0) continue;
+        uint64_t bytes = vol * l->es[st->boxes[i].tensor], k = (bytes + (8u << 20) - 1) / (8u << 20);
+        if (k > rows) k = rows;
+        for (uint64_t c = 0; c < k; c++) {
+            if (tsr_grow((void **)&v, &cap, n, sizeof *v)) {
+                free(v);
+                return TSR_ENOMEM;
+            }
+            v[n++] = (digest_piece){i, rows * c / k, rows * (c + 1) / k, 0};
+        }
+    }
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
+/* The load's digest check (FORMAT.md 4.4), after every rank loaded. Every rank
+ * adds the shares of the boxes it holds, so that a copy received wrong is
+ * caught as well as a box read wrong, yet each distinct box counts once: the
+ * rank that read box k, held by h ranks in all, counts its copy (2 - h) times
+ * and every other holder counts its own once. The sums over ranks (one
+ * all-reduce) are the digests of the tensors as loaded, where the distinct
+ * boxes cover the tensor; a tensor loaded only in part is not checked. */
+static int check_digests(load *l, tsr_error *err) {
+    const tsr_state *st = l->st;
+    tsr_engine *e = l->e;
+    size_t nt = st->n_tensors, np = 0;
+    uint64_t *sums = calloc(nt + 1, sizeof *sums), *vol = calloc(nt + 1, sizeof *vol);
+    uint64_t *keys = malloc((nt + 1) * sizeof *keys);
+    uint32_t *holders = calloc(l->plan.n + 1, sizeof *holders);
+    digest_piece *pieces = NULL;
+    tsr_pool *pool = NULL;
+    int rc = !sums || !vol || !keys || !holders || digest_pieces(l, &pieces, &np) ? TSR_ENOMEM : 0;
+    if (!rc && np && !(pool = tsr_pool_new(e->opts.write.threads))) rc = TSR_ENOMEM;
+    for (size_t k = 0; !rc && k < l->plan.n; k++) vol[l->plan.boxes[k].tensor] += tsr_box_volume(&l->plan.boxes[k].box);
+    for (uint32_t r = 0; !rc && r < e->size; r++)
+        for (size_t i = 0; i < l->ab.n_held[r]; i++) {
+            const tsr_rank_box *hb = &l->ab.held[r][i];
+            long k = tsr_box_volume(&hb->box) ? engine_plan_find(&l->plan, hb->tensor, &hb->box) : -1;
+            if (k >= 0) holders[k]++;
+        }
+    if (rc) {
+        rc = tsr_err(err, TSR_ENOMEM, "out of memory for the digest check");
+    } else {
+        for (size_t t = 0; t < nt; t++) keys[t] = tsr_digest_key(st->tensors[t].name, st->tensors[t].dtype);
+        digest_job job = {l, keys, pieces};
+        if (np) tsr_pool_for(pool, np, digest_one, &job);
+        for (size_t p = 0; p < np; p++) {
+            size_t i = pieces[p].state_box;
+            const tsr_state_box *b = &st->boxes[i];
+            long k = engine_plan_find(&l->plan, b->tensor, &b->box);
+            uint64_t weight = 1;
+            if (k >= 0 && l->plan.writer[k] == e->rank && l->mine_for[k] == (long)i) weight = 2 - (uint64_t)holders[k];
+            sums[b->tensor] += weight * pieces[p].share;
+        }
+    }
+    /* every rank takes part, also after a failure here (agree() then tells them) */
+    if (sums) {
+        tsr_error ae;
+        int arc = tsr_comm_allreduce_sum_u64(e->comm, sums, nt, &ae);
+        if (arc && !rc && (rc = arc) && err) *err = ae;
+    }
+    size_t bad = 0;
+    for (size_t t = 0; !rc && t < nt; t++) {
+        uint64_t want, whole = 1;
+        for (uint32_t d = 0; d < st->tensors[t].ndim; d++) whole *= st->tensors[t].shape[d];
+        if (vol[t] != whole || tsr_ckpt_tensor_digest(l->ck, (size_t)l->ck_tensor[t], &want) != 1 || sums[t] == want)
+            continue;
+        if (!bad++)
+            tsr_err(err, TSR_ECORRUPT,
+                    "%s: tensor %s: the digest of the data loaded is %016llx, the MANIFEST's %016llx (the frames' "
+                    "checksums hold: the boxes were read or sent wrong)",
+                    tsr_ckpt_dir(l->ck), st->tensors[t].name, (unsigned long long)sums[t], (unsigned long long)want);
+    }
+    if (bad > 1) tsr_err_prefix(err, "%zu tensors' digests differ; the first", bad);
+    if (bad) rc = TSR_ECORRUPT;
+    tsr_pool_free(pool);
+    free(sums), free(vol), free(keys), free(holders), free(pieces);
     return rc;
 }
 
@@ -351,6 +503,7 @@ static int load_host(tsr_engine *e, const char *step_dir, const tsr_state *st, t
     if (!rc) rc = read_mine(&l, err);
     rc = send_read(&l, rc, err);
     rc = agree(&l, rc, err);
+    if (!rc && !e->opts.no_digest_check) rc = agree(&l, check_digests(&l, err), err);
     load_free(&l);
     if (rc || !ck_out) tsr_ckpt_close(ck);
     else *ck_out = ck;

@@ -132,6 +132,13 @@ int tsr_ckpt_tensor(const tsr_ckpt *ck, size_t i, tsr_tensor_info *out) {
     return 0;
 }
 
+int tsr_ckpt_tensor_digest(const tsr_ckpt *ck, size_t i, uint64_t *digest) {
+    if (i >= ck->m.n_tensors) return TSR_EINVAL;
+    if (!(ck->m.tensors[i].digest_flags & TSR_MF_DIGEST)) return 0;
+    *digest = ck->m.tensors[i].digest;
+    return 1;
+}
+
 int tsr_ckpt_chunk(const tsr_ckpt *ck, size_t i, tsr_chunk_info *out) {
     if (i >= ck->m.n_chunks) return TSR_EINVAL;
     const tsr_mf_chunk *c = &ck->m.chunks[i];
@@ -302,6 +309,29 @@ static int check_stored(const tsr_ckpt *ck, size_t fi, const char *owner, const 
     return 0;
 }
 
+/* Frame fi's stored bytes st (their checksum checked) decoded into raw (raw_size
+ * bytes), and the raw checksum checked; *out is raw, or st itself for a raw frame
+ * (then raw is not touched and may be NULL). */
+static int decode_frame(const tsr_ckpt *ck, size_t fi, int dtype, const char *owner, const uint8_t *st, uint8_t *raw,
+                        tsr_codec *codec, const uint8_t **out, tsr_error *err) {
+    const tsr_mf_frame *f = &ck->m.frames[fi];
+    char where[PATH_MAX + 400];
+    int as_is = f->codec == TSR_CODEC_RAW && f->stored_size == f->raw_size; /* no decoding copy */
+    int rc = as_is ? 0 : tsr_frame_decode(codec, dtype, f->codec, st, f->stored_size, raw, f->raw_size, err);
+    if (rc) {
+        frame_where(ck, fi, owner, where, sizeof where);
+        tsr_err_prefix(err, "%s", where);
+        return rc;
+    }
+    *out = as_is ? st : raw;
+    /* a raw frame's bytes are checked already when both checksums are one */
+    if ((!as_is || f->raw_hash != f->stored_hash) && tsr_hash(*out, f->raw_size) != f->raw_hash) {
+        frame_where(ck, fi, owner, where, sizeof where);
+        return tsr_err(err, TSR_ECORRUPT, "%s: checksum mismatch (decoded bytes)", where);
+    }
+    return 0;
+}
+
 /* Reads frame fi, checks its padding and both checksums, and decodes it into
  * b->out (b->raw, or the stored bytes for a raw frame: b->stored, or the file's
  * own pages where the store maps it). `dtype` is its tensor's dtype (TSR_U8 for a blob). */
@@ -311,7 +341,6 @@ static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, fra
     tsr_rfile *rf;
     int rc = open_file(ck, file_index(ck, f->file_id), &rf, err);
     if (rc) return rc;
-    char where[PATH_MAX + 400];
     size_t padded = tsr_align_up(f->stored_size, TSR_ALIGN);
     const uint8_t *st = tsr_rfile_map(rf, f->offset, padded); /* a file in memory: no read */
     if (!st && b->stored_cap < padded) {
@@ -330,19 +359,7 @@ static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, fra
     if (!st && (rc = tsr_rfile_read(rf, b->stored, padded, f->offset, err))) return rc;
     if (!st) st = b->stored;
     if ((rc = check_stored(ck, fi, owner, st, err))) return rc;
-    rc = as_is ? 0 : tsr_frame_decode(codec, dtype, f->codec, st, f->stored_size, b->raw, f->raw_size, err);
-    if (rc) {
-        frame_where(ck, fi, owner, where, sizeof where);
-        tsr_err_prefix(err, "%s", where);
-        return rc;
-    }
-    b->out = as_is ? st : b->raw;
-    /* a raw frame's bytes are checked already when both checksums are one */
-    if ((!as_is || f->raw_hash != f->stored_hash) && tsr_hash(b->out, f->raw_size) != f->raw_hash) {
-        frame_where(ck, fi, owner, where, sizeof where);
-        return tsr_err(err, TSR_ECORRUPT, "%s: checksum mismatch (decoded bytes)", where);
-    }
-    return 0;
+    return decode_frame(ck, fi, dtype, owner, st, b->raw, codec, &b->out, err);
 }
 
 int tsr_ckpt_read_stored(tsr_ckpt *ck, size_t fi, void *dst, tsr_error *err) {
@@ -356,6 +373,55 @@ int tsr_ckpt_read_stored(tsr_ckpt *ck, size_t fi, void *dst, tsr_error *err) {
     if (st) memcpy(dst, st, padded);
     else if ((rc = tsr_rfile_read(rf, dst, padded, f->offset, err))) return rc;
     return check_stored(ck, fi, "a chunk copied as it is stored", dst, err);
+}
+
+/* The dtype its codec sees (TSR_U8 for a blob's) and the owner ("tensor NAME",
+ * "blob NAME (rank R)") of frame fi: chunks hold the first frames, in chunk
+ * order, blobs the rest (the validator). */
+static int frame_owner(const tsr_ckpt *ck, size_t fi, char *owner, size_t len) {
+    const tsr_manifest *m = &ck->m;
+    size_t lo = 0, hi = m->n_chunks;
+    while (lo < hi) { /* the last chunk whose frames start at or before fi */
+        size_t mid = (lo + hi) / 2;
+        if (m->chunks[mid].frame_first <= fi) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo && fi - m->chunks[lo - 1].frame_first < m->chunks[lo - 1].frame_count) {
+        const tsr_mf_tensor *t = &m->tensors[m->chunks[lo - 1].tensor];
+        snprintf(owner, len, "tensor %s", t->name);
+        return t->dtype;
+    }
+    for (size_t i = 0; i < m->n_blobs; i++)
+        if (fi - m->blobs[i].frame_first < m->blobs[i].frame_count) {
+            snprintf(owner, len, "blob %s (rank %d)", m->blobs[i].name, m->blobs[i].rank);
+            return TSR_U8;
+        }
+    snprintf(owner, len, "no tensor or blob");
+    return TSR_U8;
+}
+
+int tsr_ckpt_frame_owner(const tsr_ckpt *ck, size_t i, char *buf, size_t len) {
+    if (i >= ck->m.n_frames) return tsr_err(NULL, TSR_EINVAL, "no frame %zu", i);
+    frame_owner(ck, i, buf, len);
+    return 0;
+}
+
+int tsr_ckpt_check_frame(tsr_ckpt *ck, size_t fi, const void *stored, void *raw, tsr_error *err) {
+    if (fi >= ck->m.n_frames) return tsr_err(err, TSR_EINVAL, "%s: no frame %zu", ck->dir, fi);
+    const tsr_mf_frame *f = &ck->m.frames[fi];
+    char owner[300], where[PATH_MAX + 700];
+    int dtype = frame_owner(ck, fi, owner, sizeof owner);
+    if (tsr_hash(stored, f->stored_size) != f->stored_hash) {
+        frame_where(ck, fi, owner, where, sizeof where);
+        return tsr_err(err, TSR_ECORRUPT, "%s: checksum mismatch (stored bytes)", where);
+    }
+    reader *rd = reader_get(ck);
+    if (!rd) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    const uint8_t *out;
+    int rc = decode_frame(ck, fi, dtype, owner, stored, raw, rd->codec, &out, err);
+    reader_put(ck, rd);
+    if (!rc && out != raw) memcpy(raw, out, f->raw_size);
+    return rc;
 }
 
 /* ------------------------------------------------------------- reading */
@@ -526,6 +592,10 @@ typedef struct verify_ctx {
     void *user;
     long problems;
     int *file_bad;          /* per file: 1 when open/size/header failed (reported once) */
+    uint32_t *chunk_of;     /* each frame's chunk, or UINT32_MAX for a blob's */
+    uint64_t *keys;         /* each tensor's digest key */
+    uint64_t *share;        /* each frame's share of its tensor's digest, once read */
+    uint8_t *read_ok;       /* each frame: 1 once read, checked and decoded */
 } verify_ctx;
 
 static void report(verify_ctx *v, const char *msg) {
@@ -545,7 +615,44 @@ static void verify_frame(void *ctx, size_t i, int worker) {
     tsr_rfile *rf;
     if (open_file(v->ck, file, &rf, &e)) return; /* reported per file */
     int rc = read_frame(v->ck, fi, v->dtype[fi], v->owner[fi], &v->bufs[worker], v->codecs[worker], &e);
-    if (rc) report(v, e.msg);
+    if (rc) {
+        report(v, e.msg);
+        return;
+    }
+    v->read_ok[fi] = 1;
+    uint32_t ci = v->chunk_of[fi];
+    if (ci == UINT32_MAX) return;
+    const tsr_mf_chunk *c = &v->ck->m.chunks[ci];
+    const tsr_mf_tensor *t = &v->ck->m.tensors[c->tensor];
+    if (!(t->digest_flags & TSR_MF_DIGEST)) return;
+    tsr_box fb;
+    tsr_frame_box(c, fi - c->frame_first, &fb);
+    v->share[fi] = tsr_digest_box(v->keys[c->tensor], tsr_dtype_size(t->dtype), t->shape, &fb, v->bufs[worker].out);
+}
+
+/* Each recorded digest against the sum of its frames' shares; a tensor with a
+ * frame that could not be read is reported already. */
+static void verify_digests(verify_ctx *v) {
+    const tsr_manifest *m = &v->ck->m;
+    for (size_t ti = 0; ti < m->n_tensors; ti++) {
+        const tsr_mf_tensor *t = &m->tensors[ti];
+        if (!(t->digest_flags & TSR_MF_DIGEST)) continue;
+        uint64_t sum = 0;
+        int whole = 1;
+        for (uint32_t c = t->chunk_first; c < t->chunk_first + t->chunk_count; c++)
+            for (uint32_t k = 0; k < m->chunks[c].frame_count; k++) {
+                size_t fi = m->chunks[c].frame_first + k;
+                whole &= v->read_ok[fi];
+                sum += v->share[fi];
+            }
+        if (!whole || sum == t->digest) continue;
+        char msg[PATH_MAX + 700];
+        snprintf(msg, sizeof msg,
+                 "%s: tensor %s: its data's digest is %016llx, the MANIFEST's %016llx (the frames' checksums hold: "
+                 "the data is not the tensor that was saved)",
+                 v->ck->dir, t->name, (unsigned long long)sum, (unsigned long long)t->digest);
+        report(v, msg);
+    }
 }
 
 /* Every byte of a data file is header (checked by open_file), frame bytes (stored
@@ -561,11 +668,16 @@ long tsr_ckpt_verify(tsr_ckpt *ck, tsr_problem_fn problem, void *user, int threa
     v.owner = malloc((m->n_frames + 1) * sizeof *v.owner);
     v.dtype = malloc((m->n_frames + 1) * sizeof *v.dtype);
     v.file_bad = calloc(m->n_files + 1, sizeof *v.file_bad);
+    v.chunk_of = malloc((m->n_frames + 1) * sizeof *v.chunk_of);
+    v.keys = malloc((m->n_tensors + 1) * sizeof *v.keys);
+    v.share = calloc(m->n_frames + 1, sizeof *v.share);
+    v.read_ok = calloc(m->n_frames + 1, 1);
     char **blob_owner = calloc(m->n_blobs + 1, sizeof *blob_owner);
     int nw = pool ? tsr_pool_size(pool) : 0;
     v.bufs = calloc((size_t)nw + 1, sizeof *v.bufs);
     v.codecs = calloc((size_t)nw + 1, sizeof *v.codecs);
-    if (!pool || !v.order || !v.owner || !v.dtype || !v.file_bad || !blob_owner || !v.bufs || !v.codecs) {
+    if (!pool || !v.order || !v.owner || !v.dtype || !v.file_bad || !blob_owner || !v.bufs || !v.codecs ||
+        !v.chunk_of || !v.keys || !v.share || !v.read_ok) {
         rc = tsr_err(err, TSR_ENOMEM, "out of memory");
         goto out;
     }
@@ -579,8 +691,10 @@ long tsr_ckpt_verify(tsr_ckpt *ck, tsr_problem_fn problem, void *user, int threa
         for (uint32_t k = 0; k < c->frame_count; k++) {
             v.owner[c->frame_first + k] = m->tensors[c->tensor].name;
             v.dtype[c->frame_first + k] = m->tensors[c->tensor].dtype;
+            v.chunk_of[c->frame_first + k] = (uint32_t)i;
         }
     }
+    for (size_t i = 0; i < m->n_tensors; i++) v.keys[i] = tsr_digest_key(m->tensors[i].name, m->tensors[i].dtype);
     for (size_t i = 0; i < m->n_blobs; i++) {
         const tsr_mf_blob *b = &m->blobs[i];
         size_t len = strlen(b->name) + 32;
@@ -593,6 +707,7 @@ long tsr_ckpt_verify(tsr_ckpt *ck, tsr_problem_fn problem, void *user, int threa
         for (uint32_t k = 0; k < b->frame_count; k++) {
             v.owner[b->frame_first + k] = blob_owner[i];
             v.dtype[b->frame_first + k] = TSR_U8;
+            v.chunk_of[b->frame_first + k] = UINT32_MAX;
         }
     }
     /* Each file: presence, size, header (once). */
@@ -607,6 +722,7 @@ long tsr_ckpt_verify(tsr_ckpt *ck, tsr_problem_fn problem, void *user, int threa
     for (size_t i = 0; i < m->n_frames; i++) v.order[i] = (uint32_t)i;
     tsr_sort_ctx(v.order, m->n_frames, sizeof *v.order, tsr_mf_cmp_frame_pos, (void *)m);
     tsr_pool_for(pool, m->n_frames, verify_frame, &v);
+    verify_digests(&v);
     rc = v.problems;
 out:
     if (v.codecs)
@@ -617,6 +733,7 @@ out:
         for (size_t i = 0; i < m->n_blobs; i++) free(blob_owner[i]);
     free(blob_owner);
     free(v.codecs), free(v.bufs), free(v.order), free(v.owner), free(v.dtype), free(v.file_bad);
+    free(v.chunk_of), free(v.keys), free(v.share), free(v.read_ok);
     tsr_pool_free(pool);
     pthread_mutex_destroy(&v.mu);
     return rc;

@@ -35,6 +35,7 @@ typedef struct slot {
     size_t stored;
     int codec;
     uint64_t raw_hash, stored_hash;
+    uint64_t share; /* the frame's share of its tensor's digest (FORMAT.md 4.4) */
     int rc;
     tsr_error err;
 } slot;
@@ -59,7 +60,19 @@ struct tsr_save {
     void *idle_ctx;
     struct late_frame *late; /* frames written before their checksums */
     size_t n_late, cap_late;
+    uint64_t *keys; /* each of tab's tensors' digest key, in declaration order */
+    size_t cap_keys;
+    struct declared *declared; /* tsr_save_tensor_digest */
+    size_t n_declared, cap_declared;
 };
+
+/* A tensor's whole digest, known to the caller (a reshard: the source's): the
+ * commit checks it against the writers' shares, or records it when a share is
+ * missing (chunks copied as they are stored). */
+typedef struct declared {
+    const char *name; /* tab's copy */
+    uint64_t digest;
+} declared;
 
 /* A raw frame written from stable memory before its checksums were computed:
  * tsr_save_finish computes them, from the same memory. */
@@ -67,6 +80,10 @@ typedef struct late_frame {
     size_t frame; /* index in the table */
     const uint8_t *raw;
     size_t len;
+    int of_tensor;   /* its digest share too: tensor in tab (declaration order), frame box */
+    uint32_t tensor;
+    tsr_box box;
+    uint64_t share;
 } late_frame;
 
 /* The encoder: a thread pool, a codec per thread and the frame buffers, kept
@@ -263,7 +280,8 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
     if (!tsr_dtype_size(dtype)) return tsr_err(err, TSR_EINVAL, "%s: unknown dtype %d", name, dtype);
     if (ndim > TSR_MAX_DIMS) return tsr_err(err, TSR_EINVAL, "%s: %u dims, over the limit of 8", name, ndim);
     if (index_find(&s->index, &s->tab, name) >= 0) return tsr_err(err, TSR_EINVAL, "%s: declared twice", name);
-    tsr_mf_tensor t = {.name = name, .group = group, .dtype = dtype, .ndim = ndim};
+    /* the digest: the writer's share of it, summed as its boxes are encoded */
+    tsr_mf_tensor t = {.name = name, .group = group, .dtype = dtype, .ndim = ndim, .digest_flags = TSR_MF_DIGEST};
     uint64_t bytes = tsr_dtype_size(dtype);
     for (uint32_t d = 0; d < ndim; d++) {
         t.shape[d] = shape[d];
@@ -275,8 +293,21 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
     if (pl->tp_dim < -1 || pl->tp_dim >= (int)ndim || pl->fsdp > 1 || pl->pp_role > 3 ||
         (pl->pp_role == TSR_PP_LAYER ? pl->layer < 0 : pl->layer != -1))
         return tsr_err(err, TSR_EINVAL, "%s: placement out of range", name);
-    if (tsr_manifest_add_tensor(&s->tab, &t) || index_insert(&s->index, &s->tab, (uint32_t)(s->tab.n_tensors - 1)))
+    if (tsr_grow((void **)&s->keys, &s->cap_keys, s->tab.n_tensors, sizeof *s->keys) ||
+        tsr_manifest_add_tensor(&s->tab, &t) || index_insert(&s->index, &s->tab, (uint32_t)(s->tab.n_tensors - 1)))
         return tsr_err(err, TSR_ENOMEM, "out of memory");
+    s->keys[s->tab.n_tensors - 1] = tsr_digest_key(name, dtype);
+    return 0;
+}
+
+int tsr_save_tensor_digest(tsr_save *s, const char *name, uint64_t digest, tsr_error *err) {
+    long ti = index_find(&s->index, &s->tab, name);
+    if (ti < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: tensor not declared", name);
+    for (size_t i = 0; i < s->n_declared; i++)
+        if (s->declared[i].name == s->tab.tensors[ti].name) return s->declared[i].digest = digest, 0;
+    if (tsr_grow((void **)&s->declared, &s->cap_declared, s->n_declared, sizeof *s->declared))
+        return tsr_err(err, TSR_ENOMEM, "out of memory");
+    s->declared[s->n_declared++] = (declared){s->tab.tensors[ti].name, digest};
     return 0;
 }
 
@@ -291,6 +322,11 @@ typedef struct encode_job {
     const uint64_t *offs;   /* raw offset of each frame in the batch */
     const uint64_t *sizes;  /* raw size of each frame */
     slot *slots;            /* where frame i is encoded */
+    const tsr_mf_chunk *chunk; /* the frames' chunk (NULL: a blob's frames) ... */
+    uint64_t first;            /* ... and the index in it of the batch's first frame */
+    uint64_t key;              /* the tensor's digest key, shape and element size */
+    const uint64_t *shape;
+    size_t es;
 } encode_job;
 
 static int slot_reserve(slot *sl, size_t need) {
@@ -302,6 +338,14 @@ static int slot_reserve(slot *sl, size_t need) {
     return sl->buf ? 0 : TSR_ENOMEM;
 }
 
+/* Frame k of chunk c's share of the digest: its raw bytes at raw. */
+static uint64_t frame_share(const tsr_mf_chunk *c, uint64_t k, uint64_t key, const uint64_t *shape, size_t es,
+                            const uint8_t *raw) {
+    tsr_box fb;
+    tsr_frame_box(c, k, &fb);
+    return tsr_digest_box(key, es, shape, &fb, raw);
+}
+
 static void encode_one(void *ctx, size_t i, int worker) {
     encode_job *j = ctx;
     slot *sl = &j->slots[i];
@@ -309,10 +353,15 @@ static void encode_one(void *ctx, size_t i, int worker) {
     size_t n = j->sizes[i];
     sl->rc = 0;
     sl->direct = NULL;
+    /* the digest's share while the bytes are in cache for the checksum and the
+     * codec (a late frame's with its checksums, at tsr_save_finish) */
+    int direct = j->stable && n % TSR_ALIGN == 0 && (uintptr_t)raw % TSR_ALIGN == 0 &&
+                 tsr_frame_stores_raw(j->dtype, sl->want, raw, n);
+    sl->share = j->chunk && !(direct && j->late) ? frame_share(j->chunk, j->first + i, j->key, j->shape, j->es, raw)
+                                                 : 0;
     /* a frame stored as it is, aligned in memory that outlives the writes, is
      * written from there: no copy (a copy slows the writes it overlaps) */
-    if (j->stable && n % TSR_ALIGN == 0 && (uintptr_t)raw % TSR_ALIGN == 0 &&
-        tsr_frame_stores_raw(j->dtype, sl->want, raw, n)) {
+    if (direct) {
         sl->direct = raw;
         sl->stored = n;
         sl->codec = TSR_CODEC_RAW;
@@ -389,7 +438,9 @@ static int idle_until_free(tsr_save *s, const slot *slots, size_t batch, int sta
  * overlaps them; tsr_save_finish waits for them. With codec AUTO each frame is
  * encoded or raw as the share says. */
 static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
-                        const uint64_t *sizes, int stable, size_t n, const char *what, tsr_error *err) {
+                        const uint64_t *sizes, int stable, size_t n, const tsr_mf_chunk *chunk, const char *what,
+                        tsr_error *err) {
+    tsr_mf_tensor *t = chunk ? &s->tab.tensors[chunk->tensor] : NULL; /* whose digest the frames add to */
     size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
     int adaptive = s->opts.codec == TSR_CODEC_AUTO;
     int rc = 0;
@@ -405,7 +456,8 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
             for (size_t i = 0; i < batch; i++) slots[i].want = TSR_CODEC_RAW;
         else
             batch_codecs(s, codec, slots, batch);
-        encode_job job = {s, stable, late, dtype, raw, offs + done, sizes + done, slots};
+        encode_job job = {s, stable, late, dtype, raw, offs + done, sizes + done, slots, chunk, done,
+                          t ? s->keys[chunk->tensor] : 0, t ? t->shape : NULL, tsr_dtype_size(dtype)};
         double t1 = tsr_now();
         tsr_pool_for(s->enc->pool, batch, encode_one, &job);
         double t2 = tsr_now();
@@ -426,13 +478,23 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
             tsr_mf_frame f = {.offset = s->pos, .stored_size = sl->stored, .raw_size = sizes[done + i],
                               .raw_hash = sl->raw_hash, .stored_hash = sl->stored_hash,
                               .codec = sl->codec, .file_id = s->file_id};
-            int is_late = late && sl->direct; /* its checksums 0 until tsr_save_finish */
+            int is_late = late && sl->direct; /* its checksums (and share) 0 until tsr_save_finish */
             if ((is_late && tsr_grow((void **)&s->late, &s->cap_late, s->n_late, sizeof *s->late)) ||
                 tsr_manifest_add_frame(&s->tab, &f)) {
                 rc = tsr_err(err, TSR_ENOMEM, "out of memory");
                 break;
             }
-            if (is_late) s->late[s->n_late++] = (late_frame){s->tab.n_frames - 1, sl->direct, sl->stored};
+            if (is_late) {
+                late_frame *l = &s->late[s->n_late++];
+                *l = (late_frame){s->tab.n_frames - 1, sl->direct, sl->stored, 0, 0, {0}, 0};
+                if (t) {
+                    l->of_tensor = 1;
+                    l->tensor = chunk->tensor;
+                    tsr_frame_box(chunk, done + i, &l->box);
+                }
+            } else if (t) {
+                t->digest += sl->share;
+            }
             s->pos += padded;
         }
         if (adaptive && !late) share_update(s->enc, t_io + (t1 - t0), t2 - t1);
@@ -486,7 +548,7 @@ static int save_box(tsr_save *s, const char *name, const tsr_box *box, const voi
     uint64_t *offs = NULL, *sizes = NULL;
     if (frame_cuts(box, es, s->opts.frame_bytes, &offs, &sizes, &nf))
         return tsr_err(err, TSR_ENOMEM, "out of memory");
-    rc = write_frames(s, t->dtype, codec, data, offs, sizes, stable, nf, name, err);
+    rc = write_frames(s, t->dtype, codec, data, offs, sizes, stable, nf, &c, name, err);
     free(offs), free(sizes);
     if (!rc && tsr_manifest_add_chunk(&s->tab, &c)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;
@@ -538,6 +600,7 @@ int tsr_save_chunk_copy(tsr_save *s, const char *name, tsr_ckpt *src, size_t chu
     tsr_mf_chunk c = {.tensor = (uint32_t)ti, .file_id = s->file_id, .box = ci.box, .split_dim = ci.split_dim,
                       .frame_rows = ci.frame_rows, .frame_first = (uint32_t)s->tab.n_frames,
                       .frame_count = ci.n_frames};
+    s->tab.tensors[ti].digest_flags = 0; /* never decoded: no share of the digest (tsr_save_tensor_digest) */
     size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
     for (uint32_t done = 0; done < ci.n_frames && !rc; s->group = (s->group + 1) % SLOT_GROUPS) {
         /* a batch into the next group of slots, as write_frames fills them: the
@@ -604,7 +667,7 @@ int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data,
     int codec = s->opts.codec == TSR_CODEC_RAW ? TSR_CODEC_RAW : TSR_CODEC_ZSTD;
     char what[300];
     snprintf(what, sizeof what, "blob %s", name);
-    rc = write_frames(s, TSR_U8, codec, data, offs, sizes, 0, nf, what, err);
+    rc = write_frames(s, TSR_U8, codec, data, offs, sizes, 0, nf, NULL, what, err);
     free(offs), free(sizes);
     if (!rc && tsr_manifest_add_blob(&s->tab, &b)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;
@@ -619,8 +682,12 @@ void tsr_save_set_idle(tsr_save *s, int (*idle)(void *ctx, int run), void *ctx) 
 static void late_one(void *ctx, size_t i, int worker) {
     (void)worker;
     tsr_save *s = ctx;
-    const late_frame *l = &s->late[i];
+    late_frame *l = &s->late[i];
     s->tab.frames[l->frame].raw_hash = s->tab.frames[l->frame].stored_hash = tsr_hash(l->raw, l->len);
+    if (l->of_tensor) {
+        const tsr_mf_tensor *t = &s->tab.tensors[l->tensor];
+        l->share = tsr_digest_box(s->keys[l->tensor], tsr_dtype_size(t->dtype), t->shape, &l->box, l->raw);
+    }
 }
 
 int tsr_save_finish(tsr_save *s, const uint8_t **table, size_t *table_len, tsr_error *err) {
@@ -630,6 +697,8 @@ int tsr_save_finish(tsr_save *s, const uint8_t **table, size_t *table_len, tsr_e
     /* the checksums left for now: the memory is still the caller's stable copy,
      * and the last writes are in flight meanwhile */
     tsr_pool_for(s->enc->pool, s->n_late, late_one, s);
+    for (size_t i = 0; i < s->n_late; i++)
+        if (s->late[i].of_tensor) s->tab.tensors[s->late[i].tensor].digest += s->late[i].share;
     s->n_late = 0;
     char name[64];
     tsr_data_file_name(s->file_id, name, sizeof name);
@@ -693,6 +762,9 @@ static int merge_table(merger *g, const tsr_manifest *p, uint32_t w, tsr_error *
                 tsr_grow((void **)&g->first, &g->cap_first, (size_t)v, sizeof *g->first))
                 goto nomem;
             g->first[v] = w;
+        } else { /* the shares of the digest add up, known only when every writer's is */
+            out->tensors[v].digest += t->digest;
+            out->tensors[v].digest_flags &= t->digest_flags;
         }
         remap[j] = (uint32_t)v;
     }
@@ -719,8 +791,26 @@ nomem:
     return tsr_err(err, TSR_ENOMEM, "out of memory merging tables");
 }
 
-int tsr_manifest_merge(const uint8_t *const *tables, const size_t *table_lens, size_t n, const uint8_t save_id[16],
-                       uint64_t step, const tsr_layout *layout, uint8_t **bytes, size_t *len, tsr_error *err) {
+/* The digests declared whole (tsr_save_tensor_digest) against the merged
+ * shares: equal where every writer's share is known, else recorded. */
+static int apply_declared(merger *g, const declared *dec, size_t n_dec, tsr_error *err) {
+    for (size_t i = 0; i < n_dec; i++) {
+        long v = index_find(&g->names, g->out, dec[i].name);
+        if (v < 0) continue;
+        tsr_mf_tensor *t = &g->out->tensors[v];
+        if ((t->digest_flags & TSR_MF_DIGEST) && t->digest != dec[i].digest)
+            return tsr_err(err, TSR_ECORRUPT,
+                           "tensor %s: the digest of the data written is %016llx, the tensor's (as declared) %016llx",
+                           t->name, (unsigned long long)t->digest, (unsigned long long)dec[i].digest);
+        t->digest = dec[i].digest;
+        t->digest_flags |= TSR_MF_DIGEST;
+    }
+    return 0;
+}
+
+static int merge_tables(const uint8_t *const *tables, const size_t *table_lens, size_t n, const uint8_t save_id[16],
+                        uint64_t step, const tsr_layout *layout, const declared *dec, size_t n_dec, uint8_t **bytes,
+                        size_t *len, tsr_error *err) {
     tsr_manifest m;
     tsr_manifest_init(&m);
     merger g = {&m, {NULL, 0}, NULL, 0};
@@ -735,6 +825,7 @@ int tsr_manifest_merge(const uint8_t *const *tables, const size_t *table_lens, s
         if (!rc) rc = merge_table(&g, &part, (uint32_t)i, err);
         tsr_manifest_free(&part);
     }
+    if (!rc) rc = apply_declared(&g, dec, n_dec, err);
     free(g.names.slot);
     free(g.first);
     if (rc) goto out;
@@ -752,6 +843,11 @@ out:
     return rc;
 }
 
+int tsr_manifest_merge(const uint8_t *const *tables, const size_t *table_lens, size_t n, const uint8_t save_id[16],
+                       uint64_t step, const tsr_layout *layout, uint8_t **bytes, size_t *len, tsr_error *err) {
+    return merge_tables(tables, table_lens, n, save_id, step, layout, NULL, 0, bytes, len, err);
+}
+
 
 int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *table_lens, size_t n,
                     uint64_t step, const tsr_layout *layout, tsr_error *err) {
@@ -765,7 +861,8 @@ int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *tab
     }
     uint8_t *bytes = NULL;
     size_t len = 0;
-    int rc = tsr_manifest_merge(tables, table_lens, n, s->save_id, step, layout, &bytes, &len, err);
+    int rc = merge_tables(tables, table_lens, n, s->save_id, step, layout, s->declared, s->n_declared, &bytes, &len,
+                          err);
     if (rc == TSR_ECORRUPT || rc == TSR_EINVAL) tsr_err_prefix(err, "%s: cannot commit", s->dir);
     if (!rc) rc = tsr_store_put_atomic(s->store, "MANIFEST", bytes, len, err);
     free(bytes);
@@ -792,6 +889,8 @@ void tsr_save_free(tsr_save *s) {
     free(s->index.slot);
     free(s->table_bytes);
     free(s->late);
+    free(s->keys);
+    free(s->declared);
     tsr_manifest_free(&s->tab);
     tsr_store_close(s->store);
     free(s);

@@ -60,6 +60,13 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
                     uint32_t ndim, const uint64_t *shape, const tsr_placement *placement,
                     tsr_error *err);
 
+/* tsr_save_tensor_digest(): the tensor's digest (FORMAT.md 4.4: tsr_digest_box)
+ * is known to be `digest`, as when it is copied from another checkpoint. The
+ * writer that commits records it where its writers' shares are missing (chunks
+ * copied as they are stored add none), and refuses to commit where their sum
+ * differs from it. TSR_ENOTFOUND if the tensor is not declared. */
+int tsr_save_tensor_digest(tsr_save *s, const char *name, uint64_t digest, tsr_error *err);
+
 /* tsr_save_box(): writes one box of a declared tensor: encodes it into frames on
  * the thread pool and appends them to the data file. `data` is the box's
  * memory. Returns once `data` is no longer needed. */
@@ -143,6 +150,9 @@ typedef struct tsr_engine_opts {
     /* 1: a failed save is returned (tsr_engine_wait) but not logged: its owner
      * reports it (the local tier says a failure that repeats at every step once). */
     int quiet;
+    /* 1: tsr_engine_load does not check the tensors' digests (FORMAT.md 4.4)
+     * against the data it loaded. */
+    int no_digest_check;
 } tsr_engine_opts;
 tsr_engine_opts tsr_engine_opts_default(void);
 
@@ -254,7 +264,12 @@ void tsr_engine_continue_from(tsr_engine *e, uint64_t step);
  * they are: each distinct box is read by one of the ranks that need it (only the
  * frames that overlap it, checksums checked) and sent to the others. Tensors are
  * matched by name; a tensor missing from the checkpoint or of another dtype or
- * shape is an error naming it, found before any data is read. On success, and if
+ * shape is an error naming it, found before any data is read. Once loaded, every
+ * tensor whose digest the MANIFEST records and whose every element some rank
+ * loaded is checked: the ranks' shares of the digest (each computed from the
+ * bytes it holds) are summed and compared with the MANIFEST's (TSR_ECORRUPT
+ * naming the tensor and both values), unless opts.no_digest_check; a tensor
+ * loaded only in part is not checked. On success, and if
  * ck_out is not NULL, *ck_out is the open checkpoint (for its blobs and step);
  * close it with tsr_ckpt_close. TSR_ENOTFOUND when ROOT holds no checkpoint. */
 int tsr_engine_load(tsr_engine *e, const char *step_dir, const tsr_state *st, tsr_ckpt **ck_out,
@@ -442,6 +457,11 @@ int tsr_ckpt_frame(const tsr_ckpt *ck, size_t i, tsr_frame_info *out);
 int tsr_ckpt_blob(const tsr_ckpt *ck, size_t i, tsr_blob_info *out);
 int tsr_ckpt_file(const tsr_ckpt *ck, size_t i, tsr_file_info *out);
 
+/* tsr_ckpt_tensor_digest(): 1 and *digest when the MANIFEST records tensor i's
+ * digest (FORMAT.md 4.4), 0 when it does not (files before format 1.2),
+ * TSR_EINVAL for no such tensor. */
+int tsr_ckpt_tensor_digest(const tsr_ckpt *ck, size_t i, uint64_t *digest);
+
 /* tsr_ckpt_find(): the index of the tensor named `name`, or -1. O(log n). */
 long tsr_ckpt_find(const tsr_ckpt *ck, const char *name);
 /* tsr_ckpt_find_blob(): the index of blob (name, rank), or -1. */
@@ -488,12 +508,23 @@ int tsr_ckpt_plan_read(const tsr_ckpt *ck, size_t tensor, const tsr_box *need, s
  * into dst, which must hold that much), its stored checksum and padding
  * checked; not decoded. Thread-safe. */
 int tsr_ckpt_read_stored(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err);
+/* tsr_ckpt_check_frame(): holds `stored` (stored_size bytes, from anywhere: the
+ * frame's file, a copy of it, another checkpoint) to frame `i`'s record, as a
+ * reader holds the bytes it reads: their stored checksum, their decoding with the
+ * frame's codec (for its tensor's dtype) into exactly raw_size bytes at `raw`,
+ * and the raw checksum of those. @return 0, TSR_ECORRUPT naming the frame, its
+ * file and its tensor or blob, or TSR_ENOMEM. Thread-safe. */
+int tsr_ckpt_check_frame(tsr_ckpt *ck, size_t i, const void *stored, void *raw, tsr_error *err);
+/* tsr_ckpt_frame_owner(): "tensor NAME" or "blob NAME (rank R)": what frame `i`
+ * holds a piece of, into buf (messages). @return 0, or TSR_EINVAL (no frame i). */
+int tsr_ckpt_frame_owner(const tsr_ckpt *ck, size_t i, char *buf, size_t len);
 /* tsr_ckpt_read_blob(): copies blob `i` (size bytes) into dst. Thread-safe. */
 int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err);
 
 /* tsr_ckpt_verify(): checks every rule of FORMAT.md that the MANIFEST alone
  * cannot show: every data file's size and header, every frame's checksums and
- * decoding, every padding byte. Calls `problem` once per problem found with a
+ * decoding, every padding byte, and each recorded digest (FORMAT.md 4.4)
+ * against the one its decoded frames add up to. Calls `problem` once per problem found with a
  * message naming file, tensor and frame (it may be NULL).
  * @return the number of problems (0: the checkpoint is sound), or a negative
  * tsr_status if the check itself could not run. */

@@ -50,6 +50,9 @@ int tsr_comm_barrier_idle(tsr_comm *c, tsr_error *err);
 int tsr_comm_bcast(tsr_comm *c, uint32_t root, void *buf, size_t n, tsr_error *err);
 /* tsr_comm_allreduce_min(): the minimum of every rank's *v, into *v everywhere. */
 int tsr_comm_allreduce_min(tsr_comm *c, int64_t *v, tsr_error *err);
+/* tsr_comm_allreduce_sum_u64(): the sums modulo 2^64 over every rank of the n
+ * words at v, into v everywhere (n at most INT_MAX). */
+int tsr_comm_allreduce_sum_u64(tsr_comm *c, uint64_t *v, size_t n, tsr_error *err);
 /* tsr_comm_allgatherv(): every rank's n bytes, concatenated in rank order into
  * *all (malloc'ed) on every rank; counts[r] (malloc'ed, size ranks) is rank r's
  * byte count. */

@@ -99,6 +99,16 @@ static int write_writer(reshard_job *j, uint32_t w, int worker, uint8_t *in, uin
     for (size_t t = 0; t < j->n_decls && !rc; t++)
         rc = tsr_save_tensor(s, j->decls[t].name, j->decls[t].group, j->decls[t].dtype, j->decls[t].ndim,
                              j->decls[t].shape, &j->decls[t].placement, e);
+    /* the committing writer: each tensor unconverted is the source's, digest
+     * included, which the commit checks against what the writers decoded and
+     * records for the chunks copied as they are stored */
+    for (size_t t = 0; w == 0 && t < j->n_decls && !rc; t++) {
+        tsr_tensor_info si;
+        uint64_t digest;
+        tsr_ckpt_tensor(j->src, (size_t)j->src_index[t], &si);
+        if (si.dtype == j->decls[t].dtype && tsr_ckpt_tensor_digest(j->src, (size_t)j->src_index[t], &digest) == 1)
+            rc = tsr_save_tensor_digest(s, j->decls[t].name, digest, e);
+    }
     size_t cap = j->o->piece_bytes;
     for (size_t i = 0; !rc && i < j->plan->n; i++) {
         if (j->plan->writer[i] != w) continue;

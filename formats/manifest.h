@@ -32,6 +32,9 @@ enum { TSR_SEC_STRINGS = 1, TSR_SEC_FILES, TSR_SEC_TENSORS, TSR_SEC_CHUNKS, TSR_
 #define TSR_MF_PACK_BLOCK 65536 /* records shuffled together */
 enum { TSR_REC_FILE = 16, TSR_REC_TENSOR = 104, TSR_REC_CHUNK = 160, TSR_REC_FRAME = 48,
        TSR_REC_BLOB = 32 };
+/* v1.2 appends the digest to a TENSORS record (FORMAT.md 4.2, 4.4). */
+#define TSR_REC_TENSOR_V12 120
+#define TSR_MF_DIGEST 1u /* tsr_mf_tensor.digest_flags: the digest is recorded */
 
 typedef struct tsr_mf_tensor {
     const char *name, *group; /* NUL-terminated, in the manifest's string arena */
@@ -40,6 +43,12 @@ typedef struct tsr_mf_tensor {
     uint64_t shape[TSR_MAX_DIMS];
     tsr_placement placement;
     uint32_t chunk_first, chunk_count;
+    /* FORMAT.md 4.4, with TSR_MF_DIGEST in digest_flags (files before v1.2
+     * have none). In a writer's table on its way to rank 0: that writer's
+     * share of it, with the flag when every box it wrote of the tensor added
+     * its share (a chunk copied as it is stored, never decoded, adds none). */
+    uint64_t digest;
+    uint32_t digest_flags;
 } tsr_mf_tensor;
 
 typedef struct tsr_mf_chunk {

@@ -21,6 +21,10 @@ typedef struct sections {
 
 /* The record size of v1.0 (FORMAT.md 4.2): the fields this tessera reads. */
 static const uint32_t minrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR, TSR_REC_CHUNK, TSR_REC_FRAME, TSR_REC_BLOB};
+/* The record size of the fields this tessera reads: v1.0's, and the digest
+ * v1.2 appends to TENSORS (read when a record holds it). */
+static const uint32_t knownrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR_V12, TSR_REC_CHUNK, TSR_REC_FRAME,
+                                     TSR_REC_BLOB};
 
 /* The header: magic, size, checksum, version, step, save id, layout. The section
  * table's extent: *hsize and *nsec. */
@@ -229,16 +233,16 @@ static int unpack_bytes(ZSTD_DCtx *d, ZSTD_inBuffer *in, uint8_t *out, size_t ca
 /* The records of packed section t (its frame checked by check_packed) to fn,
  * a block at a time, decoded to rec * count bytes and no more. A block
  * holds its records' byte planes in order, so the planes of the fields this
- * tessera reads (a v1.0 record's `keep` bytes) come first: they are
+ * tessera reads (the first `keep` bytes of a record) come first: they are
  * unshuffled and passed on before the next block is decoded, and the planes of
  * fields a later minor version appended are decoded and dropped. Memory: two
- * blocks of v1.0 records (20 MiB at most), whatever the record size. */
+ * blocks of known records (20 MiB at most), whatever the record size. */
 static int unpack_section(const sections *sec, int t, block_fn fn, const char *path, tsr_manifest *m,
                           tsr_error *err) {
     const uint8_t *p = sec->at[t];
     uint64_t size = sec->size[t], rec = sec->rec[t], count = sec->count[t];
     uint32_t type = sec->type[t];
-    size_t keep = minrec[t];
+    size_t keep = rec < knownrec[t] ? rec : knownrec[t];
     size_t bn = (count < TSR_MF_PACK_BLOCK ? count : TSR_MF_PACK_BLOCK) * keep;
     ZSTD_DCtx *d = ZSTD_createDCtx();
     uint8_t *planes = malloc(bn + 1), *recs = malloc(bn + 1);
@@ -325,6 +329,10 @@ static int parse_tensors(const sections *sec, const block *b, const char *path, 
             if (d >= t->ndim && v)
                 return BAD("%s: tensor %s: nonzero shape entry past its %u dims", path, t->name, t->ndim);
             t->shape[d] = v;
+        }
+        if (b->stride >= TSR_REC_TENSOR_V12) { /* v1.2: the digest (FORMAT.md 4.4); unknown flag bits ignored */
+            t->digest_flags = tsr_ld32(p + 112) & TSR_MF_DIGEST;
+            t->digest = t->digest_flags ? tsr_ld64(p + 104) : 0;
         }
         m->n_tensors++;
     }

@@ -43,6 +43,25 @@ enum {
     TSR_CODEC_BYTEGROUP = 2,
 };
 
+/* ------------------------------------------------------------------ digest */
+
+/* The digest of a logical tensor (FORMAT.md section 4.4): the sum modulo 2^64,
+ * over every element, of mix64((bits + index * TSR_DIGEST_K) ^ key), with bits
+ * the element as stored (little-endian, zero-extended to 64 bits), index its
+ * global row-major index and key = tsr_digest_key(name, dtype). No layout,
+ * chunking or framing changes it; the shares of any disjoint boxes add up. */
+#define TSR_DIGEST_K 0x9e3779b97f4a7c15ull
+
+/* tsr_digest_key(): XXH3-64 of the tensor's name with its dtype code as seed. */
+uint64_t tsr_digest_key(const char *name, int dtype);
+/* tsr_digest_run(): the share of n elements of elem_size (1, 2, 4 or 8) bytes
+ * at data, of global indices first, first+1, ...; 0 for another size. */
+uint64_t tsr_digest_run(uint64_t key, size_t elem_size, uint64_t first, const void *data, uint64_t n);
+/* tsr_digest_box(): the share of `box` (its memory at data, row-major) of a
+ * tensor of this shape (box->ndim dims). */
+uint64_t tsr_digest_box(uint64_t key, size_t elem_size, const uint64_t *shape, const tsr_box *box,
+                        const void *data);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,6 +3,7 @@
 alone (no tessera code), as the proof that the spec is complete.
 
     format_reader.py STEP_DIR [EXPECTED] [--trainer] [--layout]
+    format_reader.py --vectors FORMAT.md
 
 Reads STEP_DIR's MANIFEST and data files, checks the rules of FORMAT.md sections
 4 and 5 it can (hashes, sizes, orders, coverage, packing, zero padding), decodes
@@ -14,7 +15,11 @@ checkpoint against section 11 (the six train.* blobs, the model's tensors and
 their placements, as the table gives them from train.model). With --layout,
 computes the boxes of every rank of the checkpoint's layout by section 10 and
 checks that they tile every tensor and are its chunks, each in the data file
-of a rank that holds it (as `tessera reshard` writes). Prints one line per problem and
+of a rank that holds it (as `tessera reshard` writes). Every tensor whose record
+holds a digest (section 4.4, v1.2) has it recomputed from its elements and
+compared. With --vectors, computes the digests of section 4.4's test vectors, read
+from the table in FORMAT.md, and compares them and their keys with the table's.
+Prints one line per problem and
 exits 1 if there was any; exits 77 (SKIP) when numpy, libxxhash or libzstd is
 missing. Needs: numpy; libxxhash.so.0 and libzstd.so.1 via ctypes.
 """
@@ -36,6 +41,8 @@ except OSError as e:
     sys.exit(77)
 _xxh.XXH3_64bits.restype = ctypes.c_uint64
 _xxh.XXH3_64bits.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+_xxh.XXH3_64bits_withSeed.restype = ctypes.c_uint64
+_xxh.XXH3_64bits_withSeed.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_uint64]
 _zstd.ZSTD_getFrameContentSize.restype = ctypes.c_ulonglong
 _zstd.ZSTD_getFrameContentSize.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 _zstd.ZSTD_findFrameCompressedSize.restype = ctypes.c_size_t
@@ -52,6 +59,70 @@ class Refused(Exception):
 
 def xxh3(b):
     return _xxh.XXH3_64bits(bytes(b), len(b))
+
+
+def xxh3_seed(b, seed):
+    return _xxh.XXH3_64bits_withSeed(bytes(b), len(b), seed)
+
+
+# ------------------------------------------------------------------- section 4.4
+DIGEST_K = 0x9E3779B97F4A7C15
+U64 = np.uint64
+
+
+def digest_key(name, code):
+    """XXH3 of the name with the dtype code as seed."""
+    return xxh3_seed(name.encode(), code)
+
+
+def digest(name, code, elems):
+    """The digest of a tensor whose elements, row-major, are the numpy array elems
+    (any shape, its stored dtype): each element's bits as an unsigned integer,
+    widened to 64 bits, plus its index times K, xor the key, mixed; summed modulo
+    2^64. numpy's uint64 arithmetic wraps modulo 2^64."""
+    flat = np.ascontiguousarray(elems).reshape(-1)
+    bits = flat.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[flat.dtype.itemsize]).astype(U64)
+    total = 0
+    for lo in range(0, len(bits), 1 << 22):  # in pieces: bounded memory
+        z = bits[lo:lo + (1 << 22)] + np.arange(lo, lo + len(bits[lo:lo + (1 << 22)]), dtype=U64) * U64(DIGEST_K)
+        z ^= U64(digest_key(name, code))
+        z = (z ^ (z >> U64(30))) * U64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> U64(27))) * U64(0x94D049BB133111EB)
+        z ^= z >> U64(31)
+        total = (total + int(z.sum(dtype=U64))) % (1 << 64)
+    return total
+
+
+def check_vectors(path):
+    """The test vectors of section 4.4, from FORMAT.md's table: | `name` | dtype
+    (code) | (shape) | elements ... | `key` | `digest` |."""
+    import re
+    problems, n = [], 0
+    text = open(path).read()
+    table = text[text.index("### 4.4"):text.index("## 5.")]
+    for row in table.splitlines():
+        m = re.match(r"\| `([^`]+)` \| (\w+) \((\d+)\) \| \(([\d, ]*)\) \| ([^|]*) \| `([0-9a-f]{16})` \| `([0-9a-f]{16})` \|",
+                     row)
+        if not m:
+            continue
+        name, dname, code, shape, elems, key, want = m.groups()
+        code = int(code)
+        shape = tuple(int(s) for s in shape.split(",") if s.strip())
+        words = [w for w in re.split(r"[ ,]+", elems.split("(")[0].strip()) if w and w != "none"]
+        values = np.array([float(w) for w in words] if DTYPES[code][0] in ("f32", "f64") else
+                          [int(w) for w in words] if DTYPES[code][0] != "bf16" else [], dtype=DTYPES[code][2])
+        if DTYPES[code][0] == "bf16":  # no numpy bf16: the bits given in the row
+            values = np.array([int(b, 16) for b in re.findall(r"`0x([0-9A-Fa-f]+)`", elems)], dtype="<u2")
+        values = values.reshape(shape)
+        n += 1
+        if digest_key(name, code) != int(key, 16):
+            problems.append("vector %s: key %016x, FORMAT.md says %s" % (name, digest_key(name, code), key))
+        got = digest(name, code, values)
+        if got != int(want, 16):
+            problems.append("vector %s: digest %016x, FORMAT.md says %s" % (name, got, want))
+    if n < 3:
+        problems.append("%s: only %d test vectors found in section 4.4" % (path, n))
+    return problems, n
 
 
 def zstd_frame(b, n):
@@ -241,9 +312,12 @@ class Checkpoint:
             if ccount > volume(shape[:ndim]):  # its chunks are disjoint, none empty
                 raise Refused("tensor %s: %d chunks for %d elements" % (name, ccount, volume(shape[:ndim])))
             next_chunk += ccount
+            dg = None  # section 4.4: in records of 120 bytes or more, with bit 0 of its flags
+            if len(r) >= 120 and struct.unpack_from("<I", r, 112)[0] & 1:
+                dg = struct.unpack_from("<Q", r, 104)[0]
             self.tensors.append(dict(name=name, group=string(go, gn, "group of " + name), dtype=dtype,
                                      shape=tuple(shape[:ndim]), tp_dim=tp_dim, fsdp=fsdp, pp_role=pp_role,
-                                     layer=layer, chunks=range(cfirst, cfirst + ccount)))
+                                     layer=layer, chunks=range(cfirst, cfirst + ccount), digest=dg))
         if next_chunk != secs[4][2]:
             raise Refused("CHUNKS: %d records, the tensors' chunk ranges cover %d" % (secs[4][2], next_chunk))
         chunk_recs, blob_recs = records(4), records(6)
@@ -635,16 +709,32 @@ def check_trainer(ck):
 
 
 def main():
+    if sys.argv[1:2] == ["--vectors"] and len(sys.argv) == 3:
+        problems, n = check_vectors(sys.argv[2])
+        for p in problems:
+            print("FAIL: " + p)
+        if problems:
+            sys.exit(1)
+        print("%s: the digests of its %d test vectors (section 4.4) as computed here" % (sys.argv[2], n))
+        return
     args = [a for a in sys.argv[1:] if a not in ("--trainer", "--layout")]
     if len(args) not in (1, 2):
         sys.exit(__doc__)
+    digests = 0
     try:
         ck = Checkpoint(args[0])
-        for i in range(len(ck.tensors)):
-            ck.tensor(i)
+        problems = []
+        for i, t in enumerate(ck.tensors):
+            elems = ck.tensor(i)
+            if t["digest"] is not None:
+                digests += 1
+                got = digest(t["name"], t["dtype"], elems)
+                if got != t["digest"]:
+                    problems.append("tensor %s: digest %016x from its elements, the MANIFEST's %016x" %
+                                    (t["name"], got, t["digest"]))
         for i in range(len(ck.blobs)):
             ck.blob(i)
-        problems = compare(ck, args[1]) if len(args) == 2 else []
+        problems += compare(ck, args[1]) if len(args) == 2 else []
         if "--trainer" in sys.argv:
             problems += check_trainer(ck)
         if "--layout" in sys.argv:
@@ -655,8 +745,8 @@ def main():
         print("FAIL: " + p)
     if problems:
         sys.exit(1)
-    print("%s: %d tensors, %d blobs, %d frames read%s" % (args[0], len(ck.tensors), len(ck.blobs),
-                                                          len(ck.frames), ", as expected" if len(args) == 2 else ""))
+    print("%s: %d tensors (%d digests checked), %d blobs, %d frames read%s" %
+          (args[0], len(ck.tensors), digests, len(ck.blobs), len(ck.frames), ", as expected" if len(args) == 2 else ""))
 
 
 if __name__ == "__main__":

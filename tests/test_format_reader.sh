@@ -7,9 +7,11 @@
 # cut along inner dims; and the default codecs); it and tessera read a MANIFEST
 # with records wider than v1.0's (chunk records of 1 MiB, packed) and refuse at
 # once one whose packed CHUNKS declares 2 GiB of records; its layout rule (section 10)
-# holds for the worked examples and gives the boxes tessera reshard writes; and it
+# holds for the worked examples and gives the boxes tessera reshard writes; it
 # finds a training checkpoint and a model-only checkpoint as section 11 describes
-# them (blobs, tensors, placements).
+# them (blobs, tensors, placements); and its digests (section 4.4) are the test
+# vectors' (a changed one is reported) and those tessera records, which it
+# recomputes in every checkpoint it reads.
 . "$TSR_ROOT/tests/common.sh"
 cd "${TSR_TMP:?}" || exit 1
 need_py
@@ -34,10 +36,19 @@ printf '\001' | dd of=flipped/data-00001.tsd bs=1 seek=4100 conv=notrunc 2>/dev/
 expect 1 "a flipped frame byte" $PY "$R" flipped "$V/expected.txt"
 grep -q "refused" out.txt || fail "no refusal: $(cat out.txt)"
 
+# section 4.4: the test vectors' digests, computed here from the spec; a changed
+# digest is reported
+expect 0 "the digest test vectors" $PY "$R" --vectors "$TSR_ROOT/formats/FORMAT.md"
+sed 's/`dbdbf2fcd7014418`/`dbdbf2fcd7014419`/' "$TSR_ROOT/formats/FORMAT.md" >changed.md
+expect 1 "a changed digest vector" $PY "$R" --vectors changed.md
+grep -q "vector c.i64: digest dbdbf2fcd7014418, FORMAT.md says dbdbf2fcd7014419" out.txt ||
+    fail "the changed vector is not named: $(cat out.txt)"
+
 # synthetic checkpoints of every dtype: tiny frames (cut along inner dims), and
-# the default codecs (bytegroup, zstd, raw)
+# the default codecs (bytegroup, zstd, raw); every tensor's digest recomputed
 expect 0 "synth with 64-byte frames" "$T" ckpt synth small --bytes 16K --dtype mix --threads 1 --frame-bytes 64
 expect 0 "read the 64-byte frames" $PY "$R" small
+grep -q "12 tensors (12 digests checked)" out.txt || fail "not every digest checked: $(cat out.txt)"
 expect 0 "synth" "$T" ckpt synth mixed --bytes 256K --dtype mix --threads 1
 expect 0 "read the default codecs" $PY "$R" mixed
 
@@ -92,6 +103,7 @@ for L in pp=2,dp_shard=3,tp=2 pp=2,dp_shard=3,tp=2,flat dp_replicate=2,dp_shard=
     rm -rf rs
     expect 0 "reshard to $L" "$T" reshard mixed rs --layout $L
     expect 0 "the boxes of $L by section 10" $PY "$R" rs --layout
+    grep -q "(0 digests checked)" out.txt && fail "reshard to $L recorded no digest: $(cat out.txt)"
 done
 
 # a training checkpoint and the model-only one (section 11)

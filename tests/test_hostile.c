@@ -466,7 +466,7 @@ Y(b_off_in_table, ST64(E(b, STR) + 8, 128 + 32))
 Y(b_off_in_header, ST64(E(b, STR) + 8, 0))
 Y(b_overlap, ST64(E(b, FIL) + 8, E_off(b, STR)))
 Y(b_overlap_tail, ST64(E(b, BLB) + 8, E_off(b, FRM) + 8))
-Y(b_rec_small, ST32(E(b, TEN) + 24, 52); ADD32(E(b, TEN) + 28, tsr_ld32(E(b, TEN) + 28)))
+Y(b_rec_small, ST32(E(b, TEN) + 24, tsr_ld32(E(b, TEN) + 24) / 2); ADD32(E(b, TEN) + 28, tsr_ld32(E(b, TEN) + 28)))
 Y(b_rec_zero, ST32(E(b, FIL) + 24, 0); ST64(E(b, FIL) + 16, 0))
 Y(b_flip_body, b[n / 2] ^= 1)
 Y(b_flip_trailer, b[n - 1] ^= 1)
@@ -539,7 +539,8 @@ X(x_name_empty, set_ref(T(x, "a.w"), 0, 0))
 X(x_name_lead_dot, rename_to(x, T(x, "a.w"), ".a", 2))
 X(x_name_trail_dot, rename_to(x, T(x, "a.w"), "a.", 2))
 X(x_name_256, rename_to(x, T(x, "a.w"), name256, 256))
-X(x_name_255, rename_to(x, T(x, "a.w"), name256, 255))
+/* (the digest, which the name keys, dropped: FORMAT.md 4.4) */
+X(x_name_255, ST32(T(x, "a.w") + 112, 0); rename_to(x, T(x, "a.w"), name256, 255))
 X(x_name_high, rename_to(x, T(x, "a.w"), "a\xC3\xA9", 3))
 X(x_group_slash, rename_to(x, T(x, "b.ids") + 8, "x/y", 3))
 X(x_blob_name_slash, rename_to(x, B(x, "meta", -1), "m/../x", 6))
@@ -749,7 +750,7 @@ static const hcase cases[] = {
     {"STRINGS at offset 0 (the header)", NULL, b_off_in_header, BAD, "outside", 0},
     {"FILES overlaps STRINGS", NULL, b_overlap, BAD, "overlap", 0},
     {"BLOBS overlaps the tail of FRAMES", NULL, b_overlap_tail, BAD, "overlap", 0},
-    {"TENSORS record_size 52 (half), count doubled", NULL, b_rec_small, BAD, "record size", 0},
+    {"TENSORS record_size halved (below v1.0's), count doubled", NULL, b_rec_small, BAD, "record size", 0},
     {"FILES record_size 0 (size 0, count kept)", NULL, b_rec_zero, BAD, "record size", 0},
     {"TENSORS record_size 100", x_rec_small_tensor, NULL, BAD, "record size", 0},
     {"CHUNKS record_size 159", x_rec_small_chunk, NULL, BAD, "record size", 0},

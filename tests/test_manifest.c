@@ -361,9 +361,10 @@ int main(int argc, char **argv) {
     CHECK_OK(tsr_manifest_encode(&m, 0, &packed, &pn, &e));
     CHECK_OK(tsr_manifest_encode(&m, TSR_MF_PLAIN, &plain, &ln, &e));
     CHECK(packed && plain && pn * 4 < ln, "packed %zu bytes, plain %zu", pn, ln);
-    CHECK(packed && tsr_ld16(packed + 10) == 1 && tsr_ld32(packed + 128 + 32 * 3) == TSR_SEC_PACKED + TSR_SEC_CHUNKS &&
+    CHECK(packed && tsr_ld16(packed + 10) == TSR_FORMAT_MINOR &&
+              tsr_ld32(packed + 128 + 32 * 3) == TSR_SEC_PACKED + TSR_SEC_CHUNKS &&
               tsr_ld32(packed + 128 + 32 * 4) == TSR_SEC_PACKED + TSR_SEC_FRAMES,
-          "version 1.1, CHUNKS and FRAMES packed");
+          "version 1.%d, CHUNKS and FRAMES packed", TSR_FORMAT_MINOR);
     if (packed && plain) {
         by_the_letter(packed, plain, TSR_SEC_CHUNKS);
         by_the_letter(packed, plain, TSR_SEC_FRAMES);

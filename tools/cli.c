@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "heartbeat.h"
+#include "load_fault.h"
 #include "s3.h"
 #include "store.h"
 #include "tessera.h"
@@ -230,6 +231,16 @@ int tsr_cli_faults(void) {
             return -1;
         }
         tsr_heartbeat_set_fault_slow(rank, ms);
+    }
+    const char *load = getenv("TSR_FAULT_LOAD");
+    if (load && *load) {
+        int kind = !strcmp(load, "shift") ? ENGINE_FAULT_SHIFT : !strcmp(load, "swap") ? ENGINE_FAULT_SWAP
+                 : !strcmp(load, "bcast") ? ENGINE_FAULT_BCAST : 0;
+        if (!kind) {
+            fprintf(stderr, "tessera: TSR_FAULT_LOAD: %s: not shift, swap or bcast\n", load);
+            return -1;
+        }
+        engine_set_fault_load(kind);
     }
     const char *spec = getenv("TSR_FAULT");
     tsr_error e = {0};

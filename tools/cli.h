@@ -71,7 +71,9 @@ void tsr_cli_set_threads(void);
  * whole process (tsr_fault_set), the trainer's NaN at step TSR_FAULT_NAN
  * (tsr_heartbeat_set_fault_nan) and its straggler, rank RANK working MS
  * milliseconds longer each step, from TSR_FAULT_SLOW=RANK:MS
- * (tsr_heartbeat_set_fault_slow). The one place that reads them. @return 0 (also
+ * (tsr_heartbeat_set_fault_slow), and a layout-conversion bug planted in every
+ * load, TSR_FAULT_LOAD=shift|swap|bcast (engine_set_fault_load, load_fault.h).
+ * The one place that reads them. @return 0 (also
  * when unset), or -1 for a value that does not parse, after printing
  * "tessera: TSR_FAULT: why". */
 int tsr_cli_faults(void);

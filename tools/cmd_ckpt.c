@@ -156,7 +156,8 @@ int tsr_cmd_ckpt_ls(int argc, char **argv) {
 static const char info_help[] =
     "usage: tessera ckpt info DIR [--json] [--frames]\n"
     "Shows the MANIFEST of the checkpoint in DIR (or of the newest one under a root):\n"
-    "header, layout, data files, tensors with their placement and chunks, blobs.\n"
+    "header, layout, data files, tensors with their placement, chunks and digest\n"
+    "(FORMAT.md 4.4; '-' where the MANIFEST records none, as before format 1.2), blobs.\n"
     "--frames also lists every frame; --json prints all of it, frames included.\n";
 
 static void print_box(FILE *f, const tsr_box *b) {
@@ -209,6 +210,9 @@ static void info_json(tsr_ckpt *ck) {
         for (uint32_t d = 0; d < t.ndim; d++) printf("%s%llu", d ? "," : "", (unsigned long long)t.shape[d]);
         printf("],\"placement\":{\"tp_dim\":%d,\"fsdp\":%u,\"pp_role\":%u,\"layer\":%d}", t.placement.tp_dim,
                t.placement.fsdp, t.placement.pp_role, t.placement.layer);
+        uint64_t digest;
+        if (tsr_ckpt_tensor_digest(ck, i, &digest) == 1) printf(",\"digest\":\"%016llx\"", (unsigned long long)digest);
+        else printf(",\"digest\":null");
         printf(",\"raw_bytes\":%llu,\"stored_bytes\":%llu,\"chunks\":[", (unsigned long long)t.raw_bytes,
                (unsigned long long)t.stored_bytes);
         long first = -1;
@@ -286,8 +290,8 @@ int tsr_cmd_ckpt_info(int argc, char **argv) {
         tsr_ckpt_file(ck, i, &f);
         printf(" data-%05u.tsd (%s)", f.file_id, tsr_fmt_bytes(f.size, a, sizeof a));
     }
-    printf("\n\n%-40s %-6s %-6s %-20s %-26s %6s %11s %11s\n", "TENSOR", "GROUP", "DTYPE", "SHAPE", "PLACEMENT",
-           "CHUNKS", "RAW", "STORED");
+    printf("\n\n%-40s %-6s %-6s %-20s %-26s %6s %11s %11s  %-16s\n", "TENSOR", "GROUP", "DTYPE", "SHAPE", "PLACEMENT",
+           "CHUNKS", "RAW", "STORED", "DIGEST");
     for (size_t i = 0; i < tsr_ckpt_n_tensors(ck); i++) {
         tsr_tensor_info t;
         tsr_ckpt_tensor(ck, i, &t);
@@ -297,8 +301,11 @@ int tsr_cmd_ckpt_info(int argc, char **argv) {
             off += (size_t)snprintf(shape + off, sizeof shape - off, "%s%llu", d ? "," : "", (unsigned long long)t.shape[d]);
         snprintf(shape + off, sizeof shape - off, "]");
         placement_str(&t.placement, pl, sizeof pl);
-        printf("%-40s %-6s %-6s %-20s %-26s %6u %11s %11s\n", t.name, t.group, tsr_dtype_name(t.dtype), shape, pl,
-               t.n_chunks, tsr_fmt_bytes(t.raw_bytes, a, sizeof a), tsr_fmt_bytes(t.stored_bytes, b, sizeof b));
+        uint64_t digest;
+        char dg[20] = "-";
+        if (tsr_ckpt_tensor_digest(ck, i, &digest) == 1) snprintf(dg, sizeof dg, "%016llx", (unsigned long long)digest);
+        printf("%-40s %-6s %-6s %-20s %-26s %6u %11s %11s  %s\n", t.name, t.group, tsr_dtype_name(t.dtype), shape, pl,
+               t.n_chunks, tsr_fmt_bytes(t.raw_bytes, a, sizeof a), tsr_fmt_bytes(t.stored_bytes, b, sizeof b), dg);
     }
     printf("\n%-40s %-10s %-40s %7s\n", "CHUNK OF", "FILE", "BOX", "FRAMES");
     for (size_t c = 0; c < tsr_ckpt_n_chunks(ck); c++) {
@@ -337,10 +344,28 @@ int tsr_cmd_ckpt_info(int argc, char **argv) {
 
 static const char verify_help[] =
     "usage: tessera ckpt verify DIR [--threads N] [--json]\n"
+    "       tessera ckpt verify --repair DIR [--from SOURCE ...] [--threads N] [--json]\n"
     "Checks the checkpoint in DIR (or the newest under a root) against every rule of\n"
     "the format: the MANIFEST's structure and checksum, each data file's size and\n"
     "header, every frame's checksums and decoding, every padding byte. Prints one line\n"
-    "per problem, naming file, tensor and frame. Exit 0: sound; 1: problems found.\n";
+    "per problem, naming file, tensor and frame. Exit 0: sound; 1: problems found.\n"
+    "\n"
+    "--repair rewrites each damaged data file of DIR (a local folder: missing, of\n"
+    "another size, a bad header or padding, frames that fail their checks), then\n"
+    "verifies the whole checkpoint. A damaged frame is taken from the first SOURCE\n"
+    "(--from, in order; a checkpoint folder such as an older step, a local-tier\n"
+    "snapshot or a partner copy, or an archive s3://bucket/prefix/step-N; a root\n"
+    "stands for its committed steps, newest first) that holds a frame of the same raw\n"
+    "checksum and raw size whose bytes pass the source's checks and, stored as DIR's\n"
+    "MANIFEST records it (the source's stored bytes, or its raw bytes stored anew\n"
+    "with the recorded codec), DIR's own. The MANIFEST never changes. Each repaired\n"
+    "file is written beside the old one (data-N.tsd.repair), synced, read back and\n"
+    "checked whole, then renamed into place; the damaged file is kept as\n"
+    "data-N.tsd.damaged (readers ignore it; remove it by hand). Prints per damaged\n"
+    "file its frames damaged, repaired (and from where) and lost. A file with a frame\n"
+    "that no source holds is left exactly as it is, with an error naming the file,\n"
+    "the tensors or blobs and the frames lost. Holds the lock of DIR's folder.\n"
+    "Exit 0: sound or repaired, and verified; 1: frames lost or problems left.\n";
 
 typedef struct verify_out {
     int json;
@@ -378,6 +403,8 @@ static int dir_args(const char *cmd, int argc, char **argv, const char **dir, in
 
 int tsr_cmd_ckpt_verify(int argc, char **argv) {
     if (wants_help(argc, argv, verify_help)) return EXIT_OK;
+    for (int i = 1; i < argc; i++) /* --repair [--from SOURCE ...]: cmd_repair.c */
+        if (!strcmp(argv[i], "--repair") || !strncmp(argv[i], "--from", 6)) return tsr_cmd_ckpt_repair(argc, argv);
     const char *dir;
     int json, u;
     uint64_t threads;

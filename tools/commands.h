@@ -8,6 +8,7 @@
 int tsr_cmd_ckpt_ls(int argc, char **argv);
 int tsr_cmd_ckpt_info(int argc, char **argv);
 int tsr_cmd_ckpt_verify(int argc, char **argv);
+int tsr_cmd_ckpt_repair(int argc, char **argv); /* ckpt verify --repair (cmd_repair.c) */
 int tsr_cmd_ckpt_diff(int argc, char **argv);
 int tsr_cmd_ckpt_synth(int argc, char **argv);
 int tsr_cmd_ckpt_check(int argc, char **argv);

@@ -1,0 +1,227 @@
+/* test_digest.c: the tensor digest (FORMAT.md 4.4). The test vectors of
+ * FORMAT.md; the shares of any boxes that tile a tensor add up to its digest, in
+ * any order; a save by two writers in frames of 64 bytes records every tensor's
+ * digest, which tsr_ckpt_verify recomputes; a MANIFEST whose digest is off by
+ * one (its checksums made right) fails verify naming the tensor and both values;
+ * one without digests (as before format 1.2) reads and verifies, and says it
+ * has none; a digest declared whole (tsr_save_tensor_digest) is checked against
+ * the writers' shares at the commit, and recorded where a chunk copied as it is
+ * stored leaves no share. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common.h"
+#include "encoder.h"
+#include "manifest.h"
+#include "store.h"
+#include "tessera.h"
+
+static tsr_error e;
+
+static void vectors(void) {
+    float a = 0.5f;
+    uint16_t b[3] = {0x3f80, 0xbf80, 0};
+    int64_t c[6] = {-1, 0, 1, 2, -3, 4};
+    uint64_t sa[1] = {0}, sb[1] = {3}, sc[2] = {2, 3}, se[1] = {0};
+    tsr_box ba = {0, {0}, {0}}, bb = {1, {0}, {3}}, bc = {2, {0, 0}, {2, 3}}, be = {1, {0}, {0}};
+    CHECK(tsr_digest_key("a", TSR_F32) == 0xd2f6d0996f37a720ull, "key of a");
+    CHECK(tsr_digest_box(tsr_digest_key("a", TSR_F32), 4, sa, &ba, &a) == 0xadd94211295a312dull, "digest of a");
+    CHECK(tsr_digest_box(tsr_digest_key("b.bf16", TSR_BF16), 2, sb, &bb, b) == 0xebcbb6005d7768b3ull, "b.bf16");
+    CHECK(tsr_digest_key("c.i64", TSR_I64) == 0xe0ba01d434ab44beull, "key of c.i64");
+    CHECK(tsr_digest_box(tsr_digest_key("c.i64", TSR_I64), 8, sc, &bc, c) == 0xdbdbf2fcd7014418ull, "c.i64");
+    CHECK(tsr_digest_box(tsr_digest_key("e", TSR_F32), 4, se, &be, NULL) == 0, "a tensor of volume 0");
+}
+
+/* A (5, 6, 7) tensor of every element size, cut into a grid of uneven boxes
+ * (each copied out row-major), summed backwards: the whole tensor's digest. */
+static void shares_add_up(void) {
+    enum { A = 5, B = 6, C = 7 };
+    static const uint64_t cuts[3][4] = {{0, 2, 3, A}, {0, 1, 4, B}, {0, 5, 6, C}};
+    uint64_t shape[3] = {A, B, C};
+    for (size_t es = 1; es <= 8; es *= 2) {
+        uint8_t all[A * B * C * 8], part[A * B * C * 8];
+        for (size_t i = 0; i < sizeof all; i++) all[i] = (uint8_t)(i * 2654435761u >> 13);
+        tsr_box whole = {3, {0, 0, 0}, {A, B, C}};
+        uint64_t key = tsr_digest_key("t", (int)es), want = tsr_digest_box(key, es, shape, &whole, all), sum = 0;
+        for (int i = 2; i >= 0; i--)
+            for (int j = 2; j >= 0; j--)
+                for (int k = 2; k >= 0; k--) {
+                    tsr_box bx = {3, {cuts[0][i], cuts[1][j], cuts[2][k]},
+                                  {cuts[0][i + 1] - cuts[0][i], cuts[1][j + 1] - cuts[1][j], cuts[2][k + 1] - cuts[2][k]}};
+                    tsr_box_copy(part, &bx, all, &whole, &bx, es);
+                    sum += tsr_digest_box(key, es, shape, &bx, part);
+                }
+        CHECK(sum == want, "element size %zu: the boxes' shares add up to %016llx, the tensor's is %016llx", es,
+              (unsigned long long)sum, (unsigned long long)want);
+        /* a changed element, or two swapped, change it */
+        all[17 * es] ^= 1;
+        CHECK(tsr_digest_box(key, es, shape, &whole, all) != want, "element size %zu: a bit flipped", es);
+        all[17 * es] ^= 1;
+        uint8_t t[8];
+        memcpy(t, all, es), memcpy(all, all + es, es), memcpy(all + es, t, es);
+        CHECK(memcmp(all, all + es, es) == 0 || tsr_digest_box(key, es, shape, &whole, all) != want,
+              "element size %zu: two elements swapped", es);
+    }
+}
+
+enum { R = 6, K = 5 };
+static float w[R * K];
+static int64_t ids[7];
+static const uint64_t shape_w[2] = {R, K}, shape_i[1] = {7};
+
+/* Two writers, rows of w split between them, ids by writer 1, in frames of 64
+ * bytes; with `declare`, writer 0 declares w's digest as that value. */
+static int save_two(const char *dir, int declare, uint64_t declared) {
+    uint8_t id[16] = "digest-test";
+    tsr_write_opts o = tsr_write_opts_default();
+    o.frame_bytes = 64;
+    o.threads = 1;
+    tsr_save *s[2];
+    const uint8_t *tables[2];
+    size_t lens[2];
+    for (int k = 0; k < 2; k++) {
+        REQUIRE((s[k] = tsr_save_begin(dir, (uint32_t)k, id, &o, &e)), "%s", e.msg);
+        CHECK_OK(tsr_save_tensor(s[k], "w", NULL, TSR_F32, 2, shape_w, NULL, &e));
+        CHECK_OK(tsr_save_tensor(s[k], "ids", "optim", TSR_I64, 1, shape_i, NULL, &e));
+        tsr_box rows = {2, {(uint64_t)k * 2, 0}, {k ? R - 2 : 2, K}};
+        CHECK_OK(tsr_save_box(s[k], "w", &rows, w + k * 2 * K, &e));
+    }
+    tsr_box all_i = {1, {0}, {7}};
+    CHECK_OK(tsr_save_box(s[1], "ids", &all_i, ids, &e));
+    if (declare) CHECK_OK(tsr_save_tensor_digest(s[0], "w", declared, &e));
+    for (int k = 0; k < 2; k++) CHECK_OK(tsr_save_finish(s[k], &tables[k], &lens[k], &e));
+    int rc = tsr_save_commit(s[0], tables, lens, 2, 1, NULL, &e);
+    for (int k = 0; k < 2; k++) {
+        if (rc) tsr_save_abort(s[k]);
+        tsr_save_free(s[k]);
+    }
+    return rc;
+}
+
+static long problems_found;
+static char last_problem[2048];
+static void on_problem(void *user, const char *msg) {
+    (void)user;
+    problems_found++;
+    snprintf(last_problem, sizeof last_problem, "%s", msg);
+}
+
+static long verify(const char *dir) {
+    tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
+    REQUIRE(ck, "%s", e.msg);
+    problems_found = 0;
+    long n = tsr_ckpt_verify(ck, on_problem, NULL, 1, &e);
+    tsr_ckpt_close(ck);
+    return n;
+}
+
+/* The MANIFEST of dir rewritten with tensor `name`'s digest changed: off by
+ * `delta`, or (clear) not recorded. */
+static void rewrite_digest(const char *dir, const char *name, uint64_t delta, int clear) {
+    uint8_t *buf;
+    size_t len;
+    REQUIRE(tsr_ckpt_read_manifest(dir, &buf, &len, &e) == 0, "%s", e.msg);
+    tsr_manifest m;
+    REQUIRE(tsr_manifest_parse(buf, len, "MANIFEST", 0, &m, &e) == 0, "%s", e.msg);
+    free(buf);
+    for (size_t i = 0; i < m.n_tensors; i++)
+        if (!strcmp(m.tensors[i].name, name)) {
+            m.tensors[i].digest += delta;
+            if (clear) m.tensors[i].digest_flags = 0;
+        }
+    REQUIRE(tsr_manifest_encode(&m, 0, &buf, &len, &e) == 0, "%s", e.msg);
+    tsr_manifest_free(&m);
+    tsr_store *st = tsr_store_open(dir, 0, &e);
+    REQUIRE(st && tsr_store_put_atomic(st, "MANIFEST", buf, len, &e) == 0, "%s", e.msg);
+    tsr_store_close(st);
+    free(buf);
+}
+
+static void saved_and_verified(const char *tmp) {
+    for (int i = 0; i < R * K; i++) w[i] = (float)i * 0.25f - 3.0f;
+    for (int i = 0; i < 7; i++) ids[i] = (int64_t)i * i * 1000 - 7;
+    tsr_box all_w = {2, {0, 0}, {R, K}}, all_i = {1, {0}, {7}};
+    uint64_t dw = tsr_digest_box(tsr_digest_key("w", TSR_F32), 4, shape_w, &all_w, w);
+    uint64_t di = tsr_digest_box(tsr_digest_key("ids", TSR_I64), 8, shape_i, &all_i, ids);
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s/two", tmp);
+    REQUIRE(save_two(dir, 0, 0) == 0, "%s", e.msg);
+    tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
+    REQUIRE(ck, "%s", e.msg);
+    uint64_t got = 0;
+    CHECK(tsr_ckpt_tensor_digest(ck, (size_t)tsr_ckpt_find(ck, "w"), &got) == 1 && got == dw,
+          "w: recorded %016llx, its data's %016llx", (unsigned long long)got, (unsigned long long)dw);
+    CHECK(tsr_ckpt_tensor_digest(ck, (size_t)tsr_ckpt_find(ck, "ids"), &got) == 1 && got == di, "ids");
+    CHECK(tsr_ckpt_version(ck) == (1u << 16 | 2), "format 1.2");
+    tsr_ckpt_close(ck);
+    CHECK(verify(dir) == 0, "verify of a sound checkpoint: %s", last_problem);
+
+    /* the digest off by one: verify names the tensor and both values */
+    rewrite_digest(dir, "w", 1, 0);
+    CHECK(verify(dir) == 1, "verify of a digest off by one found %ld problems", problems_found);
+    char want[128];
+    snprintf(want, sizeof want, "tensor w: its data's digest is %016llx, the MANIFEST's %016llx",
+             (unsigned long long)dw, (unsigned long long)(dw + 1));
+    CHECK(strstr(last_problem, want), "verify says: %s", last_problem);
+
+    /* no digest recorded (a file before 1.2): read and verified, none said */
+    rewrite_digest(dir, "w", (uint64_t)-1, 1);
+    ck = tsr_ckpt_open(dir, &e);
+    REQUIRE(ck, "%s", e.msg);
+    CHECK(tsr_ckpt_tensor_digest(ck, (size_t)tsr_ckpt_find(ck, "w"), &got) == 0, "w has no digest");
+    CHECK(tsr_ckpt_tensor_digest(ck, 99, &got) == TSR_EINVAL, "no tensor 99");
+    tsr_ckpt_close(ck);
+    CHECK(verify(dir) == 0, "verify without a digest: %s", last_problem);
+
+    /* a digest declared whole: the commit refuses one that the shares contradict */
+    snprintf(dir, sizeof dir, "%s/declared-wrong", tmp);
+    CHECK(save_two(dir, 1, dw ^ 4) == TSR_ECORRUPT, "a wrong declared digest committed");
+    CHECK(strstr(e.msg, "tensor w: the digest of the data written is"), "%s", e.msg);
+    snprintf(dir, sizeof dir, "%s/declared-right", tmp);
+    CHECK(save_two(dir, 1, dw) == 0, "a right declared digest: %s", e.msg);
+
+    /* chunks copied as they are stored: no share, the declared digest recorded */
+    char copy[PATH_MAX];
+    snprintf(copy, sizeof copy, "%s/copied", tmp);
+    tsr_ckpt *src = tsr_ckpt_open(dir, &e);
+    REQUIRE(src, "%s", e.msg);
+    for (int declare = 0; declare < 2; declare++) {
+        tsr_remove_tree(copy);
+        tsr_save *s = tsr_save_begin(copy, 0, NULL, NULL, &e);
+        REQUIRE(s, "%s", e.msg);
+        CHECK_OK(tsr_save_tensor(s, "w", NULL, TSR_F32, 2, shape_w, NULL, &e));
+        CHECK_OK(tsr_save_tensor(s, "ids", "optim", TSR_I64, 1, shape_i, NULL, &e));
+        for (size_t c = 0; c < tsr_ckpt_n_chunks(src); c++) {
+            tsr_chunk_info ci;
+            tsr_tensor_info ti;
+            tsr_ckpt_chunk(src, c, &ci);
+            tsr_ckpt_tensor(src, ci.tensor, &ti);
+            CHECK_OK(tsr_save_chunk_copy(s, ti.name, src, c, &e));
+        }
+        if (declare) CHECK_OK(tsr_save_tensor_digest(s, "w", dw, &e));
+        CHECK_OK(tsr_save_finish(s, NULL, NULL, &e));
+        CHECK_OK(tsr_save_commit(s, NULL, NULL, 0, 1, NULL, &e));
+        tsr_save_free(s);
+        ck = tsr_ckpt_open(copy, &e);
+        REQUIRE(ck, "%s", e.msg);
+        int has = tsr_ckpt_tensor_digest(ck, (size_t)tsr_ckpt_find(ck, "w"), &got);
+        CHECK(declare ? has == 1 && got == dw : has == 0, "copied chunks, declared %d: %d %016llx", declare, has,
+              (unsigned long long)got);
+        CHECK(tsr_ckpt_tensor_digest(ck, (size_t)tsr_ckpt_find(ck, "ids"), &got) == 0, "ids copied, not declared");
+        tsr_ckpt_close(ck);
+        CHECK(verify(copy) == 0, "verify of the copy: %s", last_problem);
+    }
+    tsr_ckpt_close(src);
+}
+
+int main(void) {
+    char tmp[] = "/tmp/tsr-digest-XXXXXX";
+    REQUIRE(mkdtemp(tmp), "mkdtemp");
+    vectors();
+    shares_add_up();
+    saved_and_verified(tmp);
+    tsr_remove_tree(tmp);
+    return check_failures ? 1 : 0;
+}

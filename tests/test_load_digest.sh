@@ -1,0 +1,24 @@
+#!/bin/sh
+# test_load_digest.sh: the load's digest check (FORMAT.md 4.4) catches a layout
+# conversion gone wrong, which every frame checksum passes: with a bug planted in
+# what each rank reads (TSR_FAULT_LOAD, ckpt/load_fault.h) - every box read one
+# row off (shift), ranks 0 and 1 reading each other's boxes (swap), every rank
+# reading rank 0's box (bcast) - a load in an FSDP, a TP, a PP and a flat layout
+# fails, naming a tensor and both digests, before the caller sees the data; the
+# same load without the bug passes. tsr-timeout: 120
+. "$TSR_ROOT/tests/mpi.sh"
+
+expect 0 "synth" $T ckpt synth ck --bytes 1M --dtype mix --tensors 7 --frame-bytes 16K
+for L in dp_shard=4 tp=4 pp=2,dp_shard=2 dp_shard=3,flat; do
+    n=$(echo "$L" | tr ',=' '  ' | awk '{ n = 1; for (i = 2; i <= NF; i += 2) n *= $i; print n }')
+    # without the bug (one layout here: test_reshard.sh loads many, each checked)
+    [ "$L" = pp=2,dp_shard=2 ] && expect 0 "load in $L" run_np "$n" $T ckpt check ck --layout "$L"
+    for f in shift swap bcast; do
+        export TSR_FAULT_LOAD=$f # the ranks inherit it from mpirun
+        expect 1 "load in $L with the bug '$f' planted" run_np "$n" $T ckpt check ck --layout "$L"
+        unset TSR_FAULT_LOAD
+        grep -q "tensor .*: the digest of the data loaded is [0-9a-f]\{16\}, the MANIFEST's [0-9a-f]\{16\}" err.txt ||
+            fail "$L, $f: not the digest check's refusal: $(head -3 err.txt)"
+    done
+done
+finish "the load's digest check catches a box read off, two shards swapped and one shard sent to all"
