@@ -139,14 +139,18 @@ static int keys_by_dim(cublasHandle_t h, const char *what, float *Cm, const uint
                    Cm, hd, (long long)T * hd, batch);
 }
 
+/* The tensor-core cuBLAS handle of s, or NULL with the failure kept. */
+static cublasHandle_t tc_handle(tsr_stream *s, const char *what) {
+    cublasHandle_t h = tsr_cu_cublas(s, 1);
+    if (!h) tsr_cu_fail(what, CUBLAS_STATUS_NOT_INITIALIZED);
+    return h;
+}
+
 extern "C" void tsr_cuda_attention_tc_fwd(float *out, float *att, const float *q, const float *k, const float *v, int B,
                                           int T, int NH, int NKV, int hd, void *scratch, tsr_stream *s) {
     if (tc_bad(B, T, NH, NKV, hd)) return;
-    cublasHandle_t h = tsr_cu_cublas(s, 1);
-    if (!h) {
-        tsr_cu_fail("attention forward (tensor cores): no cuBLAS handle", CUBLAS_STATUS_NOT_INITIALIZED);
-        return;
-    }
+    cublasHandle_t h = tc_handle(s, "attention forward (tensor cores): no cuBLAS handle");
+    if (!h) return;
     tc_bufs b;
     tc_layout(B, T, NH, NKV, hd, scratch, &b);
     int R = NH / NKV * T, batch = B * NKV;
@@ -164,11 +168,8 @@ extern "C" void tsr_cuda_attention_tc_bwd(float *dq, float *dk, float *dv, float
                                           const float *q, const float *k, const float *v, const float *att, int B,
                                           int T, int NH, int NKV, int hd, void *scratch, tsr_stream *s) {
     if (tc_bad(B, T, NH, NKV, hd) || (!dq && !dk && !dv)) return;
-    cublasHandle_t h = tsr_cu_cublas(s, 1);
-    if (!h) {
-        tsr_cu_fail("attention backward (tensor cores): no cuBLAS handle", CUBLAS_STATUS_NOT_INITIALIZED);
-        return;
-    }
+    cublasHandle_t h = tc_handle(s, "attention backward (tensor cores): no cuBLAS handle");
+    if (!h) return;
     tc_bufs b;
     tc_layout(B, T, NH, NKV, hd, scratch, &b);
     int R = NH / NKV * T, batch = B * NKV;

@@ -159,6 +159,18 @@ static int sum_chunks(size_t n, size_t *len) {
     return (int)((n + *len - 1) / *len);
 }
 
+/* *out (thread 0) = the sum of every thread's acc over the block, in a fixed
+ * tree: the same bits from run to run. buf: ROW_THREADS doubles of shared memory. */
+static __device__ void block_sum_to(double *out, double *buf, double acc) {
+    buf[threadIdx.x] = acc;
+    __syncthreads();
+    for (unsigned w = ROW_THREADS / 2; w > 0; w /= 2) {
+        if (threadIdx.x < w) buf[threadIdx.x] += buf[threadIdx.x + w];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) *out = buf[0];
+}
+
 /* part[chunk] = the chunk's sum of x (SQ 0) or of its squares (SQ 1). */
 template <int SQ>
 static __global__ void chunk_sum_k(double *part, const float *x, size_t n, size_t len) {
@@ -166,13 +178,7 @@ static __global__ void chunk_sum_k(double *part, const float *x, size_t n, size_
     size_t i0 = (size_t)blockIdx.x * len, i1 = i0 + len < n ? i0 + len : n;
     double acc = 0.0;
     for (size_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) acc += SQ ? (double)x[i] * x[i] : (double)x[i];
-    buf[threadIdx.x] = acc;
-    __syncthreads();
-    for (unsigned w = ROW_THREADS / 2; w > 0; w /= 2) {
-        if (threadIdx.x < w) buf[threadIdx.x] += buf[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) part[blockIdx.x] = buf[0];
+    block_sum_to(part + blockIdx.x, buf, acc);
 }
 extern "C" int tsr_cuda_sumsq(const float *x, size_t n, double *out, tsr_stream *s, tsr_error *err) {
     *out = 0.0;
@@ -266,13 +272,7 @@ static __global__ void ranges_sumsq_k(double *part, const float *base, const uin
         }
         at += n;
     }
-    buf[threadIdx.x] = acc;
-    __syncthreads();
-    for (unsigned w = ROW_THREADS / 2; w > 0; w /= 2) {
-        if (threadIdx.x < w) buf[threadIdx.x] += buf[threadIdx.x + w];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) part[blockIdx.x] = buf[0];
+    block_sum_to(part + blockIdx.x, buf, acc);
 }
 
 /* *acc += the nch chunks' sums: each thread adds its chunks (t, t + ROW_THREADS,
