@@ -49,6 +49,17 @@ static inline void tsr_st32(uint8_t *p, uint32_t v) {
 static inline void tsr_st64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
+/* An f64's bits and back (stored as a u64, little-endian: FORMAT.md 4.5). */
+static inline uint64_t tsr_f64_bits(double x) {
+    uint64_t v;
+    memcpy(&v, &x, 8);
+    return v;
+}
+static inline double tsr_f64_of_bits(uint64_t v) {
+    double x;
+    memcpy(&x, &v, 8);
+    return x;
+}
 
 /* tsr_mix64(): splitmix64's output function, a bijection of 64-bit words in
  * which every output bit depends on every input bit. */

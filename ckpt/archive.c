@@ -222,19 +222,24 @@ static const char *step_name(const char *dir) {
     return s ? s + 1 : dir;
 }
 
-/* Keeps the newest `keep` committed checkpoints under the remote root; removes
- * older ones, and uncommitted steps older than the newest committed one. */
+/* Keeps the newest `keep` committed checkpoints under the remote root (and the
+ * newest clean one: tsr_retention_keep); removes older ones, and uncommitted
+ * steps older than the newest committed one. */
 static void remote_retention(tsr_archiver *a) {
     tsr_step_info *v = NULL;
     size_t n = 0;
     if (tsr_list_steps(a->url, &v, &n)) return;
-    long committed = 0, newest = -1;
+    long newest = -1;
+    int *keep = malloc((n + 1) * sizeof *keep);
+    if (!keep) {
+        free(v);
+        return;
+    }
+    tsr_retention_keep(v, n, a->keep, keep);
     for (size_t i = 0; i < n; i++)
-        if (v[i].committed) committed++, newest = (long)i;
-    long drop = a->keep && committed > (long)a->keep ? committed - (long)a->keep : 0;
+        if (v[i].committed) newest = (long)i;
     for (size_t i = 0; i < n; i++) {
-        int remove = (v[i].committed && drop > 0) || (!v[i].committed && (long)i < newest);
-        if (v[i].committed && drop > 0) drop--;
+        int remove = (v[i].committed && !keep[i]) || (!v[i].committed && (long)i < newest);
         if (!remove) continue;
         char path[PATH_MAX + 80];
         snprintf(path, sizeof path, "%s/%s", a->url, v[i].name);
@@ -242,6 +247,7 @@ static void remote_retention(tsr_archiver *a) {
         if (tsr_remove_step_dir(path, &e) == 0) tsr_log(2, "%s: removed (remote retention)", path);
         else tsr_log(1, "remote retention: %s", e.msg);
     }
+    free(keep);
     free(v);
 }
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "archive.h"
 #include "common.h"
@@ -115,6 +116,33 @@ static int copy_begin(copy_job *j, const char *src, const char *dst, tsr_error *
     return rc;
 }
 
+/* The first problem tsr_ckpt_verify reports. */
+static void first_problem(void *user, const char *msg) {
+    char *first = user;
+    if (!first[0]) snprintf(first, 512, "%s", msg);
+}
+
+/* A pulled step, verified as `tessera ckpt verify` does (every frame decoded,
+ * every digest added up) before it counts: one that fails is uncommitted again
+ * (its MANIFEST removed) and the error names the first problem. */
+static int verify_pulled(const char *dir, int threads, tsr_error *err) {
+    tsr_ckpt *ck = tsr_ckpt_open(dir, err);
+    if (!ck) return err && err->code ? err->code : TSR_ECORRUPT;
+    char first[512] = "";
+    long n = tsr_ckpt_verify(ck, first_problem, first, threads > 0 ? threads : 1, err);
+    tsr_ckpt_close(ck);
+    if (n == 0) return 0;
+    char manifest[PATH_MAX + 400];
+    snprintf(manifest, sizeof manifest, "%s/MANIFEST", dir);
+    unlink(manifest);
+    if (n < 0) {
+        tsr_err_prefix(err, "%s: pulled, but its check could not run; left uncommitted", dir);
+        return err && err->code ? err->code : TSR_EIO;
+    }
+    return tsr_err(err, TSR_ECORRUPT, "%s: pulled, but %ld problem(s) found (first: %s); left uncommitted", dir, n,
+                   first);
+}
+
 /* One copy per step, each reported to o->step_done. */
 static int copy_steps(copy_job *j, tsr_s3 *s3, const char *dst, tsr_error *err) {
     const tsr_copy_opts *o = j->o;
@@ -138,6 +166,7 @@ static int copy_steps(copy_job *j, tsr_s3 *s3, const char *dst, tsr_error *err) 
         tsr_recode_stats st = {0};
         rc = j->push ? tsr_archive_push_step(s3, j->dirs[i], to, o->threads, &t, &st, err)
                      : tsr_archive_pull_step(s3, j->dirs[i], to, &t, err);
+        if (!rc && !j->push) rc = verify_pulled(to, o->threads, err);
         tsr_copy_stats one = {.steps = 1,
                               .bytes = j->total.bytes - bytes_before,
                               .parts_sent = t.parts_sent - before.parts_sent,

@@ -39,7 +39,8 @@ void engine_job_clear(save_job *j) {
 /* ROOT/spare: where a recycling engine's retention keeps data files to write over. */
 static void spare_dir(const tsr_engine *e, char *buf, size_t len) { snprintf(buf, len, "%s/spare", e->root); }
 
-/* Keeps the newest K committed steps; removes older ones, and uncommitted step
+/* Keeps the newest K committed steps (and the newest clean one, when those are
+ * all poisoned: tsr_retention_keep); removes older ones, and uncommitted step
  * directories (failed or interrupted saves) older than the newest committed one,
  * or all of them before a save (make_room), when no save of this job is in
  * flight and the folder lock keeps other writers out. */
@@ -51,13 +52,18 @@ void engine_retention(tsr_engine *e, int before_save) {
         return;
     }
     long n = (long)count;
-    long committed = 0, newest = -1;
+    long newest = -1;
+    int *keep = malloc(count * sizeof *keep);
+    if (!keep) {
+        free(v);
+        return;
+    }
+    tsr_retention_keep(v, count, e->opts.keep_latest, keep);
     for (long i = 0; i < n; i++)
-        if (v[i].committed) committed++, newest = i;
-    long drop = e->opts.keep_latest && committed > (long)e->opts.keep_latest ? committed - (long)e->opts.keep_latest : 0;
+        if (v[i].committed) newest = i;
     for (long i = 0; i < n; i++) {
         int remove = 0;
-        if (v[i].committed && drop > 0) remove = 1, drop--;
+        if (v[i].committed && !keep[i]) remove = 1;
         else if (!v[i].committed && (i < newest || before_save)) remove = 1;
         if (!remove) continue;
         char path[PATH_MAX + 80];
@@ -74,6 +80,7 @@ void engine_retention(tsr_engine *e, int before_save) {
         }
         else tsr_log(1, "retention: %s", rerr.msg);
     }
+    free(keep);
     free(v);
 }
 

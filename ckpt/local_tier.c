@@ -147,23 +147,31 @@ static int put_file(const char *dir, const char *name, const void *buf, uint64_t
 }
 
 /* Removes the step directories of dir but the newest `keep` committed ones
- * and any newer than those, keeping their data files in dir/spare for the
+ * (and the newest clean one, when those are poisoned: tsr_retention_keep) and
+ * any newer than the oldest kept, keeping their data files in dir/spare for the
  * next snapshots to write over. */
 static void prune(const char *dir, size_t keep) {
     tsr_step_info *v = NULL;
     size_t n = 0, seen = 0;
     if (tsr_list_steps(dir, &v, &n)) return;
+    int *kept = malloc((n + 1) * sizeof *kept);
+    if (!kept) {
+        free(v);
+        return;
+    }
+    tsr_retention_keep(v, n, (uint32_t)keep, kept);
     uint64_t floor = 0;
     for (size_t i = n; i-- > 0;)
-        if (v[i].committed && ++seen == keep) floor = v[i].step;
+        if (kept[i]) floor = v[i].step, seen++;
     for (size_t i = 0; seen >= keep && i < n; i++)
-        if (v[i].step < floor) {
+        if (v[i].step < floor || (v[i].committed && !kept[i])) {
             char p[PATH_MAX + 80];
             char spare[PATH_MAX + 16];
             snprintf(p, sizeof p, "%s/%s", dir, v[i].name);
             snprintf(spare, sizeof spare, "%s/spare", dir);
             if (tsr_retire_step_dir(p, spare, NULL)) tsr_remove_tree(p);
         }
+    free(kept);
     free(v);
 }
 
@@ -486,7 +494,8 @@ static int held_at(const tsr_local_tier *lt, const char *sname, const char *name
     return 0;
 }
 
-/* The committed steps of this node (own and partner), newest first, unique. */
+/* The committed steps of this node (own and partner) that are not poisoned,
+ * newest first, unique: those a recovery may choose. */
 static size_t node_steps(const tsr_local_tier *lt, uint64_t *v, size_t cap) {
     size_t n = 0;
     for (int k = 0; k < 2; k++) {
@@ -498,7 +507,7 @@ static size_t node_steps(const tsr_local_tier *lt, uint64_t *v, size_t cap) {
         for (size_t j = 0; j < m; j++) {
             int dup = 0;
             for (size_t q = 0; q < n && !dup; q++) dup = v[q] == st[j].step;
-            if (st[j].committed && !dup && n < cap) v[n++] = st[j].step;
+            if (st[j].committed && !st[j].poisoned && !dup && n < cap) v[n++] = st[j].step; /* never a poisoned one */
         }
         free(st);
     }

@@ -139,6 +139,15 @@ int tsr_ckpt_tensor_digest(const tsr_ckpt *ck, size_t i, uint64_t *digest) {
     return 1;
 }
 
+int tsr_ckpt_tensor_stats(const tsr_ckpt *ck, size_t i, tsr_stats *out) {
+    if (i >= ck->m.n_tensors) return TSR_EINVAL;
+    if (!(ck->m.tensors[i].digest_flags & TSR_MF_STATS)) return 0;
+    *out = ck->m.tensors[i].stats;
+    return 1;
+}
+
+int tsr_ckpt_poisoned(const tsr_ckpt *ck) { return (ck->m.flags & TSR_MF_POISONED) != 0; }
+
 int tsr_ckpt_chunk(const tsr_ckpt *ck, size_t i, tsr_chunk_info *out) {
     if (i >= ck->m.n_chunks) return TSR_EINVAL;
     const tsr_mf_chunk *c = &ck->m.chunks[i];

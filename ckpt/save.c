@@ -16,15 +16,10 @@
 #include "store.h"
 #include "tsr_ckpt.h"
 #include "encoder.h"
+#include "save_impl.h"
 
 #define BATCH_PER_THREAD 2 /* frames encoded per thread between writes */
 #define SLOT_GROUPS 4      /* batches in the ring: one encoding, the rest writing */
-
-/* The tensors of a manifest by name: open addressing over their indices. */
-typedef struct name_index {
-    uint32_t *slot; /* UINT32_MAX: empty */
-    size_t cap;     /* a power of two, or 0 */
-} name_index;
 
 typedef struct slot {
     uint8_t *buf; /* aligned, cap bytes */
@@ -36,6 +31,7 @@ typedef struct slot {
     int codec;
     uint64_t raw_hash, stored_hash;
     uint64_t share; /* the frame's share of its tensor's digest (FORMAT.md 4.4) */
+    tsr_stats stats; /* and of its statistics (4.5) */
     int rc;
     tsr_error err;
 } slot;
@@ -62,17 +58,9 @@ struct tsr_save {
     size_t n_late, cap_late;
     uint64_t *keys; /* each of tab's tensors' digest key, in declaration order */
     size_t cap_keys;
-    struct declared *declared; /* tsr_save_tensor_digest */
+    declared *declared; /* tsr_save_tensor_digest, tsr_save_tensor_stats */
     size_t n_declared, cap_declared;
 };
-
-/* A tensor's whole digest, known to the caller (a reshard: the source's): the
- * commit checks it against the writers' shares, or records it when a share is
- * missing (chunks copied as they are stored). */
-typedef struct declared {
-    const char *name; /* tab's copy */
-    uint64_t digest;
-} declared;
 
 /* A raw frame written from stable memory before its checksums were computed:
  * tsr_save_finish computes them, from the same memory. */
@@ -80,10 +68,11 @@ typedef struct late_frame {
     size_t frame; /* index in the table */
     const uint8_t *raw;
     size_t len;
-    int of_tensor;   /* its digest share too: tensor in tab (declaration order), frame box */
+    int of_tensor;   /* its digest and statistics shares too: tensor in tab (declaration order), frame box */
     uint32_t tensor;
     tsr_box box;
     uint64_t share;
+    tsr_stats stats;
 } late_frame;
 
 /* The encoder: a thread pool, a codec per thread and the frame buffers, kept
@@ -169,42 +158,6 @@ tsr_write_opts tsr_write_opts_default(void) {
     return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0, NULL, 0};
 }
 
-static uint64_t name_hash(const char *s) { return tsr_hash(s, strlen(s)); }
-
-static long index_find(const name_index *x, const tsr_manifest *m, const char *name) {
-    if (!x->cap) return -1;
-    size_t mask = x->cap - 1;
-    for (size_t h = name_hash(name) & mask;; h = (h + 1) & mask) {
-        uint32_t v = x->slot[h];
-        if (v == UINT32_MAX) return -1;
-        if (strcmp(m->tensors[v].name, name) == 0) return v;
-    }
-}
-
-/* Adds tensor v of m (its name not in the index yet). */
-static int index_insert(name_index *x, const tsr_manifest *m, uint32_t v) {
-    if ((m->n_tensors + 1) * 2 > x->cap) {
-        size_t cap = x->cap ? x->cap * 2 : 64;
-        uint32_t *idx = malloc(cap * sizeof *idx);
-        if (!idx) return TSR_ENOMEM;
-        memset(idx, 0xff, cap * sizeof *idx);
-        for (size_t i = 0; i < x->cap; i++) {
-            uint32_t w = x->slot[i];
-            if (w == UINT32_MAX) continue;
-            size_t h = name_hash(m->tensors[w].name) & (cap - 1);
-            while (idx[h] != UINT32_MAX) h = (h + 1) & (cap - 1);
-            idx[h] = w;
-        }
-        free(x->slot);
-        x->slot = idx;
-        x->cap = cap;
-    }
-    size_t h = name_hash(m->tensors[v].name) & (x->cap - 1);
-    while (x->slot[h] != UINT32_MAX) h = (h + 1) & (x->cap - 1);
-    x->slot[h] = v;
-    return 0;
-}
-
 tsr_save *tsr_save_begin(const char *step_dir, uint32_t file_id, const uint8_t *save_id,
                          const tsr_write_opts *opts, tsr_error *err) {
     return tsr_save_begin_with(step_dir, file_id, save_id, opts, NULL, err);
@@ -279,9 +232,11 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
         return tsr_err(err, TSR_EINVAL, "%s: invalid group name \"%.64s\"", name, group);
     if (!tsr_dtype_size(dtype)) return tsr_err(err, TSR_EINVAL, "%s: unknown dtype %d", name, dtype);
     if (ndim > TSR_MAX_DIMS) return tsr_err(err, TSR_EINVAL, "%s: %u dims, over the limit of 8", name, ndim);
-    if (index_find(&s->index, &s->tab, name) >= 0) return tsr_err(err, TSR_EINVAL, "%s: declared twice", name);
-    /* the digest: the writer's share of it, summed as its boxes are encoded */
-    tsr_mf_tensor t = {.name = name, .group = group, .dtype = dtype, .ndim = ndim, .digest_flags = TSR_MF_DIGEST};
+    if (save_index_find(&s->index, &s->tab, name) >= 0) return tsr_err(err, TSR_EINVAL, "%s: declared twice", name);
+    /* the digest and the statistics (floating dtypes): the writer's shares, summed as its boxes are encoded */
+    tsr_mf_tensor t = {.name = name, .group = group, .dtype = dtype, .ndim = ndim,
+                       .digest_flags = TSR_MF_DIGEST | (tsr_stats_dtype(dtype) ? TSR_MF_STATS : 0)};
+    tsr_stats_init(&t.stats);
     uint64_t bytes = tsr_dtype_size(dtype);
     for (uint32_t d = 0; d < ndim; d++) {
         t.shape[d] = shape[d];
@@ -294,20 +249,43 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
         (pl->pp_role == TSR_PP_LAYER ? pl->layer < 0 : pl->layer != -1))
         return tsr_err(err, TSR_EINVAL, "%s: placement out of range", name);
     if (tsr_grow((void **)&s->keys, &s->cap_keys, s->tab.n_tensors, sizeof *s->keys) ||
-        tsr_manifest_add_tensor(&s->tab, &t) || index_insert(&s->index, &s->tab, (uint32_t)(s->tab.n_tensors - 1)))
+        tsr_manifest_add_tensor(&s->tab, &t) || save_index_insert(&s->index, &s->tab, (uint32_t)(s->tab.n_tensors - 1)))
         return tsr_err(err, TSR_ENOMEM, "out of memory");
     s->keys[s->tab.n_tensors - 1] = tsr_digest_key(name, dtype);
     return 0;
 }
 
-int tsr_save_tensor_digest(tsr_save *s, const char *name, uint64_t digest, tsr_error *err) {
-    long ti = index_find(&s->index, &s->tab, name);
-    if (ti < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: tensor not declared", name);
+/* The declaration of what is known of tensor `name` as a whole (NULL: not declared). */
+static declared *declare(tsr_save *s, const char *name, tsr_error *err) {
+    long ti = save_index_find(&s->index, &s->tab, name);
+    if (ti < 0) {
+        tsr_err(err, TSR_ENOTFOUND, "%s: tensor not declared", name);
+        return NULL;
+    }
     for (size_t i = 0; i < s->n_declared; i++)
-        if (s->declared[i].name == s->tab.tensors[ti].name) return s->declared[i].digest = digest, 0;
-    if (tsr_grow((void **)&s->declared, &s->cap_declared, s->n_declared, sizeof *s->declared))
-        return tsr_err(err, TSR_ENOMEM, "out of memory");
-    s->declared[s->n_declared++] = (declared){s->tab.tensors[ti].name, digest};
+        if (s->declared[i].name == s->tab.tensors[ti].name) return &s->declared[i];
+    if (tsr_grow((void **)&s->declared, &s->cap_declared, s->n_declared, sizeof *s->declared)) {
+        tsr_err(err, TSR_ENOMEM, "out of memory");
+        return NULL;
+    }
+    s->declared[s->n_declared] = (declared){.name = s->tab.tensors[ti].name};
+    return &s->declared[s->n_declared++];
+}
+
+int tsr_save_tensor_digest(tsr_save *s, const char *name, uint64_t digest, tsr_error *err) {
+    declared *d = declare(s, name, err);
+    if (!d) return err ? err->code : TSR_ENOTFOUND;
+    d->digest = digest;
+    d->has |= TSR_MF_DIGEST;
+    return 0;
+}
+
+int tsr_save_tensor_stats(tsr_save *s, const char *name, const tsr_stats *stats, tsr_error *err) {
+    declared *d = declare(s, name, err);
+    if (!d) return err ? err->code : TSR_ENOTFOUND;
+    if (!tsr_stats_dtype(s->tab.tensors[save_index_find(&s->index, &s->tab, name)].dtype)) return 0;
+    d->stats = *stats;
+    d->has |= TSR_MF_STATS;
     return 0;
 }
 
@@ -359,6 +337,8 @@ static void encode_one(void *ctx, size_t i, int worker) {
                  tsr_frame_stores_raw(j->dtype, sl->want, raw, n);
     sl->share = j->chunk && !(direct && j->late) ? frame_share(j->chunk, j->first + i, j->key, j->shape, j->es, raw)
                                                  : 0;
+    tsr_stats_init(&sl->stats);
+    if (j->chunk && !(direct && j->late)) tsr_stats_run(j->dtype, raw, n / j->es, &sl->stats);
     /* a frame stored as it is, aligned in memory that outlives the writes, is
      * written from there: no copy (a copy slows the writes it overlaps) */
     if (direct) {
@@ -486,7 +466,7 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
             }
             if (is_late) {
                 late_frame *l = &s->late[s->n_late++];
-                *l = (late_frame){s->tab.n_frames - 1, sl->direct, sl->stored, 0, 0, {0}, 0};
+                *l = (late_frame){s->tab.n_frames - 1, sl->direct, sl->stored, 0, 0, {0}, 0, {0, 0, 0, 0}};
                 if (t) {
                     l->of_tensor = 1;
                     l->tensor = chunk->tensor;
@@ -494,6 +474,7 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
                 }
             } else if (t) {
                 t->digest += sl->share;
+                tsr_stats_merge(&t->stats, &sl->stats);
             }
             s->pos += padded;
         }
@@ -525,7 +506,7 @@ static int save_box(tsr_save *s, const char *name, const tsr_box *box, const voi
                     tsr_error *err) {
     int rc = check_open(s, name, err);
     if (rc) return rc;
-    long ti = index_find(&s->index, &s->tab, name);
+    long ti = save_index_find(&s->index, &s->tab, name);
     if (ti < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: tensor not declared", name);
     const tsr_mf_tensor *t = &s->tab.tensors[ti];
     if (box->ndim != t->ndim)
@@ -583,7 +564,7 @@ static void copy_one(void *ctx, size_t i, int worker) {
 int tsr_save_chunk_copy(tsr_save *s, const char *name, tsr_ckpt *src, size_t chunk, tsr_error *err) {
     int rc = check_open(s, name, err);
     if (rc) return rc;
-    long ti = index_find(&s->index, &s->tab, name);
+    long ti = save_index_find(&s->index, &s->tab, name);
     if (ti < 0) return tsr_err(err, TSR_ENOTFOUND, "%s: tensor not declared", name);
     const tsr_mf_tensor *t = &s->tab.tensors[ti];
     tsr_chunk_info ci;
@@ -600,7 +581,8 @@ int tsr_save_chunk_copy(tsr_save *s, const char *name, tsr_ckpt *src, size_t chu
     tsr_mf_chunk c = {.tensor = (uint32_t)ti, .file_id = s->file_id, .box = ci.box, .split_dim = ci.split_dim,
                       .frame_rows = ci.frame_rows, .frame_first = (uint32_t)s->tab.n_frames,
                       .frame_count = ci.n_frames};
-    s->tab.tensors[ti].digest_flags = 0; /* never decoded: no share of the digest (tsr_save_tensor_digest) */
+    /* never decoded: no share of the digest or the statistics (tsr_save_tensor_digest, tsr_save_tensor_stats) */
+    s->tab.tensors[ti].digest_flags = 0;
     size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
     for (uint32_t done = 0; done < ci.n_frames && !rc; s->group = (s->group + 1) % SLOT_GROUPS) {
         /* a batch into the next group of slots, as write_frames fills them: the
@@ -687,6 +669,8 @@ static void late_one(void *ctx, size_t i, int worker) {
     if (l->of_tensor) {
         const tsr_mf_tensor *t = &s->tab.tensors[l->tensor];
         l->share = tsr_digest_box(s->keys[l->tensor], tsr_dtype_size(t->dtype), t->shape, &l->box, l->raw);
+        tsr_stats_init(&l->stats);
+        tsr_stats_run(t->dtype, l->raw, l->len / tsr_dtype_size(t->dtype), &l->stats);
     }
 }
 
@@ -698,7 +682,10 @@ int tsr_save_finish(tsr_save *s, const uint8_t **table, size_t *table_len, tsr_e
      * and the last writes are in flight meanwhile */
     tsr_pool_for(s->enc->pool, s->n_late, late_one, s);
     for (size_t i = 0; i < s->n_late; i++)
-        if (s->late[i].of_tensor) s->tab.tensors[s->late[i].tensor].digest += s->late[i].share;
+        if (s->late[i].of_tensor) {
+            s->tab.tensors[s->late[i].tensor].digest += s->late[i].share;
+            tsr_stats_merge(&s->tab.tensors[s->late[i].tensor].stats, &s->late[i].stats);
+        }
     s->n_late = 0;
     char name[64];
     tsr_data_file_name(s->file_id, name, sizeof name);
@@ -723,132 +710,6 @@ fail:
     return rc;
 }
 
-static int same_decl(const tsr_mf_tensor *u, const tsr_mf_tensor *t) {
-    return u->dtype == t->dtype && u->ndim == t->ndim && strcmp(u->group, t->group) == 0 &&
-           memcmp(u->shape, t->shape, sizeof u->shape) == 0 &&
-           u->placement.tp_dim == t->placement.tp_dim && u->placement.fsdp == t->placement.fsdp &&
-           u->placement.pp_role == t->placement.pp_role && u->placement.layer == t->placement.layer;
-}
-
-/* The merge of the writers' tables, one table at a time: each parsed, added
- * and freed before the next, so that the merged manifest is the only copy. */
-typedef struct merger {
-    tsr_manifest *out;
-    name_index names;      /* out's tensors */
-    uint32_t *first;       /* the writer that first declared each of out's tensors */
-    size_t cap_first;
-} merger;
-
-/* Adds writer w's table p to the merged manifest. Declarations of one tensor
- * by several writers must agree. */
-static int merge_table(merger *g, const tsr_manifest *p, uint32_t w, tsr_error *err) {
-    tsr_manifest *out = g->out;
-    uint32_t *remap = malloc((p->n_tensors + 1) * sizeof *remap);
-    if (!remap) goto nomem;
-    for (size_t j = 0; j < p->n_tensors; j++) {
-        const tsr_mf_tensor *t = &p->tensors[j];
-        long v = index_find(&g->names, out, t->name);
-        if (v >= 0 && !same_decl(&out->tensors[v], t)) {
-            free(remap);
-            return tsr_err(err, TSR_EINVAL,
-                           "tensor %s: writers %u and %u declare it differently (dtype, shape, group or placement)",
-                           t->name, g->first[v], w);
-        }
-        if (v < 0) {
-            tsr_mf_tensor c = *t;
-            c.chunk_first = c.chunk_count = 0;
-            v = (long)out->n_tensors;
-            if (tsr_manifest_add_tensor(out, &c) || index_insert(&g->names, out, (uint32_t)v) ||
-                tsr_grow((void **)&g->first, &g->cap_first, (size_t)v, sizeof *g->first))
-                goto nomem;
-            g->first[v] = w;
-        } else { /* the shares of the digest add up, known only when every writer's is */
-            out->tensors[v].digest += t->digest;
-            out->tensors[v].digest_flags &= t->digest_flags;
-        }
-        remap[j] = (uint32_t)v;
-    }
-    uint32_t fbase = (uint32_t)out->n_frames;
-    for (size_t j = 0; j < p->n_frames; j++)
-        if (tsr_manifest_add_frame(out, &p->frames[j])) goto nomem;
-    for (size_t j = 0; j < p->n_chunks; j++) {
-        tsr_mf_chunk c = p->chunks[j];
-        c.tensor = remap[c.tensor];
-        c.frame_first += fbase;
-        if (tsr_manifest_add_chunk(out, &c)) goto nomem;
-    }
-    for (size_t j = 0; j < p->n_blobs; j++) {
-        tsr_mf_blob b = p->blobs[j];
-        b.frame_first += fbase;
-        if (tsr_manifest_add_blob(out, &b)) goto nomem;
-    }
-    for (size_t j = 0; j < p->n_files; j++)
-        if (tsr_manifest_add_file(out, &p->files[j])) goto nomem;
-    free(remap);
-    return 0;
-nomem:
-    free(remap);
-    return tsr_err(err, TSR_ENOMEM, "out of memory merging tables");
-}
-
-/* The digests declared whole (tsr_save_tensor_digest) against the merged
- * shares: equal where every writer's share is known, else recorded. */
-static int apply_declared(merger *g, const declared *dec, size_t n_dec, tsr_error *err) {
-    for (size_t i = 0; i < n_dec; i++) {
-        long v = index_find(&g->names, g->out, dec[i].name);
-        if (v < 0) continue;
-        tsr_mf_tensor *t = &g->out->tensors[v];
-        if ((t->digest_flags & TSR_MF_DIGEST) && t->digest != dec[i].digest)
-            return tsr_err(err, TSR_ECORRUPT,
-                           "tensor %s: the digest of the data written is %016llx, the tensor's (as declared) %016llx",
-                           t->name, (unsigned long long)t->digest, (unsigned long long)dec[i].digest);
-        t->digest = dec[i].digest;
-        t->digest_flags |= TSR_MF_DIGEST;
-    }
-    return 0;
-}
-
-static int merge_tables(const uint8_t *const *tables, const size_t *table_lens, size_t n, const uint8_t save_id[16],
-                        uint64_t step, const tsr_layout *layout, const declared *dec, size_t n_dec, uint8_t **bytes,
-                        size_t *len, tsr_error *err) {
-    tsr_manifest m;
-    tsr_manifest_init(&m);
-    merger g = {&m, {NULL, 0}, NULL, 0};
-    int rc = 0;
-    for (size_t i = 0; i < n && !rc; i++) {
-        char what[64];
-        tsr_manifest part;
-        snprintf(what, sizeof what, "table of writer %zu", i);
-        if ((rc = tsr_manifest_parse(tables[i], table_lens[i], what, TSR_MF_PARTIAL, &part, err))) break;
-        if (memcmp(part.save_id, save_id, 16) != 0)
-            rc = tsr_err(err, TSR_EINVAL, "table of writer %zu belongs to another save", i);
-        if (!rc) rc = merge_table(&g, &part, (uint32_t)i, err);
-        tsr_manifest_free(&part);
-    }
-    if (!rc) rc = apply_declared(&g, dec, n_dec, err);
-    free(g.names.slot);
-    free(g.first);
-    if (rc) goto out;
-    m.step = step;
-    memcpy(m.save_id, save_id, 16);
-    m.layout = layout ? *layout : (tsr_layout){1, 1, 1, 1, 0, 0};
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    m.created = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-    if ((rc = tsr_manifest_sort(&m, err))) goto out;
-    if ((rc = tsr_manifest_validate(&m, "MANIFEST", 0, err))) goto out;
-    rc = tsr_manifest_encode(&m, 0, bytes, len, err);
-out:
-    tsr_manifest_free(&m);
-    return rc;
-}
-
-int tsr_manifest_merge(const uint8_t *const *tables, const size_t *table_lens, size_t n, const uint8_t save_id[16],
-                       uint64_t step, const tsr_layout *layout, uint8_t **bytes, size_t *len, tsr_error *err) {
-    return merge_tables(tables, table_lens, n, save_id, step, layout, NULL, 0, bytes, len, err);
-}
-
-
 int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *table_lens, size_t n,
                     uint64_t step, const tsr_layout *layout, tsr_error *err) {
     if (!s->finished) return tsr_err(err, TSR_EINVAL, "commit before tsr_save_finish");
@@ -861,7 +722,7 @@ int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *tab
     }
     uint8_t *bytes = NULL;
     size_t len = 0;
-    int rc = merge_tables(tables, table_lens, n, s->save_id, step, layout, s->declared, s->n_declared, &bytes, &len,
+    int rc = save_merge_tables(tables, table_lens, n, s->save_id, step, layout, s->declared, s->n_declared, &bytes, &len,
                           err);
     if (rc == TSR_ECORRUPT || rc == TSR_EINVAL) tsr_err_prefix(err, "%s: cannot commit", s->dir);
     if (!rc) rc = tsr_store_put_atomic(s->store, "MANIFEST", bytes, len, err);

@@ -28,6 +28,19 @@ int tsr_ckpt_is_committed(const char *step_dir) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+int tsr_step_poisoned(const char *step_dir) {
+    tsr_store *st = tsr_store_open(step_dir, 0, NULL);
+    tsr_rfile *f = NULL;
+    uint64_t size = 0;
+    uint8_t h[64];
+    int poisoned = st && tsr_store_open_read(st, "MANIFEST", &f, &size, NULL) == 0 && size >= sizeof h &&
+                   tsr_rfile_read(f, h, sizeof h, 0, NULL) == 0 && memcmp(h, "TSRMNFST", 8) == 0 &&
+                   tsr_ld16(h + 8) == TSR_FORMAT_MAJOR && (tsr_ld32(h + 52) & 1u); /* FORMAT.md 4.1: poisoned */
+    if (f) tsr_rfile_close(f);
+    tsr_store_close(st);
+    return poisoned;
+}
+
 void tsr_step_dir_name(uint64_t step, char *buf, size_t len) {
     snprintf(buf, len, "step-%08llu", (unsigned long long)step);
 }
@@ -136,6 +149,7 @@ static int list_steps(const char *root, int abandoned, tsr_step_info **out, size
         snprintf(path, sizeof path, "%s/%s", root, l.v[i]);
         v[n].step = step;
         v[n].committed = tsr_ckpt_is_committed(path);
+        v[n].poisoned = v[n].committed && !abandoned && tsr_step_poisoned(path);
         snprintf(v[n].name, sizeof v[n].name, "%s", l.v[i]);
         n++;
     }
@@ -158,13 +172,13 @@ int tsr_list_abandoned_steps(const char *root, tsr_step_info **out, size_t *coun
     return list_steps(root, 1, out, count);
 }
 
-int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len) {
+int tsr_latest_step_before(const char *root, uint64_t before, uint64_t *step, char *dir, size_t len) {
     tsr_step_info *v = NULL;
     size_t n = 0;
     tsr_list_steps(root, &v, &n);
     int rc = TSR_ENOTFOUND;
     for (size_t i = n; i-- > 0;)
-        if (v[i].committed) {
+        if (v[i].committed && !v[i].poisoned && v[i].step < before) {
             *step = v[i].step;
             if (dir) snprintf(dir, len, "%s/%s", root, v[i].name);
             rc = 0;
@@ -172,4 +186,20 @@ int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len) {
         }
     free(v);
     return rc;
+}
+
+int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len) {
+    return tsr_latest_step_before(root, UINT64_MAX, step, dir, len);
+}
+
+void tsr_retention_keep(const tsr_step_info *v, size_t n, uint32_t k, int *keep) {
+    size_t seen = 0;
+    int clean = 0; /* a clean one is kept */
+    for (size_t i = n; i-- > 0;) {
+        keep[i] = 0;
+        if (!v[i].committed) continue;
+        if (k == 0 || seen < k) keep[i] = 1, seen++;
+        else if (!clean && !v[i].poisoned) keep[i] = 1; /* the newest clean one, besides the newest k */
+        if (keep[i] && !v[i].poisoned) clean = 1;
+    }
 }

@@ -66,6 +66,12 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
  * copied as they are stored add none), and refuses to commit where their sum
  * differs from it. TSR_ENOTFOUND if the tensor is not declared. */
 int tsr_save_tensor_digest(tsr_save *s, const char *name, uint64_t digest, tsr_error *err);
+/* tsr_save_tensor_stats(): the tensor's statistics (FORMAT.md 4.5, finished:
+ * l2 the norm) are known to be *stats, as when it is copied from another
+ * checkpoint. The committing writer records them where its writers' shares are
+ * missing (chunks copied as they are stored add none); nothing for a dtype
+ * without statistics. TSR_ENOTFOUND if the tensor is not declared. */
+int tsr_save_tensor_stats(tsr_save *s, const char *name, const tsr_stats *stats, tsr_error *err);
 
 /* tsr_save_box(): writes one box of a declared tensor: encodes it into frames on
  * the thread pool and appends them to the data file. `data` is the box's
@@ -284,13 +290,31 @@ int tsr_engine_load(tsr_engine *e, const char *step_dir, const tsr_state *st, ts
 typedef struct tsr_step_info {
     uint64_t step;
     int committed; /* holds a MANIFEST (not validated) */
+    int poisoned;  /* committed, and its MANIFEST's header marks it poisoned (tsr_step_poisoned) */
     char name[64]; /* the directory's name */
 } tsr_step_info;
 int tsr_list_steps(const char *root, tsr_step_info **out, size_t *n);
 
-/* tsr_latest_step(): the newest committed step under root (into *step and, if
- * dir is not NULL, its path). @return 0, or TSR_ENOTFOUND. */
+/* tsr_step_poisoned(): 1 if the MANIFEST of step_dir marks the checkpoint
+ * poisoned (FORMAT.md 4.5: a tensor holds a NaN or an infinity), read from the
+ * header alone (its first 64 bytes: one small read, also on object storage);
+ * 0 if it does not, or there is no MANIFEST with a valid header to say so. */
+int tsr_step_poisoned(const char *step_dir);
+
+/* tsr_latest_step(): the newest committed step under root that is not
+ * poisoned (into *step and, if dir is not NULL, its path): the one a job
+ * resumes from. @return 0, or TSR_ENOTFOUND. */
 int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len);
+/* tsr_latest_step_before(): the same among the steps below `before`: the
+ * step a rollback goes back to. */
+int tsr_latest_step_before(const char *root, uint64_t before, uint64_t *step, char *dir, size_t len);
+
+/* tsr_retention_keep(): which of the n steps of a listing (tsr_list_steps,
+ * sorted by step) retention keeps of the committed ones, into keep[i] (1:
+ * kept; uncommitted steps are 0, retention decides on them by itself): the
+ * newest `k` (every one for k = 0) and, when those are all poisoned, the
+ * newest clean one besides, so that a resume always has one. */
+void tsr_retention_keep(const tsr_step_info *v, size_t n, uint32_t k, int *keep);
 
 /* tsr_remove_step_dir(): removes a step directory, its MANIFEST first; under an
  * s3:// prefix with nothing stored, TSR_ENOTFOUND ("no such checkpoint"). */
@@ -461,6 +485,14 @@ int tsr_ckpt_file(const tsr_ckpt *ck, size_t i, tsr_file_info *out);
  * digest (FORMAT.md 4.4), 0 when it does not (files before format 1.2),
  * TSR_EINVAL for no such tensor. */
 int tsr_ckpt_tensor_digest(const tsr_ckpt *ck, size_t i, uint64_t *digest);
+/* tsr_ckpt_tensor_stats(): 1 and *out when the MANIFEST records tensor i's
+ * statistics (FORMAT.md 4.5: min, max, L2 norm, non-finite count), 0 when it
+ * does not (files before format 1.3, dtypes without statistics), TSR_EINVAL
+ * for no such tensor. */
+int tsr_ckpt_tensor_stats(const tsr_ckpt *ck, size_t i, tsr_stats *out);
+/* tsr_ckpt_poisoned(): 1 if the checkpoint is marked poisoned (FORMAT.md 4.5:
+ * a tensor holds a non-finite element), else 0. */
+int tsr_ckpt_poisoned(const tsr_ckpt *ck);
 
 /* tsr_ckpt_find(): the index of the tensor named `name`, or -1. O(log n). */
 long tsr_ckpt_find(const tsr_ckpt *ck, const char *name);

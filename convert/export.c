@@ -1,7 +1,9 @@
 /* export.c: tsr_export: a checkpoint's model for inference, in one of the
  * formats of tsr_export_format, each written by its own file (the table
  * below): safetensors in Hugging Face's Llama layout (export_safetensors.c),
- * GGUF (export_gguf.c); what they share is in export_files.c. */
+ * GGUF (export_gguf.c); what they share is in export_files.c, and the check
+ * of their digests from the files alone (FORMAT.md 13) in export_verify.c. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
@@ -10,8 +12,8 @@
 /* The formats: the name --format takes, and the writer. */
 static const struct export_format {
     const char *name;
-    int (*write)(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *out, int dtype,
-                 const tsr_export_opts *o, tsr_export_info *res, tsr_error *e);
+    int (*write)(const tsr_export_source *src, const tsr_model_args *a, const tsr_model_decls *d, const char *out,
+                 int dtype, const tsr_export_opts *o, tsr_export_info *res, tsr_error *e);
 } FORMATS[TSR_EXPORT_N_FORMATS] = {
     [TSR_EXPORT_SAFETENSORS] = {"safetensors", tsr_export_safetensors},
     [TSR_EXPORT_GGUF] = {"gguf", tsr_export_gguf},
@@ -53,7 +55,13 @@ int tsr_export(const char *step_dir, const char *out, const tsr_export_opts *o, 
         return tsr_err(e, TSR_EINVAL, "export: dtype %s: f32, bf16 or f16", tsr_dtype_name(o->dtype));
     opts = *o;
     if (!opts.shard_size) opts.shard_size = def.shard_size;
-    tsr_ckpt *ck = tsr_ckpt_open(step_dir, e);
+    /* the MANIFEST read once: its trailer is the export's proof of its source */
+    uint8_t *mf = NULL;
+    size_t mf_len = 0;
+    tsr_ckpt *ck = NULL;
+    if (!tsr_ckpt_read_manifest(step_dir, &mf, &mf_len, e)) ck = tsr_ckpt_open_manifest(step_dir, mf, mf_len, e);
+    tsr_export_source src = {ck, ck ? tsr_ckpt_step(ck) : 0, ck ? tsr_ld64(mf + mf_len - 8) : 0};
+    free(mf);
     tsr_model_args a;
     tsr_model_decls d = {0};
     int dtype = o->dtype;
@@ -62,7 +70,7 @@ int tsr_export(const char *step_dir, const char *out, const tsr_export_opts *o, 
     if (!rc && !dtype) rc = ckpt_matrix_dtype(ck, &d, &dtype, e);
     if (!dtype) dtype = TSR_F32; /* only to fail tidily */
     tsr_export_info res = {0, 0, 1, dtype};
-    if (!rc) rc = FORMATS[o->format].write(ck, &a, &d, out, dtype, &opts, &res, e);
+    if (!rc) rc = FORMATS[o->format].write(&src, &a, &d, out, dtype, &opts, &res, e);
     if (!rc && info) *info = res;
     tsr_model_decls_free(&d);
     tsr_ckpt_close(ck);

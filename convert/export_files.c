@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "casts.h"
 #include "common.h"
 #include "export_impl.h"
 
@@ -105,3 +106,77 @@ int tsr_export_stage_commit(const char *stage, const char *dest, tsr_error *e) {
     return rc;
 }
 
+
+/* ------------------------------------------------------ digests of an export */
+
+/* The checkpoint's index of decl t's tensor, or a negative status. */
+static long export_find(tsr_ckpt *ck, const tsr_tensor_decl *t, tsr_export_tensor *out, tsr_error *e) {
+    tsr_tensor_info ti;
+    long i = tsr_model_find(ck, t, &ti, e);
+    if (i < 0) return i;
+    *out = (tsr_export_tensor){ti.name, ti.dtype, 0, 0};
+    out->has_digest = tsr_ckpt_tensor_digest(ck, (size_t)i, &out->digest) == 1;
+    return i;
+}
+
+int tsr_export_find(tsr_ckpt *ck, const tsr_tensor_decl *t, tsr_export_tensor *out, tsr_error *e) {
+    long i = export_find(ck, t, out, e);
+    return i < 0 ? (int)i : 0;
+}
+
+int tsr_export_read(tsr_ckpt *ck, const tsr_tensor_decl *t, float *dst, tsr_export_tensor *out, tsr_error *e) {
+    long i = export_find(ck, t, out, e);
+    if (i < 0) return (int)i;
+    const char *name = out->name;
+    int dtype = out->dtype;
+    tsr_box box = {t->ndim, {0}, {0}};
+    memcpy(box.extent, t->shape, sizeof box.extent);
+    uint64_t n = tsr_box_volume(&box);
+    size_t es = tsr_dtype_size(dtype);
+    /* the elements as stored: f32 straight into dst, others beside it */
+    void *raw = dtype == TSR_F32 ? (void *)dst : malloc(n * es + 1);
+    if (!raw) return tsr_err(e, TSR_ENOMEM, "out of memory for %s", name);
+    int rc = tsr_ckpt_read(ck, (size_t)i, &box, raw, e);
+    if (!rc && out->has_digest) {
+        uint64_t got = tsr_digest_run(tsr_digest_key(name, dtype), es, 0, raw, n);
+        if (got != out->digest)
+            rc = tsr_err(e, TSR_ECORRUPT,
+                         "%s: tensor %s: the data read has digest %016llx, its MANIFEST records %016llx (the frames' "
+                         "checksums hold: it is not the tensor that was saved); nothing exported",
+                         tsr_ckpt_dir(ck), name, (unsigned long long)got, (unsigned long long)out->digest);
+    }
+    if (raw != dst) {
+        for (uint64_t x = 0; !rc && x < n; x++) dst[x] = (float)tsr_load_f64(dtype, raw, x);
+        free(raw);
+    }
+    return rc;
+}
+
+int tsr_export_digest_of(const char *name, int dtype, const void *data, uint64_t n, const tsr_export_tensor *src,
+                         int keep, tsr_export_digest *out, tsr_error *e) {
+    size_t es = tsr_dtype_size(dtype);
+    out->digest = tsr_digest_run(tsr_digest_key(name, dtype), es, 0, data, n);
+    out->tied = keep && src->has_digest && src->dtype == dtype;
+    if (!out->tied) return 0;
+    uint64_t as_src = tsr_digest_run(tsr_digest_key(src->name, src->dtype), es, 0, data, n);
+    if (as_src != src->digest)
+        return tsr_err(e, TSR_ECORRUPT,
+                       "%s (tensor %s): the bytes to export have digest %016llx under the source's name, its MANIFEST "
+                       "records %016llx: the export changed values it keeps",
+                       name, src->name, (unsigned long long)as_src, (unsigned long long)src->digest);
+    return 0;
+}
+
+int tsr_export_hex(const char *s, uint64_t *v) {
+    uint64_t x = 0;
+    int k = 0;
+    for (; k < 16; k++) {
+        char c = s[k];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        x = x << 4 | (uint64_t)d;
+    }
+    if (s[k]) return -1;
+    *v = x;
+    return 0;
+}

@@ -1,5 +1,6 @@
 /* export_gguf.c: a checkpoint's model as a GGUF v3 file that llama.cpp loads as
- * a llama model (tsr_export's TSR_EXPORT_GGUF). */
+ * a llama model (tsr_export's TSR_EXPORT_GGUF), with tessera.* keys that record
+ * its source and the digest of every tensor as stored (FORMAT.md 13). */
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -23,6 +24,12 @@ static void gguf_name(size_t p, size_t np, char *out, size_t len) {
     else if (p == np - 2) snprintf(out, len, "output_norm.weight");
     else if (p == np - 1) snprintf(out, len, "output.weight");
     else snprintf(out, len, "blk.%d.%s.weight", (int)((p - 1) / TSR_LAYER_PARAMS), layer[(p - 1) % TSR_LAYER_PARAMS]);
+}
+
+/* The GGUF name of tensor p of the file: the parameters, then rope_freqs. */
+static void tensor_name(size_t p, size_t np, char *out, size_t len) {
+    if (p < np) gguf_name(p, np, out, len);
+    else snprintf(out, len, "rope_freqs.weight");
 }
 
 /* tessera's byte-level tokenizer (formats/tokens.h: token = byte value, 256 = end
@@ -85,17 +92,71 @@ static void rope_factors(const tsr_model_args *a, float *out) {
     }
 }
 
-/* The model of ck (shapes a, tensors d) as the GGUF file path, matrices in
- * dtype; *bytes_out receives the file's size. */
-static int gguf_file(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *path, int dtype,
-                     uint64_t *bytes_out, tsr_error *e) {
+/* The digests of a GGUF export (FORMAT.md 13), per tensor: its checkpoint
+ * tensor (none for rope_freqs), the file offset of the value of its digest key
+ * (16 hex digits, written as zeros and filled in once the data is written), and
+ * its digests as written. */
+typedef struct gguf_digests {
+    tsr_export_tensor *from;
+    uint64_t *pos;
+    tsr_export_digest *dg;
+} gguf_digests;
+
+static void gguf_digests_free(gguf_digests *gd) { free(gd->from), free(gd->pos), free(gd->dg); }
+
+/* The provenance keys: the step, the MANIFEST's hash, and per tensor its digest
+ * (a place kept for it) and, where the file keeps the checkpoint tensor's dtype
+ * (GGUF keeps every element's place: no permutation), that tensor's name and
+ * MANIFEST digest. */
+static void gguf_provenance(tsr_gguf_writer *g, const tsr_export_source *src, size_t np, size_t nt, const int *type,
+                            gguf_digests *gd) {
+    char key[160], val[24], name[96];
+    snprintf(val, sizeof val, "%llu", (unsigned long long)src->step);
+    tsr_gguf_kv_str(g, TSR_EXPORT_KEY_STEP, val);
+    snprintf(val, sizeof val, "%016llx", (unsigned long long)src->manifest_xxh3);
+    tsr_gguf_kv_str(g, TSR_EXPORT_KEY_MANIFEST, val);
+    for (size_t p = 0; p < nt; p++) {
+        tensor_name(p, np, name, sizeof name);
+        snprintf(key, sizeof key, "%s%s", TSR_EXPORT_KEY_DIGEST, name);
+        tsr_gguf_kv_str(g, key, TSR_EXPORT_HEX_ZERO);
+        gd->pos[p] = g->pos - (sizeof TSR_EXPORT_HEX_ZERO - 1);
+        const tsr_export_tensor *t = &gd->from[p];
+        if (p < np && t->has_digest && t->dtype == type[p]) {
+            snprintf(key, sizeof key, "%s%s", TSR_EXPORT_KEY_SOURCE, name);
+            tsr_gguf_kv_str(g, key, t->name);
+            snprintf(key, sizeof key, "%s%s", TSR_EXPORT_KEY_SOURCE_DIGEST, name);
+            snprintf(val, sizeof val, "%016llx", (unsigned long long)t->digest);
+            tsr_gguf_kv_str(g, key, val);
+        }
+    }
+}
+
+/* The digests as written, into the places kept for them. */
+static int gguf_patch_digests(FILE *f, const char *file, size_t nt, const gguf_digests *gd, tsr_error *e) {
+    for (size_t p = 0; p < nt; p++) {
+        char val[24];
+        snprintf(val, sizeof val, "%016llx", (unsigned long long)gd->dg[p].digest);
+        if (fseek(f, (long)gd->pos[p], SEEK_SET) || fwrite(val, 16, 1, f) != 1)
+            return tsr_export_out_error(e, file, "write", errno);
+    }
+    return fflush(f) ? tsr_export_out_error(e, file, "write", errno) : 0;
+}
+
+/* The model of src->ck (shapes a, tensors d) as the GGUF file path, matrices
+ * in dtype, with its provenance and digests; *bytes_out receives the file's
+ * size. */
+static int gguf_file(const tsr_export_source *src, const tsr_model_args *a, const tsr_model_decls *d, const char *path,
+                     int dtype, uint64_t *bytes_out, tsr_error *e) {
+    tsr_ckpt *ck = src->ck;
     size_t np = d->n_params;
     int rope = a->rope_scaling.factor != 0, hd = tsr_model_head_dim(a);
     size_t nt = np + (size_t)rope;
     uint64_t *off = calloc(nt, sizeof *off), at = 0, largest = 0;
     int *type = calloc(nt, sizeof *type);
-    if (!off || !type) {
-        free(off), free(type);
+    gguf_digests gd = {calloc(nt, sizeof *gd.from), calloc(nt, sizeof *gd.pos), calloc(nt, sizeof *gd.dg)};
+    tsr_export_tensor *from = gd.from;
+    if (!off || !type || !gd.from || !gd.pos || !gd.dg) {
+        free(off), free(type), gguf_digests_free(&gd);
         return tsr_err(e, TSR_ENOMEM, "out of memory");
     }
     for (size_t p = 0; p < nt; p++) {
@@ -106,16 +167,22 @@ static int gguf_file(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decl
         at = tsr_align_up(at + n * tsr_dtype_size(type[p]), TSR_GGUF_ALIGN);
         if (n > largest) largest = n;
     }
+    int rc = 0;
+    for (size_t p = 0; p < np && !rc; p++) rc = tsr_export_find(ck, &d->decls[p], &from[p], e);
+    if (rc) {
+        free(off), free(type), gguf_digests_free(&gd);
+        return rc;
+    }
     /* written as STAGE/NAME, then renamed to path (DIR/NAME) */
     char dest[PATH_MAX], stage[PATH_MAX], tmp[PATH_MAX + 300];
     const char *slash = strrchr(path, '/'), *fname = slash ? slash + 1 : path;
     snprintf(dest, sizeof dest, "%.*s", slash ? (int)(slash - path) + (slash == path) : 1, slash ? path : ".");
-    int rc = tsr_export_stage_make(dest, stage, sizeof stage, e);
+    rc = tsr_export_stage_make(dest, stage, sizeof stage, e);
     snprintf(tmp, sizeof tmp, "%s/%s", stage, fname);
     FILE *f = rc ? NULL : fopen(tmp, "wb");
     if (!f) {
         if (!rc) rc = tsr_export_out_error(e, tmp, "create", errno), tsr_remove_tree(stage);
-        free(off), free(type);
+        free(off), free(type), gguf_digests_free(&gd);
         return rc;
     }
     tsr_gguf_writer g;
@@ -135,10 +202,10 @@ static int gguf_file(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decl
     tsr_gguf_kv_u32(&g, "llama.rope.dimension_count", (uint32_t)hd);
     tsr_gguf_kv_u32(&g, "llama.vocab_size", (uint32_t)a->vocab_size);
     gguf_tokenizer(&g, a->vocab_size);
+    gguf_provenance(&g, src, np, nt, type, &gd);
     for (size_t p = 0; p < nt && !rc; p++) {
         char name[96];
-        if (p < np) gguf_name(p, np, name, sizeof name);
-        else snprintf(name, sizeof name, "rope_freqs.weight");
+        tensor_name(p, np, name, sizeof name);
         uint64_t dims[2];
         int ndim = p < np && d->decls[p].ndim == 2 ? 2 : 1;
         if (ndim == 2) dims[0] = d->decls[p].shape[1], dims[1] = d->decls[p].shape[0]; /* innermost first */
@@ -160,32 +227,36 @@ static int gguf_file(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decl
             tsr_box box = {d->decls[p].ndim, {0}, {0}};
             memcpy(box.extent, d->decls[p].shape, sizeof box.extent);
             n = tsr_box_volume(&box);
-            if ((rc = tsr_model_read_f32(ck, &d->decls[p], &box, buf, e))) break;
+            if ((rc = tsr_export_read(ck, &d->decls[p], buf, &from[p], e))) break;
         } else {
             n = (uint64_t)hd / 2;
             rope_factors(a, buf);
         }
         tsr_gguf_pad_to(&g, base + off[p]);
-        if (type[p] == TSR_F32) {
-            tsr_gguf_f32s(&g, buf, n);
-        } else {
+        char name[96];
+        tensor_name(p, np, name, sizeof name);
+        if (type[p] != TSR_F32)
             for (uint64_t x = 0; x < n; x++) half[x] = type[p] == TSR_BF16 ? tsr_f32_to_bf16(buf[x]) : tsr_f32_to_f16(buf[x]);
-            tsr_gguf_u16s(&g, half, n);
-        }
+        /* the digest of the elements as the file holds them, in its order */
+        const void *held = type[p] == TSR_F32 ? (const void *)buf : (const void *)half;
+        if ((rc = tsr_export_digest_of(name, type[p], held, n, &from[p], p < np, &gd.dg[p], e))) break;
+        if (type[p] == TSR_F32) tsr_gguf_f32s(&g, buf, n);
+        else tsr_gguf_u16s(&g, half, n);
     }
     if (!rc && tsr_gguf_finish(&g)) rc = tsr_export_out_error(e, tmp, "write", g.bad);
+    if (!rc) rc = gguf_patch_digests(f, tmp, nt, &gd, e);
     if (fclose(f) && !rc) rc = tsr_export_out_error(e, tmp, "write", errno);
     if (!rc) rc = tsr_export_stage_commit(stage, dest, e);
     else tsr_remove_tree(stage);
     *bytes_out = g.pos;
-    free(buf), free(half), free(off), free(type);
+    free(buf), free(half), free(off), free(type), gguf_digests_free(&gd);
     return rc;
 }
 
-int tsr_export_gguf(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *out, int dtype,
-                    const tsr_export_opts *o, tsr_export_info *res, tsr_error *e) {
+int tsr_export_gguf(const tsr_export_source *src, const tsr_model_args *a, const tsr_model_decls *d, const char *out,
+                    int dtype, const tsr_export_opts *o, tsr_export_info *res, tsr_error *e) {
     (void)o; /* no option of its own */
-    int rc = gguf_file(ck, a, d, out, dtype, &res->bytes, e);
+    int rc = gguf_file(src, a, d, out, dtype, &res->bytes, e);
     res->n_tensors = d->n_params + (a->rope_scaling.factor != 0);
     res->n_files = 1;
     return rc;

@@ -1,7 +1,9 @@
 /* export_safetensors.c: a checkpoint's model in Hugging Face's Llama layout
  * (tsr_export's TSR_EXPORT_SAFETENSORS): config.json, the byte-level tokenizer
  * and model.safetensors, or files of at most shard_size bytes with their
- * index, written into a staging directory and renamed into place. */
+ * index, written into a staging directory and renamed into place. Each file's
+ * __metadata__ carries the source's step and MANIFEST hash and the digests of
+ * its tensors as written (FORMAT.md 13). */
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -97,6 +99,7 @@ typedef struct st_shard {
 } st_shard;
 typedef struct st_export {
     tsr_ckpt *ck;
+    const tsr_export_source *src;
     const tsr_model_args *a;
     const tsr_model_decls *d;
     int dtype;
@@ -107,22 +110,30 @@ typedef struct st_export {
     float *buf, *perm; /* a tensor in f32, and permuted */
     void *outb;        /* a tensor in the export dtype */
     uint64_t total;    /* bytes of tensor data written */
+    /* per entry: its checkpoint tensor; whether the export keeps its dtype,
+     * values and order (not permuted, same dtype, a digest to tie to); its
+     * digests as written */
+    tsr_export_tensor *from;
+    int *keep;
+    tsr_export_digest *dg;
 } st_export;
 
 /* The entries, in files of at most shard_size bytes (a larger tensor alone); every
  * tensor is found in the checkpoint before any file is written. */
 static int st_plan(st_export *x, uint64_t shard_size, tsr_error *e) {
     size_t np = x->d->n_params;
-    if (!(x->ent = calloc(np, sizeof *x->ent)) || !(x->names = calloc(np, 96)) || !(x->sh = calloc(np, sizeof *x->sh)))
+    if (!(x->ent = calloc(np, sizeof *x->ent)) || !(x->names = calloc(np, 96)) || !(x->sh = calloc(np, sizeof *x->sh)) ||
+        !(x->from = calloc(np, sizeof *x->from)) || !(x->keep = calloc(np, sizeof *x->keep)) ||
+        !(x->dg = calloc(np, sizeof *x->dg)))
         return tsr_err(e, TSR_ENOMEM, "out of memory");
     uint64_t largest = 0;
     for (size_t p = 0; p < np; p++) {
         int heads;
         tsr_hf_name(x->a, p, np, x->names + p * 96, 96, &heads);
         const tsr_tensor_decl *td = &x->d->decls[p];
-        tsr_tensor_info ti;
-        long i = tsr_model_find(x->ck, td, &ti, e);
-        if (i < 0) return (int)i;
+        int rc = tsr_export_find(x->ck, td, &x->from[p], e);
+        if (rc) return rc;
+        x->keep[p] = !heads && x->from[p].dtype == x->dtype && x->from[p].has_digest;
         x->ent[p] = (tsr_st_entry){x->names + p * 96, x->dtype, td->ndim, {0}, 0, 0};
         memcpy(x->ent[p].shape, td->shape, sizeof x->ent[p].shape);
         uint64_t bytes = tsr_box_volume(&(tsr_box){td->ndim, {0}, {td->shape[0], td->ndim > 1 ? td->shape[1] : 0}}) *
@@ -146,7 +157,7 @@ static int st_write_tensor(st_export *x, size_t p, FILE *f, const char *file, ts
     tsr_box box = {td->ndim, {0}, {0}};
     memcpy(box.extent, td->shape, sizeof box.extent);
     uint64_t n = tsr_box_volume(&box);
-    int rc = tsr_model_read_f32(x->ck, td, &box, x->buf, e);
+    int rc = tsr_export_read(x->ck, td, x->buf, &x->from[p], e);
     if (rc) return rc;
     int heads;
     char tmp[96];
@@ -161,6 +172,7 @@ static int st_write_tensor(st_export *x, size_t p, FILE *f, const char *file, ts
         for (uint64_t k = 0; k < n; k++) tsr_store_from_f64(x->dtype, x->outb, k, src_f[k]);
         wr = x->outb;
     }
+    if ((rc = tsr_export_digest_of(x->ent[p].name, x->dtype, wr, n, &x->from[p], x->keep[p], &x->dg[p], e))) return rc;
     size_t bytes = (size_t)n * tsr_dtype_size(x->dtype);
     if (fwrite(wr, 1, bytes, f) != bytes) return tsr_export_out_error(e, file, "write", errno);
     x->total += bytes;
@@ -173,19 +185,70 @@ static void st_file_name(const st_export *x, size_t s, char *out, size_t len) {
     else snprintf(out, len, "model-%05zu-of-%05zu.safetensors", s + 1, x->nsh);
 }
 
+/* The header of file s: tsr_st_header's, its "__metadata__" object extended
+ * with the export's provenance and digests (FORMAT.md 13). The digests of its
+ * tensors are known once they are written: before (final 0) they are zeros of
+ * the same width, so that the header written first has the final's length. */
+static int st_header(const st_export *x, size_t s, int final, uint8_t **out, size_t *len, tsr_error *e) {
+    static const char open[] = "{\"__metadata__\":{\"format\":\"pt\"";
+    const size_t ol = sizeof open - 1;
+    uint8_t *h = NULL;
+    size_t hl = 0;
+    int rc = tsr_st_header(x->ent + x->sh[s].first, x->sh[s].n, &h, &hl, e);
+    if (rc) return rc;
+    size_t jl = hl - 8; /* the JSON without its padding */
+    while (jl > 0 && h[8 + jl - 1] == ' ') jl--;
+    if (jl < ol || memcmp(h + 8, open, ol) != 0) {
+        free(h);
+        return tsr_err(e, TSR_EINVAL, "safetensors header: no __metadata__ object to extend");
+    }
+    tsr_sbuf b = {0};
+    tsr_sb_put(&b, h + 8, ol);
+    tsr_sb_printf(&b, ",\"%s\":\"%llu\",\"%s\":\"%016llx\"", TSR_EXPORT_KEY_STEP, (unsigned long long)x->src->step,
+                  TSR_EXPORT_KEY_MANIFEST, (unsigned long long)x->src->manifest_xxh3);
+    for (size_t p = x->sh[s].first; p < x->sh[s].first + x->sh[s].n; p++) {
+        const char *n = x->ent[p].name;
+        tsr_sb_printf(&b, ",\"%s%s\":\"%016llx\"", TSR_EXPORT_KEY_DIGEST, n, final ? (unsigned long long)x->dg[p].digest : 0ull);
+        if (x->keep[p])
+            tsr_sb_printf(&b, ",\"%s%s\":\"%s\",\"%s%s\":\"%016llx\"", TSR_EXPORT_KEY_SOURCE, n, x->from[p].name,
+                          TSR_EXPORT_KEY_SOURCE_DIGEST, n, (unsigned long long)x->from[p].digest);
+    }
+    tsr_sb_put(&b, h + 8 + ol, jl - ol);
+    free(h);
+    size_t pl = (b.n + 7) / 8 * 8;
+    uint8_t *o = b.oom ? NULL : malloc(8 + pl);
+    if (!o) {
+        free(b.p);
+        return tsr_err(e, TSR_ENOMEM, "out of memory");
+    }
+    tsr_st64(o, pl);
+    memcpy(o + 8, b.p, b.n);
+    memset(o + 8 + b.n, ' ', pl - b.n);
+    free(b.p);
+    *out = o;
+    *len = 8 + pl;
+    return 0;
+}
+
 static int st_write_shard(st_export *x, size_t s, const char *stage, tsr_error *e) {
     char file[PATH_MAX + 64], fname[64];
     st_file_name(x, s, fname, sizeof fname);
     snprintf(file, sizeof file, "%s/%s", stage, fname);
     uint8_t *hdr = NULL;
-    size_t hl = 0;
-    int rc = tsr_st_header(x->ent + x->sh[s].first, x->sh[s].n, &hdr, &hl, e);
+    size_t hl = 0, hl2 = 0;
+    int rc = st_header(x, s, 0, &hdr, &hl, e);
     if (rc) return rc;
     FILE *f = fopen(file, "wb");
     if (!f) rc = tsr_export_out_error(e, file, "create", errno);
     else if (fwrite(hdr, 1, hl, f) != hl) rc = tsr_export_out_error(e, file, "write", errno);
     free(hdr);
     for (size_t p = x->sh[s].first; !rc && p < x->sh[s].first + x->sh[s].n; p++) rc = st_write_tensor(x, p, f, file, e);
+    /* the header again, with the digests of what was written */
+    if (!rc && !(rc = st_header(x, s, 1, &hdr, &hl2, e))) {
+        if (hl2 != hl) rc = tsr_err(e, TSR_EINVAL, "%s: the final header is %zu bytes, not %zu", file, hl2, hl);
+        else if (fseek(f, 0, SEEK_SET) || fwrite(hdr, 1, hl, f) != hl) rc = tsr_export_out_error(e, file, "write", errno);
+        free(hdr);
+    }
     if (f && fclose(f) && !rc) rc = tsr_export_out_error(e, file, "write", errno);
     return rc;
 }
@@ -196,7 +259,9 @@ static int st_write_index(const st_export *x, const char *stage, tsr_error *e) {
     snprintf(file, sizeof file, "%s/model.safetensors.index.json", stage);
     FILE *f = fopen(file, "w");
     if (!f) return tsr_export_out_error(e, file, "create", errno);
-    fprintf(f, "{\n  \"metadata\": {\"total_size\": %llu},\n  \"weight_map\": {\n", (unsigned long long)x->total);
+    fprintf(f, "{\n  \"metadata\": {\"total_size\": %llu, \"%s\": \"%llu\", \"%s\": \"%016llx\"},\n  \"weight_map\": {\n",
+            (unsigned long long)x->total, TSR_EXPORT_KEY_STEP, (unsigned long long)x->src->step, TSR_EXPORT_KEY_MANIFEST,
+            (unsigned long long)x->src->manifest_xxh3);
     for (size_t s = 0; s < x->nsh; s++) {
         st_file_name(x, s, fname, sizeof fname);
         for (size_t p = x->sh[s].first; p < x->sh[s].first + x->sh[s].n; p++)
@@ -226,11 +291,12 @@ static int export_safetensors(st_export *x, const char *dir, uint64_t shard_size
     return rc;
 }
 
-int tsr_export_safetensors(tsr_ckpt *ck, const tsr_model_args *a, const tsr_model_decls *d, const char *out,
-                           int dtype, const tsr_export_opts *o, tsr_export_info *res, tsr_error *e) {
-    st_export x = {.ck = ck, .a = a, .d = d, .dtype = dtype};
+int tsr_export_safetensors(const tsr_export_source *src, const tsr_model_args *a, const tsr_model_decls *d,
+                           const char *out, int dtype, const tsr_export_opts *o, tsr_export_info *res, tsr_error *e) {
+    st_export x = {.ck = src->ck, .src = src, .a = a, .d = d, .dtype = dtype};
     int rc = export_safetensors(&x, out, o->shard_size, e);
     res->n_tensors = d->n_params, res->bytes = x.total, res->n_files = x.nsh;
     free(x.buf), free(x.perm), free(x.outb), free(x.ent), free(x.names), free(x.sh);
+    free(x.from), free(x.keep), free(x.dg);
     return rc;
 }

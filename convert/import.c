@@ -1,5 +1,6 @@
 /* import.c: a Hugging Face Llama (config.json and safetensors, single or
- * sharded) as a tessera checkpoint: tsr_import. */
+ * sharded) as a tessera checkpoint: tsr_import. The digests that tessera's
+ * export records in the files (FORMAT.md 13) are checked on the way in. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -11,6 +12,7 @@
 
 #include "casts.h"
 #include "common.h"
+#include "export_impl.h"
 #include "hf.h"
 #include "lock.h"
 #include "model.h"
@@ -107,63 +109,61 @@ static int read_config(const char *dir, tsr_model_args *a, int *tied, tsr_error 
     return 0;
 }
 
-/* The safetensors files of HFDIR: the index's, or model.safetensors. */
-static int open_files(const char *dir, tsr_st_file ***files, size_t *n, tsr_error *e) {
-    char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    *files = NULL;
-    *n = 0;
-    if (access(path, F_OK) != 0) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        *files = calloc(1, sizeof **files);
-        if (!*files) return tsr_err(e, TSR_ENOMEM, "out of memory");
-        *n = 1;
-        return tsr_st_open(path, &(*files)[0], e);
-    }
-    char *text = read_text(path, 64 << 20, e);
-    if (!text) return e->code;
-    cJSON *c = cJSON_Parse(text);
-    free(text);
-    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(c, "weight_map");
-    int rc = cJSON_IsObject(wm) ? 0 : tsr_err(e, TSR_EINVAL, "%s: no weight_map object", path);
-    size_t cap = (size_t)cJSON_GetArraySize(wm);
-    const char **names = calloc(cap + 1, sizeof *names);
-    if (!rc && !names) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
-    for (const cJSON *x = wm ? wm->child : NULL; x && !rc; x = x->next) {
-        if (!cJSON_IsString(x) || strchr(x->valuestring, '/')) {
-            rc = tsr_err(e, TSR_EINVAL, "%s: weight_map: %s: not a file name", path, x->string);
-            break;
-        }
-        size_t k = 0;
-        while (k < *n && strcmp(names[k], x->valuestring) != 0) k++;
-        if (k == *n) names[(*n)++] = x->valuestring;
-    }
-    if (!rc && !(*files = calloc(*n + 1, sizeof **files))) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
-    for (size_t k = 0; k < *n && !rc; k++) {
-        char fp[PATH_MAX];
+/* The safetensors files of HFDIR (tsr_export_st_files) and the metadata of
+ * each (tsr_export_st_metadata): digests recorded by tessera's export. */
+static int open_files(const char *dir, tsr_st_file ***files, cJSON ***metas, size_t *n, tsr_error *e) {
+    char **names = NULL;
+    *files = NULL, *metas = NULL, *n = 0;
+    size_t k = 0, nn = 0;
+    int rc = tsr_export_st_files(dir, &names, &nn, e);
+    if (!rc && (!(*files = calloc(nn + 1, sizeof **files)) || !(*metas = calloc(nn + 1, sizeof **metas))))
+        rc = tsr_err(e, TSR_ENOMEM, "out of memory");
+    if (!rc) *n = nn;
+    for (; !rc && k < nn; k++) {
+        char fp[PATH_MAX + 300];
         snprintf(fp, sizeof fp, "%s/%s", dir, names[k]);
         rc = tsr_st_open(fp, &(*files)[k], e);
+        if (!rc) rc = tsr_export_st_metadata(fp, &(*metas)[k], e);
     }
-    free(names);
-    cJSON_Delete(c);
+    tsr_export_st_files_free(names, nn);
     return rc;
 }
 
-static int find_tensor(tsr_st_file **files, size_t n, const char *name, tsr_st_file **f, size_t *i) {
+static int find_tensor(tsr_st_file **files, size_t n, const char *name, tsr_st_file **f, size_t *i, size_t *file) {
     for (size_t k = 0; k < n; k++) {
         long j = files[k] ? tsr_st_find(files[k], name) : -1;
         if (j >= 0) {
             *f = files[k];
             *i = (size_t)j;
+            *file = k;
             return 0;
         }
     }
     return -1;
 }
 
+/* A tensor whose file records its digest (FORMAT.md 13) must have it. */
+static int check_digest(const cJSON *meta, const tsr_st_entry *en, const uint8_t *data, uint64_t n, tsr_error *e) {
+    char key[TSR_MAX_NAME + 64];
+    snprintf(key, sizeof key, "%s%s", TSR_EXPORT_KEY_DIGEST, en->name);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(meta, key);
+    uint64_t rec;
+    if (!v) return 0;
+    if (!cJSON_IsString(v) || tsr_export_hex(v->valuestring, &rec))
+        return tsr_err(e, TSR_ECORRUPT, "tensor %s: its digest in the file's metadata (%s) is not 16 hex digits",
+                       en->name, key);
+    uint64_t got = tsr_digest_run(tsr_digest_key(en->name, en->dtype), tsr_dtype_size(en->dtype), 0, data, n);
+    if (got != rec)
+        return tsr_err(e, TSR_ECORRUPT,
+                       "tensor %s: its data's digest is %016llx, the file's metadata records %016llx (changed since "
+                       "it was exported); nothing imported",
+                       en->name, (unsigned long long)got, (unsigned long long)rec);
+    return 0;
+}
+
 /* Writes the model, consolidated, into dir. */
 static int write_ckpt(const char *dir, const tsr_model_args *a, const tsr_model_decls *d, tsr_st_file **files,
-                      size_t nf, int tied, tsr_error *e) {
+                      cJSON **metas, size_t nf, int tied, tsr_error *e) {
     tsr_save *s = tsr_save_begin(dir, 0, NULL, NULL, e);
     if (!s) return e->code;
     int rc = 0;
@@ -178,9 +178,9 @@ static int write_ckpt(const char *dir, const tsr_model_args *a, const tsr_model_
         int heads;
         tsr_hf_name(a, p, np, hn, sizeof hn, &heads);
         tsr_st_file *f = NULL;
-        size_t i = 0;
-        if (find_tensor(files, nf, hn, &f, &i) &&
-            !(p == np - 1 && tied && find_tensor(files, nf, "model.embed_tokens.weight", &f, &i) == 0)) {
+        size_t i = 0, fk = 0;
+        if (find_tensor(files, nf, hn, &f, &i, &fk) &&
+            !(p == np - 1 && tied && find_tensor(files, nf, "model.embed_tokens.weight", &f, &i, &fk) == 0)) {
             rc = tsr_err(e, TSR_ENOTFOUND, "no tensor %s in the safetensors files", hn);
             break;
         }
@@ -196,6 +196,7 @@ static int write_ckpt(const char *dir, const tsr_model_args *a, const tsr_model_
         float *w = malloc(n * sizeof *w), *o = heads ? malloc(n * sizeof *o) : NULL;
         if (!w || (heads && !o)) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
         const uint8_t *src = tsr_st_bytes(f, i);
+        if (!rc) rc = check_digest(metas[fk], en, src, n, e);
         for (uint64_t x = 0; !rc && x < n; x++) w[x] = (float)tsr_load_f64(en->dtype, src, x);
         if (!rc && heads) tsr_hf_permute(w, o, heads, tsr_model_head_dim(a), t->shape[1], 1);
         tsr_box box = {t->ndim, {0}, {0}};
@@ -224,11 +225,12 @@ int tsr_import(const char *hf, const char *out, const tsr_layout *layout, tsr_im
     tsr_model_args a;
     tsr_model_decls d = {0};
     tsr_st_file **files = NULL;
+    cJSON **metas = NULL;
     size_t nf = 0;
     int tied = 0;
     int rc = read_config(hf, &a, &tied, e);
     if (!rc) rc = tsr_model_decls_make(&a, &d, e);
-    if (!rc) rc = open_files(hf, &files, &nf, e);
+    if (!rc) rc = open_files(hf, &files, &metas, &nf, e);
     /* one rank: written as OUT (which has one writer and appears only once
      * committed, lock.h); else written consolidated beside it, then resharded */
     int direct = tsr_layout_size(&ro.layout) == 1 && !(ro.layout.flags & TSR_LAYOUT_FLAT);
@@ -236,7 +238,7 @@ int tsr_import(const char *hf, const char *out, const tsr_layout *layout, tsr_im
     snprintf(tmp, sizeof tmp, "%s.import-%d", out, (int)getpid());
     tsr_ckpt_out *o = NULL;
     if (!rc && direct) rc = tsr_ckpt_out_begin(out, &o, e);
-    if (!rc) rc = write_ckpt(direct ? tsr_ckpt_out_dir(o) : tmp, &a, &d, files, nf, tied, e);
+    if (!rc) rc = write_ckpt(direct ? tsr_ckpt_out_dir(o) : tmp, &a, &d, files, metas, nf, tied, e);
     if (direct) {
         int end = tsr_ckpt_out_end(o, !rc, e);
         rc = rc ? rc : end;
@@ -246,7 +248,9 @@ int tsr_import(const char *hf, const char *out, const tsr_layout *layout, tsr_im
         tsr_remove_tree(tmp);
     }
     for (size_t k = 0; files && k < nf; k++) tsr_st_close(files[k]);
+    for (size_t k = 0; metas && k < nf; k++) cJSON_Delete(metas[k]);
     free(files);
+    free(metas);
     tsr_model_decls_free(&d);
     if (!rc && info) {
         snprintf(info->flavor, sizeof info->flavor, "%s", a.flavor);

@@ -100,14 +100,18 @@ static int write_writer(reshard_job *j, uint32_t w, int worker, uint8_t *in, uin
         rc = tsr_save_tensor(s, j->decls[t].name, j->decls[t].group, j->decls[t].dtype, j->decls[t].ndim,
                              j->decls[t].shape, &j->decls[t].placement, e);
     /* the committing writer: each tensor unconverted is the source's, digest
-     * included, which the commit checks against what the writers decoded and
-     * records for the chunks copied as they are stored */
+     * and statistics included, which the commit checks (the digest) against
+     * what the writers decoded and records for the chunks copied as they are
+     * stored */
     for (size_t t = 0; w == 0 && t < j->n_decls && !rc; t++) {
         tsr_tensor_info si;
         uint64_t digest;
         tsr_ckpt_tensor(j->src, (size_t)j->src_index[t], &si);
+        tsr_stats st;
         if (si.dtype == j->decls[t].dtype && tsr_ckpt_tensor_digest(j->src, (size_t)j->src_index[t], &digest) == 1)
             rc = tsr_save_tensor_digest(s, j->decls[t].name, digest, e);
+        if (!rc && si.dtype == j->decls[t].dtype && tsr_ckpt_tensor_stats(j->src, (size_t)j->src_index[t], &st) == 1)
+            rc = tsr_save_tensor_stats(s, j->decls[t].name, &st, e);
     }
     size_t cap = j->o->piece_bytes;
     for (size_t i = 0; !rc && i < j->plan->n; i++) {

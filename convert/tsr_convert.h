@@ -62,7 +62,10 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
  * renamed into place, config.json last, only when all are complete and synced:
  * a failed export leaves nothing, a killed one only that directory. A full disk
  * is TSR_ENOSPC naming the file; an unknown format, TSR_EINVAL. *info (may be
- * NULL) receives what was written. */
+ * NULL) receives what was written. Every tensor read is held to its MANIFEST
+ * digest (FORMAT.md 4.4; TSR_ECORRUPT naming it, nothing written), and the
+ * files record the checkpoint's step, its MANIFEST's hash and every tensor's
+ * digest as written (FORMAT.md 13; tsr_export_verify checks them). */
 typedef enum tsr_export_format {
     TSR_EXPORT_SAFETENSORS, /* the default */
     TSR_EXPORT_GGUF,
@@ -89,11 +92,59 @@ int tsr_export(const char *step_dir, const char *out, const tsr_export_opts *o, 
                tsr_error *err);
 
 
+/* ------------------------------------------------------- export digests */
+
+/* tsr_export_verify(): recomputes every tensor digest an export records
+ * (FORMAT.md 13) from the export alone: `path` is a GGUF file, a safetensors
+ * file, or a folder of model.safetensors or of the files that its
+ * model.safetensors.index.json lists. Calls `check` (may be NULL) once per
+ * tensor of the files, in file order, and once per digest recorded for a tensor
+ * that no file holds (TSR_EXPORT_MISSING). A tensor that records its source's
+ * name and MANIFEST digest has that digest recomputed too, from the same bytes
+ * under the source's name and dtype. *prov (may be NULL) gets the recorded
+ * step and MANIFEST hash. @return the number of tensors that failed (a digest
+ * that differs, or one that cannot be computed), or a negative tsr_status
+ * (TSR_ECORRUPT for a file that breaks its format, naming it) when the check
+ * could not run. */
+typedef enum tsr_export_status {
+    TSR_EXPORT_OK,           /* the bytes have the recorded digest */
+    TSR_EXPORT_MISMATCH,     /* they do not */
+    TSR_EXPORT_NOT_RECORDED, /* the file records no digest for it */
+    TSR_EXPORT_UNSUPPORTED,  /* recorded, but the stored type has no digest (a GGUF block type) */
+    TSR_EXPORT_MISSING       /* recorded, but no file holds the tensor */
+} tsr_export_status;
+typedef struct tsr_export_check {
+    const char *file;   /* the file that holds it (that records it, for MISSING) */
+    const char *name;   /* as exported */
+    int dtype;          /* its stored dtype (0: none, a GGUF block type) */
+    uint32_t ndim;
+    uint64_t shape[TSR_MAX_DIMS]; /* in the digest's order: outermost first (a GGUF file's dims reversed) */
+    tsr_export_status status;
+    uint64_t digest;    /* computed from the file (status OK or MISMATCH) */
+    uint64_t recorded;  /* from the metadata (status other than NOT_RECORDED) */
+    const char *source; /* NULL, or the checkpoint tensor whose dtype, values and order it keeps */
+    tsr_export_status source_status; /* OK or MISMATCH, with a source */
+    uint64_t source_digest, source_recorded;
+} tsr_export_check;
+typedef struct tsr_export_provenance {
+    int format;         /* TSR_EXPORT_SAFETENSORS or TSR_EXPORT_GGUF */
+    size_t n_files;
+    int has_step, has_manifest;
+    uint64_t step, manifest_xxh3;
+} tsr_export_provenance;
+long tsr_export_verify(const char *path, void (*check)(void *user, const tsr_export_check *c), void *user,
+                       tsr_export_provenance *prov, tsr_error *err);
+/* tsr_export_status_name(): "OK", "MISMATCH", "NOT RECORDED", "UNSUPPORTED", "MISSING". */
+const char *tsr_export_status_name(tsr_export_status s);
+
+
 /* ------------------------------------------------------------------ import */
 
 /* tsr_import(): the Hugging Face LlamaForCausalLM in folder hf (config.json, and
  * model.safetensors or the files that model.safetensors.index.json lists; f32,
- * bf16, f16 or f64 tensors) as a committed tessera checkpoint in out, in f32, in
+ * bf16, f16 or f64 tensors; a tensor whose file records its digest, as tessera's
+ * export does (FORMAT.md 13), is held to it: TSR_ECORRUPT naming the tensor and
+ * both values, nothing committed) as a committed tessera checkpoint in out, in f32, in
  * `layout` (NULL: one rank): q and k go back from Hugging Face's rotary
  * convention to Meta's, and the model's shapes go into the train.model blob (its
  * context length from max_position_embeddings, 2048 when config.json has none).

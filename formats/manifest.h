@@ -32,9 +32,13 @@ enum { TSR_SEC_STRINGS = 1, TSR_SEC_FILES, TSR_SEC_TENSORS, TSR_SEC_CHUNKS, TSR_
 #define TSR_MF_PACK_BLOCK 65536 /* records shuffled together */
 enum { TSR_REC_FILE = 16, TSR_REC_TENSOR = 104, TSR_REC_CHUNK = 160, TSR_REC_FRAME = 48,
        TSR_REC_BLOB = 32 };
-/* v1.2 appends the digest to a TENSORS record (FORMAT.md 4.2, 4.4). */
+/* v1.2 appends the digest to a TENSORS record (FORMAT.md 4.2, 4.4), v1.3 the
+ * statistics (4.5). */
 #define TSR_REC_TENSOR_V12 120
+#define TSR_REC_TENSOR_V13 152
 #define TSR_MF_DIGEST 1u /* tsr_mf_tensor.digest_flags: the digest is recorded */
+#define TSR_MF_STATS 2u  /* tsr_mf_tensor.digest_flags: the statistics are recorded (v1.3) */
+#define TSR_MF_POISONED 1u /* tsr_manifest.flags (the header's, v1.3): a tensor holds a non-finite element */
 
 typedef struct tsr_mf_tensor {
     const char *name, *group; /* NUL-terminated, in the manifest's string arena */
@@ -48,7 +52,11 @@ typedef struct tsr_mf_tensor {
      * share of it, with the flag when every box it wrote of the tensor added
      * its share (a chunk copied as it is stored, never decoded, adds none). */
     uint64_t digest;
-    uint32_t digest_flags;
+    uint32_t digest_flags; /* TSR_MF_DIGEST, TSR_MF_STATS */
+    /* FORMAT.md 4.5, with TSR_MF_STATS (a floating dtype, files from v1.3). In
+     * a writer's table: that writer's share (stats.l2 the sum of squares), with
+     * the flag when every box it wrote of the tensor added its share. */
+    tsr_stats stats;
 } tsr_mf_tensor;
 
 typedef struct tsr_mf_chunk {
@@ -78,6 +86,7 @@ typedef struct tsr_mf_file {
 
 typedef struct tsr_manifest {
     uint16_t version_major, version_minor;
+    uint32_t flags; /* the header's: TSR_MF_POISONED */
     uint64_t step, created;
     uint8_t save_id[16];
     tsr_layout layout;

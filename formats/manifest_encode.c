@@ -13,7 +13,7 @@
 #define N_SEC 6 /* STRINGS, FILES, TENSORS, CHUNKS, FRAMES, BLOBS: types 1..6 */
 #define PACK_LEVEL 3 /* zstd's level for packed sections */
 
-static const uint32_t rec_size[N_SEC] = {1, TSR_REC_FILE, TSR_REC_TENSOR_V12, TSR_REC_CHUNK, TSR_REC_FRAME,
+static const uint32_t rec_size[N_SEC] = {1, TSR_REC_FILE, TSR_REC_TENSOR_V13, TSR_REC_CHUNK, TSR_REC_FRAME,
                                          TSR_REC_BLOB};
 
 static int sbuf_zero(tsr_sbuf *b, size_t n) {
@@ -61,7 +61,7 @@ static void put_files(const tsr_manifest *m, uint8_t *p) {
 
 /* @return 0, or TSR_ENOMEM from the string table. */
 static int put_tensors(const tsr_manifest *m, strtab *st, uint8_t *p) {
-    for (size_t i = 0; i < m->n_tensors; i++, p += TSR_REC_TENSOR_V12) {
+    for (size_t i = 0; i < m->n_tensors; i++, p += TSR_REC_TENSOR_V13) {
         const tsr_mf_tensor *t = &m->tensors[i];
         uint32_t off, len;
         if (strtab_add(st, t->name, &off, &len)) return TSR_ENOMEM;
@@ -80,6 +80,13 @@ static int put_tensors(const tsr_manifest *m, strtab *st, uint8_t *p) {
         if (t->digest_flags & TSR_MF_DIGEST) { /* v1.2 (4.4): else both zero */
             tsr_st64(p + 104, t->digest);
             tsr_st32(p + 112, TSR_MF_DIGEST);
+        }
+        if (t->digest_flags & TSR_MF_STATS) { /* v1.3 (4.5): else all zero */
+            tsr_st32(p + 112, tsr_ld32(p + 112) | TSR_MF_STATS);
+            tsr_st64(p + 120, tsr_f64_bits(t->stats.min));
+            tsr_st64(p + 128, tsr_f64_bits(t->stats.max));
+            tsr_st64(p + 136, tsr_f64_bits(t->stats.l2));
+            tsr_st64(p + 144, t->stats.nonfinite);
         }
     }
     return 0;
@@ -142,6 +149,7 @@ static void put_header(const tsr_manifest *m, uint8_t *buf, size_t total) {
     tsr_st64(buf + 24, m->step);
     memcpy(buf + 32, m->save_id, 16);
     tsr_st32(buf + 48, N_SEC);
+    tsr_st32(buf + 52, m->flags & TSR_MF_POISONED);
     tsr_st64(buf + 56, m->created);
     tsr_st32(buf + 64, m->layout.pp);
     tsr_st32(buf + 68, m->layout.dp_replicate);

@@ -22,8 +22,8 @@ typedef struct sections {
 /* The record size of v1.0 (FORMAT.md 4.2): the fields this tessera reads. */
 static const uint32_t minrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR, TSR_REC_CHUNK, TSR_REC_FRAME, TSR_REC_BLOB};
 /* The record size of the fields this tessera reads: v1.0's, and the digest
- * v1.2 appends to TENSORS (read when a record holds it). */
-static const uint32_t knownrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR_V12, TSR_REC_CHUNK, TSR_REC_FRAME,
+ * v1.2 and the statistics v1.3 append to TENSORS (read when a record holds them). */
+static const uint32_t knownrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR_V13, TSR_REC_CHUNK, TSR_REC_FRAME,
                                      TSR_REC_BLOB};
 
 /* The header: magic, size, checksum, version, step, save id, layout. The section
@@ -50,6 +50,7 @@ static int parse_header(const uint8_t *buf, size_t len, const char *path, tsr_ma
         return BAD("%s: section table (%u sections) past the end", path, *nsec);
     m->step = tsr_ld64(buf + 24);
     memcpy(m->save_id, buf + 32, 16);
+    m->flags = tsr_ld32(buf + 52) & TSR_MF_POISONED; /* v1.3 (4.5); other bits ignored */
     m->created = tsr_ld64(buf + 56);
     m->layout.pp = tsr_ld32(buf + 64);
     m->layout.dp_replicate = tsr_ld32(buf + 68);
@@ -333,6 +334,13 @@ static int parse_tensors(const sections *sec, const block *b, const char *path, 
         if (b->stride >= TSR_REC_TENSOR_V12) { /* v1.2: the digest (FORMAT.md 4.4); unknown flag bits ignored */
             t->digest_flags = tsr_ld32(p + 112) & TSR_MF_DIGEST;
             t->digest = t->digest_flags ? tsr_ld64(p + 104) : 0;
+        }
+        tsr_stats_init(&t->stats);
+        /* v1.3: the statistics (4.5), of a floating dtype only (elsewhere the bit is ignored) */
+        if (b->stride >= TSR_REC_TENSOR_V13 && (tsr_ld32(p + 112) & TSR_MF_STATS) && tsr_stats_dtype(t->dtype)) {
+            t->digest_flags |= TSR_MF_STATS;
+            t->stats = (tsr_stats){tsr_f64_of_bits(tsr_ld64(p + 120)), tsr_f64_of_bits(tsr_ld64(p + 128)),
+                                   tsr_f64_of_bits(tsr_ld64(p + 136)), tsr_ld64(p + 144)};
         }
         m->n_tensors++;
     }

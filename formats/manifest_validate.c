@@ -161,6 +161,14 @@ static int check_tensors(const tsr_manifest *m, const char *path, unsigned flags
         if (!(flags & TSR_MF_PARTIAL) && pl->pp_role == TSR_PP_LAYER && (uint32_t)pl->layer >= m->layout.n_layers)
             return BAD("%s: tensor %s: placement layer %d out of range: the layout has n_layers %u", path, t->name,
                        (int)pl->layer, m->layout.n_layers);
+        /* the statistics (4.5): counts within the volume; a non-finite element poisons the checkpoint */
+        if ((t->digest_flags & TSR_MF_STATS) && t->stats.nonfinite > vol / es)
+            return BAD("%s: tensor %s: %llu non-finite elements, over its %llu", path, t->name,
+                       (unsigned long long)t->stats.nonfinite, (unsigned long long)(vol / es));
+        if (!(flags & TSR_MF_PARTIAL) && (t->digest_flags & TSR_MF_STATS) && t->stats.nonfinite &&
+            !(m->flags & TSR_MF_POISONED))
+            return BAD("%s: tensor %s: %llu non-finite elements, but the header does not mark the checkpoint "
+                       "poisoned", path, t->name, (unsigned long long)t->stats.nonfinite);
         if (t->chunk_first != next_chunk)
             return BAD("%s: tensor %s: chunk range does not follow the previous tensor's", path, t->name);
         next_chunk += t->chunk_count;

@@ -62,6 +62,33 @@ uint64_t tsr_digest_run(uint64_t key, size_t elem_size, uint64_t first, const vo
 uint64_t tsr_digest_box(uint64_t key, size_t elem_size, const uint64_t *shape, const tsr_box *box,
                         const void *data);
 
+/* -------------------------------------------------------------- statistics */
+
+/* The statistics of a tensor of a floating dtype (f32, f16, bf16, f64, f8e4m3,
+ * f8e5m2; FORMAT.md section 4.5), each element taken at its exact value: */
+typedef struct tsr_stats {
+    double min, max;    /* of the finite elements; +inf and -inf when there is none; a zero is +0 */
+    double l2;          /* sqrt of the sum of the squares of the finite elements; in a share
+                           (tsr_stats_run, tsr_stats_merge) the sum itself, until tsr_stats_finish */
+    uint64_t nonfinite; /* elements that are NaN or infinite */
+} tsr_stats;
+
+/* tsr_stats_init(): the statistics of no element (the share to add to). */
+void tsr_stats_init(tsr_stats *s);
+/* tsr_stats_dtype(): 1 if tensors of dtype have statistics (the floating
+ * dtypes), else 0 (integers and bool: exact values that cannot be non-finite). */
+int tsr_stats_dtype(int dtype);
+/* tsr_stats_run(): adds the share of n elements of dtype at data (in any order:
+ * a frame's, a box's) to *acc. @return 1, or 0 (nothing added) for a dtype
+ * without statistics. */
+int tsr_stats_run(int dtype, const void *data, uint64_t n, tsr_stats *acc);
+/* tsr_stats_merge(): adds the share `share` to *acc (min of mins, max of maxes,
+ * sums of squares and of counts). */
+void tsr_stats_merge(tsr_stats *acc, const tsr_stats *share);
+/* tsr_stats_finish(): a share of the whole tensor into its statistics (l2 =
+ * sqrt of the sum of squares). */
+void tsr_stats_finish(tsr_stats *s);
+
 #ifdef __cplusplus
 }
 #endif

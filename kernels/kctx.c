@@ -13,6 +13,7 @@
 #include "casts.h"
 #include "common.h"
 #include "embed.h"
+#include "hash.h"
 #include "loss.h"
 #include "matmul.h"
 #include "norm.h"
@@ -496,6 +497,17 @@ void tsr_kc_sumsq_ranges(tsr_kctx *kc, double *acc, const float *base, const uin
     double *a = KV(acc);
     for (int i = 0; i < count; i++)
         if (r[2 * i + 1]) *a += tsr_sumsq(b + r[2 * i], (size_t)r[2 * i + 1]);
+}
+
+void tsr_kc_hash_add(tsr_kctx *kc, uint64_t *acc, const void *x, size_t n, uint64_t index0) {
+    if (!n) return;
+#ifdef TSR_CUDA
+    if (ON_DEVICE(kc)) {
+        tsr_cuda_hash_sum_add(acc, x, n, index0, kc->stream);
+        return;
+    }
+#endif
+    *(uint64_t *)KV(acc) += tsr_hash_sum(KV(x), n, index0);
 }
 
 void tsr_kc_adamw(tsr_kctx *kc, float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr,

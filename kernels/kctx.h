@@ -122,6 +122,11 @@ void tsr_kc_sumsq_add(tsr_kctx *kc, double *acc, const float *x, size_t n);
  * on a GPU: the gradient norm of every parameter at once. */
 void tsr_kc_sumsq_ranges(tsr_kctx *kc, double *acc, const float *base, const uint64_t *ranges, int count,
                          size_t total);
+/* hash.h: *acc (one uint64_t of the context's memory) += tsr_hash_sum(x, n,
+ * index0) over n 32-bit words at x, modulo 2^64. No allocation and no wait:
+ * several calls add into one word (hash.h: the parts of a buffer add up) that
+ * comes to the host in one copy; the same value on every kind. */
+void tsr_kc_hash_add(tsr_kctx *kc, uint64_t *acc, const void *x, size_t n, uint64_t index0);
 /* optim.h; one call over the whole state where the hyper-parameters are shared
  * (the update is element-wise) */
 void tsr_kc_adamw(tsr_kctx *kc, float *p, const float *g, float gscale, float *m, float *v, size_t n, float lr,

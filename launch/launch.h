@@ -44,7 +44,11 @@ typedef enum launch_outcome {
     OUT_JOB_EXIT,  /* mpirun exited nonzero with no rank seen leaving */
     OUT_USAGE,     /* mpirun exited 2: the job's arguments are wrong (no retry) */
     OUT_SIGNAL,    /* the supervisor was asked to stop */
+    OUT_SDC,       /* the ranks' replica check found copies that differ (TSR_HB_SDC) */
+    OUT_N
 } launch_outcome;
+
+#define LAUNCH_SDC_DRAIN_S 2.0 /* seconds the watch goes on reading the ranks' TSR_HB_SDC records */
 
 typedef struct rank_state {
     int claimed, done;
@@ -91,6 +95,7 @@ typedef struct launch {
     int culprit;   /* the rank that left or hung (-1: unknown) */
     int64_t bad_step;
     char why[256];
+    double sdc_until; /* OUT_SDC: tsr_now() until which the ranks' records are still read */
     /* across launches */
     double hist[LAUNCH_HISTORY];
     int n_hist;
@@ -176,12 +181,13 @@ void launch_chaos_start(launch *L);
 /* launch_chaos_tick(): injects the fault that is due, if the launch is
  * training: kills a rank or a node (with --nodes), stops a rank (SIGSTOP),
  * tells the ranks to take the loss of a coming step as NaN, or to fail their
- * next write to the durable tier with ENOSPC; logs it as a "chaos" event (kind, target) and plans the
+ * next write to the durable tier with ENOSPC, or one rank to flip a bit of its
+ * weights; logs it as a "chaos" event (kind, target) and plans the
  * next one. */
 void launch_chaos_tick(launch *L);
 
 /* launch_chaos_kinds(): "kill_rank+s3" (the kinds kill_rank, kill_node,
- * stop_rank, nan, enospc, s3) into *mask. @return 0, or -1 for a name that is
+ * stop_rank, nan, enospc, s3, bitflip) into *mask. @return 0, or -1 for a name that is
  * none of them. */
 int launch_chaos_kinds(const char *s, unsigned *mask);
 

@@ -2,8 +2,10 @@
  * at random into the job it watches (README, "Keeping a run alive"): a rank or
  * a node killed, a rank stopped, a NaN, ENOSPC on the durable tier, an S3
  * outage (every S3 request of the ranks answered 503 for LAUNCH_S3_OUTAGE_S
- * seconds, when the job archives to S3). KINDS ("kill_rank+s3") keeps to
- * those kinds. The times between faults are exponential with mean RATE
+ * seconds, when the job archives to S3), a bit of one rank's weights flipped
+ * (silent data corruption, when the job's replica check runs and its weights
+ * have copies: its rank flips it at its next step boundary, and the check
+ * finds it). KINDS ("kill_rank+s3") keeps to those kinds. The times between faults are exponential with mean RATE
  * seconds, from a generator seeded with SEED, and a fault waits until every
  * rank of the launch is training (not starting, loading or saving), and one
  * that ends a launch (a kill, a stop, a NaN) for a launch where none was
@@ -55,8 +57,9 @@ static void tell_all(launch *L, uint32_t kind, uint64_t arg) {
             launch_say("chaos: the command did not reach rank %d", L->conns[i].rank);
 }
 
-enum { K_KILL_RANK, K_KILL_NODE, K_STOP_RANK, K_NAN, K_ENOSPC, K_S3, K_N };
-static const char *const KIND[K_N] = {"kill_rank", "kill_node", "stop_rank", "nan", "enospc", "s3"};
+enum { K_KILL_RANK, K_KILL_NODE, K_STOP_RANK, K_NAN, K_ENOSPC, K_S3, K_BITFLIP, K_N };
+static const char *const KIND[K_N] = {"kill_rank", "kill_node", "stop_rank", "nan", "enospc", "s3", "bitflip"};
+static const int FATAL[K_N] = {1, 1, 1, 1, 0, 0, 1}; /* the kinds that end a launch */
 
 int launch_chaos_kinds(const char *s, unsigned *mask) {
     *mask = 0;
@@ -102,6 +105,18 @@ static void inject(launch *L, int kind) {
         launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"the next checkpoint write\"", KIND[kind]);
         tell_all(L, TSR_HB_CMD_ENOSPC, 0);
         break;
+    case K_BITFLIP: { /* one rank's weights: its replica check (or its group's) names it */
+        uint64_t arg = next_u64(L);
+        uint8_t b[TSR_HB_COMMAND];
+        tsr_hb_command(TSR_HB_CMD_BITFLIP, arg, b);
+        launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"rank %d\", \"rank\": %d, \"pid\": %d, \"node\": %d, "
+                     "\"step\": %lld", KIND[kind], rank, rank, (int)pid, node, (long long)L->last_step);
+        int sent = 0;
+        for (int i = 0; i < L->n_conns; i++)
+            if (L->conns[i].rank == rank) sent = send(L->conns[i].fd, b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof b;
+        if (!sent) launch_say("chaos: the command did not reach rank %d", rank);
+        break;
+    }
     default: /* every S3 request fails for a while: the archiver retries, or gives a push up */
         launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"S3 requests\", \"seconds\": %.1f", KIND[kind],
                      LAUNCH_S3_OUTAGE_S);
@@ -109,7 +124,7 @@ static void inject(launch *L, int kind) {
         break;
     }
     L->chaos_faults++;
-    if (kind <= K_NAN) L->chaos_fatal = L->attempt;
+    if (FATAL[kind]) L->chaos_fatal = L->attempt;
 }
 
 void launch_chaos_tick(launch *L) {
@@ -117,8 +132,11 @@ void launch_chaos_tick(launch *L) {
     if (L->o.chaos_rate <= 0 || (int)L->out >= 0 || L->chaos_fatal == L->attempt) return;
     double now = tsr_now();
     if (now < L->chaos_next || !steady(L)) return;
-    int kinds[K_N], n = 0, can[K_N] = {1, L->n_alive > 1, 1, 1, L->cfg.checkpoint.enable,
-                                        L->cfg.checkpoint.enable && tsr_s3_is_url(L->cfg.checkpoint.archive_url)};
+    const tsr_train_config *c = &L->cfg;
+    int copies = c->parallelism.data_parallel_replicate_degree > 1 || c->parallelism.tensor_parallel_degree > 1;
+    int kinds[K_N], n = 0, can[K_N] = {1, L->n_alive > 1, 1, 1, c->checkpoint.enable,
+                                        c->checkpoint.enable && tsr_s3_is_url(c->checkpoint.archive_url),
+                                        copies && c->training.sdc_check_interval > 0};
     for (int k = 0; k < K_N; k++)
         if (can[k] && (!L->o.chaos_kinds || (L->o.chaos_kinds >> k & 1))) kinds[n++] = k;
     if (n) inject(L, kinds[next_u64(L) % (uint64_t)n]);

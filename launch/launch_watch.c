@@ -92,6 +92,11 @@ static int check_record(const launch *L, const conn *c, const tsr_hb_record *r, 
         return snprintf(why, len, "rank %u of %u: this job has %d ranks", r->rank, r->world, L->np), -1;
     if (r->phase == TSR_HB_STEP ? !(r->compute_s >= 0 && r->compute_s <= r->step_s) : r->compute_s != 0)
         return snprintf(why, len, "compute time %g outside 0..the step time %g", r->compute_s, r->step_s), -1;
+    if (r->phase == TSR_HB_SDC && !(r->loss == 0 || r->loss == 1 || r->loss == 2))
+        return snprintf(why, len, "a replica check record with verdict %g (not 0, 1 or 2)", r->loss), -1;
+    if (r->phase == TSR_HB_SDC && !(r->grad_norm >= 0 && r->grad_norm <= r->world && r->grad_norm == (int)r->grad_norm &&
+                                    r->step_s >= 0 && r->step_s <= r->grad_norm && r->step_s == (int)r->step_s))
+        return snprintf(why, len, "a replica check record with %g of %g holders agreeing", r->step_s, r->grad_norm), -1;
     if ((pid_t)r->pid != c->pid)
         return snprintf(why, len, "the record says pid %u, the sender is pid %d", r->pid, (int)c->pid), -1;
     if (c->rank >= 0 && (int)r->rank != c->rank)
@@ -183,6 +188,32 @@ static void on_step(launch *L, int rank, const tsr_hb_record *r) {
     check_straggler(L, rank, r->step);
 }
 
+/* A rank's TSR_HB_SDC record (train/heartbeat.h): the replica check failed.
+ * The first record from any rank decides the launch's end; the named ranks'
+ * are logged as "sdc" events, and a blamed one is the culprit (its node's
+ * failure). */
+static void on_sdc(launch *L, int rank, const tsr_hb_record *r) {
+    int verdict = (int)r->loss, holders = (int)r->grad_norm, agree = (int)r->step_s;
+    if (L->out != OUT_SDC && (int)L->out >= 0) return; /* another cause came first */
+    if (L->out != OUT_SDC) {
+        decide(L, OUT_SDC, -1, r->step, "silent data corruption: the replica check of step %lld failed",
+               (long long)r->step);
+        L->sdc_until = tsr_now() + LAUNCH_SDC_DRAIN_S;
+    }
+    if (verdict != 1 && verdict != 2) return;
+    int node = launch_node_of(L, rank);
+    launch_event(L, "sdc", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"step\": %lld, \"holders\": %d, \"agree\": %d, "
+                 "\"blamed\": %s", rank, (int)L->ranks[rank].pid, node, (long long)r->step, holders, agree,
+                 verdict == 2 ? "true" : "false");
+    launch_say("silent data corruption at step %lld: rank %d (node %d) holds a copy that %d of the %d holders of its "
+               "group share%s", (long long)r->step, rank, node, agree, holders,
+               verdict == 2 ? ": outvoted by the majority, blamed" : ": no majority, none blamed");
+    size_t n = strlen(L->why);
+    snprintf(L->why + n, sizeof L->why - n, "%s rank %d (node %d%s)", strstr(L->why, "; named") ? "," : "; named",
+             rank, node, verdict == 2 ? ", blamed" : "");
+    if (verdict == 2 && L->culprit < 0) L->culprit = rank;
+}
+
 static void on_record(launch *L, int i) {
     conn *c = &L->conns[i];
     tsr_hb_record r;
@@ -204,12 +235,14 @@ static void on_record(launch *L, int i) {
     if (r.phase == TSR_HB_STEP) s->step = r.step;
     if (r.phase == TSR_HB_DONE) s->done = 1;
     if (r.phase == TSR_HB_STEP) on_step(L, c->rank, &r);
+    if (r.phase == TSR_HB_SDC) on_sdc(L, c->rank, &r);
 }
 
-/* End of a connection: a rank that leaves before it is done fails the launch. */
+/* End of a connection: a rank that leaves before it is done fails the launch
+ * (after a failed replica check every rank leaves: no news). */
 static void on_eof(launch *L, int i, const char *how) {
     conn *c = &L->conns[i];
-    if (c->rank >= 0 && !L->ranks[c->rank].done) {
+    if (c->rank >= 0 && !L->ranks[c->rank].done && L->out != OUT_SDC) {
         rank_state *s = &L->ranks[c->rank];
         launch_event(L, "rank_exit", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"step\": %lld, \"phase\": \"%s\"",
                      c->rank, (int)c->pid, launch_node_of(L, c->rank), (long long)s->step, tsr_hb_phase_name(s->phase));
@@ -222,13 +255,16 @@ static void on_eof(launch *L, int i, const char *how) {
     close_conn(L, i);
 }
 
-/* Reads what connection i has. @return 1 if it was closed. */
-static int read_conn(launch *L, int i) {
+/* Reads what connection i has; its end of stream only with `ends` (a round
+ * reads every connection's records before any end: a rank that found
+ * corruption tells it before any rank can leave). @return 1 if it was closed. */
+static int read_conn(launch *L, int i, int ends) {
     for (;;) {
         conn *c = &L->conns[i];
         ssize_t n = recv(c->fd, c->buf + c->have, TSR_HB_RECORD - c->have, MSG_DONTWAIT);
         if (n < 0 && errno == EINTR) continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return 0;
+        if (n <= 0 && !ends) return 0; /* an end stays: the next pass sees it */
         if (n <= 0) {
             on_eof(L, i, n == 0 ? "its connection ended" : strerror(errno));
             return 1;
@@ -289,13 +325,24 @@ static void check_hang(launch *L) {
 
 /* mpirun is gone: the records still buffered first, then its status. */
 static void on_job_exit(launch *L) {
-    for (int i = L->n_conns - 1; i >= 0; i--) read_conn(L, i);
+    for (int i = L->n_conns - 1; i >= 0; i--) read_conn(L, i, 0);
+    for (int i = L->n_conns - 1; i >= 0; i--) read_conn(L, i, 1);
     if ((int)L->out >= 0) return;
     int st = L->mpirun_status;
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
     if (code == 0) decide(L, OUT_FINISHED, -1, L->last_step, "mpirun exited 0");
     else if (code == 2) decide(L, OUT_USAGE, -1, L->last_step, "mpirun exited 2: the train command is wrong");
     else decide(L, OUT_JOB_EXIT, -1, L->last_step, "mpirun exited with status %d", code);
+}
+
+/* After a failed replica check, the other ranks' records (which name the
+ * copies that differ) are still read until every rank has left, for at most
+ * LAUNCH_SDC_DRAIN_S seconds. */
+static int sdc_draining(const launch *L) {
+    if (L->out != OUT_SDC || tsr_now() > L->sdc_until) return 0;
+    for (int i = 0; i < L->n_conns; i++)
+        if (L->conns[i].rank >= 0) return 1;
+    return 0;
 }
 
 void launch_watch(launch *L, volatile int *stop) {
@@ -312,16 +359,18 @@ void launch_watch(launch *L, volatile int *stop) {
             return;
         }
         if (p[0].revents) accept_all(L);
-        for (int i = nc - 1; i >= 0; i--) /* from the end: closing moves the last one into i */
-            if (p[2 + i].revents && i < L->n_conns) read_conn(L, i);
+        for (int pass = 0; pass < 2; pass++) /* records, then ends of streams */
+            for (int i = nc - 1; i >= 0; i--) /* from the end: closing moves the last one into i */
+                if (p[2 + i].revents && i < L->n_conns) read_conn(L, i, pass);
         for (int i = L->n_conns - 1; i >= 0; i--)
             if (L->conns[i].rank < 0 && tsr_now() - L->conns[i].opened > UNCLAIMED_S) refuse(L, i, "no record in 10 s");
-        if ((int)L->out >= 0) return;
+        if ((int)L->out >= 0 && !sdc_draining(L)) return;
         launch_reap(L);
         if (L->mpirun_exited) {
             on_job_exit(L);
             return;
         }
+        if ((int)L->out >= 0) continue; /* reading the other ranks' TSR_HB_SDC records */
         check_hang(L);
         if ((int)L->out >= 0) return;
         launch_chaos_tick(L);

@@ -66,7 +66,8 @@ static void restore_rollback(launch *L) {
 }
 
 /* A rollback is pending while a committed checkpoint after the one rolled back
- * to predates the rollback: the job would resume from it otherwise. */
+ * to predates the rollback: the job would resume from it otherwise (not from a
+ * poisoned one, which no resume chooses). */
 static int rollback_pending(launch *L) {
     if (L->rollback_to < 0) return 0;
     tsr_step_info *v = NULL;
@@ -77,7 +78,7 @@ static int rollback_pending(launch *L) {
             char m[PATH_MAX + 80];
             struct stat st;
             snprintf(m, sizeof m, "%s/%s/MANIFEST", L->root, v[i].name);
-            if (v[i].committed && (int64_t)v[i].step > L->rollback_to && stat(m, &st) == 0 &&
+            if (v[i].committed && !v[i].poisoned && (int64_t)v[i].step > L->rollback_to && stat(m, &st) == 0 &&
                 st.st_mtim.tv_sec + st.st_mtim.tv_nsec * 1e-9 <= L->rollback_time) /* not whole seconds: a
                 step rewritten in the second of the rollback is after it */
                 pending = 1;
@@ -144,7 +145,8 @@ static void forget_node(launch *L, int node) {
 
 /* A node whose ranks failed twice is dropped, if the job still fits. */
 static void account_node(launch *L, const tsr_train_config *pristine) {
-    if (L->culprit < 0 || L->o.nodes <= 1 || (L->out != OUT_RANK_EXIT && L->out != OUT_HANG)) return;
+    if (L->culprit < 0 || L->o.nodes <= 1 || (L->out != OUT_RANK_EXIT && L->out != OUT_HANG && L->out != OUT_SDC))
+        return; /* with OUT_SDC, the culprit is a rank its group's majority outvoted */
     int idx = L->culprit / L->per_node, node = L->alive_nodes[idx];
     if (++L->node_fails[node] < 2) return;
     int np = L->np - L->per_node;
@@ -165,16 +167,14 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
     launch_say("node %d failed %d times: dropped; the job goes on with %d ranks", node, L->node_fails[node], np);
 }
 
-/* After a NaN at step s: back to the newest committed checkpoint c before s,
- * skipping the data of steps c+1..s. */
+/* After a NaN at step s: back to the newest committed checkpoint c before s
+ * that is not poisoned (the resume's choice: tsr_latest_step_before), skipping
+ * the data of steps c+1..s. */
 static void plan_rollback(launch *L) {
     int64_t s = L->bad_step, c = 0;
-    tsr_step_info *v = NULL;
-    size_t n = 0;
-    if (L->cfg.checkpoint.enable && tsr_list_steps(L->root, &v, &n) == 0)
-        for (size_t i = 0; i < n; i++)
-            if (v[i].committed && (int64_t)v[i].step < s && (int64_t)v[i].step > c) c = (int64_t)v[i].step;
-    free(v);
+    uint64_t found;
+    if (L->cfg.checkpoint.enable && s > 0 && tsr_latest_step_before(L->root, (uint64_t)s, &found, NULL, 0) == 0)
+        c = (int64_t)found;
     int k = (int)(s - c);
     if (L->skip_after == (int)c) k += L->skip_steps; /* the same restart point: the windows add up */
     L->skip_after = (int)c;
@@ -190,6 +190,31 @@ static void plan_rollback(launch *L) {
                "of %d step(s)", (long long)s, (long long)c, k);
 }
 
+/* After silent data corruption found by the replica check of step s: back to
+ * the newest committed checkpoint before s that is not poisoned. The trainer
+ * checks its replicas before every save (train/sdc.c), so that checkpoint was
+ * checked at its own step, and a later one (none, unless the check was off for
+ * a save) is passed over with checkpoint.load_step while it exists. The data
+ * is not skipped: it was not at fault, and the steps done again train on it
+ * as the run without the corruption did. */
+static void plan_sdc_rollback(launch *L) {
+    int64_t s = L->bad_step, c = 0;
+    uint64_t found;
+    if (L->cfg.checkpoint.enable && s > 0 && tsr_latest_step_before(L->root, (uint64_t)s, &found, NULL, 0) == 0)
+        c = (int64_t)found;
+    uint64_t newest;
+    int later = L->cfg.checkpoint.enable && tsr_latest_step(L->root, &newest, NULL, 0) == 0 && (int64_t)newest >= s;
+    if (later) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        L->rollback_to = c > 0 ? (int)c : -1;
+        L->rollback_time = (double)ts.tv_sec;
+    }
+    launch_event(L, "sdc_rollback", "\"bad_step\": %lld, \"checkpoint_step\": %lld", (long long)s, (long long)c);
+    launch_say("rollback: the replica check of step %lld failed; back to the checkpoint of step %lld%s", (long long)s,
+               (long long)c, later ? ", passing over the later ones" : "");
+}
+
 /* Waits `s` seconds unless a stop signal comes first. */
 static void backoff_wait(launch *L, double s) {
     double end = tsr_now() + s;
@@ -199,7 +224,8 @@ static void backoff_wait(launch *L, double s) {
     }
 }
 
-static const char *const OUTCOME[] = {"finished", "rank_exit", "hang", "nan", "job_exit", "usage", "signal"};
+static const char *const OUTCOME[OUT_N] = {"finished", "rank_exit", "hang", "nan", "job_exit", "usage", "signal",
+                                           "sdc"};
 
 /* Ends a failed launch. @return 1 to relaunch, 0 to give up. */
 static int after_failure(launch *L, const tsr_train_config *pristine, int *counts) {
@@ -219,6 +245,7 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
     }
     account_node(L, pristine);
     if (L->out == OUT_NAN) plan_rollback(L);
+    if (L->out == OUT_SDC) plan_sdc_rollback(L);
     /* the backoff doubles with each launch in a row that trained no step */
     L->quick_fails = L->first_step >= 0 ? 0 : L->quick_fails + 1;
     double b = fmin(30, L->o.backoff * pow(2, L->quick_fails));
@@ -231,17 +258,18 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
 static void summary(launch *L, int ok, const int *counts) {
     double wall = tsr_now() - L->t0, train = fmax(0, wall - L->lost_s);
     launch_event(L, "finish", "\"status\": \"%s\", \"restarts\": %d, \"rank_exits\": %d, \"hangs\": %d, \"nans\": %d, "
-                 "\"job_exits\": %d, \"np\": %d, \"wall_s\": %.3f, \"lost_s\": %.3f, \"train_s\": %.3f, \"chaos_faults\": %d",
-                 ok ? "ok" : "failed", L->restarts, counts[OUT_RANK_EXIT], counts[OUT_HANG], counts[OUT_NAN],
-                 counts[OUT_JOB_EXIT], L->np, wall, L->lost_s, train, L->chaos_faults);
+                 "\"job_exits\": %d, \"sdcs\": %d, \"np\": %d, \"wall_s\": %.3f, \"lost_s\": %.3f, \"train_s\": %.3f, "
+                 "\"chaos_faults\": %d", ok ? "ok" : "failed", L->restarts, counts[OUT_RANK_EXIT], counts[OUT_HANG],
+                 counts[OUT_NAN], counts[OUT_JOB_EXIT], counts[OUT_SDC], L->np, wall, L->lost_s, train, L->chaos_faults);
     launch_say("%s after %d launch(es): %d restart(s) (%d rank exit(s), %d hang(s), %d NaN rollback(s), %d job "
-               "exit(s)); %d of %d ranks at the end; %.1f s in all, %.1f s lost to failures, %.1f s of training",
-               ok ? "finished" : "gave up", L->attempt, L->restarts, counts[OUT_RANK_EXIT], counts[OUT_HANG],
-               counts[OUT_NAN], counts[OUT_JOB_EXIT], L->np, L->o.np, wall, L->lost_s, train);
+               "exit(s), %d silent data corruption(s)); %d of %d ranks at the end; %.1f s in all, %.1f s lost to "
+               "failures, %.1f s of training", ok ? "finished" : "gave up", L->attempt, L->restarts,
+               counts[OUT_RANK_EXIT], counts[OUT_HANG], counts[OUT_NAN], counts[OUT_JOB_EXIT], counts[OUT_SDC], L->np,
+               L->o.np, wall, L->lost_s, train);
 }
 
 static int supervise(launch *L, const tsr_train_config *pristine) {
-    int counts[7] = {0}, ok = 0;
+    int counts[OUT_N] = {0}, ok = 0;
     char cmd[1024] = "", j[1200];
     for (int i = 0; i < L->o.train_argc; i++)
         snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), "%s%s", i ? " " : "", L->o.train_argv[i]);

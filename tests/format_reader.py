@@ -17,8 +17,12 @@ computes the boxes of every rank of the checkpoint's layout by section 10 and
 checks that they tile every tensor and are its chunks, each in the data file
 of a rank that holds it (as `tessera reshard` writes). Every tensor whose record
 holds a digest (section 4.4, v1.2) has it recomputed from its elements and
-compared. With --vectors, computes the digests of section 4.4's test vectors, read
-from the table in FORMAT.md, and compares them and their keys with the table's.
+compared, and every tensor whose record holds statistics (section 4.5, v1.3)
+has them recomputed (min, max and the non-finite count exactly, the L2 norm
+within a relative 1e-9), and the header's poisoned bit checked against them.
+With --vectors, computes the digests of section 4.4's test vectors and the
+statistics of section 4.5's, read from the tables in FORMAT.md, and compares them
+(and the digests' keys) with the tables'.
 Prints one line per problem and
 exits 1 if there was any; exits 77 (SKIP) when numpy, libxxhash or libzstd is
 missing. Needs: numpy; libxxhash.so.0 and libzstd.so.1 via ctypes.
@@ -122,6 +126,92 @@ def check_vectors(path):
             problems.append("vector %s: digest %016x, FORMAT.md says %s" % (name, got, want))
     if n < 3:
         problems.append("%s: only %d test vectors found in section 4.4" % (path, n))
+    return problems, n
+
+
+# ------------------------------------------------------------------- section 4.5
+STAT_CODES = (1, 2, 3, 4, 5, 6)  # the floating dtypes
+
+
+def fp8_values(code):
+    """The 256 values of f8e4m3 (code 5: bias 7, no infinity, S.1111.111 NaN) or
+    f8e5m2 (code 6: bias 15, IEEE-like), by section 2's OCP rules."""
+    ebits, mbits, bias = (4, 3, 7) if code == 5 else (5, 2, 15)
+    out = []
+    for b in range(256):
+        sign = -1.0 if b & 0x80 else 1.0
+        e, m = (b >> mbits) & ((1 << ebits) - 1), b & ((1 << mbits) - 1)
+        if code == 5 and e == 15 and m == 7:
+            v = float("nan")
+        elif code == 6 and e == 31:
+            v = float("inf") if m == 0 else float("nan")
+        elif e == 0:
+            v = m / (1 << mbits) * 2.0 ** (1 - bias)
+        else:
+            v = (1 + m / (1 << mbits)) * 2.0 ** (e - bias)
+        out.append(sign * v)
+    return np.array(out, dtype=np.float64)
+
+
+def as_f64(code, elems):
+    """The exact values of a floating tensor's elements (its stored dtype) as binary64."""
+    flat = np.ascontiguousarray(elems).reshape(-1)
+    if code == 3:  # bf16: the high half of an f32
+        return (flat.astype(np.uint32) << np.uint32(16)).view("<f4").astype(np.float64)
+    if code in (5, 6):
+        return fp8_values(code)[flat.astype(np.int64)]
+    return flat.astype(np.float64)
+
+
+def stats(code, elems):
+    """(min, max, l2, nonfinite) of section 4.5, or None for a dtype without them."""
+    if code not in STAT_CODES:
+        return None
+    v = as_f64(code, elems)
+    fin = v[np.isfinite(v)]
+    lo = float(fin.min()) + 0.0 if len(fin) else float("inf")  # + 0.0: a zero is +0
+    hi = float(fin.max()) + 0.0 if len(fin) else float("-inf")
+    return lo, hi, float(np.sqrt(np.sum(fin * fin))), int(len(v) - len(fin))
+
+
+def stats_problem(what, got, want):
+    """A message if the statistics `got` (recomputed) are not `want` (recorded), else None."""
+    import math
+    same = lambda a, b: a == b and math.copysign(1, a) == math.copysign(1, b)
+    l2_ok = got[2] == want[2] or abs(got[2] - want[2]) <= 1e-9 * max(abs(got[2]), abs(want[2]))
+    if not (same(got[0], want[0]) and same(got[1], want[1]) and l2_ok and got[3] == want[3]):
+        return "%s: statistics (min, max, l2, nonfinite) %r from its elements, recorded %r" % (what, got, want)
+    return None
+
+
+def check_stat_vectors(text):
+    """The test vectors of section 4.5: | `name` | dtype | (shape) | elements (`bits`) |
+    min | max | l2 | nonfinite |."""
+    import re
+    problems, n = [], 0
+    table = text[text.index("### 4.5"):text.index("## 5.")]
+    codes = {v[0]: k for k, v in DTYPES.items()}
+    num = lambda w: float(w.split()[0].replace("+inf", "inf"))
+    for row in table.splitlines():
+        m = re.match(r"\| `([^`]+)` \| (\w+) \| \(([\d, ]*)\) \| [^|`]*\(((?:`[0-9A-F ]+`[ a-z]*)+)\) \| "
+                     r"([^|]+) \| ([^|]+) \| ([^|]+) \| (\d+) \|", row)
+        if not m:
+            continue
+        name, dname, shape, bits, lo, hi, l2, nf = m.groups()
+        code, n = codes[dname], n + 1
+        words = " ".join(re.findall(r"`([0-9A-F ]+)`", bits)).split()
+        if "twice" in bits:
+            words = words * 2
+        elems = np.array([int(w, 16) for w in words], dtype=np.uint64)
+        size = DTYPES[code][1]
+        raw = b"".join(int(w).to_bytes(size, "little") for w in elems)
+        values = np.frombuffer(raw, dtype=DTYPES[code][2])
+        want = (num(lo), num(hi), num(l2), int(nf))
+        p = stats_problem("vector " + name, stats(code, values), want)
+        if p:
+            problems.append(p)
+    if n < 4:
+        problems.append("only %d statistics test vectors found in section 4.5" % n)
     return problems, n
 
 
@@ -237,6 +327,7 @@ class Checkpoint:
         self.step, self.version = step, (vmaj, vmin)
         self.save_id = m[32:48]
         nsec, flags = struct.unpack_from("<II", m, 48)
+        self.poisoned = bool(flags & 1)  # section 4.5 (v1.3); other bits ignored
         pp, dpr, dps, tp, nl, lflags = struct.unpack_from("<6I", m, 64)
         if 0 in (pp, dpr, dps, tp) or pp * dpr * dps * tp > 1 << 31 or nl > 1 << 31:
             raise Refused("MANIFEST: layout")
@@ -315,9 +406,16 @@ class Checkpoint:
             dg = None  # section 4.4: in records of 120 bytes or more, with bit 0 of its flags
             if len(r) >= 120 and struct.unpack_from("<I", r, 112)[0] & 1:
                 dg = struct.unpack_from("<Q", r, 104)[0]
+            st = None  # section 4.5: in records of 152 bytes or more, with bit 1, of a floating dtype
+            if len(r) >= 152 and struct.unpack_from("<I", r, 112)[0] & 2 and dtype in STAT_CODES:
+                st = struct.unpack_from("<dddQ", r, 120)
+                if st[3] > volume(shape[:ndim]):
+                    raise Refused("tensor %s: %d non-finite elements, over its volume" % (name, st[3]))
+                if st[3] and not self.poisoned:
+                    raise Refused("tensor %s: non-finite elements, the header not poisoned" % name)
             self.tensors.append(dict(name=name, group=string(go, gn, "group of " + name), dtype=dtype,
                                      shape=tuple(shape[:ndim]), tp_dim=tp_dim, fsdp=fsdp, pp_role=pp_role,
-                                     layer=layer, chunks=range(cfirst, cfirst + ccount), digest=dg))
+                                     layer=layer, chunks=range(cfirst, cfirst + ccount), digest=dg, stats=st))
         if next_chunk != secs[4][2]:
             raise Refused("CHUNKS: %d records, the tensors' chunk ranges cover %d" % (secs[4][2], next_chunk))
         chunk_recs, blob_recs = records(4), records(6)
@@ -711,16 +809,18 @@ def check_trainer(ck):
 def main():
     if sys.argv[1:2] == ["--vectors"] and len(sys.argv) == 3:
         problems, n = check_vectors(sys.argv[2])
-        for p in problems:
+        sp, ns = check_stat_vectors(open(sys.argv[2]).read())
+        for p in problems + sp:
             print("FAIL: " + p)
-        if problems:
+        if problems + sp:
             sys.exit(1)
-        print("%s: the digests of its %d test vectors (section 4.4) as computed here" % (sys.argv[2], n))
+        print("%s: the digests of its %d test vectors (section 4.4) and the statistics of its %d (4.5) as "
+              "computed here" % (sys.argv[2], n, ns))
         return
     args = [a for a in sys.argv[1:] if a not in ("--trainer", "--layout")]
     if len(args) not in (1, 2):
         sys.exit(__doc__)
-    digests = 0
+    digests = n_stats = 0
     try:
         ck = Checkpoint(args[0])
         problems = []
@@ -732,6 +832,11 @@ def main():
                 if got != t["digest"]:
                     problems.append("tensor %s: digest %016x from its elements, the MANIFEST's %016x" %
                                     (t["name"], got, t["digest"]))
+            if t["stats"] is not None:
+                n_stats += 1
+                p = stats_problem("tensor " + t["name"], stats(t["dtype"], elems), tuple(t["stats"]))
+                if p:
+                    problems.append(p)
         for i in range(len(ck.blobs)):
             ck.blob(i)
         problems += compare(ck, args[1]) if len(args) == 2 else []
@@ -745,8 +850,9 @@ def main():
         print("FAIL: " + p)
     if problems:
         sys.exit(1)
-    print("%s: %d tensors (%d digests checked), %d blobs, %d frames read%s" %
-          (args[0], len(ck.tensors), digests, len(ck.blobs), len(ck.frames), ", as expected" if len(args) == 2 else ""))
+    print("%s: %d tensors (%d digests checked, %d statistics%s), %d blobs, %d frames read%s" %
+          (args[0], len(ck.tensors), digests, n_stats, ", poisoned" if ck.poisoned else "", len(ck.blobs),
+           len(ck.frames), ", as expected" if len(args) == 2 else ""))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ def read_safetensors(path):
     (n,) = struct.unpack("<Q", data[:8])
     assert n % 8 == 0 and 8 + n <= len(data), "header length %d" % n
     header = json.loads(data[8:8 + n].decode("utf-8"))
-    assert header.pop("__metadata__") == {"format": "pt"}
+    meta = header.pop("__metadata__")  # "format", and tessera's provenance and digests (FORMAT.md 13)
+    assert meta.get("format") == "pt" and all(k == "format" or k.startswith("tessera.") for k in meta), meta
     body = data[8 + n:]
     out, end = {}, 0
     for name, t in sorted(header.items(), key=lambda kv: kv[1]["data_offsets"][0]):

@@ -105,6 +105,7 @@ static void test_defaults(void) {
           c.checkpoint.local_nodes);
     CHECK(c.training.skip_data_after_step == -1 && c.training.skip_data_steps == 0, "skip data: %d %d",
           c.training.skip_data_after_step, c.training.skip_data_steps);
+    CHECK(c.training.sdc_check_interval == 10, "replica check interval: %d, not 10", c.training.sdc_check_interval);
     CHECK(c.metrics.log_freq == 10 && strcmp(c.metrics.file, "metrics.jsonl") == 0, "metrics");
     CHECK(c.n_warnings == 0 && c.warnings[0] == 0, "warnings: %s", c.warnings);
     CHECK(strcmp(tsr_flavor_name(TSR_FLAVOR_124M), "124m") == 0, "flavor name");
@@ -539,6 +540,7 @@ static void test_overrides(void) {
     BAD_OVERRIDE("--checkpoint.local_interval=-1", "checkpoint.local_interval", "out of range");
     BAD_OVERRIDE("--checkpoint.local_interval=every", "checkpoint.local_interval", "expected an integer");
     BAD_OVERRIDE("--training.skip_data_steps=-2", "training.skip_data_steps", "out of range");
+    BAD_OVERRIDE("--training.sdc_check_interval=-1", "training.sdc_check_interval", "out of range");
     BAD_OVERRIDE("--training.skip_data_after_step=-2", "training.skip_data_after_step", "out of range");
     /* a failed override leaves the config as it was */
     tsr_config_defaults(&c);

@@ -31,6 +31,7 @@ int main(void) { SKIP("built without CUDA (make CUDA=1 builds the kernels; this 
 #include "activation.h"
 #include "attention.h"
 #include "embed.h"
+#include "hash.h"
 #include "loss.h"
 #include "matmul.h"
 #include "mem.h"
@@ -312,6 +313,37 @@ static void test_xent_part(int N, const int *widths, int parts) {
  * tsr_xent_sum's, the sum of squares tsr_cuda_sumsq's double; a second call adds
  * the same double again; n == 0 adds nothing; the scratch for n within the
  * scratch for 2^40 elements (what a kernel context holds). */
+/* The replicas' hash (hash.h): the CPU's value to the bit, added to what the
+ * accumulator holds, at an index offset; a flipped bit changes it. */
+static void test_hash(size_t n) {
+    float *x = randv(n + 1);
+    uint64_t acc = 0x0123456789abcdefull, got = 0, base = 0x0123456789abcdefull;
+    float *dx = dev(x, (n + 1) * 4);
+    uint64_t *dacc = dev(&acc, sizeof acc);
+    tsr_cuda_hash_sum_add(dacc, dx, n, 1000, NULL);
+    tsr_cuda_hash_sum_add(dacc, dx, 0, 5, NULL);
+    back(&got, dacc, sizeof got);
+    uint64_t want = base + tsr_hash_sum((const uint32_t *)x, n, 1000);
+    CHECK(got == want, "hash of %zu words: %016llx on the device, %016llx on the CPU", n, (unsigned long long)got,
+          (unsigned long long)want);
+    if (n) { /* one bit of one word flipped */
+        uint32_t w;
+        memcpy(&w, &x[n / 2], 4);
+        w ^= 1u << (n % 32);
+        memcpy(&x[n / 2], &w, 4);
+        REQUIRE(cudaMemcpy(dx, x, (n + 1) * 4, cudaMemcpyHostToDevice) == cudaSuccess, "copy to the device");
+        uint64_t zero = 0, flipped = 0;
+        REQUIRE(cudaMemcpy(dacc, &zero, 8, cudaMemcpyHostToDevice) == cudaSuccess, "copy to the device");
+        tsr_cuda_hash_sum_add(dacc, dx, n, 1000, NULL);
+        back(&flipped, dacc, sizeof flipped);
+        CHECK(flipped == tsr_hash_sum((const uint32_t *)x, n, 1000) && flipped != want - base,
+              "hash of %zu words with a bit flipped: %016llx, unflipped %016llx", n, (unsigned long long)flipped,
+              (unsigned long long)(want - base));
+    }
+    tsr_mem_free(TSR_MEM_CUDA, dx), tsr_mem_free(TSR_MEM_CUDA, dacc);
+    free(x);
+}
+
 static void test_sum_add(size_t n) {
     float *x = randv(n);
     size_t ns = tsr_cuda_sum_scratch(n);
@@ -702,7 +734,9 @@ int main(void) {
     size_t sums[] = {1, 1000, 12289, ((size_t)1 << 20) + 3};
     for (size_t i = 0; i < sizeof sums / sizeof *sums; i++) test_sum_add(sums[i]);
     test_sumsq_ranges();
-    printf("vocabulary-parallel cross-entropy, device sums: %d failure(s) so far\n", check_failures);
+    size_t hashes[] = {0, 1, 31, 33, 4097, ((size_t)1 << 22) + 5};
+    for (size_t i = 0; i < sizeof hashes / sizeof *hashes; i++) test_hash(hashes[i]);
+    printf("vocabulary-parallel cross-entropy, device sums, replica hash: %d failure(s) so far\n", check_failures);
     test_attention(1, 1, 1, 1, 1), test_attention(2, 67, 4, 2, 32), test_attention(1, 128, 8, 2, 64);
     test_attention_tc(1, 1, 1, 1, 1), test_attention_tc(2, 37, 6, 2, 24), test_attention_tc(1, 50, 4, 4, 64),
         test_attention_tc(2, 64, 8, 2, 64), test_attention_tc(1, 300, 2, 1, 16);

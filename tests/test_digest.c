@@ -154,7 +154,7 @@ static void saved_and_verified(const char *tmp) {
     CHECK(tsr_ckpt_tensor_digest(ck, (size_t)tsr_ckpt_find(ck, "w"), &got) == 1 && got == dw,
           "w: recorded %016llx, its data's %016llx", (unsigned long long)got, (unsigned long long)dw);
     CHECK(tsr_ckpt_tensor_digest(ck, (size_t)tsr_ckpt_find(ck, "ids"), &got) == 1 && got == di, "ids");
-    CHECK(tsr_ckpt_version(ck) == (1u << 16 | 2), "format 1.2");
+    CHECK(tsr_ckpt_version(ck) == (1u << 16 | TSR_FORMAT_MINOR), "format 1.%d", TSR_FORMAT_MINOR);
     tsr_ckpt_close(ck);
     CHECK(verify(dir) == 0, "verify of a sound checkpoint: %s", last_problem);
 

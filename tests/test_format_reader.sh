@@ -11,7 +11,8 @@
 # finds a training checkpoint and a model-only checkpoint as section 11 describes
 # them (blobs, tensors, placements); and its digests (section 4.4) are the test
 # vectors' (a changed one is reported) and those tessera records, which it
-# recomputes in every checkpoint it reads.
+# recomputes in every checkpoint it reads; and so are its statistics (section
+# 4.5), vectors and recorded ones (a planted NaN: poisoned).
 . "$TSR_ROOT/tests/common.sh"
 cd "${TSR_TMP:?}" || exit 1
 need_py
@@ -43,14 +44,25 @@ sed 's/`dbdbf2fcd7014418`/`dbdbf2fcd7014419`/' "$TSR_ROOT/formats/FORMAT.md" >ch
 expect 1 "a changed digest vector" $PY "$R" --vectors changed.md
 grep -q "vector c.i64: digest dbdbf2fcd7014418, FORMAT.md says dbdbf2fcd7014419" out.txt ||
     fail "the changed vector is not named: $(cat out.txt)"
+# section 4.5: the statistics' vectors; a changed one is reported
+expect 0 "the statistics test vectors" $PY "$R" --vectors "$TSR_ROOT/formats/FORMAT.md"
+grep -q "and the statistics of its 5 (4.5)" out.txt || fail "not every statistics vector read: $(cat out.txt)"
+sed 's/| 3.0, -4.0, -0.0, 0.0 (`4040 C080 8000 0000`) | -4 | 3 | 5 | 0 |/| 3.0, -4.0, -0.0, 0.0 (`4040 C080 8000 0000`) | -4 | 3 | 5.5 | 0 |/' \
+    "$TSR_ROOT/formats/FORMAT.md" >changed.md
+cmp -s changed.md "$TSR_ROOT/formats/FORMAT.md" && fail "FORMAT.md lacks the t.bf16 statistics vector"
+expect 1 "a changed statistics vector" $PY "$R" --vectors changed.md
+grep -q "vector t.bf16: statistics" out.txt || fail "the changed statistics vector is not named: $(cat out.txt)"
 
 # synthetic checkpoints of every dtype: tiny frames (cut along inner dims), and
 # the default codecs (bytegroup, zstd, raw); every tensor's digest recomputed
 expect 0 "synth with 64-byte frames" "$T" ckpt synth small --bytes 16K --dtype mix --threads 1 --frame-bytes 64
 expect 0 "read the 64-byte frames" $PY "$R" small
-grep -q "12 tensors (12 digests checked)" out.txt || fail "not every digest checked: $(cat out.txt)"
+grep -q "12 tensors (12 digests checked, 9 statistics)" out.txt || fail "not every digest and statistics checked: $(cat out.txt)"
 expect 0 "synth" "$T" ckpt synth mixed --bytes 256K --dtype mix --threads 1
 expect 0 "read the default codecs" $PY "$R" mixed
+expect 0 "synth with a NaN" "$T" ckpt synth nan --bytes 64K --dtype mix --threads 1 --nan optim.layers.1.w:3
+expect 0 "read a poisoned checkpoint" $PY "$R" nan
+grep -q "(12 digests checked, 9 statistics, poisoned)" out.txt || fail "not poisoned: $(cat out.txt)"
 
 # FORMAT.md 4.2-4.3 by hand (tests/test_manifest.c rewrites a MANIFEST): every
 # record wider than v1.0's, as a later minor version may write them (chunk
@@ -103,7 +115,8 @@ for L in pp=2,dp_shard=3,tp=2 pp=2,dp_shard=3,tp=2,flat dp_replicate=2,dp_shard=
     rm -rf rs
     expect 0 "reshard to $L" "$T" reshard mixed rs --layout $L
     expect 0 "the boxes of $L by section 10" $PY "$R" rs --layout
-    grep -q "(0 digests checked)" out.txt && fail "reshard to $L recorded no digest: $(cat out.txt)"
+    grep -q "(0 digests checked" out.txt && fail "reshard to $L recorded no digest: $(cat out.txt)"
+    grep -q " 0 statistics" out.txt && fail "reshard to $L recorded no statistics: $(cat out.txt)"
 done
 
 # a training checkpoint and the model-only one (section 11)

@@ -51,6 +51,16 @@ done
 [ -e all/step-00000030 ] && fail "the uncommitted step was pushed"
 expect 1 "pull into a checkpoint" "$T" pull $B/run1/step-00000010 out10
 grep -q "already holds a committed checkpoint" err.txt || fail "pull over a checkpoint: unclear error"
+# a pulled step counts only once verified: a tensor whose data is not what its
+# digest records (every frame's checksum intact) is refused by name, and the
+# step is left uncommitted
+cp -r ck/step-00000020 bad20 && python3 "$TSR_ROOT/tests/set_digest.py" bad20 model.layers.0.w 0123456789abcdef >/dev/null ||
+    fail "set_digest"
+expect 0 "push a checkpoint whose digest is wrong" "$T" push bad20 $B/bad/
+expect 1 "pull a checkpoint whose digest is wrong" "$T" pull $B/bad/bad20 bad20pulled
+grep -q "model.layers.0.w" err.txt && grep -q "left uncommitted" err.txt ||
+    { fail "pull of a wrong digest: the tensor is not named"; cat err.txt >&2; }
+[ -e bad20pulled/MANIFEST ] && fail "pull of a wrong digest: the step was committed"
 
 # pushing again sends nothing
 expect 0 "push again" "$T" push ck $B/run1/ --json

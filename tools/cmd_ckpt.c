@@ -58,12 +58,25 @@ static void totals(tsr_ckpt *ck, uint64_t *raw, uint64_t *stored) {
 
 /* ------------------------------------------------------------------- ls */
 
+/* The tensors of ck that hold non-finite elements (FORMAT.md 4.5). */
+static size_t n_poisoned_tensors(tsr_ckpt *ck) {
+    size_t n = 0;
+    for (size_t i = 0; i < tsr_ckpt_n_tensors(ck); i++) {
+        tsr_stats st;
+        n += tsr_ckpt_tensor_stats(ck, i, &st) == 1 && st.nonfinite;
+    }
+    return n;
+}
+
 static const char ls_help[] =
     "usage: tessera ckpt ls ROOT [--json]\n"
     "Lists the step directories under ROOT: step, status (committed, uncommitted: no\n"
     "MANIFEST, damaged: a MANIFEST that does not validate, abandoned: moved aside\n"
     "as step-N.abandoned-TIME when a job rewound to an earlier step; its directory\n"
-    "is named at the end of the line), tensor count, raw and stored bytes.\n";
+    "is named at the end of the line), tensor count, raw and stored bytes. A\n"
+    "poisoned checkpoint (a NaN or an infinity in its state, FORMAT.md 4.5; no\n"
+    "resume, rollback or recovery chooses it) says so at the end of its line\n"
+    "(\"poisoned\": true in --json).\n";
 
 int tsr_cmd_ckpt_ls(int argc, char **argv) {
     if (wants_help(argc, argv, ls_help)) return EXIT_OK;
@@ -129,17 +142,21 @@ int tsr_cmd_ckpt_ls(int argc, char **argv) {
             tsr_json_str(stdout, steps[i].name);
             printf(",\"step\":%llu,\"status\":\"%s\"", (unsigned long long)steps[i].step, status);
             if (ck)
-                printf(",\"tensors\":%zu,\"raw_bytes\":%llu,\"stored_bytes\":%llu", nt, (unsigned long long)raw,
-                       (unsigned long long)stored);
+                printf(",\"tensors\":%zu,\"raw_bytes\":%llu,\"stored_bytes\":%llu,\"poisoned\":%s", nt,
+                       (unsigned long long)raw, (unsigned long long)stored, tsr_ckpt_poisoned(ck) ? "true" : "false");
             if (!ck && e.msg[0]) {
                 printf(",\"error\":");
                 tsr_json_str(stdout, e.msg);
             }
             printf("}");
         } else if (ck) {
-            printf("%-14llu %-12s %8zu %12s %12s %6.3f%s%s\n", (unsigned long long)steps[i].step, status, nt,
+            char poison[64] = "";
+            if (tsr_ckpt_poisoned(ck))
+                snprintf(poison, sizeof poison, "  poisoned (%zu tensors hold NaN or Inf)", n_poisoned_tensors(ck));
+            printf("%-14llu %-12s %8zu %12s %12s %6.3f%s%s%s\n", (unsigned long long)steps[i].step, status, nt,
                    tsr_fmt_bytes(raw, a, sizeof a), tsr_fmt_bytes(stored, b, sizeof b),
-                   stored ? (double)raw / (double)stored : 1.0, abandoned ? "  " : "", abandoned ? steps[i].name : "");
+                   stored ? (double)raw / (double)stored : 1.0, abandoned ? "  " : "", abandoned ? steps[i].name : "",
+                   poison);
         } else {
             printf("%-14llu %-12s %8s %12s %12s %6s%s%s%s%s\n", (unsigned long long)steps[i].step, status, "-", "-",
                    "-", "-", abandoned ? "  " : "", abandoned ? steps[i].name : "", e.msg[0] ? "  " : "", e.msg);
@@ -157,7 +174,10 @@ static const char info_help[] =
     "usage: tessera ckpt info DIR [--json] [--frames]\n"
     "Shows the MANIFEST of the checkpoint in DIR (or of the newest one under a root):\n"
     "header, layout, data files, tensors with their placement, chunks and digest\n"
-    "(FORMAT.md 4.4; '-' where the MANIFEST records none, as before format 1.2), blobs.\n"
+    "(FORMAT.md 4.4; '-' where the MANIFEST records none, as before format 1.2), their\n"
+    "statistics (4.5: min and max of the finite values, L2 norm, count of NaN and\n"
+    "infinities; '-' where none are recorded: integer tensors, files before 1.3),\n"
+    "whether the checkpoint is poisoned (a non-finite value in a tensor), blobs.\n"
     "--frames also lists every frame; --json prints all of it, frames included.\n";
 
 static void print_box(FILE *f, const tsr_box *b) {
@@ -181,6 +201,12 @@ static void placement_str(const tsr_placement *p, char *buf, size_t len) {
     snprintf(buf, len, "%s,%s,%s", tp, p->fsdp ? "fsdp" : "fsdp:rep", pp);
 }
 
+/* "key":x then sep; null for a value JSON cannot hold (an infinity: no finite element). */
+static void json_f64(FILE *f, const char *key, double x, const char *sep) {
+    if (isfinite(x)) fprintf(f, "\"%s\":%.17g%s", key, x, sep);
+    else fprintf(f, "\"%s\":null%s", key, sep);
+}
+
 static void info_json(tsr_ckpt *ck) {
     tsr_layout l = tsr_ckpt_layout(ck);
     const uint8_t *id = tsr_ckpt_save_id(ck);
@@ -192,7 +218,7 @@ static void info_json(tsr_ckpt *ck) {
     for (int i = 0; i < 16; i++) printf("%02x", id[i]);
     printf("\",\"layout\":{\"pp\":%u,\"dp_replicate\":%u,\"dp_shard\":%u,\"tp\":%u,\"n_layers\":%u,\"flat\":%s}",
            l.pp, l.dp_replicate, l.dp_shard, l.tp, l.n_layers, l.flags & TSR_LAYOUT_FLAT ? "true" : "false");
-    printf(",\"files\":[");
+    printf(",\"poisoned\":%s,\"files\":[", tsr_ckpt_poisoned(ck) ? "true" : "false");
     for (size_t i = 0; i < tsr_ckpt_n_files(ck); i++) {
         tsr_file_info f;
         tsr_ckpt_file(ck, i, &f);
@@ -213,6 +239,12 @@ static void info_json(tsr_ckpt *ck) {
         uint64_t digest;
         if (tsr_ckpt_tensor_digest(ck, i, &digest) == 1) printf(",\"digest\":\"%016llx\"", (unsigned long long)digest);
         else printf(",\"digest\":null");
+        tsr_stats st;
+        if (tsr_ckpt_tensor_stats(ck, i, &st) == 1) {
+            printf(",\"stats\":{");
+            json_f64(stdout, "min", st.min, ","), json_f64(stdout, "max", st.max, ","), json_f64(stdout, "l2", st.l2, ",");
+            printf("\"nonfinite\":%llu}", (unsigned long long)st.nonfinite);
+        } else printf(",\"stats\":null");
         printf(",\"raw_bytes\":%llu,\"stored_bytes\":%llu,\"chunks\":[", (unsigned long long)t.raw_bytes,
                (unsigned long long)t.stored_bytes);
         long first = -1;
@@ -284,6 +316,9 @@ int tsr_cmd_ckpt_info(int argc, char **argv) {
            l.dp_shard, l.tp, l.n_layers, l.flags & TSR_LAYOUT_FLAT ? " flat" : "");
     printf("size        %s raw, %s stored (ratio %.3f)\n", tsr_fmt_bytes(raw, a, sizeof a),
            tsr_fmt_bytes(stored, b, sizeof b), stored ? (double)raw / (double)stored : 1.0);
+    if (tsr_ckpt_poisoned(ck))
+        printf("poisoned    yes: %zu tensor(s) hold NaN or Inf (no resume, rollback or recovery chooses it)\n",
+               n_poisoned_tensors(ck));
     printf("files       %zu:", tsr_ckpt_n_files(ck));
     for (size_t i = 0; i < tsr_ckpt_n_files(ck); i++) {
         tsr_file_info f;
@@ -306,6 +341,16 @@ int tsr_cmd_ckpt_info(int argc, char **argv) {
         if (tsr_ckpt_tensor_digest(ck, i, &digest) == 1) snprintf(dg, sizeof dg, "%016llx", (unsigned long long)digest);
         printf("%-40s %-6s %-6s %-20s %-26s %6u %11s %11s  %s\n", t.name, t.group, tsr_dtype_name(t.dtype), shape, pl,
                t.n_chunks, tsr_fmt_bytes(t.raw_bytes, a, sizeof a), tsr_fmt_bytes(t.stored_bytes, b, sizeof b), dg);
+    }
+    printf("\n%-40s %14s %14s %14s %10s\n", "STATISTICS OF", "MIN", "MAX", "L2", "NONFINITE");
+    for (size_t i = 0; i < tsr_ckpt_n_tensors(ck); i++) {
+        tsr_tensor_info t;
+        tsr_stats st;
+        tsr_ckpt_tensor(ck, i, &t);
+        if (tsr_ckpt_tensor_stats(ck, i, &st) == 1)
+            printf("%-40s %14.7g %14.7g %14.7g %10llu\n", t.name, st.min, st.max, st.l2,
+                   (unsigned long long)st.nonfinite);
+        else printf("%-40s %14s %14s %14s %10s\n", t.name, "-", "-", "-", "-");
     }
     printf("\n%-40s %-10s %-40s %7s\n", "CHUNK OF", "FILE", "BOX", "FRAMES");
     for (size_t c = 0; c < tsr_ckpt_n_chunks(ck); c++) {
@@ -444,12 +489,41 @@ static const char diff_help[] =
     "usage: tessera ckpt diff A B [--json]\n"
     "Compares two checkpoints tensor by tensor (and blob by blob): tensors only in one,\n"
     "of different dtype or shape, or with different values, with the largest absolute\n"
-    "difference and the count of elements that differ bitwise. Reads in bounded memory.\n"
+    "difference, the count of elements that differ bitwise and the relative change\n"
+    "||B-A|| / ||A|| (over the elements finite in both), the tensor that moved most\n"
+    "first. Then a table of every tensor both hold alike, sorted the same way: its\n"
+    "relative change from the values, and from the statistics (FORMAT.md 4.5: the L2\n"
+    "norms A and B recorded, |l2(B) - l2(A)| / l2(A); '-' where one records none), so\n"
+    "that the layer that moved most between two steps comes first. --json: that\n"
+    "table as \"tensors\", the lines as \"differences\". Reads in bounded memory.\n"
     "Exit 0: no difference; 1: differences (or an error).\n";
 
-/* Compares tensor ta of a with tb of b (same dtype and shape). */
-static int diff_tensor(tsr_ckpt *a, size_t ta, tsr_ckpt *b, size_t tb, double *maxdiff, uint64_t *ndiff,
-                       tsr_error *e) {
+/* What diff finds of a tensor both checkpoints hold alike. */
+typedef struct tensor_diff {
+    const char *name; /* A's */
+    uint64_t ndiff;   /* elements that differ bitwise */
+    double maxdiff;   /* the largest absolute difference (inf: a NaN on one side only) */
+    double d2, a2;    /* sums of (b-a)^2 and of a^2 over the elements finite in both */
+    double rel;       /* sqrt(d2 / a2): ||B-A|| / ||A|| (inf when ||A|| = 0 < ||B-A||) */
+    int stats;        /* both record statistics (FORMAT.md 4.5): */
+    double l2a, l2b;  /* their L2 norms */
+} tensor_diff;
+
+/* The relative change of the norms: |l2b - l2a| / l2a. */
+static double l2_change(const tensor_diff *d) {
+    return d->l2a > 0 ? fabs(d->l2b - d->l2a) / d->l2a : d->l2b > 0 ? INFINITY : 0;
+}
+
+/* Largest relative change first (NaN as the largest), then by name. */
+static int cmp_moved(const void *x, const void *y) {
+    const tensor_diff *p = x, *q = y;
+    double a = isnan(p->rel) ? INFINITY : p->rel, b = isnan(q->rel) ? INFINITY : q->rel;
+    if (a != b) return a > b ? -1 : 1;
+    return strcmp(p->name, q->name);
+}
+
+/* Compares tensor ta of a with tb of b (same dtype and shape) into *out. */
+static int diff_tensor(tsr_ckpt *a, size_t ta, tsr_ckpt *b, size_t tb, tensor_diff *out, tsr_error *e) {
     tsr_tensor_info t;
     tsr_ckpt_tensor(a, ta, &t);
     size_t es = tsr_dtype_size(t.dtype);
@@ -458,8 +532,12 @@ static int diff_tensor(tsr_ckpt *a, size_t ta, tsr_ckpt *b, size_t tb, double *m
     size_t slab = t.raw_bytes < SLAB_BYTES ? (size_t)t.raw_bytes + es : SLAB_BYTES; /* a small tensor, small buffers */
     uint8_t *x = malloc(slab), *y = malloc(slab);
     int rc = (!x || !y) ? -1 : 0;
-    *maxdiff = 0;
-    *ndiff = 0;
+    double *maxdiff = &out->maxdiff;
+    uint64_t *ndiff = &out->ndiff;
+    *out = (tensor_diff){.name = t.name};
+    tsr_stats sa, sb;
+    if (tsr_ckpt_tensor_stats(a, ta, &sa) == 1 && tsr_ckpt_tensor_stats(b, tb, &sb) == 1)
+        out->stats = 1, out->l2a = sa.l2, out->l2b = sb.l2;
     uint64_t n = rc ? 0 : tsr_box_pieces(&whole, es, slab);
     for (uint64_t k = 0; k < n && !rc; k++) {
         tsr_box piece;
@@ -467,15 +545,45 @@ static int diff_tensor(tsr_ckpt *a, size_t ta, tsr_ckpt *b, size_t tb, double *m
         if ((rc = tsr_ckpt_read(a, ta, &piece, x, e)) || (rc = tsr_ckpt_read(b, tb, &piece, y, e))) break;
         uint64_t m = tsr_box_volume(&piece);
         for (uint64_t i = 0; i < m; i++) {
+            double u = tsr_load_f64(t.dtype, x, i);
+            int fu = isfinite(u);
+            if (fu) out->a2 += u * u;
             if (memcmp(x + i * es, y + i * es, es) == 0) continue;
             (*ndiff)++;
-            double u = tsr_load_f64(t.dtype, x, i), w = tsr_load_f64(t.dtype, y, i);
+            double w = tsr_load_f64(t.dtype, y, i);
+            if (fu && isfinite(w)) out->d2 += (w - u) * (w - u);
             double d = isnan(u) || isnan(w) ? (isnan(u) && isnan(w) ? 0 : INFINITY) : fabs(u - w);
             if (d > *maxdiff || isnan(d)) *maxdiff = d;
         }
     }
+    out->rel = out->a2 > 0 ? sqrt(out->d2 / out->a2) : out->d2 > 0 ? INFINITY : 0;
     free(x), free(y);
     return rc;
+}
+
+/* The table of tensors both hold alike, the one that moved most first. */
+static void print_moved(const tensor_diff *v, size_t n, int json) {
+    char l2[64];
+    if (json) printf("],\"tensors\":[");
+    else if (n) printf("\n%-40s %14s %14s %14s %14s %12s\n", "TENSOR (moved most first)", "||B-A||/||A||", "L2 A",
+                       "L2 B", "L2 CHANGE", "DIFFER");
+    for (size_t i = 0; i < n; i++) {
+        const tensor_diff *d = &v[i];
+        if (json) {
+            printf("%s{\"name\":", i ? "," : "");
+            tsr_json_str(stdout, d->name);
+            printf(",\"elements_differ\":%llu,", (unsigned long long)d->ndiff);
+            json_f64(stdout, "max_abs_diff", d->maxdiff, ","), json_f64(stdout, "rel_change", d->rel, ",");
+            if (d->stats)
+                json_f64(stdout, "l2_a", d->l2a, ","), json_f64(stdout, "l2_b", d->l2b, ","),
+                    json_f64(stdout, "l2_rel_change", l2_change(d), "}");
+            else printf("\"l2_a\":null,\"l2_b\":null,\"l2_rel_change\":null}");
+            continue;
+        }
+        if (d->stats) snprintf(l2, sizeof l2, "%14.6g %14.6g %14.6g", d->l2a, d->l2b, l2_change(d));
+        else snprintf(l2, sizeof l2, "%14s %14s %14s", "-", "-", "-");
+        printf("%-40s %14.6g %s %12llu\n", d->name, d->rel, l2, (unsigned long long)d->ndiff);
+    }
 }
 
 int tsr_cmd_ckpt_diff(int argc, char **argv) {
@@ -497,6 +605,13 @@ int tsr_cmd_ckpt_diff(int argc, char **argv) {
     }
     long differences = 0;
     int failed = 0;
+    size_t na = tsr_ckpt_n_tensors(a), nb = tsr_ckpt_n_tensors(b), nmoved = 0;
+    tensor_diff *moved = malloc((na + 1) * sizeof *moved);
+    if (!moved) {
+        fprintf(stderr, "tessera ckpt diff: out of memory\n");
+        tsr_ckpt_close(a), tsr_ckpt_close(b);
+        return EXIT_FAIL;
+    }
     if (json) printf("{\"differences\":[");
 #define REPORT(...)                                                 \
     do {                                                            \
@@ -510,7 +625,7 @@ int tsr_cmd_ckpt_diff(int argc, char **argv) {
         differences++;                                              \
     } while (0)
     /* Tensors: a merge walk over the two name-sorted lists. */
-    size_t i = 0, j = 0, na = tsr_ckpt_n_tensors(a), nb = tsr_ckpt_n_tensors(b);
+    size_t i = 0, j = 0;
     while (i < na || j < nb) {
         tsr_tensor_info x, y;
         if (i < na) tsr_ckpt_tensor(a, i, &x);
@@ -529,18 +644,21 @@ int tsr_cmd_ckpt_diff(int argc, char **argv) {
         if (x.dtype != y.dtype || x.ndim != y.ndim || memcmp(x.shape, y.shape, sizeof x.shape) != 0) {
             REPORT("%s: dtype or shape differs (%s vs %s)", x.name, tsr_dtype_name(x.dtype), tsr_dtype_name(y.dtype));
         } else {
-            double maxd;
-            uint64_t nd;
             tsr_error e = {0};
-            if (diff_tensor(a, i, b, j, &maxd, &nd, &e)) {
+            if (diff_tensor(a, i, b, j, &moved[nmoved++], &e)) {
                 fprintf(stderr, "tessera ckpt diff: %s\n", e.msg[0] ? e.msg : "out of memory");
                 failed = 1;
                 break;
             }
-            if (nd) REPORT("%s: %llu elements differ, max abs difference %.9g", x.name, (unsigned long long)nd, maxd);
         }
         i++, j++;
     }
+    /* the values that differ, the tensor that moved most first */
+    tsr_sort(moved, nmoved, sizeof *moved, cmp_moved);
+    for (size_t k = 0; !failed && k < nmoved; k++)
+        if (moved[k].ndiff)
+            REPORT("%s: %llu elements differ, max abs difference %.9g, relative change %.6g", moved[k].name,
+                   (unsigned long long)moved[k].ndiff, moved[k].maxdiff, moved[k].rel);
     /* Blobs. */
     for (size_t k = 0; !failed && k < tsr_ckpt_n_blobs(a); k++) {
         tsr_blob_info x, y;
@@ -565,6 +683,9 @@ int tsr_cmd_ckpt_diff(int argc, char **argv) {
         tsr_ckpt_blob(b, k, &y);
         if (tsr_ckpt_find_blob(a, y.name, y.rank) < 0) REPORT("blob %s (rank %d): only in B", y.name, y.rank);
     }
+    if (!failed && (json || differences)) print_moved(moved, nmoved, json);
+    else if (json) printf("],\"tensors\":[");
+    free(moved);
     if (json) printf("],\"same\":%s}\n", differences || failed ? "false" : "true");
     else if (!differences && !failed) printf("no differences\n");
     tsr_ckpt_close(a);

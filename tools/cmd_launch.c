@@ -22,6 +22,10 @@ static const char USAGE[] =
     "  - the loss or gradient norm is not finite: the job rolls back to the newest\n"
     "    checkpoint before that step and skips the data from there to it\n"
     "    (training.skip_data_after_step, training.skip_data_steps);\n"
+    "  - the ranks' replica check (training.sdc_check_interval) finds copies of a\n"
+    "    tensor that differ (silent data corruption): the job names their ranks and\n"
+    "    rolls back to its newest checkpoint, checked when it was saved; a rank that\n"
+    "    a majority of its group outvoted counts as its node's failure;\n"
     "and reports a straggler: a rank whose median compute time (its step time less\n"
     "its waits in the collectives) over its last 8 steps is over 1.5x the other\n"
     "ranks' and at least 0.1 s above it.\n"
@@ -39,8 +43,10 @@ static const char USAGE[] =
     "injects faults at random, RATE seconds apart on average (exponential; SEED 1\n"
     "by default): a rank killed, a node killed (--nodes), a rank stopped, a NaN\n"
     "loss, ENOSPC on the next checkpoint write, an S3 outage of 3 s (when the job\n"
-    "archives to S3); each is a \"chaos\" event. KINDS (kill_rank, kill_node,\n"
-    "stop_rank, nan, enospc, s3, joined by '+') keeps to those.\n"
+    "archives to S3), a bit of one rank's weights flipped (when the replica check\n"
+    "runs and the weights have copies); each is a \"chaos\" event. KINDS\n"
+    "(kill_rank, kill_node, stop_rank, nan, enospc, s3, bitflip, joined by '+')\n"
+    "keeps to those.\n"
     "Exit status: 0 finished, 1 gave up, 2 bad usage.\n";
 
 static int num_opt(const char *v, double lo, double *out, const char *name) {
@@ -67,7 +73,7 @@ static int chaos_opt(const char *v, launch_opts *o) {
     o->chaos_kinds = 0;
     if (kinds && launch_chaos_kinds(kinds + 1, &o->chaos_kinds))
         return tsr_usage_error("launch", "--chaos RATE,SEED,KINDS: '%s' is not a list of kill_rank, kill_node, "
-                                         "stop_rank, nan, enospc, s3 joined by '+'", kinds + 1);
+                                         "stop_rank, nan, enospc, s3, bitflip joined by '+'", kinds + 1);
     return 0;
 }
 

@@ -2,10 +2,12 @@
  * written by any number of ranks in any layout through the engine, and checked
  * element by element after a load in any other layout. */
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "casts.h"
 #include "cli.h"
 #include "commands.h"
 #include "lock.h"
@@ -14,7 +16,7 @@
 static const char synth_help[] =
     "usage: [mpirun -np N] tessera ckpt synth DIR --bytes SIZE [--dtype bf16|f32|mix]\n"
     "           [--tensors N] [--step S] [--layout L] [--threads N] [--frame-bytes SIZE]\n"
-    "           [--codec auto|raw|zstd|bytegroup]\n"
+    "           [--codec auto|raw|zstd|bytegroup] [--nan TENSOR[:INDEX] ...]\n"
     "       tessera ckpt synth DIR --check     (the same as 'tessera ckpt check DIR')\n"
     "Writes a checkpoint into DIR whose content is a deterministic function of tensor\n"
     "name and global element index (Gaussian-like values, std 0.02, for float\n"
@@ -26,7 +28,10 @@ static const char synth_help[] =
     "writes the boxes it holds under layout L (default dp_shard=<ranks>), e.g.\n"
     "pp=2,dp_shard=2,tp=2; replicated boxes are written once. DIR has one writer: a\n"
     "step of a root (DIR named step-N) is written in place under the root's lock;\n"
-    "any other DIR as .DIR.tmp-PID-N beside it, renamed to DIR once committed.\n";
+    "any other DIR as .DIR.tmp-PID-N beside it, renamed to DIR once committed.\n"
+    "--nan plants a NaN at the row-major INDEX (default 0) of the float tensor\n"
+    "TENSOR (named as 'ckpt info' shows them, e.g. model.layers.1.w): the checkpoint\n"
+    "is committed and marked poisoned (FORMAT.md 4.5). Up to 8 times.\n";
 
 static const char check_help[] =
     "usage: [mpirun -np M] tessera ckpt check DIR [--layout L] [--threads N]\n"
@@ -123,10 +128,14 @@ static int rank_state_make(const tsr_layout *l, const tsr_tensor_decl *t, size_t
 
 /* ------------------------------------------------------------ options */
 
+#define MAX_NAN 8
 typedef struct synth_opts {
     const char *dir, *dtype, *layout;
     uint64_t bytes, tensors, step, threads, frame_bytes;
     int codec, check, have_bytes;
+    char nan_name[MAX_NAN][256]; /* --nan: tensor and row-major index of each NaN planted */
+    uint64_t nan_index[MAX_NAN];
+    int n_nan;
 } synth_opts;
 
 static int parse_opts(const char *cmd, int argc, char **argv, synth_opts *o) {
@@ -160,6 +169,13 @@ static int parse_opts(const char *cmd, int argc, char **argv, synth_opts *o) {
             if (tsr_parse_codec(v, &o->codec)) return tsr_usage_error(cmd, "--codec is auto, raw, zstd or bytegroup");
         } else if ((r = tsr_opt(argc, argv, &i, "check", 0, &v))) {
             o->check = 1;
+        } else if ((r = tsr_opt(argc, argv, &i, "nan", 1, &v))) {
+            const char *colon = r < 0 ? NULL : strrchr(v, ':');
+            if (r < 0 || o->n_nan == MAX_NAN || strlen(v) >= sizeof o->nan_name[0] ||
+                (colon && tsr_parse_u64(colon + 1, &o->nan_index[o->n_nan])))
+                return tsr_usage_error(cmd, "--nan takes TENSOR[:INDEX], up to %d times", MAX_NAN);
+            snprintf(o->nan_name[o->n_nan], sizeof o->nan_name[0], "%.*s", colon ? (int)(colon - v) : (int)strlen(v), v);
+            o->n_nan++;
         } else if (argv[i][0] == '-') {
             return tsr_usage_error(cmd, "unknown option %s", argv[i]);
         } else if (!o->dir) {
@@ -169,6 +185,37 @@ static int parse_opts(const char *cmd, int argc, char **argv, synth_opts *o) {
         }
     }
     if (!o->dir) return tsr_usage_error(cmd, "missing DIR");
+    return 0;
+}
+
+/* --nan: each NaN into this rank's box that holds its element, if any.
+ * @return 0, or -1 naming a tensor that is not a float tensor of the model or
+ * an index past its volume. */
+static int plant_nans(const synth_opts *o, const synth_model *m, rank_state *rs, const char *cmd) {
+    for (int k = 0; k < o->n_nan; k++) {
+        const tsr_tensor_decl *d = NULL;
+        size_t ti = 0;
+        for (; ti < m->n && !d; ti++)
+            if (!strcmp(m->t[ti].name, o->nan_name[k])) d = &m->t[ti];
+        uint64_t vol = 1, idx[TSR_MAX_DIMS], rest = o->nan_index[k];
+        for (uint32_t j = 0; d && j < d->ndim; j++) vol *= d->shape[j];
+        if (!d || !tsr_dtype_is_float(d->dtype) || rest >= vol) {
+            fprintf(stderr, "tessera %s: --nan %s:%llu: %s\n", cmd, o->nan_name[k], (unsigned long long)rest,
+                    !d ? "no such tensor" : rest >= vol ? "index past the tensor" : "not a float tensor");
+            return -1;
+        }
+        for (uint32_t j = d->ndim; j-- > 0;) idx[j] = rest % d->shape[j], rest /= d->shape[j];
+        for (size_t i = 0; i < rs->n; i++) {
+            const tsr_box *b = &rs->sb[i].box;
+            uint64_t off = 0;
+            int in = rs->sb[i].tensor == ti - 1;
+            for (uint32_t j = 0; in && j < d->ndim; j++) {
+                in = idx[j] >= b->offset[j] && idx[j] < b->offset[j] + b->extent[j];
+                off = off * b->extent[j] + (idx[j] - b->offset[j]);
+            }
+            if (in) tsr_store_from_f64(d->dtype, rs->sb[i].data, off, NAN);
+        }
+    }
     return 0;
 }
 
@@ -330,6 +377,8 @@ int tsr_cmd_ckpt_synth(int argc, char **argv) {
         tsr_progress_add(&pr, tsr_box_volume(&rs.sb[i].box) * tsr_dtype_size(d->dtype));
     }
     tsr_progress_end(&pr);
+    if (!status && plant_nans(&o, &m, &rs, cmd)) status = EXIT_FAIL;
+    status = agree(comm, status);
     tsr_engine *eng = NULL;
     if (!status) {
         tsr_engine_opts eo = tsr_engine_opts_default();

@@ -29,6 +29,7 @@ int tsr_cmd_reshard(int argc, char **argv);
 int tsr_cmd_logits(int argc, char **argv);
 int tsr_cmd_export(int argc, char **argv);
 int tsr_cmd_import(int argc, char **argv);
+int tsr_cmd_verify_export(int argc, char **argv); /* cmd_verify_export.c */
 int tsr_cmd_push(int argc, char **argv);
 int tsr_cmd_pull(int argc, char **argv);
 int tsr_cmd_ls(int argc, char **argv);

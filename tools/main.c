@@ -24,6 +24,7 @@ static const command commands[] = {
     {"reshard", NULL, tsr_cmd_reshard, "rewrite a checkpoint for another layout, dtype or codec (offline)"},
     {"export", NULL, tsr_cmd_export, "write a checkpoint's model for Hugging Face (safetensors + config.json)"},
     {"import", NULL, tsr_cmd_import, "bring a Hugging Face Llama (safetensors + config.json) into a checkpoint"},
+    {"verify-export", NULL, tsr_cmd_verify_export, "recompute the tensor digests an export records (safetensors or GGUF)"},
     {"logits", NULL, tsr_cmd_logits, "the model's logits for some tokens (forward pass on one rank)"},
     {"push", NULL, tsr_cmd_push, "upload checkpoints to S3-compatible storage (s3://bucket/prefix/)"},
     {"pull", NULL, tsr_cmd_pull, "download checkpoints from S3-compatible storage"},

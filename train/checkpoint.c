@@ -103,6 +103,30 @@ static int check_model(train_job *j, const char *dir, tsr_error *err) {
     return rc;
 }
 
+/* A poisoned checkpoint named by checkpoint.load_step: refused, naming the
+ * tensors that hold non-finite values (FORMAT.md 4.5) and the override. */
+static int refuse_poisoned(const tsr_train_config *c, const char *dir, tsr_error *err) {
+    char names[768] = "";
+    size_t off = 0, n_bad = 0;
+    tsr_ckpt *ck = tsr_ckpt_open(dir, err);
+    if (!ck) return err ? err->code : TSR_EIO;
+    for (size_t i = 0; i < tsr_ckpt_n_tensors(ck); i++) {
+        tsr_stats st;
+        tsr_tensor_info t;
+        if (tsr_ckpt_tensor_stats(ck, i, &st) != 1 || !st.nonfinite) continue;
+        tsr_ckpt_tensor(ck, i, &t);
+        if (n_bad++ < 8 && off < sizeof names)
+            off += (size_t)snprintf(names + off, sizeof names - off, "%s%s (%llu)", n_bad > 1 ? ", " : "", t.name,
+                                    (unsigned long long)st.nonfinite);
+    }
+    tsr_ckpt_close(ck);
+    if (n_bad > 8 && off < sizeof names) snprintf(names + off, sizeof names - off, " and %zu more", n_bad - 8);
+    return tsr_err(err, TSR_EINVAL,
+                   "checkpoint.load_step=%d: %s is poisoned: non-finite values in %s%s; set "
+                   "checkpoint.load_poisoned = true to load it anyway",
+                   c->checkpoint.load_step, dir, n_bad ? "tensors " : "its state", names);
+}
+
 /* The checkpoint a job starts from: checkpoint.load_step under the root, else
  * the newest committed one there, else checkpoint.initial_load_path (then
  * *model_only as configured). @return 1 with its path in dir, 0 when there is
@@ -117,6 +141,7 @@ static int start_checkpoint(const tsr_train_config *c, const char *root, char *d
         if (!tsr_ckpt_is_committed(dir))
             return tsr_err(err, TSR_ENOTFOUND, "checkpoint.load_step=%d: %s is not a committed checkpoint",
                            c->checkpoint.load_step, dir);
+        if (!c->checkpoint.load_poisoned && tsr_step_poisoned(dir)) return refuse_poisoned(c, dir, err);
         return 1;
     }
     uint64_t s;
@@ -355,10 +380,19 @@ static void blocked(train_job *j, double since) {
     j->blocked_total += b;
 }
 
+static int save_due(const train_job *j, int step) {
+    const tsr_train_config *c = &j->t->cfg;
+    return c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps);
+}
+
+int tsr_job_ckpt_due(const train_job *j, int step) {
+    return save_due(j, step) || (j->local && step % j->t->cfg.checkpoint.local_interval == 0);
+}
+
 int tsr_job_ckpt_step(train_job *j, int step, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
     int rc = 0;
-    if (c->checkpoint.enable && (step % c->checkpoint.interval == 0 || step == c->training.steps)) {
+    if (save_due(j, step)) {
         double t0 = tsr_now(); /* blocked: from here, not from the log line's writes, which every step pays */
         rc = save_step(j, step, err);
         blocked(j, t0);

@@ -95,6 +95,7 @@ static const keydef keys[] = {
     {"training", "mixed_precision_reduce", K_CHOICE, OFF(training.mixed_precision_reduce), 0, 0, 0, dtype_choices,
      NULL},
     {"training", "device", K_CHOICE, OFF(training.device), 0, 0, F_OURS, device_choices, NULL},
+    {"training", "sdc_check_interval", K_INT, OFF(training.sdc_check_interval), 0, BIG, F_OURS, NULL, NULL},
 
     {"parallelism", "data_parallel_replicate_degree", K_INT,
      OFF(parallelism.data_parallel_replicate_degree), 1, BIG, 0, NULL, NULL},
@@ -117,6 +118,7 @@ static const keydef keys[] = {
     {"checkpoint", "async_mode", K_CHOICE, OFF(checkpoint.async_mode), 0, 0, 0, async_choices, NULL},
     {"checkpoint", "load_step", K_INT, OFF(checkpoint.load_step), 0, BIG, F_MINUS1, NULL,
      "the newest checkpoint"},
+    {"checkpoint", "load_poisoned", K_BOOL, OFF(checkpoint.load_poisoned), 0, 0, F_OURS, NULL, NULL},
     {"checkpoint", "last_save_model_only", K_BOOL, OFF(checkpoint.last_save_model_only), 0, 0, 0, NULL,
      NULL},
     {"checkpoint", "export_dtype", K_CHOICE, OFF(checkpoint.export_dtype), 0, 0, 0, dtype_choices, NULL},

@@ -132,6 +132,11 @@ typedef struct tsr_train_config {
         int mixed_precision_param;
         int mixed_precision_reduce; /* TSR_F32 only: gradients are reduced in f32 */
         tsr_device device;        /* "cpu" */
+        /* tessera's own: every sdc_check_interval steps, and before every
+           checkpoint, the ranks that hold copies of a tensor (dp_replicate
+           replicas, the norm weights over tp) compare hashes of what they hold
+           (train/sdc.c; README "Keeping a run alive"). 10; 0: off. */
+        int sdc_check_interval;
     } training;
     struct {
         int data_parallel_replicate_degree; /* 1 */
@@ -149,6 +154,9 @@ typedef struct tsr_train_config {
         int keep_latest_k;            /* 10: keep the newest K checkpoints; 0 keeps all */
         tsr_async_mode async_mode;    /* disabled */
         int load_step;                /* -1: resume from the newest checkpoint; else that step */
+        bool load_poisoned;           /* false: a load_step whose checkpoint is poisoned (a NaN or
+                                         an infinity in its state) is refused; true: loaded
+                                         (tessera's own) */
         bool last_save_model_only;    /* true: the final save holds the model only */
         int export_dtype;             /* TSR_F32 ("float32") or TSR_BF16 ("bfloat16"): dtype
                                          of the model-only last save */

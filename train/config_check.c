@@ -34,6 +34,7 @@ void tsr_config_defaults(tsr_train_config *c) {
     c->training.seed = -1;
     strcpy(c->training.dataset, "synthetic");
     c->training.skip_data_after_step = -1;
+    c->training.sdc_check_interval = 10;
     c->training.mixed_precision_param = TSR_F32;
     c->training.mixed_precision_reduce = TSR_F32;
     c->parallelism.data_parallel_replicate_degree = 1;

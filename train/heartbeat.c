@@ -78,7 +78,7 @@ void tsr_hb_decode(const uint8_t in[TSR_HB_RECORD], tsr_hb_record *r) {
 }
 
 const char *tsr_hb_phase_name(int phase) {
-    static const char *const names[TSR_HB_N_PHASES] = {"?", "start", "load", "step", "save", "done"};
+    static const char *const names[TSR_HB_N_PHASES] = {"?", "start", "load", "step", "save", "done", "sdc"};
     return phase > 0 && phase < TSR_HB_N_PHASES ? names[phase] : "?";
 }
 
@@ -94,6 +94,15 @@ static _Atomic int64_t chaos_nan_step; /* TSR_HB_CMD_NAN's step (0: none) */
 
 int tsr_heartbeat_chaos_nan(int64_t step) { return step > 0 && atomic_load(&chaos_nan_step) == step; }
 
+static _Atomic int chaos_flip_pending; /* TSR_HB_CMD_BITFLIP came, not yet carried out */
+static _Atomic uint64_t chaos_flip_arg;
+
+int tsr_heartbeat_chaos_bitflip(uint64_t *arg) {
+    if (!atomic_exchange(&chaos_flip_pending, 0)) return 0;
+    *arg = atomic_load(&chaos_flip_arg);
+    return 1;
+}
+
 /* A command from the supervisor, whole: carried out (unknown ones are ignored:
  * a newer supervisor's). */
 static void on_command(tsr_heartbeat *h) {
@@ -102,6 +111,10 @@ static void on_command(tsr_heartbeat *h) {
     if (kind == TSR_HB_CMD_NAN) atomic_store(&chaos_nan_step, (int64_t)tsr_ld64(h->cmd + 8));
     if (kind == TSR_HB_CMD_ENOSPC) tsr_fault_set("write:1:ENOSPC", NULL);
     if (kind == TSR_HB_CMD_S3) tsr_fault_outage(NULL, (double)tsr_ld64(h->cmd + 8) / 1000);
+    if (kind == TSR_HB_CMD_BITFLIP) {
+        atomic_store(&chaos_flip_arg, tsr_ld64(h->cmd + 8));
+        atomic_store(&chaos_flip_pending, 1);
+    }
     h->cmd_have = 0;
 }
 
@@ -148,6 +161,10 @@ void tsr_heartbeat_send(tsr_heartbeat *h, int phase, int64_t step, double loss, 
 
 void tsr_heartbeat_step(tsr_heartbeat *h, int64_t step, double loss, double grad_norm, double step_s, double compute_s) {
     send_record(h, TSR_HB_STEP, step, loss, grad_norm, step_s, compute_s);
+}
+
+void tsr_heartbeat_sdc(tsr_heartbeat *h, int64_t step, int verdict, int holders, int agree) {
+    send_record(h, TSR_HB_SDC, step, verdict, holders, agree, 0);
 }
 
 static int parse_token(const char *s, uint64_t *out) {

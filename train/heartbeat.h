@@ -14,7 +14,10 @@
  * of `tessera launch --chaos`: TSR_HB_CMD_NAN (arg: the step of this launch
  * whose loss is taken as NaN), TSR_HB_CMD_ENOSPC (through the
  * fault-injecting store, tsr_fault_set: the process's next write to a store
- * fails with ENOSPC) and TSR_HB_CMD_S3 (an S3 outage: tsr_fault_outage). Without TSR_HEARTBEAT every call here is a no-op.
+ * fails with ENOSPC), TSR_HB_CMD_S3 (an S3 outage: tsr_fault_outage) and
+ * TSR_HB_CMD_BITFLIP (arg: which bit of which weight this rank flips, at its
+ * next step boundary, on its training thread: tsr_heartbeat_chaos_bitflip).
+ * Without TSR_HEARTBEAT every call here is a no-op.
  *
  * Record layout (80 bytes, version 2): magic u32 "TSHB" | version u16 |
  * phase u16 | token u64 | rank u32 | world u32 | pid u32 | zero u32 | step i64 |
@@ -22,6 +25,17 @@
  * time for the step) | compute_s f64 (step_s less the time spent in the data
  * plane's calls, tsr_data_seconds: the rank's own work, without its waits for
  * the others; the straggler rule compares it).
+ *
+ * A TSR_HB_SDC record (silent data corruption: train/sdc.c) is sent by every
+ * rank of a job whose replica check failed, before the rank fails its step:
+ * step is the step checked; loss the verdict on this rank (0: not named, its
+ * copies agree with the others' or with its group's majority; 1: named, its
+ * group has no majority, so no copy is blamed; 2: named and blamed, a
+ * majority of its group holds another hash); grad_norm the holders of its
+ * group when their copies differ (else 0); step_s how many of them hold its
+ * hash (itself included); compute_s 0. The ranks of a group that differs send
+ * theirs before any rank can leave, so the supervisor learns of the
+ * corruption before it sees a rank's end of stream. The layout is version 2's.
  */
 #ifndef TSR_HEARTBEAT_H
 #define TSR_HEARTBEAT_H
@@ -38,6 +52,7 @@
 #define TSR_HB_CMD_NAN 1     /* arg: a step of this launch whose loss is taken as NaN */
 #define TSR_HB_CMD_ENOSPC 2  /* the next write to the durable tier fails: no space */
 #define TSR_HB_CMD_S3 3      /* arg: milliseconds in which every S3 request fails (HTTP 503) */
+#define TSR_HB_CMD_BITFLIP 4 /* arg: selects a bit of a weight that this rank flips (tsr_heartbeat_chaos_bitflip) */
 #define TSR_HB_ENV "TSR_HEARTBEAT"
 #define TSR_HB_TOKEN_ENV "TSR_HEARTBEAT_TOKEN"
 
@@ -48,6 +63,7 @@ enum {
     TSR_HB_STEP,      /* a step ended: step, loss, grad_norm, step_s */
     TSR_HB_SAVE,      /* a checkpoint of `step` is being staged */
     TSR_HB_DONE,      /* the job finished on this rank */
+    TSR_HB_SDC,       /* the replica check of `step` failed: the verdict on this rank (above) */
     TSR_HB_N_PHASES
 };
 
@@ -88,6 +104,12 @@ int tsr_heartbeat_open(int rank, int world, tsr_heartbeat **out, tsr_error *err)
 void tsr_heartbeat_send(tsr_heartbeat *h, int phase, int64_t step, double loss, double grad_norm, double step_s);
 void tsr_heartbeat_step(tsr_heartbeat *h, int64_t step, double loss, double grad_norm, double step_s, double compute_s);
 
+/* tsr_heartbeat_sdc(): the TSR_HB_SDC record of a failed replica check at
+ * `step` (h NULL: nothing): verdict 0, 1 or 2, the holders of this rank's
+ * group whose copies differ and how many of them agree with it (0 and 0 when
+ * its groups agree). */
+void tsr_heartbeat_sdc(tsr_heartbeat *h, int64_t step, int verdict, int holders, int agree);
+
 /* tsr_heartbeat_close(): stops the watchdog and closes the connection (the
  * supervisor then sees end of stream). NULL is a no-op. */
 void tsr_heartbeat_close(tsr_heartbeat *h);
@@ -106,6 +128,12 @@ int tsr_heartbeat_fault_nan(uint64_t first_sample, int global_batch);
  * the supervisor's TSR_HB_CMD_NAN named (the process's own numbering: a
  * relaunch, a new process, does not repeat it), else 0. */
 int tsr_heartbeat_chaos_nan(int64_t step);
+
+/* tsr_heartbeat_chaos_bitflip(): 1 once after the supervisor's
+ * TSR_HB_CMD_BITFLIP came (its arg into *arg), else 0: the training loop asks
+ * at each step boundary and flips the bit itself, through the kernel context
+ * (the watchdog never touches the trainer's memory). */
+int tsr_heartbeat_chaos_bitflip(uint64_t *arg);
 
 /* The test hook of the straggler rule. tsr_heartbeat_set_fault_slow(): from now
  * on, rank `rank` (-1: none) works `ms` milliseconds longer each step; the

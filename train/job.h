@@ -42,6 +42,10 @@ typedef struct train_job {
     uint64_t first_sample; /* the step's batch: its first sample over the epochs */
     tsr_local_tier *local; /* the local tier (checkpoint.local_interval); NULL when off */
     char local_root[PATH_MAX];
+    /* the replica check (sdc.c) */
+    uint64_t *sdc_hash; /* two words of the trainer's memory: the hashes */
+    double sdc_seconds; /* the checks' time */
+    int sdc_checks;
 } train_job;
 
 /* out = rel if absolute, else base/rel. @return 1 if it does not fit. */
@@ -68,9 +72,19 @@ static inline int tsr_job_join(char *out, size_t len, const char *base, const ch
  * last step fails the run.
  * tsr_job_ckpt_close(): the local tier and the engine closed, the boxes freed. */
 int tsr_job_ckpt_open(train_job *j, tsr_error *err);
+/* tsr_job_ckpt_due(): whether tsr_job_ckpt_step saves or snapshots after `step`. */
+int tsr_job_ckpt_due(const train_job *j, int step);
 int tsr_job_ckpt_step(train_job *j, int step, tsr_error *err);
 void tsr_job_ckpt_staged(void *ctx);
 int tsr_job_ckpt_finish(train_job *j, int rc, tsr_error *err);
 void tsr_job_ckpt_close(train_job *j);
+
+/* sdc.c: the replica check (silent data corruption). tsr_job_sdc_step():
+ * after step `step`'s optimizer step: the chaos bit flip the supervisor asked
+ * for, if any; then, every training.sdc_check_interval steps, before every
+ * checkpoint and at the last step, the holders of each replicated tensor
+ * compare hashes of it. @return 0, or TSR_ECORRUPT naming the ranks and hosts
+ * whose copies differ (every rank fails the step), or a collective's failure. */
+int tsr_job_sdc_step(train_job *j, int step, tsr_error *err);
 
 #endif

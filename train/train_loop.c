@@ -178,6 +178,7 @@ static int train_step(train_job *j, int step, tsr_error *err) {
     if (!rc) rc = tsr_trainer_step(t, step, j->inputs, j->targets, 1, &loss, &gnorm, err);
     if (!rc && (tsr_heartbeat_fault_nan(first, c->training.global_batch_size) || tsr_heartbeat_chaos_nan(step)))
         loss = NAN;
+    if (!rc) rc = tsr_job_sdc_step(j, step, err); /* before the step counts: its state is checked */
     double took = tsr_now() - t0; /* compute: less the waits in the data plane */
     size_t used = 0;
     if (!rc && !tsr_kctx_mem_used(&t->kc, &used, &j->dev_total) && used > j->dev_peak) j->dev_peak = used;
@@ -207,6 +208,9 @@ static void log_done(train_job *j) {
             n, j->step_time_total, (double)c->training.global_batch_size * j->t->T * n / j->step_time_total,
             j->blocked_total, 100 * j->blocked_total / j->step_time_total, j->data_total,
             100 * j->data_total / j->step_time_total, c->checkpoint.enable ? j->root : "(disabled)");
+    if (j->sdc_checks)
+        fprintf(j->log, "replica checks: %d in %.3f s (%.2f%% of the steps' time; training.sdc_check_interval=%d)\n",
+                j->sdc_checks, j->sdc_seconds, 100 * j->sdc_seconds / j->step_time_total, c->training.sdc_check_interval);
     if (j->dev_total)
         fprintf(j->log, "device memory: peak %.2f GiB in use at the end of a step, of %.2f GiB\n",
                 (double)j->dev_peak / (1 << 30), (double)j->dev_total / (1 << 30));
@@ -214,6 +218,7 @@ static void log_done(train_job *j) {
 
 static void job_close(train_job *j) {
     if (j->metrics) fclose(j->metrics);
+    if (j->sdc_hash) tsr_kc_free(&j->t->kc, j->sdc_hash);
     tsr_job_ckpt_close(j);
     tsr_loader_close(j->loader);
     free(j->inputs);

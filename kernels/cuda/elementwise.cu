@@ -1,5 +1,6 @@
-/* elementwise.cu: fill, add, bf16 casts and AdamW, one element per thread in
- * grid-stride loops; each element computed as its CPU twin computes it. */
+/* elementwise.cu: fill, add, bf16 casts, AdamW and the order-free hash, one
+ * element per thread in grid-stride loops; each element computed as its CPU
+ * twin computes it. */
 #include <math.h>
 
 #include "cuda_impl.h"
@@ -55,4 +56,21 @@ extern "C" void tsr_cuda_adamw(float *p, const float *g, float gscale, float *m,
     double bc1 = 1.0 - pow((double)beta1, (double)t), bc2 = 1.0 - pow((double)beta2, (double)t);
     float step = (float)(lr / bc1), rsq_bc2 = (float)(1.0 / sqrt(bc2)), decay = 1.0f - lr * weight_decay;
     if (n) adamw_k<<<GRID(n)>>>(p, g, gscale, m, v, n, beta1, beta2, eps, step, rsq_bc2, decay);
+}
+
+/* tsr_hash_sum's terms (base/common.h's tsr_mix64), summed per thread, then
+ * per warp, then one atomic add a warp: integer sums, so the order is free. */
+static __device__ __forceinline__ uint64_t hash_mix(uint64_t x) {
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static __global__ void hash_sum_k(unsigned long long *acc, const uint32_t *x, size_t n, uint64_t index0) {
+    uint64_t s = 0;
+    FOR_EACH(i, n) s += hash_mix((uint64_t)x[i] + (index0 + i) * 0x9e3779b97f4a7c15ull); /* TSR_HASH_K */
+    for (int o = 16; o > 0; o /= 2) s += __shfl_down_sync(0xffffffffu, (unsigned long long)s, o);
+    if ((threadIdx.x & 31) == 0 && s) atomicAdd(acc, (unsigned long long)s);
+}
+extern "C" void tsr_cuda_hash_sum_add(uint64_t *acc, const void *x, size_t n, uint64_t index0, tsr_stream *s) {
+    if (n) hash_sum_k<<<GRID(n)>>>((unsigned long long *)acc, (const uint32_t *)x, n, index0);
 }

@@ -77,6 +77,11 @@ void tsr_cuda_sumsq_add(double *acc, const float *x, size_t n, double *scratch, 
 size_t tsr_cuda_sumsq_ranges_scratch(size_t total);
 void tsr_cuda_sumsq_ranges(double *acc, const float *base, const uint64_t *ranges, int count, size_t total,
                            double *scratch, tsr_stream *s);
+/* hash.h: *acc (one uint64_t, device memory) += tsr_hash_sum(x, n, index0)
+ * over n 32-bit words of device memory, modulo 2^64 (integer atomics: the CPU's
+ * value to the bit, whatever the order), queued on s without allocation or
+ * wait; n == 0 adds nothing. */
+void tsr_cuda_hash_sum_add(uint64_t *acc, const void *x, size_t n, uint64_t index0, tsr_stream *s);
 
 /* rope.h: cos_t and sin_t are tsr_rope_tables', copied to the device. */
 void tsr_cuda_rope_fwd(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, tsr_stream *s);

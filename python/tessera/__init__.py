@@ -3,6 +3,7 @@
     ck = tessera.open("runs/small/checkpoint")      # a step directory, or a root: its newest step
     ck.tensors["layers.0.attention.wq.weight"]      # shape, dtype, group, placement
     w = ck.read("layers.0.attention.wq.weight")     # a NumPy array (bf16: uint16 unless bf16="float32")
+                                                    # held to the tensor's MANIFEST digest (FORMAT.md 4.4)
     part = ck.read(name, offset=(0, 64), extent=(128, 64), torch=True)   # a torch.Tensor
     ck.blobs, ck.blob("train.step"), ck.verify()
     tessera.save("out/step-00000001", {"w": array}, step=1, blobs={"note": b"..."})
@@ -10,6 +11,14 @@
 Local paths and s3://bucket/prefix both work (S3 credentials as for the command).
 Every error is a tessera.Error carrying the library's message, which names the
 file, tensor or request and the reason.
+
+A read of a whole tensor whose MANIFEST records its digest (FORMAT.md 4.4: every
+checkpoint of format 1.2 on) recomputes the digest of the elements read, through
+the library's tsr_digest_key and tsr_digest_run, and raises Error naming the
+tensor and both values when they differ: the frames' checksums prove the bytes
+of each file, the digest that the elements are the tensor that was saved, each
+in its place. tessera.open(path, check_digests=False), or read(...,
+check_digest=False), skips it; a read of part of a tensor cannot check it.
 
 The library is the core, libtessera-core.so.0: the checkpoint reader and writer
 over local files, without MPI, BLAS or libcurl; an s3:// location is read and
@@ -152,6 +161,9 @@ def library(s3=False):
         "tsr_ckpt_read": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(_Box), P, E]),
         "tsr_ckpt_read_blob": (ctypes.c_int, [P, ctypes.c_size_t, P, E]),
         "tsr_ckpt_verify": (ctypes.c_long, [P, _PROBLEM, P, ctypes.c_int, E]),
+        "tsr_ckpt_tensor_digest": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]),
+        "tsr_digest_key": (ctypes.c_uint64, [ctypes.c_char_p, ctypes.c_int]),
+        "tsr_digest_run": (ctypes.c_uint64, [ctypes.c_uint64, ctypes.c_size_t, ctypes.c_uint64, P, ctypes.c_uint64]),
         "tsr_latest_step": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
                                            ctypes.c_size_t]),
         "tsr_save_begin": (P, [ctypes.c_char_p, ctypes.c_uint32, P, P, E]),
@@ -195,8 +207,9 @@ def _to_torch(a, code):
 class Checkpoint:
     """An open committed checkpoint (tessera.open). Close it, or use it in a with block."""
 
-    def __init__(self, path):
+    def __init__(self, path, check_digests=True):
         self._h = None
+        self.check_digests = bool(check_digests)
         p = os.fspath(path)
         lib = library(s3=p.startswith("s3://"))
         err = _Err()
@@ -239,11 +252,13 @@ class Checkpoint:
             raise Error(-1, "tessera: %s: the checkpoint is closed" % self.path)
         return self._h
 
-    def read(self, name, offset=None, extent=None, torch=False, bf16="uint16"):
+    def read(self, name, offset=None, extent=None, torch=False, bf16="uint16", check_digest=None):
         """The box [offset, offset + extent) of tensor `name` (the whole tensor by
         default) as a NumPy array of the box's shape, or a torch.Tensor with
         torch=True. bf16 elements come as their uint16 bits, or as float32 with
-        bf16="float32" (a torch tensor is bfloat16 either way)."""
+        bf16="float32" (a torch tensor is bfloat16 either way). A whole tensor is
+        held to its MANIFEST digest (Error naming it and both values) unless
+        check_digest=False (default: the checkpoint's check_digests)."""
         lib, h = self._lib, self._handle()
         if name not in self._index:
             raise Error(-3, "tessera: %s: no tensor named '%s'" % (self.path, name))
@@ -264,11 +279,36 @@ class Checkpoint:
         err = _Err()
         if lib.tsr_ckpt_read(h, i, ctypes.byref(box), out.ctypes.data_as(ctypes.c_void_p), ctypes.byref(err)):
             _raise(err, None if self.path in err.msg.decode("utf-8", "replace") else self.path)
+        whole = off == (0,) * nd and ext == shape
+        if whole and (self.check_digests if check_digest is None else check_digest):
+            self._check_digest(name, i, code, out)
         if torch:
             return _to_torch(out, code)
         if code == 3 and bf16 == "float32":
             return _bf16_to_f32(out)
         return out
+
+    def digest(self, name):
+        """The digest that the MANIFEST records for tensor `name` (FORMAT.md 4.4),
+        or None (a checkpoint written before format 1.2)."""
+        if name not in self._index:
+            raise Error(-5, "tessera: %s: no tensor named '%s'" % (self.path, name))
+        d = ctypes.c_uint64()
+        return int(d.value) if self._lib.tsr_ckpt_tensor_digest(self._handle(), self._index[name][0],
+                                                                ctypes.byref(d)) == 1 else None
+
+    def _check_digest(self, name, i, code, out):
+        """The elements of a whole tensor, as read, against its MANIFEST digest."""
+        lib, h = self._lib, self._handle()
+        want = ctypes.c_uint64()
+        if lib.tsr_ckpt_tensor_digest(h, i, ctypes.byref(want)) != 1:
+            return
+        key = lib.tsr_digest_key(name.encode(), code)
+        got = lib.tsr_digest_run(key, out.dtype.itemsize, 0, out.ctypes.data_as(ctypes.c_void_p), out.size)
+        if got != want.value:
+            raise Error(-3, "tessera: %s: tensor %s: the data read has digest %016x, its MANIFEST records %016x "
+                            "(it is not the tensor that was saved; read(..., check_digest=False) skips the check)"
+                        % (self.path, name, got, want.value))
 
     def blob(self, name, rank=-1):
         """Blob (name, rank) as bytes (rank -1: a global blob)."""
@@ -313,10 +353,11 @@ class Checkpoint:
             pass
 
 
-def open(path):  # noqa: A001 (the package's verb, as tessera.open)
+def open(path, check_digests=True):  # noqa: A001 (the package's verb, as tessera.open)
     """Opens the committed checkpoint at `path`: a step directory or a root (its
-    newest committed step), local or s3://bucket/prefix."""
-    return Checkpoint(path)
+    newest committed step), local or s3://bucket/prefix. With check_digests
+    (the default) every whole-tensor read is held to the tensor's digest."""
+    return Checkpoint(path, check_digests)
 
 
 def _as_array(value):

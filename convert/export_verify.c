@@ -1,0 +1,447 @@
+/* export_verify.c: an export's digests checked from the export alone
+ * (tsr_export_verify, FORMAT.md 13): the files of a safetensors folder (its
+ * index's, or model.safetensors) or one safetensors file, each with its
+ * "__metadata__", and GGUF files, read here by a bounds-checked reader of the
+ * parts the check needs (key/values, tensor infos, data). Also what import
+ * shares with it: the files of a Hugging Face folder and their metadata. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "export_impl.h"
+#include "safetensors.h"
+
+const char *tsr_export_status_name(tsr_export_status s) {
+    static const char *const names[] = {"OK", "MISMATCH", "NOT RECORDED", "UNSUPPORTED", "MISSING"};
+    return (unsigned)s < sizeof names / sizeof *names ? names[s] : "?";
+}
+
+/* ------------------------------------------------------ safetensors files */
+
+#define ST_MAX_HEADER (100u << 20) /* the format's own limit */
+
+int tsr_export_st_metadata(const char *path, cJSON **meta, tsr_error *e) {
+    *meta = NULL;
+    uint64_t size;
+    int fd = tsr_open_regular(path, &size, e);
+    if (fd < 0) return fd;
+    uint8_t b8[8];
+    int rc = size < 8 ? tsr_err(e, TSR_ECORRUPT, "%s: %llu bytes: too short for a safetensors file", path,
+                                (unsigned long long)size)
+                      : tsr_pread_all(fd, path, b8, 8, 0, e);
+    uint64_t hl = rc ? 0 : tsr_ld64(b8);
+    if (!rc && (hl > ST_MAX_HEADER || hl > size - 8))
+        rc = tsr_err(e, TSR_ECORRUPT, "%s: header length %llu: past the file's end or the format's limit", path,
+                     (unsigned long long)hl);
+    char *h = rc ? NULL : malloc(hl + 1);
+    if (!rc && !h) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
+    if (!rc) rc = tsr_pread_all(fd, path, h, (size_t)hl, 8, e);
+    close(fd);
+    cJSON *root = rc ? NULL : cJSON_ParseWithLength(h, (size_t)hl);
+    free(h);
+    if (rc) return rc;
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return tsr_err(e, TSR_ECORRUPT, "%s: the header is not a JSON object", path);
+    }
+    cJSON *m = cJSON_DetachItemFromObjectCaseSensitive(root, "__metadata__");
+    cJSON_Delete(root);
+    if (m && !cJSON_IsObject(m)) {
+        cJSON_Delete(m);
+        return tsr_err(e, TSR_ECORRUPT, "%s: __metadata__ is not an object", path);
+    }
+    if (!m && !(m = cJSON_CreateObject())) return tsr_err(e, TSR_ENOMEM, "out of memory");
+    *meta = m;
+    return 0;
+}
+
+static char *read_small(const char *path, size_t max, tsr_error *e) {
+    uint64_t size;
+    int fd = tsr_open_regular(path, &size, e);
+    if (fd < 0) return NULL;
+    char *buf = size <= max ? malloc((size_t)size + 1) : NULL;
+    int rc = size > max ? tsr_err(e, TSR_EINVAL, "%s: larger than %zu bytes", path, max)
+             : !buf     ? tsr_err(e, TSR_ENOMEM, "out of memory")
+                        : tsr_pread_all(fd, path, buf, (size_t)size, 0, e);
+    close(fd);
+    if (rc) {
+        free(buf);
+        return NULL;
+    }
+    buf[size] = 0;
+    return buf;
+}
+
+int tsr_export_st_files(const char *dir, char ***names, size_t *n, tsr_error *e) {
+    char path[PATH_MAX];
+    *names = NULL;
+    *n = 0;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (access(path, F_OK) != 0) {
+        if (!(*names = calloc(1, sizeof **names)) || !((*names)[0] = strdup("model.safetensors"))) {
+            free(*names), *names = NULL;
+            return tsr_err(e, TSR_ENOMEM, "out of memory");
+        }
+        *n = 1;
+        return 0;
+    }
+    char *text = read_small(path, 64 << 20, e);
+    if (!text) return e->code;
+    cJSON *c = cJSON_Parse(text);
+    free(text);
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(c, "weight_map");
+    int rc = cJSON_IsObject(wm) ? 0 : tsr_err(e, TSR_EINVAL, "%s: no weight_map object", path);
+    size_t cap = rc ? 0 : (size_t)cJSON_GetArraySize(wm);
+    if (!rc && !(*names = calloc(cap + 1, sizeof **names))) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
+    for (const cJSON *x = rc ? NULL : wm->child; x && !rc; x = x->next) {
+        if (!cJSON_IsString(x) || !*x->valuestring || strchr(x->valuestring, '/') || !strcmp(x->valuestring, "..")) {
+            rc = tsr_err(e, TSR_EINVAL, "%s: weight_map: %s: not a file name", path, x->string);
+            break;
+        }
+        size_t k = 0;
+        while (k < *n && strcmp((*names)[k], x->valuestring) != 0) k++;
+        if (k == *n && !((*names)[(*n)++] = strdup(x->valuestring))) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
+    }
+    cJSON_Delete(c);
+    if (rc) tsr_export_st_files_free(*names, *n), *names = NULL, *n = 0;
+    return rc;
+}
+
+void tsr_export_st_files_free(char **names, size_t n) {
+    for (size_t k = 0; names && k < n; k++) free(names[k]);
+    free(names);
+}
+
+/* ------------------------------------------------------------- the check */
+
+typedef struct vctx {
+    void (*check)(void *user, const tsr_export_check *c);
+    void *user;
+    tsr_export_provenance *prov;
+    const char *first; /* the file whose step and hash prov holds */
+    long failed;
+} vctx;
+
+/* A string value of the metadata, or NULL. */
+static const char *meta_str(const cJSON *meta, const char *prefix, const char *name) {
+    char key[TSR_MAX_NAME + 64];
+    snprintf(key, sizeof key, "%s%s", prefix, name);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(meta, key);
+    return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+/* The file's step and MANIFEST hash, which every file of the export shares. */
+static int take_provenance(vctx *v, const char *file, const cJSON *meta, tsr_error *e) {
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(meta, TSR_EXPORT_KEY_STEP);
+    const cJSON *mh = cJSON_GetObjectItemCaseSensitive(meta, TSR_EXPORT_KEY_MANIFEST);
+    uint64_t step = 0, hash = 0;
+    int has_step = st != NULL, has_hash = mh != NULL;
+    if (st && !(cJSON_IsString(st) && tsr_parse_u64(st->valuestring, &step) == 0))
+        return tsr_err(e, TSR_ECORRUPT, "%s: %s is not a step in decimal", file, TSR_EXPORT_KEY_STEP);
+    if (mh && !(cJSON_IsString(mh) && tsr_export_hex(mh->valuestring, &hash) == 0))
+        return tsr_err(e, TSR_ECORRUPT, "%s: %s is not 16 hex digits", file, TSR_EXPORT_KEY_MANIFEST);
+    tsr_export_provenance *p = v->prov;
+    if (!v->first) {
+        v->first = file;
+        p->has_step = has_step, p->step = step, p->has_manifest = has_hash, p->manifest_xxh3 = hash;
+        return 0;
+    }
+    if (has_step != p->has_step || step != p->step || has_hash != p->has_manifest || hash != p->manifest_xxh3)
+        return tsr_err(e, TSR_ECORRUPT, "%s and %s record other sources (step, MANIFEST hash): not one export",
+                       v->first, file);
+    return 0;
+}
+
+/* One tensor of a file: n elements of dtype (0: a type without a digest) at
+ * data, in the file's order. */
+static int check_tensor(vctx *v, const char *file, const cJSON *meta, const char *name, int dtype, uint32_t ndim,
+                        const uint64_t *shape, const void *data, uint64_t n, tsr_error *e) {
+    tsr_export_check c = {.file = file, .name = name, .dtype = dtype, .ndim = ndim};
+    memcpy(c.shape, shape, ndim * sizeof *shape);
+    const char *rec = meta_str(meta, TSR_EXPORT_KEY_DIGEST, name);
+    if (rec && tsr_export_hex(rec, &c.recorded))
+        return tsr_err(e, TSR_ECORRUPT, "%s: %s%s is not 16 hex digits", file, TSR_EXPORT_KEY_DIGEST, name);
+    size_t es = dtype ? tsr_dtype_size(dtype) : 0;
+    if (es) c.digest = tsr_digest_run(tsr_digest_key(name, dtype), es, 0, data, n);
+    c.status = !rec ? TSR_EXPORT_NOT_RECORDED : !es ? TSR_EXPORT_UNSUPPORTED
+               : c.digest == c.recorded ? TSR_EXPORT_OK : TSR_EXPORT_MISMATCH;
+    const char *src = meta_str(meta, TSR_EXPORT_KEY_SOURCE, name);
+    const char *srd = meta_str(meta, TSR_EXPORT_KEY_SOURCE_DIGEST, name);
+    if (src && srd && es) {
+        if (tsr_export_hex(srd, &c.source_recorded))
+            return tsr_err(e, TSR_ECORRUPT, "%s: %s%s is not 16 hex digits", file, TSR_EXPORT_KEY_SOURCE_DIGEST, name);
+        c.source = src;
+        c.source_digest = tsr_digest_run(tsr_digest_key(src, dtype), es, 0, data, n);
+        c.source_status = c.source_digest == c.source_recorded ? TSR_EXPORT_OK : TSR_EXPORT_MISMATCH;
+    }
+    if (c.status == TSR_EXPORT_MISMATCH || c.status == TSR_EXPORT_UNSUPPORTED ||
+        (c.source && c.source_status != TSR_EXPORT_OK))
+        v->failed++;
+    if (v->check) v->check(v->user, &c);
+    return 0;
+}
+
+/* The digests a file records of tensors it does not hold. */
+static void check_missing(vctx *v, const char *file, const cJSON *meta, int (*holds)(const void *f, const char *name),
+                          const void *f) {
+    size_t pl = strlen(TSR_EXPORT_KEY_DIGEST);
+    for (const cJSON *x = meta->child; x; x = x->next) {
+        if (strncmp(x->string, TSR_EXPORT_KEY_DIGEST, pl) != 0 || holds(f, x->string + pl)) continue;
+        tsr_export_check c = {.file = file, .name = x->string + pl, .status = TSR_EXPORT_MISSING};
+        if (cJSON_IsString(x)) tsr_export_hex(x->valuestring, &c.recorded);
+        v->failed++;
+        if (v->check) v->check(v->user, &c);
+    }
+}
+
+static int st_holds(const void *f, const char *name) { return tsr_st_find(f, name) >= 0; }
+
+/* One safetensors file: its path, and its name for messages. */
+static int verify_st_file(vctx *v, const char *path, const char *fname, tsr_error *e) {
+    tsr_st_file *f = NULL;
+    cJSON *meta = NULL;
+    int rc = tsr_st_open(path, &f, e);
+    if (!rc) rc = tsr_export_st_metadata(path, &meta, e);
+    if (!rc) rc = take_provenance(v, fname, meta, e);
+    for (size_t i = 0; !rc && i < tsr_st_count(f); i++) {
+        const tsr_st_entry *en = tsr_st_get(f, i);
+        uint64_t n = (en->end - en->begin) / tsr_dtype_size(en->dtype);
+        rc = check_tensor(v, fname, meta, en->name, en->dtype, en->ndim, en->shape, tsr_st_bytes(f, i), n, e);
+    }
+    if (!rc) check_missing(v, fname, meta, st_holds, f);
+    cJSON_Delete(meta);
+    tsr_st_close(f);
+    return rc;
+}
+
+/* ------------------------------------------------------------- GGUF files */
+
+/* GGUF (v2 and v3; formats/gguf.h describes the layout), read for the check:
+ * the key/values (the string ones that start with "tessera." kept, the
+ * alignment), the tensor infos, the data. Every count, length and offset is
+ * checked against the file's size before use. */
+enum { GG_STRING = 8, GG_ARRAY = 9, GG_MAX_DIMS = 8 };
+
+typedef struct gg_reader {
+    const uint8_t *p;
+    uint64_t len, pos;
+} gg_reader;
+
+static int gg_need(gg_reader *r, uint64_t n) { return n <= r->len - r->pos ? 0 : -1; }
+static int gg_u32(gg_reader *r, uint32_t *v) {
+    if (gg_need(r, 4)) return -1;
+    *v = tsr_ld32(r->p + r->pos), r->pos += 4;
+    return 0;
+}
+static int gg_u64(gg_reader *r, uint64_t *v) {
+    if (gg_need(r, 8)) return -1;
+    *v = tsr_ld64(r->p + r->pos), r->pos += 8;
+    return 0;
+}
+static int gg_str(gg_reader *r, const uint8_t **s, uint64_t *n) {
+    if (gg_u64(r, n) || gg_need(r, *n)) return -1;
+    *s = r->p + r->pos, r->pos += *n;
+    return 0;
+}
+/* The bytes of a value of a fixed-size type; 0 for strings, arrays and unknown types. */
+static uint64_t gg_scalar_size(uint32_t t) {
+    static const uint8_t size[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
+    return t < 13 ? size[t] : 0;
+}
+static int gg_skip(gg_reader *r, uint32_t type, int depth) {
+    const uint8_t *s;
+    uint64_t n, k;
+    uint32_t et;
+    if (type == GG_STRING) return gg_str(r, &s, &n);
+    if (type != GG_ARRAY) {
+        uint64_t sz = gg_scalar_size(type);
+        if (!sz || gg_need(r, sz)) return -1;
+        r->pos += sz;
+        return 0;
+    }
+    if (depth > 4 || gg_u32(r, &et) || gg_u64(r, &n)) return -1;
+    uint64_t sz = gg_scalar_size(et);
+    if (sz) {
+        if (tsr_mul_ovf(sz, n, &k) || gg_need(r, k)) return -1;
+        r->pos += k;
+        return 0;
+    }
+    for (k = 0; k < n; k++)
+        if (gg_skip(r, et, depth + 1)) return -1;
+    return 0;
+}
+
+/* ggml's element types with a digest: the tessera dtype of their elements. */
+static int gg_dtype(uint32_t t) {
+    switch (t) {
+    case 0: return TSR_F32;
+    case 1: return TSR_F16;
+    case 24: return TSR_I8;
+    case 25: return TSR_I16;
+    case 26: return TSR_I32;
+    case 27: return TSR_I64;
+    case 28: return TSR_F64;
+    case 30: return TSR_BF16;
+    default: return 0;
+    }
+}
+
+typedef struct gg_tensor {
+    char name[TSR_MAX_NAME + 1];
+    uint32_t ndim, type;
+    uint64_t dims[GG_MAX_DIMS]; /* innermost first, as stored */
+    uint64_t offset;
+} gg_tensor;
+
+typedef struct gg_file {
+    gg_tensor *t;
+    size_t n;
+} gg_file;
+
+static int gg_holds(const void *f, const char *name) {
+    const gg_file *g = f;
+    for (size_t i = 0; i < g->n; i++)
+        if (!strcmp(g->t[i].name, name)) return 1;
+    return 0;
+}
+
+static int verify_gguf(vctx *v, const char *path, const char *fname, tsr_error *e) {
+    uint64_t size;
+    int fd = tsr_open_regular(path, &size, e);
+    if (fd < 0) return fd;
+    void *m = size ? mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (size && m == MAP_FAILED) return tsr_err(e, TSR_EIO, "%s: cannot map: %s", path, strerror(errno));
+    gg_reader r = {m, size, 0};
+    cJSON *meta = cJSON_CreateObject();
+    gg_file g = {0};
+    uint32_t version = 0, align = 32;
+    uint64_t nt = 0, nkv = 0;
+    int rc = meta ? 0 : tsr_err(e, TSR_ENOMEM, "out of memory");
+#define BAD(...) (rc = tsr_err(e, TSR_ECORRUPT, __VA_ARGS__))
+    if (!rc && (gg_need(&r, 4) || memcmp(r.p, "GGUF", 4) != 0)) BAD("%s: not a GGUF file (no magic)", fname);
+    r.pos = 4;
+    if (!rc && (gg_u32(&r, &version) || (version != 2 && version != 3)))
+        BAD("%s: GGUF version %u (2 or 3 are read)", fname, version);
+    if (!rc && (gg_u64(&r, &nt) || gg_u64(&r, &nkv))) BAD("%s: the header runs past the end", fname);
+    if (!rc && (nt > size / 33 || nkv > size / 13))
+        BAD("%s: tensor count %llu or key count %llu past what the file can hold", fname, (unsigned long long)nt,
+            (unsigned long long)nkv);
+    for (uint64_t k = 0; !rc && k < nkv; k++) {
+        const uint8_t *ks, *vs;
+        uint64_t kl, vl;
+        uint32_t type;
+        if (gg_str(&r, &ks, &kl) || gg_u32(&r, &type)) {
+            BAD("%s: key/value %llu runs past the end", fname, (unsigned long long)k);
+            break;
+        }
+        char key[TSR_MAX_NAME + 64];
+        int keep = kl < sizeof key && !memchr(ks, 0, kl);
+        if (keep) memcpy(key, ks, kl), key[kl] = 0;
+        if (keep && !strcmp(key, "general.alignment") && type == 4) {
+            if (gg_u32(&r, &align) || !align || (align & (align - 1)))
+                BAD("%s: general.alignment %u: not a power of two", fname, align);
+        } else if (keep && !strncmp(key, "tessera.", 8) && type == GG_STRING) {
+            if (gg_str(&r, &vs, &vl) || vl > 4096 || memchr(vs, 0, vl)) {
+                BAD("%s: %s: not a string value", fname, key);
+                break;
+            }
+            char val[4097];
+            memcpy(val, vs, vl), val[vl] = 0;
+            if (cJSON_GetObjectItemCaseSensitive(meta, key)) BAD("%s: key %s twice", fname, key);
+            else if (!cJSON_AddStringToObject(meta, key, val)) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
+        } else if (gg_skip(&r, type, 0)) {
+            BAD("%s: key/value %llu (type %u) runs past the end or has no known type", fname, (unsigned long long)k, type);
+        }
+    }
+    if (!rc && !(g.t = calloc(nt + 1, sizeof *g.t))) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
+    for (uint64_t k = 0; !rc && k < nt; k++) {
+        gg_tensor *t = &g.t[g.n];
+        const uint8_t *s;
+        uint64_t sl;
+        if (gg_str(&r, &s, &sl) || sl == 0 || sl > TSR_MAX_NAME || memchr(s, 0, sl) || gg_u32(&r, &t->ndim) ||
+            t->ndim == 0 || t->ndim > GG_MAX_DIMS) {
+            BAD("%s: tensor info %llu: a bad name or dimension count", fname, (unsigned long long)k);
+            break;
+        }
+        memcpy(t->name, s, sl);
+        for (uint32_t d = 0; d < t->ndim && !rc; d++)
+            if (gg_u64(&r, &t->dims[d])) BAD("%s: tensor %s: runs past the end", fname, t->name);
+        if (!rc && (gg_u32(&r, &t->type) || gg_u64(&r, &t->offset)))
+            BAD("%s: tensor %s: runs past the end", fname, t->name);
+        if (!rc && gg_holds(&g, t->name)) BAD("%s: tensor %s named twice", fname, t->name);
+        g.n++;
+    }
+    uint64_t data = tsr_align_up(r.pos, align);
+    if (!rc && data > size) BAD("%s: the data section starts past the end", fname);
+    if (!rc) rc = take_provenance(v, fname, meta, e);
+    for (size_t i = 0; !rc && i < g.n; i++) {
+        gg_tensor *t = &g.t[i];
+        int dt = gg_dtype(t->type);
+        uint64_t n = 1, bytes = 0, shape[GG_MAX_DIMS];
+        for (uint32_t d = 0; d < t->ndim; d++) {
+            shape[d] = t->dims[t->ndim - 1 - d];
+            if (tsr_mul_ovf(n, t->dims[d], &n)) BAD("%s: tensor %s: its dims overflow", fname, t->name);
+        }
+        if (!rc && dt && (tsr_mul_ovf(n, tsr_dtype_size(dt), &bytes) || t->offset > size - data ||
+                          bytes > size - data - t->offset))
+            BAD("%s: tensor %s: %llu bytes at offset %llu run past the end", fname, t->name, (unsigned long long)bytes,
+                (unsigned long long)t->offset);
+        if (!rc) rc = check_tensor(v, fname, meta, t->name, dt, t->ndim, shape, r.p + data + t->offset, n, e);
+    }
+#undef BAD
+    if (!rc) check_missing(v, fname, meta, gg_holds, &g);
+    free(g.t);
+    cJSON_Delete(meta);
+    if (size) munmap(m, (size_t)size);
+    return rc;
+}
+
+/* -------------------------------------------------------------- the entry */
+
+long tsr_export_verify(const char *path, void (*check)(void *user, const tsr_export_check *c), void *user,
+                       tsr_export_provenance *prov, tsr_error *e) {
+    tsr_export_provenance p0;
+    if (!prov) prov = &p0;
+    memset(prov, 0, sizeof *prov);
+    vctx v = {check, user, prov, NULL, 0};
+    struct stat st;
+    if (stat(path, &st) != 0) return tsr_err(e, errno == ENOENT ? TSR_ENOTFOUND : TSR_EIO, "%s: %s", path, strerror(errno));
+    int rc = 0;
+    if (S_ISDIR(st.st_mode)) {
+        char **names = NULL, fp[PATH_MAX + 300];
+        size_t n = 0;
+        prov->format = TSR_EXPORT_SAFETENSORS;
+        rc = tsr_export_st_files(path, &names, &n, e);
+        for (size_t k = 0; !rc && k < n; k++) {
+            snprintf(fp, sizeof fp, "%s/%s", path, names[k]);
+            rc = verify_st_file(&v, fp, names[k], e);
+        }
+        prov->n_files = n;
+        tsr_export_st_files_free(names, n);
+    } else {
+        uint8_t magic[4] = {0};
+        int fd = tsr_open_regular(path, NULL, e);
+        if (fd < 0) return fd;
+        ssize_t got = pread(fd, magic, 4, 0);
+        close(fd);
+        char base[PATH_MAX];
+        tsr_path_base(path, base, sizeof base);
+        prov->n_files = 1;
+        if (got == 4 && !memcmp(magic, "GGUF", 4)) {
+            prov->format = TSR_EXPORT_GGUF;
+            rc = verify_gguf(&v, path, base, e);
+        } else {
+            prov->format = TSR_EXPORT_SAFETENSORS;
+            rc = verify_st_file(&v, path, base, e);
+        }
+    }
+    return rc ? rc : v.failed;
+}

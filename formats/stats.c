@@ -1,0 +1,139 @@
+/* stats.c: a tensor's statistics (FORMAT.md section 4.5): over the elements of
+ * a floating dtype, the minimum and maximum of the finite ones, the sum of
+ * their squares (the L2 norm once whole) and the count of the others (NaN and
+ * infinities). Each is a min, a max or a sum: the shares of any frames, boxes
+ * or ranks combine in any order (tsr_stats_merge), as the digest's do. */
+#include <math.h>
+
+#include "casts.h"
+#include "common.h"
+#include "tsr_formats.h"
+
+/* The f32 and bf16 kernels (the dtypes of training states): 8 lanes at a time
+ * with GCC and Clang vector extensions, branch-free, the squares summed in
+ * f64; cloned for AVX-512 and AVX2 as the digest's kernels are. */
+typedef float f32x8 __attribute__((vector_size(32)));
+typedef int32_t i32x8 __attribute__((vector_size(32)));
+typedef double f64x8 __attribute__((vector_size(64)));
+typedef uint16_t u16x8 __attribute__((vector_size(16)));
+
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TSR_NO_CLONES
+#endif
+#endif
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(TSR_NO_CLONES)
+#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define CLONES
+#endif
+
+#define BLOCK 65536 /* elements between flushes of the lanes' non-finite counts (i32) */
+
+void tsr_stats_init(tsr_stats *s) { *s = (tsr_stats){INFINITY, -INFINITY, 0, 0}; }
+
+int tsr_stats_dtype(int dtype) { return tsr_dtype_is_float(dtype); }
+
+static void add_one(tsr_stats *s, double x) {
+    if (!isfinite(x)) {
+        s->nonfinite++;
+        return;
+    }
+    if (x < s->min) s->min = x;
+    if (x > s->max) s->max = x;
+    s->l2 += x * x;
+}
+
+/* n f32 bit patterns (bf16: widened, << 16) in `b`, lane-wise into the accumulators. */
+#define LANES(b, mn, mx, sq, nf)                                                           \
+    do {                                                                                   \
+        i32x8 fin_ = (b & 0x7f800000) != 0x7f800000; /* -1: finite */                     \
+        i32x8 keep_ = b & fin_;                                                            \
+        f32x8 lo_ = (f32x8)(keep_ | (0x7f800000 & ~fin_));          /* +inf if not finite */ \
+        f32x8 hi_ = (f32x8)(keep_ | ((int32_t)0xff800000 & ~fin_)); /* -inf if not finite */ \
+        i32x8 lt_ = lo_ < mn, gt_ = hi_ > mx;                                              \
+        mn = (f32x8)(((i32x8)lo_ & lt_) | ((i32x8)mn & ~lt_));                             \
+        mx = (f32x8)(((i32x8)hi_ & gt_) | ((i32x8)mx & ~gt_));                             \
+        f64x8 d_ = __builtin_convertvector((f32x8)keep_, f64x8);                           \
+        sq += d_ * d_;                                                                     \
+        nf += fin_ + 1; /* 1: not finite */                                                \
+    } while (0)
+
+#define FOLD(s, mn, mx, sq, nf)                                 \
+    do {                                                        \
+        for (int l_ = 0; l_ < 8; l_++) {                        \
+            if (mn[l_] < s->min) s->min = mn[l_];               \
+            if (mx[l_] > s->max) s->max = mx[l_];               \
+            s->l2 += sq[l_];                                    \
+            s->nonfinite += (uint64_t)nf[l_];                   \
+        }                                                       \
+    } while (0)
+
+CLONES static void run_f32(const void *data, uint64_t n, tsr_stats *s) {
+    const uint8_t *p = data;
+    uint64_t j = 0;
+    while (j + 8 <= n) {
+        f32x8 mn = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY}, mx = -mn;
+        f64x8 sq = {0};
+        i32x8 nf = {0};
+        uint64_t end = n - j > BLOCK ? j + BLOCK : n;
+        for (; j + 8 <= end; j += 8) {
+            i32x8 b;
+            memcpy(&b, p + 4 * j, sizeof b);
+            LANES(b, mn, mx, sq, nf);
+        }
+        FOLD(s, mn, mx, sq, nf);
+    }
+    for (; j < n; j++) {
+        float x;
+        memcpy(&x, p + 4 * j, 4);
+        add_one(s, x);
+    }
+}
+
+CLONES static void run_bf16(const void *data, uint64_t n, tsr_stats *s) {
+    const uint8_t *p = data;
+    uint64_t j = 0;
+    while (j + 8 <= n) {
+        f32x8 mn = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY}, mx = -mn;
+        f64x8 sq = {0};
+        i32x8 nf = {0};
+        uint64_t end = n - j > BLOCK ? j + BLOCK : n;
+        for (; j + 8 <= end; j += 8) {
+            u16x8 h;
+            memcpy(&h, p + 2 * j, sizeof h);
+            i32x8 b = __builtin_convertvector(h, i32x8) << 16;
+            LANES(b, mn, mx, sq, nf);
+        }
+        FOLD(s, mn, mx, sq, nf);
+    }
+    for (; j < n; j++) {
+        uint16_t h;
+        memcpy(&h, p + 2 * j, 2);
+        add_one(s, tsr_bf16_to_f32(h));
+    }
+}
+
+int tsr_stats_run(int dtype, const void *data, uint64_t n, tsr_stats *acc) {
+    if (!tsr_stats_dtype(dtype)) return 0;
+    tsr_stats s;
+    tsr_stats_init(&s);
+    if (dtype == TSR_F32) run_f32(data, n, &s);
+    else if (dtype == TSR_BF16) run_bf16(data, n, &s);
+    else
+        for (uint64_t j = 0; j < n; j++) add_one(&s, tsr_load_f64(dtype, data, (size_t)j));
+    tsr_stats_merge(acc, &s);
+    return 1;
+}
+
+void tsr_stats_merge(tsr_stats *acc, const tsr_stats *share) {
+    if (share->min < acc->min) acc->min = share->min;
+    if (share->max > acc->max) acc->max = share->max;
+    acc->l2 += share->l2;
+    acc->nonfinite += share->nonfinite;
+    /* -0 and +0 compare equal: whichever a share met first, a zero is +0 */
+    if (acc->min == 0) acc->min = 0;
+    if (acc->max == 0) acc->max = 0;
+}
+
+void tsr_stats_finish(tsr_stats *s) { s->l2 = sqrt(s->l2); }

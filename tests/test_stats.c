@@ -1,0 +1,344 @@
+/* test_stats.c: tensor statistics and poisoned checkpoints (FORMAT.md 4.5).
+ * FORMAT.md's test vectors; the shares of uneven pieces (vector kernels and
+ * their tails) merge into the whole tensor's statistics, equal to a plain loop
+ * here; a save by two writers in frames of 64 bytes records each float
+ * tensor's statistics as computed here, none for integers, and marks the
+ * header poisoned exactly when a NaN or an infinity is saved; a MANIFEST whose
+ * tensor counts non-finite values without the header's bit, or more than its
+ * volume, is refused; the test vector of format 1.0 has none and is clean;
+ * chunks copied as they are stored record the statistics declared whole
+ * (tsr_save_tensor_stats), poisoned included; the latest step, the step before
+ * a bound (a rollback's) and retention's choice skip poisoned steps.
+ *
+ *   test_stats --plant SRC DST TENSORS STEP: writes DST, a copy of the
+ *   checkpoint SRC (every tensor decoded and saved again, the blobs copied,
+ *   train.step and the step set to STEP) with, for each NAME of the
+ *   comma-separated TENSORS, element 0 of NAME a NaN, or for NAME=X every
+ *   element of NAME times X (the shell tests' poisoned training checkpoints
+ *   and moved tensors). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "casts.h"
+#include "check.h"
+#include "common.h"
+#include "encoder.h"
+#include "manifest.h"
+#include "store.h"
+#include "tessera.h"
+
+static tsr_error e;
+
+/* The reference: a plain loop over the exact values. */
+static tsr_stats reference(int dtype, const void *data, size_t n) {
+    tsr_stats s = {INFINITY, -INFINITY, 0, 0};
+    for (size_t i = 0; i < n; i++) {
+        double x = tsr_load_f64(dtype, data, i);
+        if (!isfinite(x)) {
+            s.nonfinite++;
+            continue;
+        }
+        s.min = x < s.min ? x : s.min;
+        s.max = x > s.max ? x : s.max;
+        s.l2 += x * x;
+    }
+    s.l2 = sqrt(s.l2);
+    if (s.min == 0) s.min = 0;
+    if (s.max == 0) s.max = 0;
+    return s;
+}
+
+static int same(double a, double b) { return a == b && signbit(a) == signbit(b); }
+
+static int close_l2(double a, double b) { return a == b || fabs(a - b) <= 1e-12 * fmax(fabs(a), fabs(b)); }
+
+#define CHECK_STATS(got, want, ...)                                                                            \
+    CHECK(same((got).min, (want).min) && same((got).max, (want).max) && close_l2((got).l2, (want).l2) &&      \
+              (got).nonfinite == (want).nonfinite,                                                             \
+          "%s: got (%g, %g, %.17g, %llu), want (%g, %g, %.17g, %llu)", __VA_ARGS__, (got).min, (got).max,      \
+          (got).l2, (unsigned long long)(got).nonfinite, (want).min, (want).max, (want).l2,                    \
+          (unsigned long long)(want).nonfinite)
+
+static tsr_stats of(int dtype, const void *data, size_t n) {
+    tsr_stats s;
+    tsr_stats_init(&s);
+    tsr_stats_run(dtype, data, n, &s);
+    tsr_stats_finish(&s);
+    return s;
+}
+
+/* FORMAT.md 4.5's table. */
+static void vectors(void) {
+    uint32_t s[6] = {0x3FC00000, 0xC0000000, 0x7FC00000, 0x00000000, 0x80000000, 0x7F800000};
+    uint16_t t[4] = {0x4040, 0xC080, 0x8000, 0x0000}, u[3] = {0xFC00, 0x7E00, 0x7C01};
+    uint8_t v[2] = {0x7F, 0x38};
+    uint64_t w[2] = {0x8000000000000000ull, 0x8000000000000000ull};
+    int32_t n[2] = {7, -7};
+    tsr_stats got = of(TSR_F32, s, 6), want = {-2, 1.5, 2.5, 2};
+    CHECK_STATS(got, want, "s");
+    got = of(TSR_BF16, t, 4), want = (tsr_stats){-4, 3, 5, 0};
+    CHECK_STATS(got, want, "t.bf16");
+    got = of(TSR_F16, u, 3), want = (tsr_stats){INFINITY, -INFINITY, 0, 3};
+    CHECK_STATS(got, want, "u.f16");
+    got = of(TSR_F8E4M3, v, 2), want = (tsr_stats){1, 1, 1, 1};
+    CHECK_STATS(got, want, "v.e4m3");
+    got = of(TSR_F64, w, 2), want = (tsr_stats){0, 0, 0, 0};
+    CHECK_STATS(got, want, "w.zero");
+    tsr_stats none;
+    tsr_stats_init(&none);
+    CHECK(tsr_stats_run(TSR_I32, n, 2, &none) == 0 && !tsr_stats_dtype(TSR_I32) && !tsr_stats_dtype(TSR_BOOL),
+          "integers have no statistics");
+}
+
+/* 1001 elements of f32 and bf16 with NaNs and infinities here and there (in the
+ * vector kernels' lanes and in their tails), in uneven pieces merged in
+ * reverse: the whole's statistics, equal to the plain loop's. */
+static void shares_merge(void) {
+    enum { N = 1001 };
+    static float f[N];
+    static uint16_t h[N];
+    for (int i = 0; i < N; i++) f[i] = (float)((i * 7919) % 2001 - 1000) / 64.0f;
+    f[3] = NAN, f[500] = INFINITY, f[1000] = -INFINITY, f[17] = -0.0f;
+    for (int i = 0; i < N; i++) h[i] = tsr_f32_to_bf16(f[i]);
+    static const size_t cuts[] = {0, 1, 9, 64, 65, 600, 993, N};
+    for (int k = 0; k < 2; k++) {
+        int dt = k ? TSR_BF16 : TSR_F32;
+        const uint8_t *p = k ? (const uint8_t *)h : (const uint8_t *)f;
+        size_t es = tsr_dtype_size(dt);
+        tsr_stats acc;
+        tsr_stats_init(&acc);
+        for (int c = 6; c >= 0; c--) {
+            tsr_stats share;
+            tsr_stats_init(&share);
+            tsr_stats_run(dt, p + cuts[c] * es, cuts[c + 1] - cuts[c], &share);
+            tsr_stats_merge(&acc, &share);
+        }
+        tsr_stats_finish(&acc);
+        tsr_stats want = reference(dt, p, N);
+        CHECK_STATS(acc, want, k ? "bf16 pieces" : "f32 pieces");
+        CHECK(want.nonfinite == 3, "three non-finite planted");
+    }
+}
+
+enum { R = 6, K = 5 };
+static float wv[R * K];
+static int64_t ids[7];
+static const uint64_t shape_w[2] = {R, K}, shape_i[1] = {7};
+
+/* Two writers, rows of w split between them, ids by writer 1, in frames of 64 bytes. */
+static int save_two(const char *dir) {
+    uint8_t id[16] = "stats-test";
+    tsr_write_opts o = tsr_write_opts_default();
+    o.frame_bytes = 64;
+    o.threads = 1;
+    tsr_save *s[2];
+    const uint8_t *tables[2];
+    size_t lens[2];
+    for (int k = 0; k < 2; k++) {
+        REQUIRE((s[k] = tsr_save_begin(dir, (uint32_t)k, id, &o, &e)), "%s", e.msg);
+        CHECK_OK(tsr_save_tensor(s[k], "w", NULL, TSR_F32, 2, shape_w, NULL, &e));
+        CHECK_OK(tsr_save_tensor(s[k], "ids", "optim", TSR_I64, 1, shape_i, NULL, &e));
+        tsr_box rows = {2, {(uint64_t)k * 2, 0}, {k ? R - 2 : 2, K}};
+        CHECK_OK(tsr_save_box(s[k], "w", &rows, wv + k * 2 * K, &e));
+    }
+    tsr_box all_i = {1, {0}, {7}};
+    CHECK_OK(tsr_save_box(s[1], "ids", &all_i, ids, &e));
+    for (int k = 0; k < 2; k++) CHECK_OK(tsr_save_finish(s[k], &tables[k], &lens[k], &e));
+    int rc = tsr_save_commit(s[0], tables, lens, 2, 1, NULL, &e);
+    for (int k = 0; k < 2; k++) {
+        if (rc) tsr_save_abort(s[k]);
+        tsr_save_free(s[k]);
+    }
+    return rc;
+}
+
+/* The MANIFEST of dir with tensor `name`'s statistics changed by fn, and
+ * (clear_flag) the header's poisoned bit cleared; parsed back (0 or the refusal). */
+static int rewrite(const char *dir, const char *name, uint64_t nonfinite, int clear_flag) {
+    uint8_t *buf;
+    size_t len;
+    REQUIRE(tsr_ckpt_read_manifest(dir, &buf, &len, &e) == 0, "%s", e.msg);
+    tsr_manifest m;
+    REQUIRE(tsr_manifest_parse(buf, len, "MANIFEST", 0, &m, &e) == 0, "%s", e.msg);
+    free(buf);
+    for (size_t i = 0; i < m.n_tensors; i++)
+        if (!strcmp(m.tensors[i].name, name)) m.tensors[i].stats.nonfinite = nonfinite;
+    if (clear_flag) m.flags = 0;
+    REQUIRE(tsr_manifest_encode(&m, 0, &buf, &len, &e) == 0, "%s", e.msg);
+    tsr_manifest_free(&m);
+    int rc = tsr_manifest_parse(buf, len, "MANIFEST", 0, &m, &e);
+    if (!rc) tsr_manifest_free(&m);
+    free(buf);
+    return rc;
+}
+
+static void saved(const char *tmp) {
+    for (int i = 0; i < R * K; i++) wv[i] = (float)i * 0.25f - 3.0f;
+    for (int i = 0; i < 7; i++) ids[i] = (int64_t)i * i * 1000 - 7;
+    char dir[PATH_MAX];
+    for (int poison = 0; poison < 2; poison++) {
+        if (poison) wv[7] = NAN, wv[22] = -INFINITY;
+        snprintf(dir, sizeof dir, "%s/%s", tmp, poison ? "poisoned" : "clean");
+        REQUIRE(save_two(dir) == 0, "%s", e.msg);
+        tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
+        REQUIRE(ck, "%s", e.msg);
+        tsr_stats got, want = reference(TSR_F32, wv, R * K);
+        CHECK(tsr_ckpt_tensor_stats(ck, (size_t)tsr_ckpt_find(ck, "w"), &got) == 1, "w has statistics");
+        CHECK_STATS(got, want, poison ? "w, poisoned" : "w");
+        CHECK(poison || (got.min == -3 && got.max == 4.25), "w's min and max: %g %g", got.min, got.max);
+        CHECK(tsr_ckpt_tensor_stats(ck, (size_t)tsr_ckpt_find(ck, "ids"), &got) == 0, "ids has none");
+        CHECK(tsr_ckpt_tensor_stats(ck, 99, &got) == TSR_EINVAL, "no tensor 99");
+        CHECK(tsr_ckpt_poisoned(ck) == poison, "poisoned %d", tsr_ckpt_poisoned(ck));
+        CHECK(tsr_step_poisoned(dir) == poison, "tsr_step_poisoned %d", tsr_step_poisoned(dir));
+        CHECK(tsr_ckpt_version(ck) == (1u << 16 | TSR_FORMAT_MINOR), "format 1.%d", TSR_FORMAT_MINOR);
+        tsr_ckpt_close(ck);
+    }
+    /* the rules of FORMAT.md 9 */
+    CHECK(rewrite(dir, "w", 2, 1) == TSR_ECORRUPT && strstr(e.msg, "does not mark the checkpoint poisoned"),
+          "non-finite values without the header's bit: %s", e.msg);
+    CHECK(rewrite(dir, "w", R * K + 1, 0) == TSR_ECORRUPT && strstr(e.msg, "non-finite elements, over its"),
+          "more non-finite values than elements: %s", e.msg);
+    CHECK(rewrite(dir, "w", 2, 0) == 0, "as written: %s", e.msg);
+
+    /* format 1.0 (the test vector): no statistics, not poisoned */
+    const char *root = getenv("TSR_ROOT");
+    char vec[PATH_MAX];
+    snprintf(vec, sizeof vec, "%s/formats/testdata/step-00000007", root ? root : ".");
+    tsr_ckpt *ck = tsr_ckpt_open(vec, &e);
+    if (ck) {
+        tsr_stats got;
+        for (size_t i = 0; i < tsr_ckpt_n_tensors(ck); i++)
+            CHECK(tsr_ckpt_tensor_stats(ck, i, &got) == 0, "a 1.0 tensor with statistics");
+        CHECK(!tsr_ckpt_poisoned(ck) && !tsr_step_poisoned(vec), "a 1.0 file poisoned");
+        tsr_ckpt_close(ck);
+    } else {
+        CHECK(0, "the test vector: %s", e.msg);
+    }
+
+    /* chunks copied as they are stored: statistics only where declared */
+    char copy[PATH_MAX];
+    snprintf(copy, sizeof copy, "%s/copied", tmp);
+    tsr_ckpt *src = tsr_ckpt_open(dir, &e);
+    REQUIRE(src, "%s", e.msg);
+    tsr_stats declared;
+    tsr_ckpt_tensor_stats(src, (size_t)tsr_ckpt_find(src, "w"), &declared);
+    for (int declare = 0; declare < 2; declare++) {
+        tsr_remove_tree(copy);
+        tsr_save *s = tsr_save_begin(copy, 0, NULL, NULL, &e);
+        REQUIRE(s, "%s", e.msg);
+        CHECK_OK(tsr_save_tensor(s, "w", NULL, TSR_F32, 2, shape_w, NULL, &e));
+        CHECK_OK(tsr_save_tensor(s, "ids", "optim", TSR_I64, 1, shape_i, NULL, &e));
+        for (size_t c = 0; c < tsr_ckpt_n_chunks(src); c++) {
+            tsr_chunk_info ci;
+            tsr_tensor_info ti;
+            tsr_ckpt_chunk(src, c, &ci);
+            tsr_ckpt_tensor(src, ci.tensor, &ti);
+            CHECK_OK(tsr_save_chunk_copy(s, ti.name, src, c, &e));
+        }
+        if (declare) CHECK_OK(tsr_save_tensor_stats(s, "w", &declared, &e));
+        CHECK_OK(tsr_save_finish(s, NULL, NULL, &e));
+        CHECK_OK(tsr_save_commit(s, NULL, NULL, 0, 1, NULL, &e));
+        tsr_save_free(s);
+        ck = tsr_ckpt_open(copy, &e);
+        REQUIRE(ck, "%s", e.msg);
+        tsr_stats got;
+        int has = tsr_ckpt_tensor_stats(ck, (size_t)tsr_ckpt_find(ck, "w"), &got);
+        CHECK(declare ? has == 1 : has == 0, "copied chunks, declared %d: %d", declare, has);
+        if (declare) CHECK_STATS(got, declared, "declared");
+        CHECK(tsr_ckpt_poisoned(ck) == declare, "the copy poisoned: %d", tsr_ckpt_poisoned(ck));
+        tsr_ckpt_close(ck);
+    }
+    tsr_ckpt_close(src);
+}
+
+/* The selections: steps 1 (clean), 2 (poisoned), 3 (clean), 4 and 5 (poisoned). */
+static void selection(const char *tmp) {
+    char root[PATH_MAX], dir[PATH_MAX + 32], path[PATH_MAX + 64];
+    snprintf(root, sizeof root, "%s/root", tmp);
+    for (int k = 1; k <= 5; k++) {
+        int poison = k == 2 || k >= 4;
+        wv[7] = poison ? NAN : 0.5f, wv[22] = 1;
+        snprintf(dir, sizeof dir, "%s/step-%08d", root, k);
+        REQUIRE(save_two(dir) == 0, "%s", e.msg);
+    }
+    uint64_t step = 0;
+    CHECK(tsr_latest_step(root, &step, path, sizeof path) == 0 && step == 3 && strstr(path, "step-00000003"),
+          "the latest step: %llu", (unsigned long long)step);
+    CHECK(tsr_latest_step_before(root, 3, &step, NULL, 0) == 0 && step == 1, "before 3: %llu",
+          (unsigned long long)step);
+    CHECK(tsr_latest_step_before(root, 1, &step, NULL, 0) == TSR_ENOTFOUND, "before 1: none");
+    tsr_step_info *v = NULL;
+    size_t n = 0;
+    REQUIRE(tsr_list_steps(root, &v, &n) == 0 && n == 5, "five steps");
+    for (size_t i = 0; i < n; i++) CHECK(v[i].poisoned == (v[i].step == 2 || v[i].step >= 4), "step %zu", i + 1);
+    int keep[5];
+    static const int want[4][5] = {{1, 1, 1, 1, 1}, {0, 0, 1, 0, 1}, {0, 0, 1, 1, 1}, {0, 0, 1, 1, 1}};
+    static const uint32_t ks[4] = {0, 1, 2, 3};
+    for (int t = 0; t < 4; t++) {
+        tsr_retention_keep(v, n, ks[t], keep);
+        CHECK(!memcmp(keep, want[t], sizeof keep), "keep %u: %d %d %d %d %d", ks[t], keep[0], keep[1], keep[2],
+              keep[3], keep[4]);
+    }
+    free(v);
+}
+
+/* --plant SRC DST TENSOR STEP */
+static int plant(const char *src_dir, const char *dst, const char *tensor, uint64_t step) {
+    tsr_ckpt *src = tsr_ckpt_open(src_dir, &e);
+    REQUIRE(src, "%s", e.msg);
+    tsr_save *s = tsr_save_begin(dst, 0, NULL, NULL, &e);
+    REQUIRE(s, "%s", e.msg);
+    int planted = 0;
+    for (size_t i = 0; i < tsr_ckpt_n_tensors(src); i++) {
+        tsr_tensor_info t;
+        tsr_ckpt_tensor(src, i, &t);
+        CHECK_OK(tsr_save_tensor(s, t.name, t.group, t.dtype, t.ndim, t.shape, &t.placement, &e));
+        tsr_box whole = {t.ndim, {0}, {0}};
+        for (uint32_t d = 0; d < t.ndim; d++) whole.extent[d] = t.shape[d];
+        uint8_t *buf = malloc(t.raw_bytes + 8);
+        REQUIRE(buf, "out of memory");
+        CHECK_OK(tsr_ckpt_read(src, i, &whole, buf, &e));
+        size_t nlen = strlen(t.name);
+        for (const char *p = tensor; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : NULL) {
+            if (strncmp(p, t.name, nlen) || (p[nlen] && p[nlen] != ',' && p[nlen] != '=') || !t.raw_bytes) continue;
+            planted++;
+            if (p[nlen] != '=') tsr_store_from_f64(t.dtype, buf, 0, NAN);
+            else
+                for (size_t k = 0; k < t.raw_bytes / tsr_dtype_size(t.dtype); k++)
+                    tsr_store_from_f64(t.dtype, buf, k, tsr_load_f64(t.dtype, buf, k) * atof(p + nlen + 1));
+        }
+        CHECK_OK(tsr_save_box(s, t.name, &whole, buf, &e));
+        free(buf);
+    }
+    for (size_t i = 0; i < tsr_ckpt_n_blobs(src); i++) {
+        tsr_blob_info b;
+        tsr_ckpt_blob(src, i, &b);
+        uint8_t *buf = malloc(b.size + 8);
+        REQUIRE(buf, "out of memory");
+        CHECK_OK(tsr_ckpt_read_blob(src, i, buf, &e));
+        if (!strcmp(b.name, "train.step") && b.size == 8) tsr_st64(buf, step);
+        CHECK_OK(tsr_save_blob(s, b.name, b.rank, buf, b.size, &e));
+        free(buf);
+    }
+    tsr_layout l = tsr_ckpt_layout(src);
+    CHECK_OK(tsr_save_finish(s, NULL, NULL, &e));
+    CHECK_OK(tsr_save_commit(s, NULL, NULL, 0, step, &l, &e));
+    tsr_save_free(s);
+    tsr_ckpt_close(src);
+    CHECK(planted, "no tensor of %s to change", tensor);
+    return check_done();
+}
+
+int main(int argc, char **argv) {
+    if (argc == 6 && !strcmp(argv[1], "--plant")) return plant(argv[2], argv[3], argv[4], strtoull(argv[5], NULL, 10));
+    char tmp[] = "/tmp/tsr-stats-XXXXXX";
+    REQUIRE(mkdtemp(tmp), "mkdtemp");
+    vectors();
+    shares_merge();
+    saved(tmp);
+    selection(tmp);
+    tsr_remove_tree(tmp);
+    return check_done();
+}
