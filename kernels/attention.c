@@ -24,6 +24,57 @@
 
 #define ATT_BLK 64
 
+/* The row loops of a task are built for the widest vector unit the processor
+ * has (target_clones, chosen once at load time): their element-wise operations
+ * give the same bits at any width (no contraction into fused multiply-adds:
+ * -std=c11). Their sums are calls to the loops below, built for the baseline
+ * unit, so that each sum keeps the order it has always had (a vector sum's
+ * order follows its width). noinline: inlined into a wide caller they would
+ * be built wide. */
+#define WIDEST __attribute__((target_clones("avx512f", "avx2", "default")))
+
+__attribute__((noinline)) static float row_sum(const float *x, int n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < n; j++) s += x[j];
+    return s;
+}
+
+__attribute__((noinline)) static float row_dot(const float *x, const float *y, int n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < n; j++) s += x[j] * y[j];
+    return s;
+}
+
+/* Rows r0..r1 of P (rows T floats apart), each holding its scores for keys
+ * 0..i: their softmax, and zeros after key i. */
+WIDEST static void softmax_rows(float *P, int r0, int r1, int T) {
+    for (int i = r0; i < r1; i++) {
+        float *p = P + (size_t)i * T;
+        float mx = tsr_rowmax(p, i + 1);
+#pragma omp simd
+        for (int j = 0; j <= i; j++) p[j] = tsr_exp(p[j] - mx);
+        float inv = 1.0f / row_sum(p, i + 1);
+#pragma omp simd
+        for (int j = 0; j <= i; j++) p[j] *= inv;
+        for (int j = i + 1; j < T; j++) p[j] = 0.0f;
+    }
+}
+
+/* Rows r0..r1 of dS (rows T floats apart), holding dP for keys 0..i: the
+ * softmax's backward dS = s P (dP - rowsum(P dP)), and zeros after key i up
+ * to key r1 (pass 2 reads the diagonal block whole). */
+WIDEST static void softmax_bwd_rows(float *dS, const float *P, int r0, int r1, int T, float scale) {
+    for (int i = r0; i < r1; i++) {
+        const float *p = P + (size_t)i * T;
+        float *d = dS + (size_t)i * T, dot = row_dot(p, d, i + 1);
+#pragma omp simd
+        for (int j = 0; j <= i; j++) d[j] = scale * p[j] * (d[j] - dot);
+        for (int j = i + 1; j < r1; j++) d[j] = 0.0f;
+    }
+}
+
 static int bad_shape(int B, int T, int NH, int NKV, int hd) {
     return B <= 0 || T <= 0 || NH <= 0 || NKV <= 0 || hd <= 0 || NH % NKV != 0;
 }
@@ -54,19 +105,7 @@ void tsr_attention_fwd(float *out, float *att, const float *q, const float *k, c
         // P[r0:r1, 0:r1] = scale * Q[r0:r1] K[0:r1]^T
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hd, scale, qh + r0 * qs, (int)qs, kh,
                     (int)ks, 0.0f, P + (size_t)r0 * T, T);
-        for (int i = r0; i < r1; i++) { /* softmax over keys 0..i, zeros after */
-            float *p = P + (size_t)i * T;
-            float mx = tsr_rowmax(p, i + 1), sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j <= i; j++) {
-                p[j] = tsr_exp(p[j] - mx);
-                sum += p[j];
-            }
-            float inv = 1.0f / sum;
-#pragma omp simd
-            for (int j = 0; j <= i; j++) p[j] *= inv;
-            for (int j = i + 1; j < T; j++) p[j] = 0.0f;
-        }
+        softmax_rows(P, r0, r1, T); /* over keys 0..i, zeros after */
         // out[r0:r1] = P[r0:r1, 0:r1] V[0:r1]
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hd, r1, 1.0f, P + (size_t)r0 * T, T, vh,
                     (int)ks, 0.0f, oh + r0 * qs, (int)qs);
@@ -95,15 +134,7 @@ void tsr_attention_bwd(float *dq, float *dk, float *dv, float *scratch, const fl
             // dP[r0:r1, 0:r1] = dO[r0:r1] V[0:r1]^T, written where dS goes
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hd, 1.0f, doh + r0 * qs, (int)qs, vh,
                         (int)ks, 0.0f, dS + (size_t)r0 * T, T);
-            for (int i = r0; i < r1; i++) {
-                const float *p = P + (size_t)i * T;
-                float *d = dS + (size_t)i * T, dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-                for (int j = 0; j <= i; j++) dot += p[j] * d[j];
-#pragma omp simd
-                for (int j = 0; j <= i; j++) d[j] = scale * p[j] * (d[j] - dot);
-                for (int j = i + 1; j < r1; j++) d[j] = 0.0f; /* pass 2 reads the diagonal block whole */
-            }
+            softmax_bwd_rows(dS, P, r0, r1, T, scale);
             if (dq) { // dQ[r0:r1] += dS[r0:r1, 0:r1] K[0:r1]
                 float *dqh = dq + (size_t)b * T * qs + (size_t)h * hd;
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hd, r1, 1.0f, dS + (size_t)r0 * T, T,

@@ -1,10 +1,51 @@
-/* loss.c: softmax cross-entropy. The forward makes three passes over a row (its
- * max; exps written and summed; scaled by 1/sum) and computes each exp once. */
+/* loss.c: softmax cross-entropy. The forward makes four passes over a row (its
+ * max; exps written; summed; scaled by 1/sum) and computes each exp once.
+ *
+ * The element-wise passes are built for the widest vector unit the processor
+ * has (target_clones, chosen once at load time): the same float operations in
+ * the same order whatever the width (no contraction into fused multiply-adds:
+ * -std=c11), so their bits do not depend on it. The sums are kept out of them,
+ * in loops of their own built for the baseline unit: a vector sum's order
+ * follows its width, and the sums keep the order they have always had. */
 #include "loss.h"
 #include "activation.h" /* tsr_exp, tsr_rowmax */
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
+
+#define WIDEST __attribute__((target_clones("avx512f", "avx2", "default")))
+
+/* e (n) = exp(x - mx); e may alias x. */
+WIDEST static void exp_shifted(float *e, const float *x, float mx, int n) {
+#pragma omp simd
+    for (int j = 0; j < n; j++) e[j] = tsr_exp(x[j] - mx);
+}
+
+/* x (n) *= a */
+WIDEST static void scale(float *x, float a, int n) {
+#pragma omp simd
+    for (int j = 0; j < n; j++) x[j] *= a;
+}
+
+/* p (n) = exp(x - mx) * inv; p may alias x. */
+WIDEST static void exp_shifted_scaled(float *p, const float *x, float mx, float inv, int n) {
+#pragma omp simd
+    for (int j = 0; j < n; j++) p[j] = tsr_exp(x[j] - mx) * inv;
+}
+
+/* d (n) += p * a */
+WIDEST static void add_scaled(float *d, const float *p, float a, int n) {
+#pragma omp simd
+    for (int j = 0; j < n; j++) d[j] += p[j] * a;
+}
+
+static float row_sum(const float *x, int n) {
+    float s = 0.0f;
+#pragma omp simd reduction(+ : s)
+    for (int j = 0; j < n; j++) s += x[j];
+    return s;
+}
 
 int tsr_xent_fwd(float *losses, float *probs, const float *logits, const int *targets, int N, int V) {
     int count = 0;
@@ -20,17 +61,10 @@ int tsr_xent_fwd(float *losses, float *probs, const float *logits, const int *ta
         int counted = t >= 0 && t < V;
         float xt = counted ? x[t] : 0.0f; /* read before p overwrites x when they alias */
         float mx = tsr_rowmax(x, V);
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-        for (int j = 0; j < V; j++) {
-            float e = tsr_exp(x[j] - mx);
-            p[j] = e;
-            sum += e;
-        }
-        float inv = 1.0f / sum;
-#pragma omp simd
-        for (int j = 0; j < V; j++) p[j] *= inv;
-        losses[i] = counted ? logf(sum) + mx - xt : 0.0f;
+        exp_shifted(p, x, mx, V);
+        float se = row_sum(p, V);
+        scale(p, 1.0f / se, V);
+        losses[i] = counted ? logf(se) + mx - xt : 0.0f;
         count += counted;
     }
     return count;
@@ -40,16 +74,26 @@ void tsr_xent_bwd(float *dlogits, const float *probs, const int *targets, const 
     tsr_xent_part_bwd(dlogits, probs, targets, dloss, N, V, 0, V);
 }
 
+/* The exps of a row go to a row of scratch of each thread's (the logits are
+ * the caller's), then are summed as before. */
 void tsr_xent_part_stats(float *stats, const float *logits, int N, int Vt) {
-#pragma omp parallel for schedule(static)
-    for (int i = 0; i < N; i++) {
-        const float *x = logits + (size_t)i * Vt;
-        float mx = tsr_rowmax(x, Vt), sum = 0.0f;
-        if (Vt > 0) {
-#pragma omp simd reduction(+ : sum)
-            for (int j = 0; j < Vt; j++) sum += tsr_exp(x[j] - mx);
+#pragma omp parallel
+    {
+        float *e = Vt > 0 ? malloc((size_t)Vt * sizeof *e) : NULL;
+#pragma omp for schedule(static)
+        for (int i = 0; i < N; i++) {
+            const float *x = logits + (size_t)i * Vt;
+            float mx = tsr_rowmax(x, Vt), se = 0.0f;
+            if (Vt > 0 && e) {
+                exp_shifted(e, x, mx, Vt);
+                se = row_sum(e, Vt);
+            } else if (Vt > 0) { /* no memory for the row: the same sum, its exps in the narrow unit */
+#pragma omp simd reduction(+ : se)
+                for (int j = 0; j < Vt; j++) se += tsr_exp(x[j] - mx);
+            }
+            stats[2 * i] = mx, stats[2 * i + 1] = se;
         }
-        stats[2 * i] = mx, stats[2 * i + 1] = sum;
+        free(e);
     }
 }
 
@@ -59,22 +103,21 @@ int tsr_xent_part_fwd(float *losses, float *probs, const float *logits, const in
 #pragma omp parallel for schedule(static) reduction(+ : count)
     for (int i = 0; i < N; i++) {
         /* the row's max and sum of exps over every part, combined in part order */
-        float mx = -INFINITY, sum = 0.0f;
+        float mx = -INFINITY, se = 0.0f;
         for (int r = 0; r < parts; r++) {
             float m = stats[(size_t)r * 2 * N + 2 * i];
             mx = m > mx ? m : mx;
         }
         for (int r = 0; r < parts; r++) {
             const float *st = stats + (size_t)r * 2 * N + 2 * i;
-            if (st[1] > 0.0f) sum += st[1] * tsr_exp(st[0] - mx);
+            if (st[1] > 0.0f) se += st[1] * tsr_exp(st[0] - mx);
         }
         const float *x = logits + (size_t)i * Vt;
         float *p = probs + (size_t)i * Vt;
         int t = targets[i] - v0, here = targets[i] >= 0 && t >= 0 && t < Vt;
-        float xt = here ? x[t] : 0.0f, inv = 1.0f / sum;
-#pragma omp simd
-        for (int j = 0; j < Vt; j++) p[j] = tsr_exp(x[j] - mx) * inv;
-        losses[i] = here ? logf(sum) + mx - xt : 0.0f;
+        float xt = here ? x[t] : 0.0f;
+        exp_shifted_scaled(p, x, mx, 1.0f / se, Vt);
+        losses[i] = here ? logf(se) + mx - xt : 0.0f;
         count += here;
     }
     return count;
@@ -89,8 +132,7 @@ void tsr_xent_part_bwd(float *dlogits, const float *probs, const int *targets, c
         if (t < 0 || t >= V) continue;
         const float *p = probs + (size_t)i * Vt;
         float *d = dlogits + (size_t)i * Vt, dl = dloss[i];
-#pragma omp simd
-        for (int j = 0; j < Vt; j++) d[j] += p[j] * dl;
+        add_scaled(d, p, dl, Vt);
         if (t >= v0 && t - v0 < Vt) d[t - v0] -= dl;
     }
 }

@@ -32,22 +32,32 @@ void tsr_rope_tables(float *cos_t, float *sin_t, int T, int hd, float theta, con
     }
 }
 
+/* The pairs (v[2i], v[2i+1]) of H head vectors of hd floats rotated by the
+ * angles whose cos and sin are c, sn (hd/2), times dir. Built for the widest
+ * vector unit the processor has (target_clones, chosen once at load time): the
+ * same float operations whatever the width (no contraction into fused
+ * multiply-adds: -std=c11), so the same bits. */
+__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+rotate_heads(float *x, const float *c, const float *sn, int H, int hd, float dir) {
+    int half = hd / 2;
+    for (int h = 0; h < H; h++) {
+        float *v = x + (size_t)h * hd;
+#pragma omp simd
+        for (int i = 0; i < half; i++) {
+            float x0 = v[2 * i], x1 = v[2 * i + 1], si = dir * sn[i];
+            v[2 * i] = x0 * c[i] - x1 * si;
+            v[2 * i + 1] = x0 * si + x1 * c[i];
+        }
+    }
+}
+
 /* dir = +1 rotates by +angle (forward), -1 by -angle (backward). */
 static void rotate(float *x, const float *cos_t, const float *sin_t, int B, int T, int H, int hd, float dir) {
     int half = hd / 2;
 #pragma omp parallel for schedule(static)
     for (long bt = 0; bt < (long)B * T; bt++) {
         int t = (int)(bt % T);
-        const float *c = cos_t + (size_t)t * half, *sn = sin_t + (size_t)t * half;
-        for (int h = 0; h < H; h++) {
-            float *v = x + ((size_t)bt * H + h) * hd;
-#pragma omp simd
-            for (int i = 0; i < half; i++) {
-                float x0 = v[2 * i], x1 = v[2 * i + 1], si = dir * sn[i];
-                v[2 * i] = x0 * c[i] - x1 * si;
-                v[2 * i + 1] = x0 * si + x1 * c[i];
-            }
-        }
+        rotate_heads(x + (size_t)bt * H * hd, cos_t + (size_t)t * half, sin_t + (size_t)t * half, H, hd, dir);
     }
 }
 
