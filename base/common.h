@@ -148,4 +148,22 @@ int tsr_fsync_dir(const char *dir, const char *what, tsr_error *err);
 /* Aligned allocation (TSR_ALIGN) for O_DIRECT buffers; free with free(). */
 void *tsr_alloc_aligned(size_t size);
 
+/* Functions built for each x86-64 vector width and chosen once at load time
+ * (target_clones): TSR_WIDEST for float loops (AVX-512F, AVX2 without FMA,
+ * the baseline: the same roundings at every width), TSR_WIDEST_INT for integer
+ * loops (x86-64-v4 and v3, for their 64-bit multiplies). Plain off x86-64 and
+ * under AddressSanitizer (clang's has no ifunc resolvers). */
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TSR_NO_CLONES
+#endif
+#endif
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(TSR_NO_CLONES)
+#define TSR_WIDEST __attribute__((target_clones("avx512f", "avx2", "default")))
+#define TSR_WIDEST_INT __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#else
+#define TSR_WIDEST
+#define TSR_WIDEST_INT
+#endif
+
 #endif

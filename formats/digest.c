@@ -25,19 +25,8 @@ static inline uint64_t term(uint64_t bits, uint64_t index, uint64_t key) {
  * on other x86-64 the clones take AVX2 or SSE2. */
 typedef uint64_t u64x8 __attribute__((vector_size(64)));
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TSR_NO_CLONES /* Clang's sanitizers and ifunc resolvers */
-#endif
-#endif
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(TSR_NO_CLONES)
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
-
 #define RUN_KERNEL(fn, T)                                                                    \
-    CLONES static uint64_t fn(uint64_t key, uint64_t first, const void *data, uint64_t n) {  \
+    TSR_WIDEST_INT static uint64_t fn(uint64_t key, uint64_t first, const void *data, uint64_t n) {  \
         const T *p = data;                                                                   \
         u64x8 acc = {0}, idx, kv;                                                            \
         for (int l = 0; l < 8; l++) idx[l] = (first + (uint64_t)l) * K, kv[l] = key;         \

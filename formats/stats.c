@@ -17,17 +17,6 @@ typedef int32_t i32x8 __attribute__((vector_size(32)));
 typedef double f64x8 __attribute__((vector_size(64)));
 typedef uint16_t u16x8 __attribute__((vector_size(16)));
 
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TSR_NO_CLONES
-#endif
-#endif
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(TSR_NO_CLONES)
-#define CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define CLONES
-#endif
-
 #define BLOCK 65536 /* elements between flushes of the lanes' non-finite counts (i32) */
 
 void tsr_stats_init(tsr_stats *s) { *s = (tsr_stats){INFINITY, -INFINITY, 0, 0}; }
@@ -69,50 +58,49 @@ static void add_one(tsr_stats *s, double x) {
         }                                                       \
     } while (0)
 
-CLONES static void run_f32(const void *data, uint64_t n, tsr_stats *s) {
-    const uint8_t *p = data;
-    uint64_t j = 0;
-    while (j + 8 <= n) {
-        f32x8 mn = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY}, mx = -mn;
-        f64x8 sq = {0};
-        i32x8 nf = {0};
-        uint64_t end = n - j > BLOCK ? j + BLOCK : n;
-        for (; j + 8 <= end; j += 8) {
-            i32x8 b;
-            memcpy(&b, p + 4 * j, sizeof b);
-            LANES(b, mn, mx, sq, nf);
-        }
-        FOLD(s, mn, mx, sq, nf);
-    }
-    for (; j < n; j++) {
-        float x;
-        memcpy(&x, p + 4 * j, 4);
-        add_one(s, x);
-    }
+/* The 8-lane loads into b (macros: a function returning a vector would change
+ * the ABI between the clones): f32's bits as they are, bf16's widened to f32's. */
+#define LOAD_F32(b, p, j) memcpy(&(b), (p) + 4 * (j), sizeof(b))
+#define LOAD_BF16(b, p, j)                                   \
+    do {                                                     \
+        u16x8 h_;                                            \
+        memcpy(&h_, (p) + 2 * (j), sizeof h_);               \
+        (b) = __builtin_convertvector(h_, i32x8) << 16;      \
+    } while (0)
+static inline double one_f32(const uint8_t *p, uint64_t j) {
+    float x;
+    memcpy(&x, p + 4 * j, 4);
+    return x;
+}
+static inline double one_bf16(const uint8_t *p, uint64_t j) {
+    uint16_t h;
+    memcpy(&h, p + 2 * j, 2);
+    return tsr_bf16_to_f32(h);
 }
 
-CLONES static void run_bf16(const void *data, uint64_t n, tsr_stats *s) {
-    const uint8_t *p = data;
-    uint64_t j = 0;
-    while (j + 8 <= n) {
-        f32x8 mn = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY}, mx = -mn;
-        f64x8 sq = {0};
-        i32x8 nf = {0};
-        uint64_t end = n - j > BLOCK ? j + BLOCK : n;
-        for (; j + 8 <= end; j += 8) {
-            u16x8 h;
-            memcpy(&h, p + 2 * j, sizeof h);
-            i32x8 b = __builtin_convertvector(h, i32x8) << 16;
-            LANES(b, mn, mx, sq, nf);
-        }
-        FOLD(s, mn, mx, sq, nf);
+/* A run of n elements: 8 lanes at a time, folded into s every BLOCK, the rest
+ * one by one. */
+#define RUN_STATS(fn, LOAD, ONE)                                                                         \
+    TSR_WIDEST_INT static void fn(const void *data, uint64_t n, tsr_stats *s) {                         \
+        const uint8_t *p = data;                                                                         \
+        uint64_t j = 0;                                                                                  \
+        while (j + 8 <= n) {                                                                             \
+            f32x8 mn = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY}; \
+            f32x8 mx = -mn;                                                                              \
+            f64x8 sq = {0};                                                                              \
+            i32x8 nf = {0};                                                                              \
+            uint64_t end = n - j > BLOCK ? j + BLOCK : n;                                                \
+            for (; j + 8 <= end; j += 8) {                                                               \
+                i32x8 b;                                                                                 \
+                LOAD(b, p, j);                                                                           \
+                LANES(b, mn, mx, sq, nf);                                                                \
+            }                                                                                            \
+            FOLD(s, mn, mx, sq, nf);                                                                     \
+        }                                                                                                \
+        for (; j < n; j++) add_one(s, ONE(p, j));                                                        \
     }
-    for (; j < n; j++) {
-        uint16_t h;
-        memcpy(&h, p + 2 * j, 2);
-        add_one(s, tsr_bf16_to_f32(h));
-    }
-}
+RUN_STATS(run_f32, LOAD_F32, one_f32)
+RUN_STATS(run_bf16, LOAD_BF16, one_bf16)
 
 int tsr_stats_run(int dtype, const void *data, uint64_t n, tsr_stats *acc) {
     if (!tsr_stats_dtype(dtype)) return 0;

@@ -8,13 +8,13 @@
  * and any thread count. tsr_exp is a few dozen vector operations, and on the
  * baseline unit (SSE, 4 floats) they, not the memory, set the pace. */
 #include "activation.h"
+#include "common.h"
 
 #include <math.h>
 
-#define WIDEST __attribute__((target_clones("avx512f", "avx2", "default")))
 #define ACT_BLOCK 8192 /* elements a task: 32 KiB of each operand */
 
-WIDEST static void fwd_block(float *out, const float *gate, const float *up, size_t i0, size_t i1) {
+TSR_WIDEST static void fwd_block(float *out, const float *gate, const float *up, size_t i0, size_t i1) {
 #pragma omp simd
     for (size_t i = i0; i < i1; i++) {
         float g = gate[i];
@@ -24,7 +24,7 @@ WIDEST static void fwd_block(float *out, const float *gate, const float *up, siz
 
 /* silu'(g) = s + g s (1 - s) with s = sigmoid(g). One loop per case of NULL
  * gradients, so that none of them branches (and each vectorizes). */
-WIDEST static void bwd_block(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+TSR_WIDEST static void bwd_block(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
                              size_t i0, size_t i1) {
     if (dgate && dup) {
 #pragma omp simd

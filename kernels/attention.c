@@ -16,6 +16,7 @@
  * The tasks keep every core busy, so each of their sgemm calls runs on one
  * thread (tsr_blas_serial_begin; see matmul.c). */
 #include "attention.h"
+#include "common.h"
 #include "activation.h" /* tsr_exp, tsr_rowmax */
 #include "matmul.h"     /* tsr_blas_serial_begin */
 
@@ -31,7 +32,6 @@
  * unit, so that each sum keeps the order it has always had (a vector sum's
  * order follows its width). noinline: inlined into a wide caller they would
  * be built wide. */
-#define WIDEST __attribute__((target_clones("avx512f", "avx2", "default")))
 
 __attribute__((noinline)) static float row_sum(const float *x, int n) {
     float s = 0.0f;
@@ -49,7 +49,7 @@ __attribute__((noinline)) static float row_dot(const float *x, const float *y, i
 
 /* Rows r0..r1 of P (rows T floats apart), each holding its scores for keys
  * 0..i: their softmax, and zeros after key i. */
-WIDEST static void softmax_rows(float *P, int r0, int r1, int T) {
+TSR_WIDEST static void softmax_rows(float *P, int r0, int r1, int T) {
     for (int i = r0; i < r1; i++) {
         float *p = P + (size_t)i * T;
         float mx = tsr_rowmax(p, i + 1);
@@ -65,7 +65,7 @@ WIDEST static void softmax_rows(float *P, int r0, int r1, int T) {
 /* Rows r0..r1 of dS (rows T floats apart), holding dP for keys 0..i: the
  * softmax's backward dS = s P (dP - rowsum(P dP)), and zeros after key i up
  * to key r1 (pass 2 reads the diagonal block whole). */
-WIDEST static void softmax_bwd_rows(float *dS, const float *P, int r0, int r1, int T, float scale) {
+TSR_WIDEST static void softmax_bwd_rows(float *dS, const float *P, int r0, int r1, int T, float scale) {
     for (int i = r0; i < r1; i++) {
         const float *p = P + (size_t)i * T;
         float *d = dS + (size_t)i * T, dot = row_dot(p, d, i + 1);

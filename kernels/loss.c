@@ -8,34 +8,34 @@
  * in loops of their own built for the baseline unit: a vector sum's order
  * follows its width, and the sums keep the order they have always had. */
 #include "loss.h"
+#include "common.h"
 #include "activation.h" /* tsr_exp, tsr_rowmax */
 
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 
-#define WIDEST __attribute__((target_clones("avx512f", "avx2", "default")))
 
 /* e (n) = exp(x - mx); e may alias x. */
-WIDEST static void exp_shifted(float *e, const float *x, float mx, int n) {
+TSR_WIDEST static void exp_shifted(float *e, const float *x, float mx, int n) {
 #pragma omp simd
     for (int j = 0; j < n; j++) e[j] = tsr_exp(x[j] - mx);
 }
 
 /* x (n) *= a */
-WIDEST static void scale(float *x, float a, int n) {
+TSR_WIDEST static void scale(float *x, float a, int n) {
 #pragma omp simd
     for (int j = 0; j < n; j++) x[j] *= a;
 }
 
 /* p (n) = exp(x - mx) * inv; p may alias x. */
-WIDEST static void exp_shifted_scaled(float *p, const float *x, float mx, float inv, int n) {
+TSR_WIDEST static void exp_shifted_scaled(float *p, const float *x, float mx, float inv, int n) {
 #pragma omp simd
     for (int j = 0; j < n; j++) p[j] = tsr_exp(x[j] - mx) * inv;
 }
 
 /* d (n) += p * a */
-WIDEST static void add_scaled(float *d, const float *p, float a, int n) {
+TSR_WIDEST static void add_scaled(float *d, const float *p, float a, int n) {
 #pragma omp simd
     for (int j = 0; j < n; j++) d[j] += p[j] * a;
 }

@@ -7,12 +7,12 @@
  * operations in the same order whatever the width (no contraction into fused
  * multiply-adds: -std=c11), so their bits do not depend on it. */
 #include "norm.h"
+#include "common.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define WIDEST __attribute__((target_clones("avx512f", "avx2", "default")))
 
 static float sum_sq(const float *x, int C) {
     float ss = 0.0f;
@@ -29,25 +29,25 @@ static float dot3(const float *dy, const float *w, const float *x, int C) {
 }
 
 /* y (C) = x r w */
-WIDEST static void scale_row(float *y, const float *x, float r, const float *w, int C) {
+TSR_WIDEST static void scale_row(float *y, const float *x, float r, const float *w, int C) {
 #pragma omp simd
     for (int c = 0; c < C; c++) y[c] = x[c] * r * w[c];
 }
 
 /* dx (C) += r (w dy - k x) */
-WIDEST static void dx_row(float *dx, const float *dy, const float *x, const float *w, float r, float k, int C) {
+TSR_WIDEST static void dx_row(float *dx, const float *dy, const float *x, const float *w, float r, float k, int C) {
 #pragma omp simd
     for (int c = 0; c < C; c++) dx[c] += r * (w[c] * dy[c] - k * x[c]);
 }
 
 /* part (C) += dy x r */
-WIDEST static void dw_row(float *part, const float *dy, const float *x, float r, int C) {
+TSR_WIDEST static void dw_row(float *part, const float *dy, const float *x, float r, int C) {
 #pragma omp simd
     for (int c = 0; c < C; c++) part[c] += dy[c] * x[c] * r;
 }
 
 /* dw (C) += p */
-WIDEST static void add_row(float *dw, const float *p, int c0, int c1) {
+TSR_WIDEST static void add_row(float *dw, const float *p, int c0, int c1) {
 #pragma omp simd
     for (int c = c0; c < c1; c++) dw[c] += p[c];
 }

@@ -1,5 +1,6 @@
 /* rope.c: rotary position embedding, interleaved pairs (Meta's Llama 3 layout). */
 #include "rope.h"
+#include "common.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -37,7 +38,7 @@ void tsr_rope_tables(float *cos_t, float *sin_t, int T, int hd, float theta, con
  * vector unit the processor has (target_clones, chosen once at load time): the
  * same float operations whatever the width (no contraction into fused
  * multiply-adds: -std=c11), so the same bits. */
-__attribute__((target_clones("avx512f", "avx2", "default"))) static void
+TSR_WIDEST static void
 rotate_heads(float *x, const float *c, const float *sn, int H, int hd, float dir) {
     int half = hd / 2;
     for (int h = 0; h < H; h++) {
