@@ -39,10 +39,43 @@ typedef struct reshard_job {
     const uint8_t **tables; /* each writer's table, from tsr_save_finish */
     size_t *table_lens;
     uint64_t total, done; /* raw bytes of the target, and written so far */
+    uint64_t *src_share;  /* per target tensor of another dtype: the source digest's shares read */
     pthread_mutex_t mu;
     int rc;
     tsr_error err;
 } reshard_job;
+
+/* The global blob that names, for each tensor converted to another dtype, the
+ * source's dtype and digest (its new digest is the output's own). */
+#define SOURCE_BLOB "reshard.source_digests"
+
+/* That blob's text: "NAME DTYPE DIGEST\n" (DIGEST in 16 hex digits) for each
+ * converted tensor whose source records a digest; NULL when there is none.
+ * malloc'd. */
+static char *source_digests(const reshard_job *j, size_t *len) {
+    size_t cap = 0, n = 0;
+    char *text = NULL;
+    for (size_t t = 0; t < j->n_decls; t++) {
+        tsr_tensor_info si;
+        uint64_t digest;
+        tsr_ckpt_tensor(j->src, (size_t)j->src_index[t], &si);
+        if (si.dtype == j->decls[t].dtype || tsr_ckpt_tensor_digest(j->src, (size_t)j->src_index[t], &digest) != 1)
+            continue;
+        size_t need = strlen(si.name) + 48;
+        if (n + need > cap) {
+            char *grown = realloc(text, cap = 2 * (n + need));
+            if (!grown) {
+                free(text);
+                return NULL;
+            }
+            text = grown;
+        }
+        n += (size_t)snprintf(text + n, cap - n, "%s %s %016llx\n", si.name, tsr_dtype_name(si.dtype),
+                              (unsigned long long)digest);
+    }
+    *len = n;
+    return text;
+}
 
 /* Whether target box rb is made of whole chunks of the source, in the same
  * dtype and in a codec the target accepts: then they are copied as they are
@@ -127,6 +160,9 @@ static int write_writer(reshard_job *j, uint32_t w, int worker, uint8_t *in, uin
         size_t ses = tsr_dtype_size(si.dtype), tes = tsr_dtype_size(d->dtype);
         size_t widest = ses > tes ? ses : tes;
         uint64_t np = tsr_box_pieces(&rb->box, widest, cap);
+        /* converted: the source digest's shares of what is read (the output's
+         * digest is of the converted values, and proves nothing of the source) */
+        uint64_t key = tsr_digest_key(si.name, si.dtype), share = 0;
         for (uint64_t k = 0; !rc && k < np; k++) {
             tsr_box pc;
             tsr_box_piece(&rb->box, widest, cap, k, &pc);
@@ -134,18 +170,29 @@ static int write_writer(reshard_job *j, uint32_t w, int worker, uint8_t *in, uin
             rc = tsr_ckpt_read(j->src, (size_t)j->src_index[rb->tensor], &pc, in, e);
             const uint8_t *data = in;
             if (!rc && si.dtype != d->dtype) {
+                share += tsr_digest_box(key, ses, si.shape, &pc, in);
                 for (uint64_t x = 0; x < n; x++) tsr_store_from_f64(d->dtype, out, x, tsr_load_f64(si.dtype, in, x));
                 data = out;
             }
             if (!rc) rc = tsr_save_box(s, d->name, &pc, data, e);
             if (!rc) progress(j, n * tes);
         }
+        pthread_mutex_lock(&j->mu);
+        j->src_share[rb->tensor] += share;
+        pthread_mutex_unlock(&j->mu);
+    }
+    if (w == 0 && !rc) { /* the converted tensors' source digests */
+        size_t len = 0;
+        char *text = source_digests(j, &len);
+        if (text) rc = tsr_save_blob(s, SOURCE_BLOB, -1, text, len, e);
+        free(text);
     }
     /* blobs: global ones and those of ranks the target lacks by writer 0, a
      * rank's own by that rank's writer */
     for (size_t b = 0; b < tsr_ckpt_n_blobs(j->src) && !rc; b++) {
         tsr_blob_info bi;
         tsr_ckpt_blob(j->src, b, &bi);
+        if (!strcmp(bi.name, SOURCE_BLOB) && bi.rank < 0) continue; /* the source's own: this one's replaces it */
         uint32_t bw = bi.rank >= 0 && (uint32_t)bi.rank < j->n_writers ? (uint32_t)bi.rank : 0;
         if (bw != w) continue;
         uint8_t *buf = malloc(bi.size ? bi.size : 1);
@@ -291,11 +338,28 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
     for (int w = 0; w < nw && !rc; w++)
         if (!(j.enc[w] = tsr_encoder_new(enc_threads, err))) rc = err ? err->code : TSR_ENOMEM;
     if (rc) goto out;
+    if (!(j.src_share = calloc(nt + 1, sizeof *j.src_share))) {
+        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+        goto out;
+    }
     tsr_pool_for(pool, nr, write_one, &j);
     if ((rc = j.rc)) {
         if (err) *err = j.err;
         goto out;
     }
+    /* a converted tensor's source, whole, against its MANIFEST digest */
+    for (size_t t = 0; t < nt && !rc; t++) {
+        tsr_tensor_info si;
+        uint64_t digest;
+        tsr_ckpt_tensor(j.src, (size_t)j.src_index[t], &si);
+        if (si.dtype != j.decls[t].dtype && tsr_ckpt_tensor_digest(j.src, (size_t)j.src_index[t], &digest) == 1 &&
+            digest != j.src_share[t])
+            rc = tsr_err(err, TSR_ECORRUPT,
+                         "%s: tensor %s: its data adds up to digest %016llx, its MANIFEST records %016llx: not "
+                         "the tensor saved; nothing written",
+                         src_dir, si.name, (unsigned long long)j.src_share[t], (unsigned long long)digest);
+    }
+    if (rc) goto out;
     rc = tsr_save_commit(j.writers[0], j.tables, j.table_lens, nr, tsr_ckpt_step(j.src), &l, err);
 out:
     for (uint32_t w = 0; j.writers && w < nr; w++) {
@@ -311,6 +375,7 @@ out:
     free(j.writers);
     free(j.decls);
     free(j.src_index);
+    free(j.src_share);
     tsr_save_plan_free(&plan);
     for (int w = 0; j.enc && w < (pool ? tsr_pool_size(pool) : 0); w++) tsr_encoder_free(j.enc[w]);
     free(j.enc);

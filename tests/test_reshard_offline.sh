@@ -61,13 +61,39 @@ run_np 3 "$T" ckpt check A8 --layout dp_shard=3 >/dev/null || fail "A8 loaded on
 # dtypes: bf16 -> f32 -> bf16 is exact
 to_layout B B32 pp=2,tp=2 4 --dtype f32 --codec zstd --level 3
 "$T" reshard B32 B16 --layout dp_shard=2 --dtype bf16 >/dev/null || fail "reshard B32 -> B16"
-"$T" ckpt diff B B16 >/dev/null || fail "bf16 -> f32 -> bf16 is not exact"
+# exact: the only difference is the blob that names the source's digests
+"$T" ckpt diff B B16 --json >diff_b16.json
+$PY - B B32 B16 <<'PYEOF' || fail "bf16 -> f32 -> bf16 is not exact, or the digests do not follow"
+import json, subprocess, os, sys
+d = json.load(open("diff_b16.json"))
+assert d["differences"] == ["blob reshard.source_digests (rank -1): only in B"], d["differences"]
+info = {c: json.loads(subprocess.check_output([os.environ["TESSERA"], "ckpt", "info", c, "--json"])) for c in sys.argv[1:]}
+dig = {c: {t["name"]: t["digest"] for t in info[c]["tensors"]} for c in sys.argv[1:]}
+# converted back, every tensor has the digest it had: same names, dtype and bits
+assert dig["B"] == dig["B16"] and all(dig["B"].values()), "bf16 -> f32 -> bf16 changed a digest"
+assert all(dig["B32"][n] != dig["B"][n] for n in dig["B"]), "an f32 tensor has its bf16 digest"
+# B32 names each tensor's source dtype and digest: B's
+sys.path.insert(0, os.path.join(os.environ["TSR_ROOT"], "tests"))
+import format_reader
+ck = format_reader.Checkpoint(sys.argv[2])
+(i,) = [k for k, b in enumerate(ck.blobs) if b["name"] == "reshard.source_digests"]
+rows = {l.split()[0]: tuple(l.split()[1:]) for l in ck.blob(i).decode().splitlines()}
+assert rows == {n: ("bf16", v) for n, v in dig["B"].items()}, rows
+PYEOF
 run_np 2 "$T" ckpt check B16 --layout dp_shard=2 >/dev/null || fail "B16: check on 2 ranks"
 $PY - B32 <<'PYEOF' || fail "B32 is not all f32"
 import json, subprocess, os, sys
 m = json.loads(subprocess.check_output([os.environ["TESSERA"], "ckpt", "info", sys.argv[1], "--json"]))
 assert all(t["dtype"] == "f32" for t in m["tensors"]), [t["dtype"] for t in m["tensors"]]
 PYEOF
+
+# a converted tensor's source is held to its digest: a source whose data is not
+# what its MANIFEST records (every frame's checksum intact) is refused by name
+cp -r B Bbad && $PY "$TSR_ROOT/tests/set_digest.py" Bbad model.layers.0.w 0123456789abcdef >/dev/null || fail "set_digest"
+"$T" reshard Bbad Bbad32 --layout dp_shard=1 --dtype f32 >/dev/null 2>reshard_bad.err && fail "reshard of a wrong digest: exit 0"
+grep -q "tensor model.layers.0.w: its data adds up to digest [0-9a-f]*, its MANIFEST records 0123456789abcdef" reshard_bad.err ||
+    { fail "reshard of a wrong digest: not named"; cat reshard_bad.err >&2; }
+[ -e Bbad32 ] && fail "reshard of a wrong digest: the output exists"
 
 # --only model
 "$T" reshard A AM --layout tp=2 --only model >/dev/null || fail "reshard --only model"
