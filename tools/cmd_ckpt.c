@@ -683,7 +683,10 @@ int tsr_cmd_ckpt_diff(int argc, char **argv) {
         tsr_ckpt_blob(b, k, &y);
         if (tsr_ckpt_find_blob(a, y.name, y.rank) < 0) REPORT("blob %s (rank %d): only in B", y.name, y.rank);
     }
-    if (!failed && (json || differences)) print_moved(moved, nmoved, json);
+    /* the table of every tensor's change: in JSON always, in text when values differ */
+    int values_differ = 0;
+    for (size_t k = 0; k < nmoved; k++) values_differ |= moved[k].ndiff != 0;
+    if (!failed && (json || values_differ)) print_moved(moved, nmoved, json);
     else if (json) printf("],\"tensors\":[");
     free(moved);
     if (json) printf("],\"same\":%s}\n", differences || failed ? "false" : "true");
