@@ -155,7 +155,7 @@ static int frame_cuts(const tsr_box *box, size_t es, size_t frame_bytes, uint64_
 }
 
 tsr_write_opts tsr_write_opts_default(void) {
-    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0, NULL, 0};
+    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0, NULL, 0, 0};
 }
 
 tsr_save *tsr_save_begin(const char *step_dir, uint32_t file_id, const uint8_t *save_id,
@@ -235,7 +235,8 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
     if (save_index_find(&s->index, &s->tab, name) >= 0) return tsr_err(err, TSR_EINVAL, "%s: declared twice", name);
     /* the digest and the statistics (floating dtypes): the writer's shares, summed as its boxes are encoded */
     tsr_mf_tensor t = {.name = name, .group = group, .dtype = dtype, .ndim = ndim,
-                       .digest_flags = TSR_MF_DIGEST | (tsr_stats_dtype(dtype) ? TSR_MF_STATS : 0)};
+                       .digest_flags = s->opts.no_digests ? 0
+                                                          : TSR_MF_DIGEST | (tsr_stats_dtype(dtype) ? TSR_MF_STATS : 0)};
     tsr_stats_init(&t.stats);
     uint64_t bytes = tsr_dtype_size(dtype);
     for (uint32_t d = 0; d < ndim; d++) {
@@ -302,9 +303,8 @@ typedef struct encode_job {
     slot *slots;            /* where frame i is encoded */
     const tsr_mf_chunk *chunk; /* the frames' chunk (NULL: a blob's frames) ... */
     uint64_t first;            /* ... and the index in it of the batch's first frame */
-    uint64_t key;              /* the tensor's digest key, shape and element size */
+    uint64_t key;              /* the tensor's digest key and shape */
     const uint64_t *shape;
-    size_t es;
 } encode_job;
 
 static int slot_reserve(slot *sl, size_t need) {
@@ -316,12 +316,13 @@ static int slot_reserve(slot *sl, size_t need) {
     return sl->buf ? 0 : TSR_ENOMEM;
 }
 
-/* Frame k of chunk c's share of the digest: its raw bytes at raw. */
-static uint64_t frame_share(const tsr_mf_chunk *c, uint64_t k, uint64_t key, const uint64_t *shape, size_t es,
-                            const uint8_t *raw) {
+/* Frame k of chunk c's share of the digest, returned, and of the statistics,
+ * added to *stats: its raw bytes at raw, read once. */
+static uint64_t frame_shares(const tsr_mf_chunk *c, uint64_t k, uint64_t key, int dtype, const uint64_t *shape,
+                             const uint8_t *raw, tsr_stats *stats) {
     tsr_box fb;
     tsr_frame_box(c, k, &fb);
-    return tsr_digest_box(key, es, shape, &fb, raw);
+    return tsr_digest_stats_box(key, dtype, shape, &fb, raw, stats);
 }
 
 static void encode_one(void *ctx, size_t i, int worker) {
@@ -335,10 +336,9 @@ static void encode_one(void *ctx, size_t i, int worker) {
      * codec (a late frame's with its checksums, at tsr_save_finish) */
     int direct = j->stable && n % TSR_ALIGN == 0 && (uintptr_t)raw % TSR_ALIGN == 0 &&
                  tsr_frame_stores_raw(j->dtype, sl->want, raw, n);
-    sl->share = j->chunk && !(direct && j->late) ? frame_share(j->chunk, j->first + i, j->key, j->shape, j->es, raw)
-                                                 : 0;
     tsr_stats_init(&sl->stats);
-    if (j->chunk && !(direct && j->late)) tsr_stats_run(j->dtype, raw, n / j->es, &sl->stats);
+    int shares = j->chunk && !j->s->opts.no_digests && !(direct && j->late);
+    sl->share = shares ? frame_shares(j->chunk, j->first + i, j->key, j->dtype, j->shape, raw, &sl->stats) : 0;
     /* a frame stored as it is, aligned in memory that outlives the writes, is
      * written from there: no copy (a copy slows the writes it overlaps) */
     if (direct) {
@@ -437,7 +437,7 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
         else
             batch_codecs(s, codec, slots, batch);
         encode_job job = {s, stable, late, dtype, raw, offs + done, sizes + done, slots, chunk, done,
-                          t ? s->keys[chunk->tensor] : 0, t ? t->shape : NULL, tsr_dtype_size(dtype)};
+                          t ? s->keys[chunk->tensor] : 0, t ? t->shape : NULL};
         double t1 = tsr_now();
         tsr_pool_for(s->enc->pool, batch, encode_one, &job);
         double t2 = tsr_now();
@@ -467,7 +467,7 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
             if (is_late) {
                 late_frame *l = &s->late[s->n_late++];
                 *l = (late_frame){s->tab.n_frames - 1, sl->direct, sl->stored, 0, 0, {0}, 0, {0, 0, 0, 0}};
-                if (t) {
+                if (t && !s->opts.no_digests) {
                     l->of_tensor = 1;
                     l->tensor = chunk->tensor;
                     tsr_frame_box(chunk, done + i, &l->box);
@@ -668,9 +668,8 @@ static void late_one(void *ctx, size_t i, int worker) {
     s->tab.frames[l->frame].raw_hash = s->tab.frames[l->frame].stored_hash = tsr_hash(l->raw, l->len);
     if (l->of_tensor) {
         const tsr_mf_tensor *t = &s->tab.tensors[l->tensor];
-        l->share = tsr_digest_box(s->keys[l->tensor], tsr_dtype_size(t->dtype), t->shape, &l->box, l->raw);
         tsr_stats_init(&l->stats);
-        tsr_stats_run(t->dtype, l->raw, l->len / tsr_dtype_size(t->dtype), &l->stats);
+        l->share = tsr_digest_stats_box(s->keys[l->tensor], t->dtype, t->shape, &l->box, l->raw, &l->stats);
     }
 }
 

@@ -33,6 +33,13 @@ typedef struct tsr_write_opts {
     double encode_share;     /* with TSR_CODEC_AUTO: 0 (default) learns the share of
                                 frames to encode from who waits, the writer threads
                                 or the encoder's; in (0, 1] pins it (tests) */
+    int no_digests;          /* 1: the encode pass computes no digest share and no
+                                statistics (FORMAT.md 4.4, 4.5), and the MANIFEST
+                                records neither for the tensors this writer declares
+                                ("not recorded": no load or verify can check them,
+                                whatever the other writers computed). For measuring
+                                what they cost (tessera bench save --digests), not
+                                for checkpoints to keep */
 } tsr_write_opts;
 
 /* tsr_write_opts_default(): the defaults above. */

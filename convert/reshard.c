@@ -256,6 +256,23 @@ static int refuse_wide(const char *src_dir, const tsr_layout *l, uint64_t empty,
                    src_dir, lt, (unsigned long long)empty, tsr_layout_size(l), at_least);
 }
 
+/* Each converted tensor's source, whole, against its MANIFEST digest: the
+ * shares the writers added up as they read it. */
+static int check_sources(const reshard_job *j, const char *src_dir, tsr_error *err) {
+    for (size_t t = 0; t < j->n_decls; t++) {
+        tsr_tensor_info si;
+        uint64_t digest;
+        tsr_ckpt_tensor(j->src, (size_t)j->src_index[t], &si);
+        if (si.dtype != j->decls[t].dtype && tsr_ckpt_tensor_digest(j->src, (size_t)j->src_index[t], &digest) == 1 &&
+            digest != j->src_share[t])
+            return tsr_err(err, TSR_ECORRUPT,
+                           "%s: tensor %s: its data adds up to digest %016llx, its MANIFEST records %016llx: not "
+                           "the tensor saved; nothing written",
+                           src_dir, si.name, (unsigned long long)j->src_share[t], (unsigned long long)digest);
+    }
+    return 0;
+}
+
 int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts *o, tsr_error *err) {
     if (o->dtype && !tsr_dtype_is_float(o->dtype))
         return tsr_err(err, TSR_EINVAL, "reshard: --dtype must be a floating type, not %s", tsr_dtype_name(o->dtype));
@@ -347,19 +364,7 @@ int tsr_reshard(const char *src_dir, const char *dst_dir, const tsr_reshard_opts
         if (err) *err = j.err;
         goto out;
     }
-    /* a converted tensor's source, whole, against its MANIFEST digest */
-    for (size_t t = 0; t < nt && !rc; t++) {
-        tsr_tensor_info si;
-        uint64_t digest;
-        tsr_ckpt_tensor(j.src, (size_t)j.src_index[t], &si);
-        if (si.dtype != j.decls[t].dtype && tsr_ckpt_tensor_digest(j.src, (size_t)j.src_index[t], &digest) == 1 &&
-            digest != j.src_share[t])
-            rc = tsr_err(err, TSR_ECORRUPT,
-                         "%s: tensor %s: its data adds up to digest %016llx, its MANIFEST records %016llx: not "
-                         "the tensor saved; nothing written",
-                         src_dir, si.name, (unsigned long long)j.src_share[t], (unsigned long long)digest);
-    }
-    if (rc) goto out;
+    if ((rc = check_sources(&j, src_dir, err))) goto out;
     rc = tsr_save_commit(j.writers[0], j.tables, j.table_lens, nr, tsr_ckpt_step(j.src), &l, err);
 out:
     for (uint32_t w = 0; j.writers && w < nr; w++) {

@@ -7,6 +7,7 @@
 #include <xxhash.h>
 
 #include "common.h"
+#include "digest_lanes.h"
 #include "tsr_formats.h"
 
 #define K TSR_DIGEST_K
@@ -20,30 +21,29 @@ static inline uint64_t term(uint64_t bits, uint64_t index, uint64_t key) {
 }
 
 /* The run kernels, one per element size: 8 lanes of 64 bits at a time (GCC and
- * Clang vector extensions), so that the mix vectorises without -O3: with
- * AVX-512 (vpmullq) a core mixes about as fast as XXH3 hashes the same bytes;
- * on other x86-64 the clones take AVX2 or SSE2. */
-typedef uint64_t u64x8 __attribute__((vector_size(64)));
+ * Clang vector extensions, digest_lanes.h), so that the mix vectorises without
+ * -O3: with AVX-512 (vpmullq) a core mixes about as fast as XXH3 hashes the same
+ * bytes; on other x86-64 the clones take AVX2 or SSE2. */
+typedef uint8_t u8x8 __attribute__((vector_size(8)));
+typedef uint16_t u16x8 __attribute__((vector_size(16)));
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
 
-#define RUN_KERNEL(fn, T)                                                                    \
+/* T the element's type, VT 8 of them as a vector (widened in one conversion:
+ * a loop over the lanes does not vectorise for 16-bit elements) */
+#define RUN_KERNEL(fn, T, VT)                                                                \
     TSR_WIDEST_INT static uint64_t fn(uint64_t key, uint64_t first, const void *data, uint64_t n) {  \
         const T *p = data;                                                                   \
-        u64x8 acc = {0}, idx, kv;                                                            \
-        for (int l = 0; l < 8; l++) idx[l] = (first + (uint64_t)l) * K, kv[l] = key;         \
+        tsr_u64x8 acc = {0}, idx, kv;                                                        \
+        TSR_DIGEST_LANES_INIT(idx, kv, first, key);                                          \
         uint64_t j = 0;                                                                      \
         for (; j + 8 <= n; j += 8) {                                                         \
-            T v[8];                                                                          \
-            memcpy(v, p + j, sizeof v);                                                      \
-            u64x8 x;                                                                         \
-            for (int l = 0; l < 8; l++) x[l] = v[l];                                         \
-            x = (x + idx) ^ kv;                                                              \
-            idx += 8 * K;                                                                    \
-            x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;                                     \
-            x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;                                     \
-            acc += x ^ (x >> 31);                                                            \
+            VT v;                                                                            \
+            memcpy(&v, p + j, sizeof v);                                                     \
+            tsr_u64x8 x = __builtin_convertvector(v, tsr_u64x8);                             \
+            TSR_DIGEST_LANES(acc, x, idx, kv);                                               \
         }                                                                                    \
-        uint64_t s = 0;                                                                      \
-        for (int l = 0; l < 8; l++) s += acc[l];                                             \
+        uint64_t s;                                                                          \
+        TSR_DIGEST_LANES_SUM(s, acc);                                                        \
         for (; j < n; j++) {                                                                 \
             T v;                                                                             \
             memcpy(&v, p + j, sizeof v);                                                     \
@@ -52,10 +52,10 @@ typedef uint64_t u64x8 __attribute__((vector_size(64)));
         return s;                                                                            \
     }
 
-RUN_KERNEL(run8, uint8_t)
-RUN_KERNEL(run16, uint16_t)
-RUN_KERNEL(run32, uint32_t)
-RUN_KERNEL(run64, uint64_t)
+RUN_KERNEL(run8, uint8_t, u8x8)
+RUN_KERNEL(run16, uint16_t, u16x8)
+RUN_KERNEL(run32, uint32_t, u32x8)
+RUN_KERNEL(run64, uint64_t, tsr_u64x8)
 
 uint64_t tsr_digest_run(uint64_t key, size_t elem_size, uint64_t first, const void *data, uint64_t n) {
     switch (elem_size) {

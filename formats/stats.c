@@ -7,6 +7,7 @@
 
 #include "casts.h"
 #include "common.h"
+#include "digest_lanes.h"
 #include "tsr_formats.h"
 
 /* The f32 and bf16 kernels (the dtypes of training states): 8 lanes at a time
@@ -101,6 +102,68 @@ static inline double one_bf16(const uint8_t *p, uint64_t j) {
     }
 RUN_STATS(run_f32, LOAD_F32, one_f32)
 RUN_STATS(run_bf16, LOAD_BF16, one_bf16)
+
+/* The digest's share and the statistics of a run in one pass over its bytes
+ * (tsr_digest_stats_run): the loop of RUN_STATS with the digest's lanes
+ * (digest_lanes.h) beside the statistics', each element's bits zero-extended
+ * for the one and widened to f32's for the other; the same blocks, lanes and
+ * order of sums as the two kernels apart, so the same results. */
+typedef uint32_t u32x8 __attribute__((vector_size(32)));
+#define RUN_BOTH(fn, T, VT, WIDEN, ONE)                                                                      \
+    TSR_WIDEST_INT static uint64_t fn(uint64_t key, uint64_t first, const void *data, uint64_t n,       \
+                                      tsr_stats *s) {                                                    \
+        const uint8_t *p = data;                                                                         \
+        tsr_u64x8 acc = {0}, idx, kv;                                                                    \
+        TSR_DIGEST_LANES_INIT(idx, kv, first, key);                                                      \
+        uint64_t j = 0;                                                                                  \
+        while (j + 8 <= n) {                                                                             \
+            f32x8 mn = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY}; \
+            f32x8 mx = -mn;                                                                              \
+            f64x8 sq = {0};                                                                              \
+            i32x8 nf = {0};                                                                              \
+            uint64_t end = n - j > BLOCK ? j + BLOCK : n;                                                \
+            for (; j + 8 <= end; j += 8) {                                                               \
+                VT v;                                                                                    \
+                memcpy(&v, p + sizeof(T) * j, sizeof v);                                                 \
+                tsr_u64x8 x = __builtin_convertvector(v, tsr_u64x8);                                     \
+                i32x8 b = (i32x8)(__builtin_convertvector(v, u32x8) << WIDEN);                           \
+                TSR_DIGEST_LANES(acc, x, idx, kv);                                                       \
+                LANES(b, mn, mx, sq, nf);                                                                \
+            }                                                                                            \
+            FOLD(s, mn, mx, sq, nf);                                                                     \
+        }                                                                                                \
+        uint64_t share;                                                                                  \
+        TSR_DIGEST_LANES_SUM(share, acc);                                                                \
+        for (; j < n; j++) {                                                                             \
+            T v;                                                                                         \
+            memcpy(&v, p + sizeof(T) * j, sizeof v);                                                     \
+            share += tsr_mix64(((uint64_t)v + (first + j) * TSR_DIGEST_K) ^ key);                        \
+            add_one(s, ONE(p, j));                                                                       \
+        }                                                                                                \
+        return share;                                                                                    \
+    }
+RUN_BOTH(both_f32, uint32_t, u32x8, 0, one_f32)
+RUN_BOTH(both_bf16, uint16_t, u16x8, 16, one_bf16)
+
+uint64_t tsr_digest_stats_run(uint64_t key, int dtype, uint64_t first, const void *data, uint64_t n, tsr_stats *acc) {
+    if (dtype != TSR_F32 && dtype != TSR_BF16) {
+        tsr_stats_run(dtype, data, n, acc);
+        return tsr_digest_run(key, tsr_dtype_size(dtype), first, data, n);
+    }
+    tsr_stats s;
+    tsr_stats_init(&s);
+    uint64_t share = dtype == TSR_F32 ? both_f32(key, first, data, n, &s) : both_bf16(key, first, data, n, &s);
+    tsr_stats_merge(acc, &s);
+    return share;
+}
+
+uint64_t tsr_digest_stats_box(uint64_t key, int dtype, const uint64_t *shape, const tsr_box *box,
+                              const void *data, tsr_stats *acc) {
+    uint64_t vol = tsr_box_volume(box), first;
+    if (box->ndim > 0 && tsr_box_one_run(shape, box, &first)) return tsr_digest_stats_run(key, dtype, first, data, vol, acc);
+    tsr_stats_run(dtype, data, vol, acc);
+    return tsr_digest_box(key, tsr_dtype_size(dtype), shape, box, data);
+}
 
 int tsr_stats_run(int dtype, const void *data, uint64_t n, tsr_stats *acc) {
     if (!tsr_stats_dtype(dtype)) return 0;

@@ -89,6 +89,19 @@ void tsr_stats_merge(tsr_stats *acc, const tsr_stats *share);
  * sqrt of the sum of squares). */
 void tsr_stats_finish(tsr_stats *s);
 
+/* tsr_digest_stats_run(): tsr_digest_run()'s share of n elements of dtype at
+ * data, the first of global index `first`, returned, and tsr_stats_run()'s
+ * share of them added to *acc (none for a dtype without statistics): the same
+ * results as the two calls, from one pass over the bytes for f32 and bf16. */
+uint64_t tsr_digest_stats_run(uint64_t key, int dtype, uint64_t first, const void *data, uint64_t n, tsr_stats *acc);
+/* tsr_digest_stats_box(): tsr_digest_box()'s share of `box` (its memory at
+ * data, row-major) of a tensor of dtype and `shape`, returned, and
+ * tsr_stats_run()'s share of its elements added to *acc: the same results as
+ * the two calls; one pass over the bytes (tsr_digest_stats_run) where the box
+ * is one run of the tensor's row-major order. */
+uint64_t tsr_digest_stats_box(uint64_t key, int dtype, const uint64_t *shape, const tsr_box *box,
+                              const void *data, tsr_stats *acc);
+
 #ifdef __cplusplus
 }
 #endif

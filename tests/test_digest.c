@@ -6,7 +6,9 @@
  * one without digests (as before format 1.2) reads and verifies, and says it
  * has none; a digest declared whole (tsr_save_tensor_digest) is checked against
  * the writers' shares at the commit, and recorded where a chunk copied as it is
- * stored leaves no share. */
+ * stored leaves no share; with tsr_write_opts.no_digests on either writer, no
+ * digest and no statistics are recorded of the tensors it declares (whatever
+ * the other writer's shares), and the checkpoint reads and verifies. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,8 +74,9 @@ static int64_t ids[7];
 static const uint64_t shape_w[2] = {R, K}, shape_i[1] = {7};
 
 /* Two writers, rows of w split between them, ids by writer 1, in frames of 64
- * bytes; with `declare`, writer 0 declares w's digest as that value. */
-static int save_two(const char *dir, int declare, uint64_t declared) {
+ * bytes; with `declare`, writer 0 declares w's digest as that value; writer k
+ * with no_digests where bit k of `bare` is set. */
+static int save_two(const char *dir, int declare, uint64_t declared, int bare) {
     uint8_t id[16] = "digest-test";
     tsr_write_opts o = tsr_write_opts_default();
     o.frame_bytes = 64;
@@ -82,6 +85,7 @@ static int save_two(const char *dir, int declare, uint64_t declared) {
     const uint8_t *tables[2];
     size_t lens[2];
     for (int k = 0; k < 2; k++) {
+        o.no_digests = bare >> k & 1;
         REQUIRE((s[k] = tsr_save_begin(dir, (uint32_t)k, id, &o, &e)), "%s", e.msg);
         CHECK_OK(tsr_save_tensor(s[k], "w", NULL, TSR_F32, 2, shape_w, NULL, &e));
         CHECK_OK(tsr_save_tensor(s[k], "ids", "optim", TSR_I64, 1, shape_i, NULL, &e));
@@ -147,7 +151,7 @@ static void saved_and_verified(const char *tmp) {
     uint64_t di = tsr_digest_box(tsr_digest_key("ids", TSR_I64), 8, shape_i, &all_i, ids);
     char dir[PATH_MAX];
     snprintf(dir, sizeof dir, "%s/two", tmp);
-    REQUIRE(save_two(dir, 0, 0) == 0, "%s", e.msg);
+    REQUIRE(save_two(dir, 0, 0, 0) == 0, "%s", e.msg);
     tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
     REQUIRE(ck, "%s", e.msg);
     uint64_t got = 0;
@@ -177,10 +181,10 @@ static void saved_and_verified(const char *tmp) {
 
     /* a digest declared whole: the commit refuses one that the shares contradict */
     snprintf(dir, sizeof dir, "%s/declared-wrong", tmp);
-    CHECK(save_two(dir, 1, dw ^ 4) == TSR_ECORRUPT, "a wrong declared digest committed");
+    CHECK(save_two(dir, 1, dw ^ 4, 0) == TSR_ECORRUPT, "a wrong declared digest committed");
     CHECK(strstr(e.msg, "tensor w: the digest of the data written is"), "%s", e.msg);
     snprintf(dir, sizeof dir, "%s/declared-right", tmp);
-    CHECK(save_two(dir, 1, dw) == 0, "a right declared digest: %s", e.msg);
+    CHECK(save_two(dir, 1, dw, 0) == 0, "a right declared digest: %s", e.msg);
 
     /* chunks copied as they are stored: no share, the declared digest recorded */
     char copy[PATH_MAX];
@@ -214,6 +218,23 @@ static void saved_and_verified(const char *tmp) {
         CHECK(verify(copy) == 0, "verify of the copy: %s", last_problem);
     }
     tsr_ckpt_close(src);
+
+    /* without the shares (tsr_write_opts.no_digests): nothing recorded of the
+     * tensors such a writer declares, whatever the other wrote of them */
+    for (int bare = 1; bare < 4; bare++) {
+        snprintf(dir, sizeof dir, "%s/bare-%d", tmp, bare);
+        REQUIRE(save_two(dir, 0, 0, bare) == 0, "no_digests on writers %d: %s", bare, e.msg);
+        ck = tsr_ckpt_open(dir, &e);
+        REQUIRE(ck, "%s", e.msg);
+        tsr_stats st;
+        size_t iw = (size_t)tsr_ckpt_find(ck, "w"), ii = (size_t)tsr_ckpt_find(ck, "ids");
+        CHECK(tsr_ckpt_tensor_digest(ck, iw, &got) == 0, "no_digests on writers %d: w has a digest", bare);
+        CHECK(tsr_ckpt_tensor_stats(ck, iw, &st) == 0, "no_digests on writers %d: w has statistics", bare);
+        /* ids: written by writer 1, declared by both */
+        CHECK(tsr_ckpt_tensor_digest(ck, ii, &got) == 0, "no_digests on writers %d: ids has a digest", bare);
+        tsr_ckpt_close(ck);
+        CHECK(verify(dir) == 0, "verify without the shares: %s", last_problem);
+    }
 }
 
 int main(void) {

@@ -8,7 +8,11 @@
  * volume, is refused; the test vector of format 1.0 has none and is clean;
  * chunks copied as they are stored record the statistics declared whole
  * (tsr_save_tensor_stats), poisoned included; the latest step, the step before
- * a bound (a rollback's) and retention's choice skip poisoned steps.
+ * a bound (a rollback's) and retention's choice skip poisoned steps; the pass
+ * that computes the digest's share and the statistics together
+ * (tsr_digest_stats_run, tsr_digest_stats_box) gives bit for bit what the two
+ * apart give, for f32 and bf16 over several blocks with tails and non-finite
+ * values, for boxes of one run and of many, and for other dtypes.
  *
  *   test_stats --plant SRC DST TENSORS STEP: writes DST, a copy of the
  *   checkpoint SRC (every tensor decoded and saved again, the blobs copied,
@@ -119,6 +123,64 @@ static void shares_merge(void) {
         tsr_stats want = reference(dt, p, N);
         CHECK_STATS(acc, want, k ? "bf16 pieces" : "f32 pieces");
         CHECK(want.nonfinite == 3, "three non-finite planted");
+    }
+}
+
+static int same_stats(const tsr_stats *a, const tsr_stats *b) {
+    return memcmp(&a->min, &b->min, sizeof a->min) == 0 && memcmp(&a->max, &b->max, sizeof a->max) == 0 &&
+           memcmp(&a->l2, &b->l2, sizeof a->l2) == 0 && a->nonfinite == b->nonfinite;
+}
+
+static void one_pass(void) {
+    enum { ROWS = 300, COLS = 701, N = ROWS * COLS }; /* 210300 elements: 3 blocks and a tail */
+    static float f[N];
+    static uint16_t h[N];
+    static int64_t q[N];
+    uint64_t x = 7;
+    for (int i = 0; i < N; i++) {
+        x = tsr_splitmix64(x);
+        f[i] = (float)((int64_t)(x >> 40) - (1 << 23)) / 1e6f;
+        q[i] = (int64_t)x;
+    }
+    f[3] = NAN, f[70000] = INFINITY, f[N - 1] = -INFINITY, f[17] = -0.0f, f[N - 5] = 1e30f;
+    for (int i = 0; i < N; i++) h[i] = tsr_f32_to_bf16(f[i]);
+    static const int dts[] = {TSR_F32, TSR_BF16, TSR_I64};
+    const void *mem[] = {f, h, q};
+    const uint64_t shape[2] = {ROWS, COLS};
+    /* runs: the whole, from odd starts and lengths; boxes: rows (one run), columns (many) */
+    static const uint64_t runs[][2] = {{0, N}, {1, N - 2}, {65533, 70001}, {5, 7}, {0, 0}};
+    static const tsr_box boxes[] = {{2, {0, 0}, {ROWS, COLS}}, {2, {7, 0}, {200, COLS}}, {2, {9, 0}, {1, 300}},
+                                    {2, {3, 5}, {100, 600}}, {2, {0, 0}, {0, COLS}}};
+    for (int k = 0; k < 3; k++) {
+        int dt = dts[k];
+        size_t es = tsr_dtype_size(dt);
+        uint64_t key = tsr_digest_key("one.pass", dt);
+        for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+            const uint8_t *p = (const uint8_t *)mem[k] + runs[r][0] * es;
+            tsr_stats a, b;
+            tsr_stats_init(&a), tsr_stats_init(&b);
+            uint64_t sa = tsr_digest_stats_run(key, dt, runs[r][0], p, runs[r][1], &a);
+            uint64_t sb = tsr_digest_run(key, es, runs[r][0], p, runs[r][1]);
+            tsr_stats_run(dt, p, runs[r][1], &b);
+            CHECK(sa == sb && same_stats(&a, &b), "%s, run %zu: one pass differs (%016llx, %016llx; l2 %a, %a)",
+                  tsr_dtype_name(dt), r, (unsigned long long)sa, (unsigned long long)sb, a.l2, b.l2);
+        }
+        for (size_t i = 0; i < sizeof boxes / sizeof *boxes; i++) {
+            /* the box's memory, row-major, copied out of the whole */
+            const tsr_box *bx = &boxes[i];
+            uint8_t *m = malloc(tsr_box_volume(bx) * es + 1), *o = m;
+            REQUIRE(m, "out of memory");
+            for (uint64_t row = 0; row < bx->extent[0]; row++, o += bx->extent[1] * es)
+                memcpy(o, (const uint8_t *)mem[k] + ((bx->offset[0] + row) * COLS + bx->offset[1]) * es,
+                       bx->extent[1] * es);
+            tsr_stats a, b;
+            tsr_stats_init(&a), tsr_stats_init(&b);
+            uint64_t sa = tsr_digest_stats_box(key, dt, shape, bx, m, &a);
+            uint64_t sb = tsr_digest_box(key, es, shape, bx, m);
+            tsr_stats_run(dt, m, tsr_box_volume(bx), &b);
+            CHECK(sa == sb && same_stats(&a, &b), "%s, box %zu: one pass differs", tsr_dtype_name(dt), i);
+            free(m);
+        }
     }
 }
 
@@ -337,6 +399,7 @@ int main(int argc, char **argv) {
     REQUIRE(mkdtemp(tmp), "mkdtemp");
     vectors();
     shares_merge();
+    one_pass();
     saved(tmp);
     selection(tmp);
     tsr_remove_tree(tmp);

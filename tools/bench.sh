@@ -21,6 +21,10 @@ echo "== save: a step overlapping a save's copy blocked, against memcpy; backgro
 echo "   encoding) against the disk, and against a slower disk (a rate-limited store)"
 $T bench save --dir "$OUT/save" --bytes 1G
 echo
+echo "== digests at save: a save of the 124m model's state on one rank with the digest and statistics shares against"
+echo "   the same save without them (codec raw, as a trainer with no core to spare saves, and auto), alternately"
+$T bench save --dir "$OUT/digests" --digests
+echo
 echo "== overlap: checkpoints every 5 steps against none, blocked per save and step time (124m on one rank,"
 echo "   the small model on 4 ranks)"
 sh tools/bench_overlap.sh "$T" "$OUT/overlap"
@@ -32,6 +36,14 @@ $MPIRUN -np 4 $T ckpt synth "$OUT/load" --layout dp_shard=2,tp=2 --bytes 1G --dt
 # idle barrier) and yields in MPI's own waits, leaving the cores to the three
 # that load, as a 3-rank job would (Open MPI's waits otherwise spin)
 $MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3
+echo
+echo "== digests at load: the same checkpoint loaded with the digest check and without it, alternately, in the"
+echo "   saved layout and on 3 ranks (dp_shard=3)"
+$MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3 --digests
+echo
+echo "== replica check: the debug model on 4 ranks (dp_replicate=2, dp_shard=2), the replicas compared every 10 steps"
+echo "   (training.sdc_check_interval=10) against runs without (0), alternately; step time from the done lines"
+sh tools/bench_sdc.sh "$T" "$OUT/sdc"
 echo
 num() { echo "$1" | sed "s/.*\"$2\":\([0-9.]*\).*/\1/"; }
 echo "== load, cold: 2 GiB bf16 saved on 4 ranks (dp_shard=2,tp=2), the page cache dropped before every load,"
