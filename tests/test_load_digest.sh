@@ -5,7 +5,7 @@
 # row off (shift), ranks 0 and 1 reading each other's boxes (swap), every rank
 # reading rank 0's box (bcast) - a load in an FSDP, a TP, a PP and a flat layout
 # fails, naming a tensor and both digests, before the caller sees the data; the
-# same load without the bug passes. tsr-timeout: 120
+# same load without the bug passes. tsr-timeout: 300
 . "$TSR_ROOT/tests/mpi.sh"
 
 expect 0 "synth" $T ckpt synth ck --bytes 1M --dtype mix --tensors 7 --frame-bytes 16K
