@@ -21,26 +21,7 @@ import tessera
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import format_reader  # noqa: E402
 import set_digest  # noqa: E402
-
-fails = []
-
-
-def check(ok, what):
-    if not ok:
-        fails.append(what)
-        print("FAIL: " + what)
-
-
-def raises(fn, *words):
-    try:
-        fn()
-    except tessera.Error as e:
-        msg = str(e)
-        check(all(w in msg for w in words), "error %r lacks %s" % (msg, words))
-        return msg
-    check(False, "no error where one holding %s was due" % (words,))
-    return ""
-
+from pycheck import check, fails, raises  # noqa: E402
 
 d = sys.argv[1]
 rng = np.random.default_rng(3)
