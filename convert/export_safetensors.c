@@ -185,25 +185,12 @@ static void st_file_name(const st_export *x, size_t s, char *out, size_t len) {
     else snprintf(out, len, "model-%05zu-of-%05zu.safetensors", s + 1, x->nsh);
 }
 
-/* The header of file s: tsr_st_header's, its "__metadata__" object extended
- * with the export's provenance and digests (FORMAT.md 13). The digests of its
+/* The header of file s: tsr_st_header's, its "__metadata__" object holding the
+ * export's provenance and digests too (FORMAT.md 13). The digests of its
  * tensors are known once they are written: before (final 0) they are zeros of
  * the same width, so that the header written first has the final's length. */
 static int st_header(const st_export *x, size_t s, int final, uint8_t **out, size_t *len, tsr_error *e) {
-    static const char open[] = "{\"__metadata__\":{\"format\":\"pt\"";
-    const size_t ol = sizeof open - 1;
-    uint8_t *h = NULL;
-    size_t hl = 0;
-    int rc = tsr_st_header(x->ent + x->sh[s].first, x->sh[s].n, &h, &hl, e);
-    if (rc) return rc;
-    size_t jl = hl - 8; /* the JSON without its padding */
-    while (jl > 0 && h[8 + jl - 1] == ' ') jl--;
-    if (jl < ol || memcmp(h + 8, open, ol) != 0) {
-        free(h);
-        return tsr_err(e, TSR_EINVAL, "safetensors header: no __metadata__ object to extend");
-    }
     tsr_sbuf b = {0};
-    tsr_sb_put(&b, h + 8, ol);
     tsr_sb_printf(&b, ",\"%s\":\"%llu\",\"%s\":\"%016llx\"", TSR_EXPORT_KEY_STEP, (unsigned long long)x->src->step,
                   TSR_EXPORT_KEY_MANIFEST, (unsigned long long)x->src->manifest_xxh3);
     for (size_t p = x->sh[s].first; p < x->sh[s].first + x->sh[s].n; p++) {
@@ -213,21 +200,10 @@ static int st_header(const st_export *x, size_t s, int final, uint8_t **out, siz
             tsr_sb_printf(&b, ",\"%s%s\":\"%s\",\"%s%s\":\"%016llx\"", TSR_EXPORT_KEY_SOURCE, n, x->from[p].name,
                           TSR_EXPORT_KEY_SOURCE_DIGEST, n, (unsigned long long)x->from[p].digest);
     }
-    tsr_sb_put(&b, h + 8 + ol, jl - ol);
-    free(h);
-    size_t pl = (b.n + 7) / 8 * 8;
-    uint8_t *o = b.oom ? NULL : malloc(8 + pl);
-    if (!o) {
-        free(b.p);
-        return tsr_err(e, TSR_ENOMEM, "out of memory");
-    }
-    tsr_st64(o, pl);
-    memcpy(o + 8, b.p, b.n);
-    memset(o + 8 + b.n, ' ', pl - b.n);
+    int rc = b.oom ? tsr_err(e, TSR_ENOMEM, "out of memory")
+                   : tsr_st_header(x->ent + x->sh[s].first, x->sh[s].n, b.p, out, len, e);
     free(b.p);
-    *out = o;
-    *len = 8 + pl;
-    return 0;
+    return rc;
 }
 
 static int st_write_shard(st_export *x, size_t s, const char *stage, tsr_error *e) {

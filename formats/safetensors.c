@@ -32,9 +32,9 @@ const char *tsr_st_dtype_name(int dtype) {
     }
 }
 
-int tsr_st_header(tsr_st_entry *e, size_t n, uint8_t **out, size_t *len, tsr_error *err) {
+int tsr_st_header(tsr_st_entry *e, size_t n, const char *metadata, uint8_t **out, size_t *len, tsr_error *err) {
     tsr_sbuf b = {0};
-    tsr_sb_printf(&b, "{\"__metadata__\":{\"format\":\"pt\"}");
+    tsr_sb_printf(&b, "{\"__metadata__\":{\"format\":\"pt\"%s}", metadata ? metadata : "");
     uint64_t off = 0;
     for (size_t i = 0; i < n; i++) {
         const char *dt = tsr_st_dtype_name(e[i].dtype);

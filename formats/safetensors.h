@@ -25,7 +25,7 @@ const char *tsr_st_dtype_name(int dtype);
  * order, filling begin/end) and builds the file's first bytes: the 8-byte length
  * and the padded JSON header with "__metadata__": {"format": "pt"}. *out is
  * malloc'ed (*len bytes); the data follows it. */
-int tsr_st_header(tsr_st_entry *e, size_t n, uint8_t **out, size_t *len, tsr_error *err);
+int tsr_st_header(tsr_st_entry *e, size_t n, const char *metadata, uint8_t **out, size_t *len, tsr_error *err);
 
 /* Reading. A parsed file: every entry checked (known dtype, shape and byte
  * range that agree, ranges inside the data section, in order, without overlap

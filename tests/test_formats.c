@@ -15,7 +15,7 @@ static uint8_t *file_of(tsr_st_entry *e, size_t n, size_t *len) {
     uint8_t *hdr = NULL;
     size_t hl = 0;
     tsr_error err;
-    if (tsr_st_header(e, n, &hdr, &hl, &err)) return NULL;
+    if (tsr_st_header(e, n, NULL, &hdr, &hl, &err)) return NULL;
     uint64_t data = n ? e[n - 1].end : 0;
     uint8_t *f = malloc(hl + data + 1);
     memcpy(f, hdr, hl);
@@ -82,7 +82,7 @@ int main(void) {
     tsr_st_entry bad = {"x", TSR_U64, 1, {1}, 0, 0};
     uint8_t *h = NULL;
     size_t hl;
-    CHECK(tsr_st_header(&bad, 1, &h, &hl, &err) == TSR_EINVAL && strstr(err.msg, "x"), "u64 refused");
+    CHECK(tsr_st_header(&bad, 1, NULL, &h, &hl, &err) == TSR_EINVAL && strstr(err.msg, "x"), "u64 refused");
     free(h);
 
     /* hostile headers */
