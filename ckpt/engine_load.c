@@ -6,11 +6,12 @@
  *          gathered and each distinct box given to one rank that holds it (the
  *          save plan's rule); receives posted for the boxes others read for me
  *   read   my boxes: a read plan per tensor (tsr_ckpt_plan_read), its pieces
- *          spread over threads
+ *          spread over threads, each piece's digest share taken as it lands
  *   send   what I read, to every other rank that holds the same box
  *   agree  every rank learns whether all loaded
  *   check  the digests (FORMAT.md 4.4): every rank's share of each tensor from
- *          the bytes it holds, summed over the ranks, against the MANIFEST's */
+ *          the bytes it holds (its reads' shares, and a pass over what it
+ *          received), summed over the ranks, against the MANIFEST's */
 #include "engine_impl.h"
 #include "mem.h"
 
@@ -22,6 +23,7 @@ typedef struct read_item {
     size_t chunk;     /* checkpoint chunk index */
     tsr_box region;
     tsr_box as;       /* the box the state box's memory is read as: its own (but for engine_set_fault_load) */
+    uint64_t share;   /* the digest's share of what landed in the state box (when keys) */
 } read_item;
 
 static int fault_load; /* engine_set_fault_load */
@@ -36,6 +38,7 @@ typedef struct load {
     all_boxes ab;         /* every rank's boxes */
     tsr_save_plan plan;   /* the rank that reads each distinct box */
     size_t *es;           /* element size of each state tensor */
+    uint64_t *keys;       /* each state tensor's digest key; NULL: no digest check */
     tsr_comm_reqs *reqs;  /* receives and sends in flight */
     long *mine_for;       /* plan entry -> my state box index, for entries I read */
     size_t *mine, n_mine; /* the state boxes I read */
@@ -218,7 +221,7 @@ static int plan_reads(load *l, tsr_error *err) {
         size_t np = 0;
         rc = tsr_ckpt_plan_read(l->ck, (size_t)l->ck_tensor[t], need, h - g, &pieces, &np, err);
         for (size_t k = 0; !rc && k < np; k++) {
-            read_item it = {mine[g + pieces[k].need], pieces[k].chunk, pieces[k].region, need[pieces[k].need]};
+            read_item it = {mine[g + pieces[k].need], pieces[k].chunk, pieces[k].region, need[pieces[k].need], 0};
             if (add_item(l, &it)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
         }
         free(pieces);
@@ -228,12 +231,22 @@ static int plan_reads(load *l, tsr_error *err) {
     return rc;
 }
 
+/* Reads item i into its state box and, for the digest check, takes the share
+ * of what landed there while it is in the cache: the region as the state box's
+ * own memory holds it (where a planted fault read it as another box, the
+ * region moved by as much). */
 static void read_piece(void *ctx, size_t i, int worker) {
     load *l = ctx;
-    const read_item *it = &l->items[i];
+    read_item *it = &l->items[i];
     const tsr_state_box *b = &l->st->boxes[it->state_box];
     tsr_error e = {0};
     int rc = tsr_ckpt_read_chunk(l->ck, it->chunk, &it->region, b->data, &it->as, &e);
+    if (!rc && l->keys) {
+        tsr_box landed = it->region;
+        for (uint32_t d = 0; d < landed.ndim; d++) landed.offset[d] += b->box.offset[d] - it->as.offset[d];
+        it->share = tsr_digest_region(l->keys[b->tensor], l->es[b->tensor], l->st->tensors[b->tensor].shape,
+                                      &b->box, b->data, &landed);
+    }
     if (rc) {
         pthread_mutex_lock(&l->mu);
         if (!l->rc) l->rc = rc, l->err = e;
@@ -299,8 +312,8 @@ static int agree(load *l, int rc, tsr_error *err) {
 
 /* ---------------------------------------------------------------- check */
 
-/* A piece of the digest's work: rows [lo, hi) of dim 0 of a state box (all of
- * it for a 0-d box), contiguous in its memory. */
+/* A piece of the digest's work on a box this rank received: rows [lo, hi) of
+ * dim 0 of a state box (all of it for a 0-d box), contiguous in its memory. */
 typedef struct digest_piece {
     size_t state_box;
     uint64_t lo, hi, share;
@@ -308,7 +321,6 @@ typedef struct digest_piece {
 
 typedef struct digest_job {
     const load *l;
-    const uint64_t *keys; /* each state tensor's digest key */
     digest_piece *pieces;
 } digest_job;
 
@@ -317,27 +329,25 @@ static void digest_one(void *ctx, size_t i, int worker) {
     digest_job *j = ctx;
     digest_piece *p = &j->pieces[i];
     const tsr_state_box *b = &j->l->st->boxes[p->state_box];
-    const tsr_tensor_decl *t = &j->l->st->tensors[b->tensor];
-    size_t es = j->l->es[b->tensor];
     tsr_box part = b->box;
-    const uint8_t *data = b->data;
     if (part.ndim) {
-        data += (size_t)(p->lo * (tsr_box_volume(&part) / part.extent[0]) * es);
         part.offset[0] += p->lo;
         part.extent[0] = p->hi - p->lo;
     }
-    p->share = tsr_digest_box(j->keys[b->tensor], es, t->shape, &part, data);
+    p->share = tsr_digest_region(j->l->keys[b->tensor], j->l->es[b->tensor], j->l->st->tensors[b->tensor].shape,
+                                 &b->box, b->data, &part);
 }
 
-/* Each state box's memory in pieces of about 8 MiB, for the threads. */
-static int digest_pieces(const load *l, digest_piece **out, size_t *n_out) {
+/* The state boxes in `which` (1: received), in pieces of about 8 MiB for the
+ * threads. */
+static int digest_pieces(const load *l, const uint8_t *which, digest_piece **out, size_t *n_out) {
     const tsr_state *st = l->st;
     size_t n = 0, cap = 0;
     digest_piece *v = NULL;
     for (size_t i = 0; i < st->n_boxes; i++) {
         const tsr_box *bx = &st->boxes[i].box;
         uint64_t vol = tsr_box_volume(bx), rows = bx->ndim ? bx->extent[0] : 1;
-        if (vol == 0) continue;
+        if (vol == 0 || !which[i]) continue;
         uint64_t bytes = vol * l->es[st->boxes[i].tensor], k = (bytes + (8u << 20) - 1) / (8u << 20);
         if (k > rows) k = rows;
         for (uint64_t c = 0; c < k; c++) {
@@ -353,6 +363,32 @@ static int digest_pieces(const load *l, digest_piece **out, size_t *n_out) {
     return 0;
 }
 
+/* Each of my state boxes' digest share (share[i]): the sum of its reads'
+ * shares, taken as they landed, for a box I read; a pass over its memory, on
+ * threads, for one I received. */
+static int box_shares(const load *l, uint64_t *share) {
+    const tsr_state *st = l->st;
+    uint8_t *received = malloc(st->n_boxes + 1);
+    digest_piece *pieces = NULL;
+    size_t np = 0;
+    if (!received) return TSR_ENOMEM;
+    memset(received, 1, st->n_boxes + 1);
+    for (size_t m = 0; m < l->n_mine; m++) received[l->mine[m]] = 0;
+    for (size_t i = 0; i < l->n_items; i++) share[l->items[i].state_box] += l->items[i].share;
+    int rc = digest_pieces(l, received, &pieces, &np);
+    tsr_pool *pool = !rc && np ? tsr_pool_new(l->e->opts.write.threads) : NULL;
+    if (np && !pool) rc = TSR_ENOMEM;
+    if (!rc && np) {
+        digest_job job = {l, pieces};
+        tsr_pool_for(pool, np, digest_one, &job);
+        for (size_t p = 0; p < np; p++) share[pieces[p].state_box] += pieces[p].share;
+    }
+    tsr_pool_free(pool);
+    free(pieces);
+    free(received);
+    return rc;
+}
+
 /* The load's digest check (FORMAT.md 4.4), after every rank loaded. Every rank
  * adds the shares of the boxes it holds, so that a copy received wrong is
  * caught as well as a box read wrong, yet each distinct box counts once: the
@@ -363,14 +399,11 @@ static int digest_pieces(const load *l, digest_piece **out, size_t *n_out) {
 static int check_digests(load *l, tsr_error *err) {
     const tsr_state *st = l->st;
     tsr_engine *e = l->e;
-    size_t nt = st->n_tensors, np = 0;
+    size_t nt = st->n_tensors;
     uint64_t *sums = calloc(nt + 1, sizeof *sums), *vol = calloc(nt + 1, sizeof *vol);
-    uint64_t *keys = malloc((nt + 1) * sizeof *keys);
+    uint64_t *share = calloc(st->n_boxes + 1, sizeof *share);
     uint32_t *holders = calloc(l->plan.n + 1, sizeof *holders);
-    digest_piece *pieces = NULL;
-    tsr_pool *pool = NULL;
-    int rc = !sums || !vol || !keys || !holders || digest_pieces(l, &pieces, &np) ? TSR_ENOMEM : 0;
-    if (!rc && np && !(pool = tsr_pool_new(e->opts.write.threads))) rc = TSR_ENOMEM;
+    int rc = !sums || !vol || !share || !holders || box_shares(l, share) ? TSR_ENOMEM : 0;
     for (size_t k = 0; !rc && k < l->plan.n; k++) vol[l->plan.boxes[k].tensor] += tsr_box_volume(&l->plan.boxes[k].box);
     for (uint32_t r = 0; !rc && r < e->size; r++)
         for (size_t i = 0; i < l->ab.n_held[r]; i++) {
@@ -381,16 +414,13 @@ static int check_digests(load *l, tsr_error *err) {
     if (rc) {
         rc = tsr_err(err, TSR_ENOMEM, "out of memory for the digest check");
     } else {
-        for (size_t t = 0; t < nt; t++) keys[t] = tsr_digest_key(st->tensors[t].name, st->tensors[t].dtype);
-        digest_job job = {l, keys, pieces};
-        if (np) tsr_pool_for(pool, np, digest_one, &job);
-        for (size_t p = 0; p < np; p++) {
-            size_t i = pieces[p].state_box;
+        for (size_t i = 0; i < st->n_boxes; i++) {
             const tsr_state_box *b = &st->boxes[i];
+            if (tsr_box_volume(&b->box) == 0) continue;
             long k = engine_plan_find(&l->plan, b->tensor, &b->box);
             uint64_t weight = 1;
             if (k >= 0 && l->plan.writer[k] == e->rank && l->mine_for[k] == (long)i) weight = 2 - (uint64_t)holders[k];
-            sums[b->tensor] += weight * pieces[p].share;
+            sums[b->tensor] += weight * share[i];
         }
     }
     /* every rank takes part, also after a failure here (agree() then tells them) */
@@ -413,8 +443,7 @@ static int check_digests(load *l, tsr_error *err) {
     }
     if (bad > 1) tsr_err_prefix(err, "%zu tensors' digests differ; the first", bad);
     if (bad) rc = TSR_ECORRUPT;
-    tsr_pool_free(pool);
-    free(sums), free(vol), free(keys), free(holders), free(pieces);
+    free(sums), free(vol), free(share), free(holders);
     return rc;
 }
 
@@ -426,6 +455,7 @@ static void load_free(load *l) {
     free(l->mine_for);
     tsr_save_plan_free(&l->plan);
     free(l->es);
+    free(l->keys);
     engine_all_boxes_free(&l->ab);
     free(l->ck_tensor);
 }
@@ -500,6 +530,10 @@ static int load_host(tsr_engine *e, const char *step_dir, const tsr_state *st, t
     pthread_mutex_init(&l.mu, NULL);
     rc = match_tensors(&l, err);
     if (!rc) rc = plan_load(&l, err);
+    if (!rc && !e->opts.no_digest_check && !(l.keys = malloc((st->n_tensors + 1) * sizeof *l.keys)))
+        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t t = 0; !rc && l.keys && t < st->n_tensors; t++)
+        l.keys[t] = tsr_digest_key(st->tensors[t].name, st->tensors[t].dtype);
     if (!rc) rc = read_mine(&l, err);
     rc = send_read(&l, rc, err);
     rc = agree(&l, rc, err);

@@ -29,6 +29,12 @@ typedef uint64_t tsr_u64x8 __attribute__((vector_size(64)));
         (acc) += (x) ^ ((x) >> 31);                       \
     } while (0)
 
+/* 8 elements of 8, 16 or 32 bits (a vector of them) zero-extended to 64:
+ * through 32 bits, which GCC turns into two vpmovzx (one conversion straight
+ * to 64 bits it does one element at a time through the general registers). */
+typedef uint32_t tsr_u32x8 __attribute__((vector_size(32)));
+#define TSR_DIGEST_WIDEN(v) __builtin_convertvector(__builtin_convertvector((v), tsr_u32x8), tsr_u64x8)
+
 /* s = the sum of the lanes of acc, modulo 2^64 (a macro: a function taking a
  * vector would change the ABI between the clones). */
 #define TSR_DIGEST_LANES_SUM(s, acc)                 \

@@ -125,7 +125,7 @@ typedef uint32_t u32x8 __attribute__((vector_size(32)));
             for (; j + 8 <= end; j += 8) {                                                               \
                 VT v;                                                                                    \
                 memcpy(&v, p + sizeof(T) * j, sizeof v);                                                 \
-                tsr_u64x8 x = __builtin_convertvector(v, tsr_u64x8);                                     \
+                tsr_u64x8 x = TSR_DIGEST_WIDEN(v);                                                       \
                 i32x8 b = (i32x8)(__builtin_convertvector(v, u32x8) << WIDEN);                           \
                 TSR_DIGEST_LANES(acc, x, idx, kv);                                                       \
                 LANES(b, mn, mx, sq, nf);                                                                \

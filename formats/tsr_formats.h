@@ -61,6 +61,10 @@ uint64_t tsr_digest_run(uint64_t key, size_t elem_size, uint64_t first, const vo
  * tensor of this shape (box->ndim dims). */
 uint64_t tsr_digest_box(uint64_t key, size_t elem_size, const uint64_t *shape, const tsr_box *box,
                         const void *data);
+/* tsr_digest_region(): the share of `region` (within mem_box) of a tensor of
+ * `shape`, whose memory holds mem_box (row-major) at data. */
+uint64_t tsr_digest_region(uint64_t key, size_t elem_size, const uint64_t *shape, const tsr_box *mem_box,
+                           const void *data, const tsr_box *region);
 
 /* -------------------------------------------------------------- statistics */
 

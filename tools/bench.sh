@@ -40,6 +40,8 @@ echo
 echo "== digests at load: the same checkpoint loaded with the digest check and without it, alternately, in the"
 echo "   saved layout and on 3 ranks (dp_shard=3)"
 $MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3 --digests
+echo "   and the same with the page cache dropped before every load (read from the disk)"
+$MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3 --digests --cold --rounds 3
 echo
 echo "== replica check: the debug model on 4 ranks (dp_replicate=2, dp_shard=2), the replicas compared every 10 steps"
 echo "   (training.sdc_check_interval=10) against runs without (0), alternately; step time from the done lines"
