@@ -53,7 +53,13 @@ static void shares_add_up(void) {
                     tsr_box bx = {3, {cuts[0][i], cuts[1][j], cuts[2][k]},
                                   {cuts[0][i + 1] - cuts[0][i], cuts[1][j + 1] - cuts[1][j], cuts[2][k + 1] - cuts[2][k]}};
                     tsr_box_copy(part, &bx, all, &whole, &bx, es);
-                    sum += tsr_digest_box(key, es, shape, &bx, part);
+                    uint64_t share = tsr_digest_box(key, es, shape, &bx, part);
+                    sum += share;
+                    /* the same box's share taken where it lies in the whole's memory */
+                    CHECK(tsr_digest_region(key, es, shape, &whole, all, &bx) == share,
+                          "element size %zu: box (%llu,%llu,%llu): its share in place differs", es,
+                          (unsigned long long)bx.offset[0], (unsigned long long)bx.offset[1],
+                          (unsigned long long)bx.offset[2]);
                 }
         CHECK(sum == want, "element size %zu: the boxes' shares add up to %016llx, the tensor's is %016llx", es,
               (unsigned long long)sum, (unsigned long long)want);
