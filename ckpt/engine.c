@@ -80,6 +80,11 @@ tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_op
         if (*end || !(v >= 0 && v <= 1e9)) tsr_log(1, "TSR_COMMIT_TIMEOUT=%s: not a number of seconds, ignored", ct);
         else e->opts.commit_timeout_s = v;
     }
+    const char *nd = getenv("TSR_BENCH_NO_DIGESTS"); /* make bench's baseline only: saves without them */
+    if (nd && *nd) {
+        if (strcmp(nd, "1")) tsr_log(1, "TSR_BENCH_NO_DIGESTS=%s: not 1, ignored", nd);
+        else e->opts.write.no_digests = 1;
+    }
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);
     if (e->rank == 0 && getrandom(e->engine_id, 16, 0) != 16) memset(e->engine_id, 0x5a, 16);

@@ -12,6 +12,10 @@
 #    whatever slice of another thread the kernel runs at its wake-up);
 #  - the mean step time (after the first 5) against the run without saves;
 #    goal <= 5% above.
+# For the small model also the digests' and statistics' part of that (FORMAT.md
+# 4.4, 4.5): the runs with saves every 5 steps with them and without them
+# (TSR_BENCH_NO_DIGESTS=1), twice each, alternately; goal: no measurable step
+# cost (the mean step at most 1% above).
 set -e
 T=$1
 OUT=$2
@@ -21,12 +25,13 @@ mkdir -p "$OUT"
 memcpy=$($T bench disk --dir "$OUT/probe" --bytes 1G --json | sed 's/.*"memcpy_Bps":\([0-9.]*\).*/\1/')
 rm -rf "$OUT/probe"
 
-# run NAME NP ARGS...: a job into $OUT/NAME
+# run NAME NP ARGS...: a job into $OUT/NAME (the environment variable
+# TSR_BENCH_NO_DIGESTS passed on when set)
 run() {
     name=$1 np=$2
     shift 2
     rm -rf "$OUT/$name"
-    $MPIRUN -np "$np" $T train --job.dump_folder="$OUT/$name" --metrics.log_freq=1 "$@" >"$OUT/$name.log" 2>&1 ||
+    $MPIRUN ${TSR_BENCH_NO_DIGESTS:+-x TSR_BENCH_NO_DIGESTS} -np "$np" $T train --job.dump_folder="$OUT/$name" --metrics.log_freq=1 "$@" >"$OUT/$name.log" 2>&1 ||
         { echo "bench overlap: $name failed ($OUT/$name.log)" >&2; exit 1; }
 }
 
@@ -79,4 +84,35 @@ run osmall_plain 4 --config train/configs/small.toml --parallelism.data_parallel
     --checkpoint.enable=false
 psmall=$($T train --config train/configs/small.toml --model-info | sed -n 's/^model [^:]*: \([0-9]*\) parameters.*/\1/p')
 report "small, 4 ranks" osmall_saved osmall_plain "$psmall" 4
+small="--config train/configs/small.toml --parallelism.data_parallel_shard_degree=4 --training.steps=60
+    --checkpoint.interval=5 --checkpoint.keep_latest_k=2"
+for k in 1 2; do
+    run osmall_dig$k 4 $small
+    TSR_BENCH_NO_DIGESTS=1 run osmall_nodig$k 4 $small
+done
+$PY - "$OUT" <<'EOF'
+import json, sys
+def steps(name):
+    ms = [json.loads(l) for l in open("%s/%s/metrics.jsonl" % (sys.argv[1], name))]
+    return {m["step"]: 1.0 / m["tokens_per_s"] for m in ms if m["step"] > 5}
+def mean_step(name):
+    st = steps(name)
+    return sum(st.values()) / len(st)
+def after_save(name):
+    # a step after a save against the median of the others, per step at a save every 5
+    st = steps(name)
+    after = [v for k, v in st.items() if k % 5 == 1]
+    others = sorted(v for k, v in st.items() if k % 5 != 1)
+    base = others[len(others) // 2]
+    return (sum(after) / len(after) - base) / base / 5 * 100
+runs = (1, 2)
+dig = sum(mean_step("osmall_dig%d" % k) for k in runs)
+nodig = sum(mean_step("osmall_nodig%d" % k) for k in runs)
+within = sum(after_save("osmall_dig%d" % k) - after_save("osmall_nodig%d" % k) for k in runs) / len(runs)
+print("small, 4 ranks, a save every 5 steps, with the digests and statistics against saves without them (two runs "
+      "each, alternately): mean step %+.2f%% (runs apart: the machine's drift between runs shows here)" % ((dig / nodig - 1) * 100))
+print("small, 4 ranks, a save every 5 steps: the digests' and statistics' step cost within the runs (the steps after "
+      "a save against the others', with them minus without) %+.2f%% a step (goal <= +1%%)  %s"
+      % (within, "ok" if within <= 1 else "MISSED"))
+EOF
 rm -rf "$OUT"/o124_* "$OUT"/osmall_*
