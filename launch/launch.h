@@ -75,6 +75,7 @@ typedef struct launch {
     tsr_train_config cfg;
     char root[PATH_MAX]; /* the checkpoint folder */
     int global_batch;    /* the global batch at the first np (kept when ranks drop) */
+    int replicate;       /* dp_replicate after a dropped node took a replica with it (0: as configured) */
     FILE *events;        /* DUMP/launch.jsonl */
     int n_refused;       /* refusals logged (at most 100 are) */
     /* the socket */

@@ -94,6 +94,7 @@ static int extra_args(launch *L, char bufs[LAUNCH_MAX_EXTRA][96], char **extra) 
     if (L->np != L->o.np) {
         snprintf(bufs[n++], 96, "--parallelism.data_parallel_shard_degree=-1");
         snprintf(bufs[n++], 96, "--training.global_batch_size=%d", L->global_batch);
+        if (L->replicate > 0) snprintf(bufs[n++], 96, "--parallelism.data_parallel_replicate_degree=%d", L->replicate);
     }
     if (L->skip_after >= 0) {
         snprintf(bufs[n++], 96, "--training.skip_data_after_step=%d", L->skip_after);
@@ -143,7 +144,10 @@ static void forget_node(launch *L, int node) {
     launch_event(L, "node_memory_lost", "\"node\": %d, \"folder\": %s", node, launch_json(dir, j, sizeof j));
 }
 
-/* A node whose ranks failed twice is dropped, if the job still fits. */
+/* A node whose ranks failed twice is dropped, if the job still fits: with the
+ * shards spread over the ranks left, and where they cannot hold every replica
+ * (dp_replicate), with as many replicas as they can (the dropped node's replica
+ * goes with it, as in HSDP). */
 static void account_node(launch *L, const tsr_train_config *pristine) {
     if (L->culprit < 0 || L->o.nodes <= 1 || (L->out != OUT_RANK_EXIT && L->out != OUT_HANG && L->out != OUT_SDC))
         return; /* with OUT_SDC, the culprit is a rank its group's majority outvoted */
@@ -154,7 +158,14 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
     tsr_error e = {0};
     c.parallelism.data_parallel_shard_degree = -1;
     c.training.global_batch_size = L->global_batch;
-    if (L->n_alive <= 1 || np < L->o.min_ranks || tsr_config_validate(&c, np, &e)) {
+    if (L->replicate > 0) c.parallelism.data_parallel_replicate_degree = L->replicate;
+    int fits = L->n_alive > 1 && np >= L->o.min_ranks && !tsr_config_validate(&c, np, &e);
+    for (int r = c.parallelism.data_parallel_replicate_degree - 1; !fits && L->n_alive > 1 && np >= L->o.min_ranks && r >= 1; r--) {
+        tsr_train_config f = c;
+        f.parallelism.data_parallel_replicate_degree = r;
+        if (!tsr_config_validate(&f, np, NULL)) fits = 1, L->replicate = r, c = f;
+    }
+    if (!fits) {
         launch_say("node %d failed %d times; kept: %s", node, L->node_fails[node],
                    e.msg[0] ? e.msg : "fewer ranks would be below --min-ranks");
         return;
@@ -162,9 +173,14 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
     memmove(L->alive_nodes + idx, L->alive_nodes + idx + 1, (size_t)(L->n_alive - idx - 1) * sizeof *L->alive_nodes);
     L->n_alive--;
     L->np = np;
-    launch_event(L, "node_dropped", "\"node\": %d, \"failures\": %d, \"np\": %d", node, L->node_fails[node], np);
+    launch_event(L, "node_dropped", "\"node\": %d, \"failures\": %d, \"np\": %d, \"dp_replicate\": %d", node,
+                 L->node_fails[node], np, c.parallelism.data_parallel_replicate_degree);
     forget_node(L, node);
-    launch_say("node %d failed %d times: dropped; the job goes on with %d ranks", node, L->node_fails[node], np);
+    if (L->replicate > 0)
+        launch_say("node %d failed %d times: dropped; the job goes on with %d ranks, %d replicas (dp_replicate)", node,
+                   L->node_fails[node], np, L->replicate);
+    else
+        launch_say("node %d failed %d times: dropped; the job goes on with %d ranks", node, L->node_fails[node], np);
 }
 
 /* After a NaN at step s: back to the newest committed checkpoint c before s

@@ -11,7 +11,9 @@
 #    back to its newest checkpoint and goes on, the second blame counts as node
 #    2's repeat failure (the policy that drops nodes, which keeps it here: two
 #    ranks cannot hold three replicas), and the run finishes with the losses and
-#    final checkpoint of a run without flips, bitwise, every sample once.
+#    final checkpoint of a run without flips, bitwise, every sample once. With
+#    a global batch that 2 ranks can share, the second blame drops node 2 and
+#    its replica, and the job finishes on 2 ranks (1b).
 # 2. 2 replicas x 2 shards on 4 ranks as 2 nodes, seed 559: rank 1 flipped
 #    about 1.1 s after the start, mid-run (rank 1 made 40 ms a step slower so
 #    that the run lasts: TSR_FAULT_SLOW): two copies cannot tell which is right:
@@ -89,6 +91,27 @@ grep -q "^tessera launch: node 2 failed 2 times; kept: " "$TSR_TMP/flip3.log" ||
 grep -q "^tessera launch: silent data corruption at step [0-9]*: rank 2 (node 2) holds a copy that 1 of the 3 holders" \
     "$TSR_TMP/flip3.log" || fail "flip3: the supervisor does not name rank 2"
 compare ref3 flip3 0
+
+# 1b. the same with a global batch that 2 ranks can share: after its second
+# blame node 2 is dropped, with its replica (dp_replicate 3 -> 2), and the job
+# finishes on 2 ranks: losses within 1e-5 of the 3-replica run (the replicas'
+# gradients are summed in another order), every sample once, the last
+# checkpoint verifies
+run_np 3 "$T" train $(job 12) --parallelism.data_parallel_replicate_degree=3 --job.dump_folder="$TSR_TMP/ref3b" \
+    >"$TSR_TMP/ref3b.log" 2>&1 || fail "ref3b: exit $?"
+"$T" launch -np 3 --nodes 3 --min-ranks 2 --max-restarts 6 $FAST --chaos 5,3625,bitflip -- train $(job 12) \
+    --parallelism.data_parallel_replicate_degree=3 --job.dump_folder="$TSR_TMP/drop3" >"$TSR_TMP/drop3.log" 2>&1 ||
+    { fail "drop3: exit $?"; tail -n 20 "$TSR_TMP/drop3.log" >&2; }
+n=$(caught drop3 3 3 1) || fail "drop3: a flip not caught, named or rolled back as it should be"
+[ "$n" = 2 ] || fail "drop3: $n flip(s), the seed gives 2"
+grep -q "^tessera launch: node 2 failed 2 times: dropped; the job goes on with 2 ranks, 2 replicas (dp_replicate)$" \
+    "$TSR_TMP/drop3.log" || { fail "drop3: node 2 not dropped after its second blame"; grep "node" "$TSR_TMP/drop3.log" >&2; }
+ev drop3 "e['event']=='node_dropped' and e['node']==2 and e['np']==2 and e.get('dp_replicate')==2" >/dev/null ||
+    fail "drop3: no node_dropped event for node 2 (2 ranks, 2 replicas)"
+ev drop3 "e['event']=='finish' and e['np']==2" >/dev/null || fail "drop3: the job did not finish on 2 ranks"
+compare ref3b drop3 1e-5
+"$T" ckpt verify "$TSR_TMP/drop3/checkpoint/step-00000024" >/dev/null 2>"$TSR_TMP/drop3.verify" ||
+    { fail "drop3: the last checkpoint does not verify"; cat "$TSR_TMP/drop3.verify" >&2; }
 
 # 2. two replicas: both holders named, none blamed
 run_np 4 "$T" train $(job 8) --parallelism.data_parallel_replicate_degree=2 --job.dump_folder="$TSR_TMP/ref4" \
