@@ -1,6 +1,7 @@
 /* read.c: the reader of format v1: open and validate a MANIFEST, read boxes and
  * blobs frame by frame, verify a whole checkpoint. */
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -604,6 +605,7 @@ typedef struct verify_ctx {
     uint32_t *chunk_of;     /* each frame's chunk, or UINT32_MAX for a blob's */
     uint64_t *keys;         /* each tensor's digest key */
     uint64_t *share;        /* each frame's share of its tensor's digest, once read */
+    tsr_stats *stats;       /* each frame's statistics, once read (a tensor with TSR_MF_STATS) */
     uint8_t *read_ok;       /* each frame: 1 once read, checked and decoded */
 } verify_ctx;
 
@@ -633,34 +635,68 @@ static void verify_frame(void *ctx, size_t i, int worker) {
     if (ci == UINT32_MAX) return;
     const tsr_mf_chunk *c = &v->ck->m.chunks[ci];
     const tsr_mf_tensor *t = &v->ck->m.tensors[c->tensor];
-    if (!(t->digest_flags & TSR_MF_DIGEST)) return;
     tsr_box fb;
     tsr_frame_box(c, fi - c->frame_first, &fb);
-    v->share[fi] = tsr_digest_box(v->keys[c->tensor], tsr_dtype_size(t->dtype), t->shape, &fb, v->bufs[worker].out);
+    const uint8_t *raw = v->bufs[worker].out;
+    int dig = (t->digest_flags & TSR_MF_DIGEST) != 0, st = (t->digest_flags & TSR_MF_STATS) && tsr_stats_dtype(t->dtype);
+    if (st) tsr_stats_init(&v->stats[fi]);
+    if (dig && st) v->share[fi] = tsr_digest_stats_box(v->keys[c->tensor], t->dtype, t->shape, &fb, raw, &v->stats[fi]);
+    else if (dig) v->share[fi] = tsr_digest_box(v->keys[c->tensor], tsr_dtype_size(t->dtype), t->shape, &fb, raw);
+    else if (st) tsr_stats_run(t->dtype, raw, tsr_box_volume(&fb), &v->stats[fi]);
 }
 
-/* Each recorded digest against the sum of its frames' shares; a tensor with a
- * frame that could not be read is reported already. */
+/* The statistics recomputed (acc, the sum of squares in l2) against the
+ * MANIFEST's (FORMAT.md 4.5): min, max and the count exactly, l2 within a
+ * relative 1e-9 (the sums' order is free). @return 1 when they agree. */
+static int stats_agree(tsr_stats acc, const tsr_stats *rec, char *why, size_t len) {
+    tsr_stats_finish(&acc);
+    double tol = 1e-9 * (rec->l2 > acc.l2 ? rec->l2 : acc.l2);
+    if (acc.nonfinite != rec->nonfinite)
+        snprintf(why, len, "%llu non-finite elements, the MANIFEST says %llu", (unsigned long long)acc.nonfinite,
+                 (unsigned long long)rec->nonfinite);
+    else if (acc.min != rec->min || acc.max != rec->max)
+        snprintf(why, len, "min %.9g and max %.9g, the MANIFEST says %.9g and %.9g", acc.min, acc.max, rec->min,
+                 rec->max);
+    else if (!(fabs(acc.l2 - rec->l2) <= tol) && !(isinf(acc.l2) && acc.l2 == rec->l2))
+        snprintf(why, len, "L2 norm %.17g, the MANIFEST says %.17g", acc.l2, rec->l2);
+    else
+        return 1;
+    return 0;
+}
+
+/* Each recorded digest against the sum of its frames' shares, and the recorded
+ * statistics against its frames'; a tensor with a frame that could not be read
+ * is reported already. */
 static void verify_digests(verify_ctx *v) {
     const tsr_manifest *m = &v->ck->m;
     for (size_t ti = 0; ti < m->n_tensors; ti++) {
         const tsr_mf_tensor *t = &m->tensors[ti];
-        if (!(t->digest_flags & TSR_MF_DIGEST)) continue;
+        int dig = (t->digest_flags & TSR_MF_DIGEST) != 0, st = (t->digest_flags & TSR_MF_STATS) && tsr_stats_dtype(t->dtype);
+        if (!dig && !st) continue;
         uint64_t sum = 0;
+        tsr_stats acc;
+        tsr_stats_init(&acc);
         int whole = 1;
         for (uint32_t c = t->chunk_first; c < t->chunk_first + t->chunk_count; c++)
             for (uint32_t k = 0; k < m->chunks[c].frame_count; k++) {
                 size_t fi = m->chunks[c].frame_first + k;
                 whole &= v->read_ok[fi];
                 sum += v->share[fi];
+                if (st) tsr_stats_merge(&acc, &v->stats[fi]);
             }
-        if (!whole || sum == t->digest) continue;
-        char msg[PATH_MAX + 700];
-        snprintf(msg, sizeof msg,
-                 "%s: tensor %s: its data's digest is %016llx, the MANIFEST's %016llx (the frames' checksums hold: "
-                 "the data is not the tensor that was saved)",
-                 v->ck->dir, t->name, (unsigned long long)sum, (unsigned long long)t->digest);
-        report(v, msg);
+        if (!whole) continue;
+        char msg[PATH_MAX + 700], why[300];
+        if (dig && sum != t->digest) {
+            snprintf(msg, sizeof msg,
+                     "%s: tensor %s: its data's digest is %016llx, the MANIFEST's %016llx (the frames' checksums hold: "
+                     "the data is not the tensor that was saved)",
+                     v->ck->dir, t->name, (unsigned long long)sum, (unsigned long long)t->digest);
+            report(v, msg);
+        } else if (st && !stats_agree(acc, &t->stats, why, sizeof why)) {
+            snprintf(msg, sizeof msg, "%s: tensor %s: its data's statistics differ from the MANIFEST's: %s", v->ck->dir,
+                     t->name, why);
+            report(v, msg);
+        }
     }
 }
 
@@ -680,13 +716,14 @@ long tsr_ckpt_verify(tsr_ckpt *ck, tsr_problem_fn problem, void *user, int threa
     v.chunk_of = malloc((m->n_frames + 1) * sizeof *v.chunk_of);
     v.keys = malloc((m->n_tensors + 1) * sizeof *v.keys);
     v.share = calloc(m->n_frames + 1, sizeof *v.share);
+    v.stats = calloc(m->n_frames + 1, sizeof *v.stats);
     v.read_ok = calloc(m->n_frames + 1, 1);
     char **blob_owner = calloc(m->n_blobs + 1, sizeof *blob_owner);
     int nw = pool ? tsr_pool_size(pool) : 0;
     v.bufs = calloc((size_t)nw + 1, sizeof *v.bufs);
     v.codecs = calloc((size_t)nw + 1, sizeof *v.codecs);
     if (!pool || !v.order || !v.owner || !v.dtype || !v.file_bad || !blob_owner || !v.bufs || !v.codecs ||
-        !v.chunk_of || !v.keys || !v.share || !v.read_ok) {
+        !v.chunk_of || !v.keys || !v.share || !v.stats || !v.read_ok) {
         rc = tsr_err(err, TSR_ENOMEM, "out of memory");
         goto out;
     }
@@ -742,7 +779,7 @@ out:
         for (size_t i = 0; i < m->n_blobs; i++) free(blob_owner[i]);
     free(blob_owner);
     free(v.codecs), free(v.bufs), free(v.order), free(v.owner), free(v.dtype), free(v.file_bad);
-    free(v.chunk_of), free(v.keys), free(v.share), free(v.read_ok);
+    free(v.chunk_of), free(v.keys), free(v.share), free(v.stats), free(v.read_ok);
     tsr_pool_free(pool);
     pthread_mutex_destroy(&v.mu);
     return rc;

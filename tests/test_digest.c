@@ -128,8 +128,10 @@ static long verify(const char *dir) {
 }
 
 /* The MANIFEST of dir rewritten with tensor `name`'s digest changed: off by
- * `delta`, or (clear) not recorded. */
-static void rewrite_digest(const char *dir, const char *name, uint64_t delta, int clear) {
+ * `delta`, or (clear) not recorded (nor its statistics); its statistics' max
+ * moved by max_delta and its sum of squares scaled by l2_scale. */
+static void rewrite_manifest(const char *dir, const char *name, uint64_t delta, int clear, double max_delta,
+                             double l2_scale) {
     uint8_t *buf;
     size_t len;
     REQUIRE(tsr_ckpt_read_manifest(dir, &buf, &len, &e) == 0, "%s", e.msg);
@@ -139,6 +141,8 @@ static void rewrite_digest(const char *dir, const char *name, uint64_t delta, in
     for (size_t i = 0; i < m.n_tensors; i++)
         if (!strcmp(m.tensors[i].name, name)) {
             m.tensors[i].digest += delta;
+            m.tensors[i].stats.max += max_delta;
+            m.tensors[i].stats.l2 *= l2_scale;
             if (clear) m.tensors[i].digest_flags = 0;
         }
     REQUIRE(tsr_manifest_encode(&m, 0, &buf, &len, &e) == 0, "%s", e.msg);
@@ -168,8 +172,21 @@ static void saved_and_verified(const char *tmp) {
     tsr_ckpt_close(ck);
     CHECK(verify(dir) == 0, "verify of a sound checkpoint: %s", last_problem);
 
+    /* statistics that the data contradicts (the digest right): verify
+     * recomputes them and names the tensor and both values; an L2 norm within
+     * FORMAT.md 4.5's tolerance passes */
+    rewrite_manifest(dir, "w", 0, 0, 1, 1);
+    CHECK(verify(dir) == 1 && strstr(last_problem, "tensor w: its data's statistics differ from the MANIFEST's: min -3 "
+                                                   "and max 4.25, the MANIFEST says -3 and 5.25"),
+          "verify of a max off by one: %ld problems, %s", problems_found, last_problem);
+    rewrite_manifest(dir, "w", 0, 0, -1, 1 + 1e-6);
+    CHECK(verify(dir) == 1 && strstr(last_problem, "tensor w: its data's statistics differ from the MANIFEST's: L2 norm"),
+          "verify of an L2 norm 1e-6 off: %ld problems, %s", problems_found, last_problem);
+    rewrite_manifest(dir, "w", 0, 0, 0, 1 / (1 + 1e-6) * (1 + 1e-12));
+    CHECK(verify(dir) == 0, "verify of an L2 norm 1e-12 off: %s", last_problem);
+
     /* the digest off by one: verify names the tensor and both values */
-    rewrite_digest(dir, "w", 1, 0);
+    rewrite_manifest(dir, "w", 1, 0, 0, 1);
     CHECK(verify(dir) == 1, "verify of a digest off by one found %ld problems", problems_found);
     char want[128];
     snprintf(want, sizeof want, "tensor w: its data's digest is %016llx, the MANIFEST's %016llx",
@@ -177,7 +194,7 @@ static void saved_and_verified(const char *tmp) {
     CHECK(strstr(last_problem, want), "verify says: %s", last_problem);
 
     /* no digest recorded (a file before 1.2): read and verified, none said */
-    rewrite_digest(dir, "w", (uint64_t)-1, 1);
+    rewrite_manifest(dir, "w", (uint64_t)-1, 1, 0, 1);
     ck = tsr_ckpt_open(dir, &e);
     REQUIRE(ck, "%s", e.msg);
     CHECK(tsr_ckpt_tensor_digest(ck, (size_t)tsr_ckpt_find(ck, "w"), &got) == 0, "w has no digest");
