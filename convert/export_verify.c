@@ -1,8 +1,7 @@
 /* export_verify.c: an export's digests checked from the export alone
  * (tsr_export_verify, FORMAT.md 13): the files of a safetensors folder (its
  * index's, or model.safetensors) or one safetensors file, each with its
- * "__metadata__", and GGUF files, read here by a bounds-checked reader of the
- * parts the check needs (key/values, tensor infos, data). Also what import
+ * "__metadata__", and GGUF files (tsr_gguf_read). Also what import
  * shares with it: the files of a Hugging Face folder and their metadata. */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,6 +15,7 @@
 
 #include "common.h"
 #include "export_impl.h"
+#include "gguf.h"
 #include "safetensors.h"
 
 const char *tsr_export_status_name(tsr_export_status s) {
@@ -223,60 +223,8 @@ static int verify_st_file(vctx *v, const char *path, const char *fname, tsr_erro
 
 /* ------------------------------------------------------------- GGUF files */
 
-/* GGUF (v2 and v3; formats/gguf.h describes the layout), read for the check:
- * the key/values (the string ones that start with "tessera." kept, the
- * alignment), the tensor infos, the data. Every count, length and offset is
- * checked against the file's size before use. */
-enum { GG_STRING = 8, GG_ARRAY = 9, GG_MAX_DIMS = 8 };
-
-typedef struct gg_reader {
-    const uint8_t *p;
-    uint64_t len, pos;
-} gg_reader;
-
-static int gg_need(gg_reader *r, uint64_t n) { return n <= r->len - r->pos ? 0 : -1; }
-static int gg_u32(gg_reader *r, uint32_t *v) {
-    if (gg_need(r, 4)) return -1;
-    *v = tsr_ld32(r->p + r->pos), r->pos += 4;
-    return 0;
-}
-static int gg_u64(gg_reader *r, uint64_t *v) {
-    if (gg_need(r, 8)) return -1;
-    *v = tsr_ld64(r->p + r->pos), r->pos += 8;
-    return 0;
-}
-static int gg_str(gg_reader *r, const uint8_t **s, uint64_t *n) {
-    if (gg_u64(r, n) || gg_need(r, *n)) return -1;
-    *s = r->p + r->pos, r->pos += *n;
-    return 0;
-}
-/* The bytes of a value of a fixed-size type; 0 for strings, arrays and unknown types. */
-static uint64_t gg_scalar_size(uint32_t t) {
-    static const uint8_t size[13] = {1, 1, 2, 2, 4, 4, 4, 1, 0, 0, 8, 8, 8};
-    return t < 13 ? size[t] : 0;
-}
-static int gg_skip(gg_reader *r, uint32_t type, int depth) {
-    const uint8_t *s;
-    uint64_t n, k;
-    uint32_t et;
-    if (type == GG_STRING) return gg_str(r, &s, &n);
-    if (type != GG_ARRAY) {
-        uint64_t sz = gg_scalar_size(type);
-        if (!sz || gg_need(r, sz)) return -1;
-        r->pos += sz;
-        return 0;
-    }
-    if (depth > 4 || gg_u32(r, &et) || gg_u64(r, &n)) return -1;
-    uint64_t sz = gg_scalar_size(et);
-    if (sz) {
-        if (tsr_mul_ovf(sz, n, &k) || gg_need(r, k)) return -1;
-        r->pos += k;
-        return 0;
-    }
-    for (k = 0; k < n; k++)
-        if (gg_skip(r, et, depth + 1)) return -1;
-    return 0;
-}
+/* GGUF (v2 and v3), read by tsr_gguf_read: the string key/values that start
+ * with "tessera." taken as the provenance, each tensor checked. */
 
 /* ggml's element types with a digest: the tessera dtype of their elements. */
 static int gg_dtype(uint32_t t) {
@@ -293,22 +241,24 @@ static int gg_dtype(uint32_t t) {
     }
 }
 
-typedef struct gg_tensor {
-    char name[TSR_MAX_NAME + 1];
-    uint32_t ndim, type;
-    uint64_t dims[GG_MAX_DIMS]; /* innermost first, as stored */
-    uint64_t offset;
-} gg_tensor;
+static int gg_holds(const void *f, const char *name) { return tsr_gguf_find(f, name) >= 0; }
 
-typedef struct gg_file {
-    gg_tensor *t;
-    size_t n;
-} gg_file;
-
-static int gg_holds(const void *f, const char *name) {
-    const gg_file *g = f;
-    for (size_t i = 0; i < g->n; i++)
-        if (!strcmp(g->t[i].name, name)) return 1;
+/* The "tessera." string key/values of g into meta. */
+static int gg_meta(const tsr_gguf_file *g, const char *fname, cJSON *meta, tsr_error *e) {
+    for (uint64_t k = 0; k < g->n_kv; k++) {
+        const tsr_gguf_kv *kv = &g->kv[k];
+        char key[TSR_MAX_NAME + 64], val[4097];
+        if (kv->key_len >= sizeof key || memchr(kv->key, 0, kv->key_len) || kv->key_len < 8 ||
+            memcmp(kv->key, "tessera.", 8))
+            continue;
+        memcpy(key, kv->key, kv->key_len), key[kv->key_len] = 0;
+        if (kv->type != TSR_GGUF_STRING) continue;
+        if (kv->val_len >= sizeof val || memchr(kv->val, 0, kv->val_len))
+            return tsr_err(e, TSR_ECORRUPT, "%s: %s: not a string value", fname, key);
+        memcpy(val, kv->val, kv->val_len), val[kv->val_len] = 0;
+        if (cJSON_GetObjectItemCaseSensitive(meta, key)) return tsr_err(e, TSR_ECORRUPT, "%s: key %s twice", fname, key);
+        if (!cJSON_AddStringToObject(meta, key, val)) return tsr_err(e, TSR_ENOMEM, "out of memory");
+    }
     return 0;
 }
 
@@ -319,86 +269,32 @@ static int verify_gguf(vctx *v, const char *path, const char *fname, tsr_error *
     void *m = size ? mmap(NULL, (size_t)size, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
     close(fd);
     if (size && m == MAP_FAILED) return tsr_err(e, TSR_EIO, "%s: cannot map: %s", path, strerror(errno));
-    gg_reader r = {m, size, 0};
+    tsr_gguf_file g;
+    int rc = tsr_gguf_read(m, size, fname, &g, e);
+    if (rc) {
+        if (size) munmap(m, (size_t)size);
+        return rc;
+    }
     cJSON *meta = cJSON_CreateObject();
-    gg_file g = {0};
-    uint32_t version = 0, align = 32;
-    uint64_t nt = 0, nkv = 0;
-    int rc = meta ? 0 : tsr_err(e, TSR_ENOMEM, "out of memory");
-#define BAD(...) (rc = tsr_err(e, TSR_ECORRUPT, __VA_ARGS__))
-    if (!rc && (gg_need(&r, 4) || memcmp(r.p, "GGUF", 4) != 0)) BAD("%s: not a GGUF file (no magic)", fname);
-    r.pos = 4;
-    if (!rc && (gg_u32(&r, &version) || (version != 2 && version != 3)))
-        BAD("%s: GGUF version %u (2 or 3 are read)", fname, version);
-    if (!rc && (gg_u64(&r, &nt) || gg_u64(&r, &nkv))) BAD("%s: the header runs past the end", fname);
-    if (!rc && (nt > size / 33 || nkv > size / 13))
-        BAD("%s: tensor count %llu or key count %llu past what the file can hold", fname, (unsigned long long)nt,
-            (unsigned long long)nkv);
-    for (uint64_t k = 0; !rc && k < nkv; k++) {
-        const uint8_t *ks, *vs;
-        uint64_t kl, vl;
-        uint32_t type;
-        if (gg_str(&r, &ks, &kl) || gg_u32(&r, &type)) {
-            BAD("%s: key/value %llu runs past the end", fname, (unsigned long long)k);
-            break;
-        }
-        char key[TSR_MAX_NAME + 64];
-        int keep = kl < sizeof key && !memchr(ks, 0, kl);
-        if (keep) memcpy(key, ks, kl), key[kl] = 0;
-        if (keep && !strcmp(key, "general.alignment") && type == 4) {
-            if (gg_u32(&r, &align) || !align || (align & (align - 1)))
-                BAD("%s: general.alignment %u: not a power of two", fname, align);
-        } else if (keep && !strncmp(key, "tessera.", 8) && type == GG_STRING) {
-            if (gg_str(&r, &vs, &vl) || vl > 4096 || memchr(vs, 0, vl)) {
-                BAD("%s: %s: not a string value", fname, key);
-                break;
-            }
-            char val[4097];
-            memcpy(val, vs, vl), val[vl] = 0;
-            if (cJSON_GetObjectItemCaseSensitive(meta, key)) BAD("%s: key %s twice", fname, key);
-            else if (!cJSON_AddStringToObject(meta, key, val)) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
-        } else if (gg_skip(&r, type, 0)) {
-            BAD("%s: key/value %llu (type %u) runs past the end or has no known type", fname, (unsigned long long)k, type);
-        }
-    }
-    if (!rc && !(g.t = calloc(nt + 1, sizeof *g.t))) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
-    for (uint64_t k = 0; !rc && k < nt; k++) {
-        gg_tensor *t = &g.t[g.n];
-        const uint8_t *s;
-        uint64_t sl;
-        if (gg_str(&r, &s, &sl) || sl == 0 || sl > TSR_MAX_NAME || memchr(s, 0, sl) || gg_u32(&r, &t->ndim) ||
-            t->ndim == 0 || t->ndim > GG_MAX_DIMS) {
-            BAD("%s: tensor info %llu: a bad name or dimension count", fname, (unsigned long long)k);
-            break;
-        }
-        memcpy(t->name, s, sl);
-        for (uint32_t d = 0; d < t->ndim && !rc; d++)
-            if (gg_u64(&r, &t->dims[d])) BAD("%s: tensor %s: runs past the end", fname, t->name);
-        if (!rc && (gg_u32(&r, &t->type) || gg_u64(&r, &t->offset)))
-            BAD("%s: tensor %s: runs past the end", fname, t->name);
-        if (!rc && gg_holds(&g, t->name)) BAD("%s: tensor %s named twice", fname, t->name);
-        g.n++;
-    }
-    uint64_t data = tsr_align_up(r.pos, align);
-    if (!rc && data > size) BAD("%s: the data section starts past the end", fname);
+    rc = meta ? gg_meta(&g, fname, meta, e) : tsr_err(e, TSR_ENOMEM, "out of memory");
     if (!rc) rc = take_provenance(v, fname, meta, e);
-    for (size_t i = 0; !rc && i < g.n; i++) {
-        gg_tensor *t = &g.t[i];
+    const uint8_t *data = (const uint8_t *)m + g.data;
+    for (uint64_t i = 0; !rc && i < g.n_t; i++) {
+        const tsr_gguf_tensor *t = &g.t[i];
         int dt = gg_dtype(t->type);
-        uint64_t n = 1, bytes = 0, shape[GG_MAX_DIMS];
-        for (uint32_t d = 0; d < t->ndim; d++) {
+        uint64_t n = 1, bytes = 0, shape[TSR_GGUF_MAX_DIMS];
+        for (uint32_t d = 0; d < t->ndim && !rc; d++) {
             shape[d] = t->dims[t->ndim - 1 - d];
-            if (tsr_mul_ovf(n, t->dims[d], &n)) BAD("%s: tensor %s: its dims overflow", fname, t->name);
+            if (tsr_mul_ovf(n, t->dims[d], &n))
+                rc = tsr_err(e, TSR_ECORRUPT, "%s: tensor %s: its dims overflow", fname, t->name);
         }
-        if (!rc && dt && (tsr_mul_ovf(n, tsr_dtype_size(dt), &bytes) || t->offset > size - data ||
-                          bytes > size - data - t->offset))
-            BAD("%s: tensor %s: %llu bytes at offset %llu run past the end", fname, t->name, (unsigned long long)bytes,
-                (unsigned long long)t->offset);
-        if (!rc) rc = check_tensor(v, fname, meta, t->name, dt, t->ndim, shape, r.p + data + t->offset, n, e);
+        if (!rc && dt && (tsr_mul_ovf(n, tsr_dtype_size(dt), &bytes) || bytes > size - g.data - t->offset))
+            rc = tsr_err(e, TSR_ECORRUPT, "%s: tensor %s: %llu bytes at offset %llu run past the end", fname, t->name,
+                         (unsigned long long)bytes, (unsigned long long)t->offset);
+        if (!rc) rc = check_tensor(v, fname, meta, t->name, dt, t->ndim, shape, data + t->offset, n, e);
     }
-#undef BAD
     if (!rc) check_missing(v, fname, meta, gg_holds, &g);
-    free(g.t);
+    tsr_gguf_file_free(&g);
     cJSON_Delete(meta);
     if (size) munmap(m, (size_t)size);
     return rc;

@@ -1,4 +1,5 @@
-/* gguf.h: a byte-level GGUF v3 writer (llama.cpp's format), little-endian.
+/* gguf.h: a byte-level GGUF v3 writer (llama.cpp's format), little-endian, and
+ * a bounds-checked reader of GGUF v2 and v3 (tsr_gguf_read).
  *
  * A file is "GGUF", the version (3), the tensor count and the key/value count
  * (u64), the key/value pairs (a string key, a u32 value type, the value), the
@@ -78,5 +79,43 @@ int tsr_gguf_tensor_info(tsr_gguf_writer *g, const char *name, int ndim, const u
 /* tsr_gguf_finish(): patches the key/value count into the header and flushes;
  * leaves the FILE open. @return 0, or the errno of the first failed write. */
 int tsr_gguf_finish(tsr_gguf_writer *g);
+
+/* ------------------------------------------------------------- reading */
+
+#define TSR_GGUF_MAX_DIMS 8 /* what the reader takes (ggml's GGML_MAX_DIMS is 4) */
+
+/* A key/value pair as stored: the key's bytes (not NUL-terminated), the value
+ * type and the value's bytes in the file (a string's without its length; an
+ * array's from its element type on). */
+typedef struct tsr_gguf_kv {
+    const uint8_t *key, *val;
+    uint64_t key_len, val_len;
+    uint32_t type;
+} tsr_gguf_kv;
+
+typedef struct tsr_gguf_tensor {
+    char name[TSR_MAX_NAME + 1];
+    uint32_t ndim, type;                  /* type: ggml's */
+    uint64_t dims[TSR_GGUF_MAX_DIMS];     /* innermost first, as stored */
+    uint64_t offset;                      /* into the data section, at most its length */
+} tsr_gguf_tensor;
+
+typedef struct tsr_gguf_file {
+    uint32_t version, alignment; /* general.alignment's (a power of two), or 32 */
+    uint64_t data;               /* the data section's offset in the file, at most its length */
+    tsr_gguf_kv *kv;
+    tsr_gguf_tensor *t;
+    uint64_t n_kv, n_t;
+} tsr_gguf_file;
+
+/* tsr_gguf_read(): parses the len bytes at p (a whole file; `what` names it in
+ * errors) into *g, whose kv point into p. Every count, length and offset is
+ * checked against len; a tensor name must be 1 to TSR_MAX_NAME bytes without
+ * NUL, and unique; arrays nest at most 4 deep. @return 0, or TSR_ECORRUPT
+ * saying what is wrong where (nothing to free), or TSR_ENOMEM. */
+int tsr_gguf_read(const uint8_t *p, uint64_t len, const char *what, tsr_gguf_file *g, tsr_error *err);
+void tsr_gguf_file_free(tsr_gguf_file *g);
+/* tsr_gguf_find(): the tensor named name, or -1. */
+long tsr_gguf_find(const tsr_gguf_file *g, const char *name);
 
 #endif

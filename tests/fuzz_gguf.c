@@ -6,7 +6,9 @@
  * every accepted key, value and tensor info must come back as written, in
  * order, every number little-endian; a refused name must be one that breaks the
  * rule (1..63 bytes of printable ASCII), refused with a message, and nothing of
- * it written. */
+ * it written. The library's reader (tsr_gguf_read) reads the file back too
+ * (the same tensor infos, or a refusal with a message), and the input itself
+ * as a GGUF file: whatever it accepts lies inside the input, names unique. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,7 +77,32 @@ static void rd_str(rd *r, const char *want) {
     r->at += n;
 }
 
+/* tsr_gguf_read on the bytes at p: a refusal says why; what it accepts lies
+ * inside them. @return the result, freed. */
+static int read_lib(const uint8_t *p, size_t len, tsr_gguf_file *g) {
+    tsr_error e = {0};
+    int rc = tsr_gguf_read(p, len, "fuzz", g, &e);
+    if (rc) {
+        if (!e.msg[0]) __builtin_trap();
+        return rc;
+    }
+    if (g->data > len) __builtin_trap();
+    for (uint64_t k = 0; k < g->n_kv; k++) {
+        const tsr_gguf_kv *kv = &g->kv[k];
+        if (kv->key < p || kv->key_len > (uint64_t)(p + len - kv->key)) __builtin_trap();
+        if (kv->val < p || kv->val_len > (uint64_t)(p + len - kv->val)) __builtin_trap();
+    }
+    for (uint64_t k = 0; k < g->n_t; k++) {
+        const tsr_gguf_tensor *t = &g->t[k];
+        if (!t->name[0] || t->ndim < 1 || t->ndim > TSR_GGUF_MAX_DIMS || t->offset > len - g->data) __builtin_trap();
+        if (tsr_gguf_find(g, t->name) != (long)k) __builtin_trap();
+    }
+    return 0;
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    tsr_gguf_file raw;
+    if (read_lib(data, size, &raw) == 0) tsr_gguf_file_free(&raw);
     in r = {data, data + size};
     size_t n = 0, n_tensors = 0;
     while (r.p < r.end && n < MAX_REC) {
@@ -172,6 +199,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int k = 0; k < 3; k++)
         if (rd_le(&b, 2) != hx[k]) __builtin_trap();
     if (b.at != len) __builtin_trap();
+    tsr_gguf_file back;
+    if (read_lib(buf, len, &back) == 0) { /* refused: a name twice or an offset past the end */
+        if (back.n_t != n_tensors || back.n_kv != n_kv || back.version != TSR_GGUF_VERSION) __builtin_trap();
+        uint64_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            rec *c = &recs[i];
+            if (c->op != 4 || !c->accepted) continue;
+            const tsr_gguf_tensor *t = &back.t[k++];
+            if (strcmp(t->name, c->key) || t->ndim != (uint32_t)c->ndim || t->type != c->u || t->offset != c->offset)
+                __builtin_trap();
+            for (int d = 0; d < c->ndim; d++)
+                if (t->dims[d] != c->dims[d]) __builtin_trap();
+        }
+        tsr_gguf_file_free(&back);
+    }
     free(buf);
     return 0;
 }
