@@ -80,11 +80,6 @@ typedef struct tsr_export_digest {
 int tsr_export_digest_of(const char *name, int dtype, const void *data, uint64_t n, const tsr_export_tensor *src,
                          int keep, tsr_export_digest *out, tsr_error *e);
 
-/* tsr_export_st_metadata(): the "__metadata__" object of the safetensors file
- * at path (a detached cJSON object that the caller deletes; an empty one when
- * the file has none). @return 0, or TSR_ECORRUPT / TSR_EIO naming the file. */
-int tsr_export_st_metadata(const char *path, cJSON **meta, tsr_error *e);
-
 /* tsr_export_st_files(): the safetensors files of a Hugging Face folder, by
  * name: those model.safetensors.index.json maps tensors to (each once, in the
  * order first named; a name with a '/' is TSR_EINVAL), or model.safetensors

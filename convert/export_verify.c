@@ -25,43 +25,6 @@ const char *tsr_export_status_name(tsr_export_status s) {
 
 /* ------------------------------------------------------ safetensors files */
 
-#define ST_MAX_HEADER (100u << 20) /* the format's own limit */
-
-int tsr_export_st_metadata(const char *path, cJSON **meta, tsr_error *e) {
-    *meta = NULL;
-    uint64_t size;
-    int fd = tsr_open_regular(path, &size, e);
-    if (fd < 0) return fd;
-    uint8_t b8[8];
-    int rc = size < 8 ? tsr_err(e, TSR_ECORRUPT, "%s: %llu bytes: too short for a safetensors file", path,
-                                (unsigned long long)size)
-                      : tsr_pread_all(fd, path, b8, 8, 0, e);
-    uint64_t hl = rc ? 0 : tsr_ld64(b8);
-    if (!rc && (hl > ST_MAX_HEADER || hl > size - 8))
-        rc = tsr_err(e, TSR_ECORRUPT, "%s: header length %llu: past the file's end or the format's limit", path,
-                     (unsigned long long)hl);
-    char *h = rc ? NULL : malloc(hl + 1);
-    if (!rc && !h) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
-    if (!rc) rc = tsr_pread_all(fd, path, h, (size_t)hl, 8, e);
-    close(fd);
-    cJSON *root = rc ? NULL : cJSON_ParseWithLength(h, (size_t)hl);
-    free(h);
-    if (rc) return rc;
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return tsr_err(e, TSR_ECORRUPT, "%s: the header is not a JSON object", path);
-    }
-    cJSON *m = cJSON_DetachItemFromObjectCaseSensitive(root, "__metadata__");
-    cJSON_Delete(root);
-    if (m && !cJSON_IsObject(m)) {
-        cJSON_Delete(m);
-        return tsr_err(e, TSR_ECORRUPT, "%s: __metadata__ is not an object", path);
-    }
-    if (!m && !(m = cJSON_CreateObject())) return tsr_err(e, TSR_ENOMEM, "out of memory");
-    *meta = m;
-    return 0;
-}
-
 static char *read_small(const char *path, size_t max, tsr_error *e) {
     uint64_t size;
     int fd = tsr_open_regular(path, &size, e);
@@ -206,9 +169,8 @@ static int st_holds(const void *f, const char *name) { return tsr_st_find(f, nam
 /* One safetensors file: its path, and its name for messages. */
 static int verify_st_file(vctx *v, const char *path, const char *fname, tsr_error *e) {
     tsr_st_file *f = NULL;
-    cJSON *meta = NULL;
     int rc = tsr_st_open(path, &f, e);
-    if (!rc) rc = tsr_export_st_metadata(path, &meta, e);
+    const cJSON *meta = rc ? NULL : tsr_st_metadata(f);
     if (!rc) rc = take_provenance(v, fname, meta, e);
     for (size_t i = 0; !rc && i < tsr_st_count(f); i++) {
         const tsr_st_entry *en = tsr_st_get(f, i);
@@ -216,7 +178,6 @@ static int verify_st_file(vctx *v, const char *path, const char *fname, tsr_erro
         rc = check_tensor(v, fname, meta, en->name, en->dtype, en->ndim, en->shape, tsr_st_bytes(f, i), n, e);
     }
     if (!rc) check_missing(v, fname, meta, st_holds, f);
-    cJSON_Delete(meta);
     tsr_st_close(f);
     return rc;
 }

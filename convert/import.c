@@ -109,21 +109,19 @@ static int read_config(const char *dir, tsr_model_args *a, int *tied, tsr_error 
     return 0;
 }
 
-/* The safetensors files of HFDIR (tsr_export_st_files) and the metadata of
- * each (tsr_export_st_metadata): digests recorded by tessera's export. */
-static int open_files(const char *dir, tsr_st_file ***files, cJSON ***metas, size_t *n, tsr_error *e) {
+/* The safetensors files of HFDIR (tsr_export_st_files); the metadata of each
+ * (tsr_st_metadata) holds the digests recorded by tessera's export. */
+static int open_files(const char *dir, tsr_st_file ***files, size_t *n, tsr_error *e) {
     char **names = NULL;
-    *files = NULL, *metas = NULL, *n = 0;
+    *files = NULL, *n = 0;
     size_t k = 0, nn = 0;
     int rc = tsr_export_st_files(dir, &names, &nn, e);
-    if (!rc && (!(*files = calloc(nn + 1, sizeof **files)) || !(*metas = calloc(nn + 1, sizeof **metas))))
-        rc = tsr_err(e, TSR_ENOMEM, "out of memory");
+    if (!rc && !(*files = calloc(nn + 1, sizeof **files))) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
     if (!rc) *n = nn;
     for (; !rc && k < nn; k++) {
         char fp[PATH_MAX + 300];
         snprintf(fp, sizeof fp, "%s/%s", dir, names[k]);
         rc = tsr_st_open(fp, &(*files)[k], e);
-        if (!rc) rc = tsr_export_st_metadata(fp, &(*metas)[k], e);
     }
     tsr_export_st_files_free(names, nn);
     return rc;
@@ -163,7 +161,7 @@ static int check_digest(const cJSON *meta, const tsr_st_entry *en, const uint8_t
 
 /* Writes the model, consolidated, into dir. */
 static int write_ckpt(const char *dir, const tsr_model_args *a, const tsr_model_decls *d, tsr_st_file **files,
-                      cJSON **metas, size_t nf, int tied, tsr_error *e) {
+                      size_t nf, int tied, tsr_error *e) {
     tsr_save *s = tsr_save_begin(dir, 0, NULL, NULL, e);
     if (!s) return e->code;
     int rc = 0;
@@ -196,7 +194,7 @@ static int write_ckpt(const char *dir, const tsr_model_args *a, const tsr_model_
         float *w = malloc(n * sizeof *w), *o = heads ? malloc(n * sizeof *o) : NULL;
         if (!w || (heads && !o)) rc = tsr_err(e, TSR_ENOMEM, "out of memory");
         const uint8_t *src = tsr_st_bytes(f, i);
-        if (!rc) rc = check_digest(metas[fk], en, src, n, e);
+        if (!rc) rc = check_digest(tsr_st_metadata(files[fk]), en, src, n, e);
         for (uint64_t x = 0; !rc && x < n; x++) w[x] = (float)tsr_load_f64(en->dtype, src, x);
         if (!rc && heads) tsr_hf_permute(w, o, heads, tsr_model_head_dim(a), t->shape[1], 1);
         tsr_box box = {t->ndim, {0}, {0}};
@@ -225,12 +223,11 @@ int tsr_import(const char *hf, const char *out, const tsr_layout *layout, tsr_im
     tsr_model_args a;
     tsr_model_decls d = {0};
     tsr_st_file **files = NULL;
-    cJSON **metas = NULL;
     size_t nf = 0;
     int tied = 0;
     int rc = read_config(hf, &a, &tied, e);
     if (!rc) rc = tsr_model_decls_make(&a, &d, e);
-    if (!rc) rc = open_files(hf, &files, &metas, &nf, e);
+    if (!rc) rc = open_files(hf, &files, &nf, e);
     /* one rank: written as OUT (which has one writer and appears only once
      * committed, lock.h); else written consolidated beside it, then resharded */
     int direct = tsr_layout_size(&ro.layout) == 1 && !(ro.layout.flags & TSR_LAYOUT_FLAT);
@@ -238,7 +235,7 @@ int tsr_import(const char *hf, const char *out, const tsr_layout *layout, tsr_im
     snprintf(tmp, sizeof tmp, "%s.import-%d", out, (int)getpid());
     tsr_ckpt_out *o = NULL;
     if (!rc && direct) rc = tsr_ckpt_out_begin(out, &o, e);
-    if (!rc) rc = write_ckpt(direct ? tsr_ckpt_out_dir(o) : tmp, &a, &d, files, metas, nf, tied, e);
+    if (!rc) rc = write_ckpt(direct ? tsr_ckpt_out_dir(o) : tmp, &a, &d, files, nf, tied, e);
     if (direct) {
         int end = tsr_ckpt_out_end(o, !rc, e);
         rc = rc ? rc : end;
@@ -248,9 +245,7 @@ int tsr_import(const char *hf, const char *out, const tsr_layout *layout, tsr_im
         tsr_remove_tree(tmp);
     }
     for (size_t k = 0; files && k < nf; k++) tsr_st_close(files[k]);
-    for (size_t k = 0; metas && k < nf; k++) cJSON_Delete(metas[k]);
     free(files);
-    free(metas);
     tsr_model_decls_free(&d);
     if (!rc && info) {
         snprintf(info->flavor, sizeof info->flavor, "%s", a.flavor);

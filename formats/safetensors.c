@@ -90,6 +90,7 @@ struct tsr_st_file {
     char *names;
     void *map; /* tsr_st_open's mapping */
     size_t map_len;
+    cJSON *meta; /* "__metadata__", or an empty object */
 };
 
 static int st_dtype(const char *s) {
@@ -122,6 +123,7 @@ void tsr_st_close(tsr_st_file *f) {
     if (f->map) munmap(f->map, f->map_len);
     free(f->e);
     free(f->names);
+    cJSON_Delete(f->meta);
     free(f);
 }
 
@@ -209,6 +211,9 @@ int tsr_st_parse(const uint8_t *buf, size_t len, const char *what, tsr_st_file *
         }
         f->n++;
     }
+    if (!rc && !(f->meta = cJSON_DetachItemFromObjectCaseSensitive(root, "__metadata__")) &&
+        !(f->meta = cJSON_CreateObject()))
+        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) goto out;
     /* unique names; ranges in order, no overlap, no hole */
     tsr_st_entry *tmp = malloc((f->n + 1) * sizeof *tmp);
@@ -265,6 +270,7 @@ int tsr_st_open(const char *path, tsr_st_file **out, tsr_error *err) {
 }
 
 size_t tsr_st_count(const tsr_st_file *f) { return f->n; }
+const cJSON *tsr_st_metadata(const tsr_st_file *f) { return f->meta; }
 const tsr_st_entry *tsr_st_get(const tsr_st_file *f, size_t i) { return &f->e[i]; }
 const uint8_t *tsr_st_bytes(const tsr_st_file *f, size_t i) { return f->buf + f->data_off + f->e[i].begin; }
 

@@ -40,6 +40,9 @@ size_t tsr_st_count(const tsr_st_file *f);
 const tsr_st_entry *tsr_st_get(const tsr_st_file *f, size_t i);
 long tsr_st_find(const tsr_st_file *f, const char *name);
 const uint8_t *tsr_st_bytes(const tsr_st_file *f, size_t i);
+/* tsr_st_metadata(): the file's "__metadata__" object (checked an object when
+ * parsed; an empty one when the file has none), the file's. */
+const struct cJSON *tsr_st_metadata(const tsr_st_file *f);
 void tsr_st_close(tsr_st_file *f);
 
 #endif

@@ -1,9 +1,12 @@
 /* fuzz_safetensors.c: libFuzzer target for the safetensors reader (tessera
  * import reads files from anywhere). Each input is a whole file: whatever
  * parses must describe tensors whose bytes lie inside the input, in order and
- * without overlap, with names that find themselves; everything is freed. */
+ * without overlap, with names that find themselves, and a metadata object;
+ * everything is freed. */
 #include <stdint.h>
 #include <string.h>
+
+#include <cjson/cJSON.h>
 
 #include "safetensors.h"
 
@@ -16,6 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (!e.msg[0]) __builtin_trap(); /* every refusal says why */
         return 0;
     }
+    if (!cJSON_IsObject(tsr_st_metadata(f))) __builtin_trap(); /* "__metadata__", or an empty object */
     uint64_t sum = 0;
     for (size_t i = 0; i < tsr_st_count(f); i++) {
         const tsr_st_entry *en = tsr_st_get(f, i);
