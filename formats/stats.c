@@ -59,15 +59,6 @@ static void add_one(tsr_stats *s, double x) {
         }                                                       \
     } while (0)
 
-/* The 8-lane loads into b (macros: a function returning a vector would change
- * the ABI between the clones): f32's bits as they are, bf16's widened to f32's. */
-#define LOAD_F32(b, p, j) memcpy(&(b), (p) + 4 * (j), sizeof(b))
-#define LOAD_BF16(b, p, j)                                   \
-    do {                                                     \
-        u16x8 h_;                                            \
-        memcpy(&h_, (p) + 2 * (j), sizeof h_);               \
-        (b) = __builtin_convertvector(h_, i32x8) << 16;      \
-    } while (0)
 static inline double one_f32(const uint8_t *p, uint64_t j) {
     float x;
     memcpy(&x, p + 4 * j, 4);
@@ -79,37 +70,15 @@ static inline double one_bf16(const uint8_t *p, uint64_t j) {
     return tsr_bf16_to_f32(h);
 }
 
-/* A run of n elements: 8 lanes at a time, folded into s every BLOCK, the rest
- * one by one. */
-#define RUN_STATS(fn, LOAD, ONE)                                                                         \
-    TSR_WIDEST_INT static void fn(const void *data, uint64_t n, tsr_stats *s) {                         \
-        const uint8_t *p = data;                                                                         \
-        uint64_t j = 0;                                                                                  \
-        while (j + 8 <= n) {                                                                             \
-            f32x8 mn = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY}; \
-            f32x8 mx = -mn;                                                                              \
-            f64x8 sq = {0};                                                                              \
-            i32x8 nf = {0};                                                                              \
-            uint64_t end = n - j > BLOCK ? j + BLOCK : n;                                                \
-            for (; j + 8 <= end; j += 8) {                                                               \
-                i32x8 b;                                                                                 \
-                LOAD(b, p, j);                                                                           \
-                LANES(b, mn, mx, sq, nf);                                                                \
-            }                                                                                            \
-            FOLD(s, mn, mx, sq, nf);                                                                     \
-        }                                                                                                \
-        for (; j < n; j++) add_one(s, ONE(p, j));                                                        \
-    }
-RUN_STATS(run_f32, LOAD_F32, one_f32)
-RUN_STATS(run_bf16, LOAD_BF16, one_bf16)
-
-/* The digest's share and the statistics of a run in one pass over its bytes
- * (tsr_digest_stats_run): the loop of RUN_STATS with the digest's lanes
- * (digest_lanes.h) beside the statistics', each element's bits zero-extended
- * for the one and widened to f32's for the other; the same blocks, lanes and
- * order of sums as the two kernels apart, so the same results. */
+/* A run of n elements of type T (f32's or bf16's bits), 8 lanes at a time
+ * (VT: 8 of them), each element's bits widened to f32's for the statistics
+ * (<< WIDEN) and, with DIGEST, zero-extended for the digest's lanes
+ * (digest_lanes.h) beside them: its share returned (0 without); the lanes
+ * folded into s every BLOCK, the rest one by one. With and without the digest
+ * the statistics' blocks, lanes and order of sums are the same, so the same
+ * results. */
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
-#define RUN_BOTH(fn, T, VT, WIDEN, ONE)                                                                      \
+#define RUN_PASS(fn, T, VT, WIDEN, ONE, DIGEST)                                                              \
     TSR_WIDEST_INT static uint64_t fn(uint64_t key, uint64_t first, const void *data, uint64_t n,       \
                                       tsr_stats *s) {                                                    \
         const uint8_t *p = data;                                                                         \
@@ -125,25 +94,29 @@ typedef uint32_t u32x8 __attribute__((vector_size(32)));
             for (; j + 8 <= end; j += 8) {                                                               \
                 VT v;                                                                                    \
                 memcpy(&v, p + sizeof(T) * j, sizeof v);                                                 \
-                tsr_u64x8 x = TSR_DIGEST_WIDEN(v);                                                       \
                 i32x8 b = (i32x8)(__builtin_convertvector(v, u32x8) << WIDEN);                           \
-                TSR_DIGEST_LANES(acc, x, idx, kv);                                                       \
+                if (DIGEST) {                                                                            \
+                    tsr_u64x8 x = TSR_DIGEST_WIDEN(v);                                                   \
+                    TSR_DIGEST_LANES(acc, x, idx, kv);                                                   \
+                }                                                                                        \
                 LANES(b, mn, mx, sq, nf);                                                                \
             }                                                                                            \
             FOLD(s, mn, mx, sq, nf);                                                                     \
         }                                                                                                \
-        uint64_t share;                                                                                  \
-        TSR_DIGEST_LANES_SUM(share, acc);                                                                \
+        uint64_t share = 0;                                                                              \
+        if (DIGEST) TSR_DIGEST_LANES_SUM(share, acc);                                                    \
         for (; j < n; j++) {                                                                             \
             T v;                                                                                         \
             memcpy(&v, p + sizeof(T) * j, sizeof v);                                                     \
-            share += tsr_mix64(((uint64_t)v + (first + j) * TSR_DIGEST_K) ^ key);                        \
+            if (DIGEST) share += tsr_mix64(((uint64_t)v + (first + j) * TSR_DIGEST_K) ^ key);            \
             add_one(s, ONE(p, j));                                                                       \
         }                                                                                                \
         return share;                                                                                    \
     }
-RUN_BOTH(both_f32, uint32_t, u32x8, 0, one_f32)
-RUN_BOTH(both_bf16, uint16_t, u16x8, 16, one_bf16)
+RUN_PASS(run_f32, uint32_t, u32x8, 0, one_f32, 0)
+RUN_PASS(run_bf16, uint16_t, u16x8, 16, one_bf16, 0)
+RUN_PASS(both_f32, uint32_t, u32x8, 0, one_f32, 1)
+RUN_PASS(both_bf16, uint16_t, u16x8, 16, one_bf16, 1)
 
 uint64_t tsr_digest_stats_run(uint64_t key, int dtype, uint64_t first, const void *data, uint64_t n, tsr_stats *acc) {
     if (dtype != TSR_F32 && dtype != TSR_BF16) {
@@ -169,8 +142,8 @@ int tsr_stats_run(int dtype, const void *data, uint64_t n, tsr_stats *acc) {
     if (!tsr_stats_dtype(dtype)) return 0;
     tsr_stats s;
     tsr_stats_init(&s);
-    if (dtype == TSR_F32) run_f32(data, n, &s);
-    else if (dtype == TSR_BF16) run_bf16(data, n, &s);
+    if (dtype == TSR_F32) run_f32(0, 0, data, n, &s);
+    else if (dtype == TSR_BF16) run_bf16(0, 0, data, n, &s);
     else
         for (uint64_t j = 0; j < n; j++) add_one(&s, tsr_load_f64(dtype, data, (size_t)j));
     tsr_stats_merge(acc, &s);
