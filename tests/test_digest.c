@@ -16,11 +16,10 @@
 #include "check.h"
 #include "common.h"
 #include "encoder.h"
-#include "manifest.h"
-#include "store.h"
-#include "tessera.h"
 
 static tsr_error e;
+
+#include "two_writers.h"
 
 static void vectors(void) {
     float a = 0.5f;
@@ -74,42 +73,6 @@ static void shares_add_up(void) {
     }
 }
 
-enum { R = 6, K = 5 };
-static float w[R * K];
-static int64_t ids[7];
-static const uint64_t shape_w[2] = {R, K}, shape_i[1] = {7};
-
-/* Two writers, rows of w split between them, ids by writer 1, in frames of 64
- * bytes; with `declare`, writer 0 declares w's digest as that value; writer k
- * with no_digests where bit k of `bare` is set. */
-static int save_two(const char *dir, int declare, uint64_t declared, int bare) {
-    uint8_t id[16] = "digest-test";
-    tsr_write_opts o = tsr_write_opts_default();
-    o.frame_bytes = 64;
-    o.threads = 1;
-    tsr_save *s[2];
-    const uint8_t *tables[2];
-    size_t lens[2];
-    for (int k = 0; k < 2; k++) {
-        o.no_digests = bare >> k & 1;
-        REQUIRE((s[k] = tsr_save_begin(dir, (uint32_t)k, id, &o, &e)), "%s", e.msg);
-        CHECK_OK(tsr_save_tensor(s[k], "w", NULL, TSR_F32, 2, shape_w, NULL, &e));
-        CHECK_OK(tsr_save_tensor(s[k], "ids", "optim", TSR_I64, 1, shape_i, NULL, &e));
-        tsr_box rows = {2, {(uint64_t)k * 2, 0}, {k ? R - 2 : 2, K}};
-        CHECK_OK(tsr_save_box(s[k], "w", &rows, w + k * 2 * K, &e));
-    }
-    tsr_box all_i = {1, {0}, {7}};
-    CHECK_OK(tsr_save_box(s[1], "ids", &all_i, ids, &e));
-    if (declare) CHECK_OK(tsr_save_tensor_digest(s[0], "w", declared, &e));
-    for (int k = 0; k < 2; k++) CHECK_OK(tsr_save_finish(s[k], &tables[k], &lens[k], &e));
-    int rc = tsr_save_commit(s[0], tables, lens, 2, 1, NULL, &e);
-    for (int k = 0; k < 2; k++) {
-        if (rc) tsr_save_abort(s[k]);
-        tsr_save_free(s[k]);
-    }
-    return rc;
-}
-
 static long problems_found;
 static char last_problem[2048];
 static void on_problem(void *user, const char *msg) {
@@ -127,31 +90,32 @@ static long verify(const char *dir) {
     return n;
 }
 
-/* The MANIFEST of dir rewritten with tensor `name`'s digest changed: off by
- * `delta`, or (clear) not recorded (nor its statistics); its statistics' max
- * moved by max_delta and its sum of squares scaled by l2_scale. */
-static void rewrite_manifest(const char *dir, const char *name, uint64_t delta, int clear, double max_delta,
-                             double l2_scale) {
-    uint8_t *buf;
-    size_t len;
-    REQUIRE(tsr_ckpt_read_manifest(dir, &buf, &len, &e) == 0, "%s", e.msg);
-    tsr_manifest m;
-    REQUIRE(tsr_manifest_parse(buf, len, "MANIFEST", 0, &m, &e) == 0, "%s", e.msg);
-    free(buf);
-    for (size_t i = 0; i < m.n_tensors; i++)
-        if (!strcmp(m.tensors[i].name, name)) {
-            m.tensors[i].digest += delta;
-            m.tensors[i].stats.max += max_delta;
-            m.tensors[i].stats.l2 *= l2_scale;
-            if (clear) m.tensors[i].digest_flags = 0;
+/* An edit of w's entry in a MANIFEST: its digest off by `delta`, or (clear)
+ * not recorded (nor its statistics); its statistics' max moved by max_delta and
+ * its L2 norm scaled by l2_scale. */
+typedef struct w_edit {
+    uint64_t delta;
+    int clear;
+    double max_delta, l2_scale;
+} w_edit;
+
+static void edit_w(tsr_manifest *m, void *ctx) {
+    const w_edit *x = ctx;
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, "w")) {
+            m->tensors[i].digest += x->delta;
+            m->tensors[i].stats.max += x->max_delta;
+            m->tensors[i].stats.l2 *= x->l2_scale;
+            if (x->clear) m->tensors[i].digest_flags = 0;
         }
-    REQUIRE(tsr_manifest_encode(&m, 0, &buf, &len, &e) == 0, "%s", e.msg);
-    tsr_manifest_free(&m);
-    tsr_store *st = tsr_store_open(dir, 0, &e);
-    REQUIRE(st && tsr_store_put_atomic(st, "MANIFEST", buf, len, &e) == 0, "%s", e.msg);
-    tsr_store_close(st);
-    free(buf);
 }
+
+static void rewrite_w(const char *dir, uint64_t delta, int clear, double max_delta, double l2_scale) {
+    w_edit x = {delta, clear, max_delta, l2_scale};
+    REQUIRE(rewrite_manifest(dir, edit_w, &x, 1) == 0, "%s", e.msg);
+}
+
+static void declare_dw(tsr_save *s, void *ctx) { CHECK_OK(tsr_save_tensor_digest(s, "w", *(uint64_t *)ctx, &e)); }
 
 static void saved_and_verified(const char *tmp) {
     for (int i = 0; i < R * K; i++) w[i] = (float)i * 0.25f - 3.0f;
@@ -175,18 +139,18 @@ static void saved_and_verified(const char *tmp) {
     /* statistics that the data contradicts (the digest right): verify
      * recomputes them and names the tensor and both values; an L2 norm within
      * FORMAT.md 4.5's tolerance passes */
-    rewrite_manifest(dir, "w", 0, 0, 1, 1);
+    rewrite_w(dir, 0, 0, 1, 1);
     CHECK(verify(dir) == 1 && strstr(last_problem, "tensor w: its data's statistics differ from the MANIFEST's: min -3 "
                                                    "and max 4.25, the MANIFEST says -3 and 5.25"),
           "verify of a max off by one: %ld problems, %s", problems_found, last_problem);
-    rewrite_manifest(dir, "w", 0, 0, -1, 1 + 1e-6);
+    rewrite_w(dir, 0, 0, -1, 1 + 1e-6);
     CHECK(verify(dir) == 1 && strstr(last_problem, "tensor w: its data's statistics differ from the MANIFEST's: L2 norm"),
           "verify of an L2 norm 1e-6 off: %ld problems, %s", problems_found, last_problem);
-    rewrite_manifest(dir, "w", 0, 0, 0, 1 / (1 + 1e-6) * (1 + 1e-12));
+    rewrite_w(dir, 0, 0, 0, 1 / (1 + 1e-6) * (1 + 1e-12));
     CHECK(verify(dir) == 0, "verify of an L2 norm 1e-12 off: %s", last_problem);
 
     /* the digest off by one: verify names the tensor and both values */
-    rewrite_manifest(dir, "w", 1, 0, 0, 1);
+    rewrite_w(dir, 1, 0, 0, 1);
     CHECK(verify(dir) == 1, "verify of a digest off by one found %ld problems", problems_found);
     char want[128];
     snprintf(want, sizeof want, "tensor w: its data's digest is %016llx, the MANIFEST's %016llx",
@@ -194,7 +158,7 @@ static void saved_and_verified(const char *tmp) {
     CHECK(strstr(last_problem, want), "verify says: %s", last_problem);
 
     /* no digest recorded (a file before 1.2): read and verified, none said */
-    rewrite_manifest(dir, "w", (uint64_t)-1, 1, 0, 1);
+    rewrite_w(dir, (uint64_t)-1, 1, 0, 1);
     ck = tsr_ckpt_open(dir, &e);
     REQUIRE(ck, "%s", e.msg);
     CHECK(tsr_ckpt_tensor_digest(ck, (size_t)tsr_ckpt_find(ck, "w"), &got) == 0, "w has no digest");
@@ -215,22 +179,7 @@ static void saved_and_verified(const char *tmp) {
     tsr_ckpt *src = tsr_ckpt_open(dir, &e);
     REQUIRE(src, "%s", e.msg);
     for (int declare = 0; declare < 2; declare++) {
-        tsr_remove_tree(copy);
-        tsr_save *s = tsr_save_begin(copy, 0, NULL, NULL, &e);
-        REQUIRE(s, "%s", e.msg);
-        CHECK_OK(tsr_save_tensor(s, "w", NULL, TSR_F32, 2, shape_w, NULL, &e));
-        CHECK_OK(tsr_save_tensor(s, "ids", "optim", TSR_I64, 1, shape_i, NULL, &e));
-        for (size_t c = 0; c < tsr_ckpt_n_chunks(src); c++) {
-            tsr_chunk_info ci;
-            tsr_tensor_info ti;
-            tsr_ckpt_chunk(src, c, &ci);
-            tsr_ckpt_tensor(src, ci.tensor, &ti);
-            CHECK_OK(tsr_save_chunk_copy(s, ti.name, src, c, &e));
-        }
-        if (declare) CHECK_OK(tsr_save_tensor_digest(s, "w", dw, &e));
-        CHECK_OK(tsr_save_finish(s, NULL, NULL, &e));
-        CHECK_OK(tsr_save_commit(s, NULL, NULL, 0, 1, NULL, &e));
-        tsr_save_free(s);
+        copy_chunks(src, copy, declare ? declare_dw : NULL, &dw);
         ck = tsr_ckpt_open(copy, &e);
         REQUIRE(ck, "%s", e.msg);
         int has = tsr_ckpt_tensor_digest(ck, (size_t)tsr_ckpt_find(ck, "w"), &got);

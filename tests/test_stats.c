@@ -29,11 +29,10 @@
 #include "check.h"
 #include "common.h"
 #include "encoder.h"
-#include "manifest.h"
-#include "store.h"
-#include "tessera.h"
 
 static tsr_error e;
+
+#include "two_writers.h"
 
 /* The reference: a plain loop over the exact values. */
 static tsr_stats reference(int dtype, const void *data, size_t n) {
@@ -184,69 +183,39 @@ static void one_pass(void) {
     }
 }
 
-enum { R = 6, K = 5 };
-static float wv[R * K];
-static int64_t ids[7];
-static const uint64_t shape_w[2] = {R, K}, shape_i[1] = {7};
-
-/* Two writers, rows of w split between them, ids by writer 1, in frames of 64 bytes. */
-static int save_two(const char *dir) {
-    uint8_t id[16] = "stats-test";
-    tsr_write_opts o = tsr_write_opts_default();
-    o.frame_bytes = 64;
-    o.threads = 1;
-    tsr_save *s[2];
-    const uint8_t *tables[2];
-    size_t lens[2];
-    for (int k = 0; k < 2; k++) {
-        REQUIRE((s[k] = tsr_save_begin(dir, (uint32_t)k, id, &o, &e)), "%s", e.msg);
-        CHECK_OK(tsr_save_tensor(s[k], "w", NULL, TSR_F32, 2, shape_w, NULL, &e));
-        CHECK_OK(tsr_save_tensor(s[k], "ids", "optim", TSR_I64, 1, shape_i, NULL, &e));
-        tsr_box rows = {2, {(uint64_t)k * 2, 0}, {k ? R - 2 : 2, K}};
-        CHECK_OK(tsr_save_box(s[k], "w", &rows, wv + k * 2 * K, &e));
-    }
-    tsr_box all_i = {1, {0}, {7}};
-    CHECK_OK(tsr_save_box(s[1], "ids", &all_i, ids, &e));
-    for (int k = 0; k < 2; k++) CHECK_OK(tsr_save_finish(s[k], &tables[k], &lens[k], &e));
-    int rc = tsr_save_commit(s[0], tables, lens, 2, 1, NULL, &e);
-    for (int k = 0; k < 2; k++) {
-        if (rc) tsr_save_abort(s[k]);
-        tsr_save_free(s[k]);
-    }
-    return rc;
-}
-
-/* The MANIFEST of dir with tensor `name`'s statistics changed by fn, and
+/* The MANIFEST of dir with tensor `name`'s non-finite count set, and
  * (clear_flag) the header's poisoned bit cleared; parsed back (0 or the refusal). */
-static int rewrite(const char *dir, const char *name, uint64_t nonfinite, int clear_flag) {
-    uint8_t *buf;
-    size_t len;
-    REQUIRE(tsr_ckpt_read_manifest(dir, &buf, &len, &e) == 0, "%s", e.msg);
-    tsr_manifest m;
-    REQUIRE(tsr_manifest_parse(buf, len, "MANIFEST", 0, &m, &e) == 0, "%s", e.msg);
-    free(buf);
-    for (size_t i = 0; i < m.n_tensors; i++)
-        if (!strcmp(m.tensors[i].name, name)) m.tensors[i].stats.nonfinite = nonfinite;
-    if (clear_flag) m.flags = 0;
-    REQUIRE(tsr_manifest_encode(&m, 0, &buf, &len, &e) == 0, "%s", e.msg);
-    tsr_manifest_free(&m);
-    int rc = tsr_manifest_parse(buf, len, "MANIFEST", 0, &m, &e);
-    if (!rc) tsr_manifest_free(&m);
-    free(buf);
-    return rc;
+typedef struct nf_edit {
+    const char *name;
+    uint64_t nonfinite;
+    int clear_flag;
+} nf_edit;
+
+static void edit_nonfinite(tsr_manifest *m, void *ctx) {
+    const nf_edit *x = ctx;
+    for (size_t i = 0; i < m->n_tensors; i++)
+        if (!strcmp(m->tensors[i].name, x->name)) m->tensors[i].stats.nonfinite = x->nonfinite;
+    if (x->clear_flag) m->flags = 0;
 }
+
+static int rewrite(const char *dir, const char *name, uint64_t nonfinite, int clear_flag) {
+    nf_edit x = {name, nonfinite, clear_flag};
+    return rewrite_manifest(dir, edit_nonfinite, &x, 0);
+}
+
+static void declare_stats(tsr_save *s, void *ctx) { CHECK_OK(tsr_save_tensor_stats(s, "w", ctx, &e)); }
 
 static void saved(const char *tmp) {
-    for (int i = 0; i < R * K; i++) wv[i] = (float)i * 0.25f - 3.0f;
+    for (int i = 0; i < R * K; i++) w[i] = (float)i * 0.25f - 3.0f;
     for (int i = 0; i < 7; i++) ids[i] = (int64_t)i * i * 1000 - 7;
     char dir[PATH_MAX];
     for (int poison = 0; poison < 2; poison++) {
-        if (poison) wv[7] = NAN, wv[22] = -INFINITY;
+        if (poison) w[7] = NAN, w[22] = -INFINITY;
         snprintf(dir, sizeof dir, "%s/%s", tmp, poison ? "poisoned" : "clean");
-        REQUIRE(save_two(dir) == 0, "%s", e.msg);
+        REQUIRE(save_two(dir, 0, 0, 0) == 0, "%s", e.msg);
         tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
         REQUIRE(ck, "%s", e.msg);
-        tsr_stats got, want = reference(TSR_F32, wv, R * K);
+        tsr_stats got, want = reference(TSR_F32, w, R * K);
         CHECK(tsr_ckpt_tensor_stats(ck, (size_t)tsr_ckpt_find(ck, "w"), &got) == 1, "w has statistics");
         CHECK_STATS(got, want, poison ? "w, poisoned" : "w");
         CHECK(poison || (got.min == -3 && got.max == 4.25), "w's min and max: %g %g", got.min, got.max);
@@ -287,22 +256,7 @@ static void saved(const char *tmp) {
     tsr_stats declared;
     tsr_ckpt_tensor_stats(src, (size_t)tsr_ckpt_find(src, "w"), &declared);
     for (int declare = 0; declare < 2; declare++) {
-        tsr_remove_tree(copy);
-        tsr_save *s = tsr_save_begin(copy, 0, NULL, NULL, &e);
-        REQUIRE(s, "%s", e.msg);
-        CHECK_OK(tsr_save_tensor(s, "w", NULL, TSR_F32, 2, shape_w, NULL, &e));
-        CHECK_OK(tsr_save_tensor(s, "ids", "optim", TSR_I64, 1, shape_i, NULL, &e));
-        for (size_t c = 0; c < tsr_ckpt_n_chunks(src); c++) {
-            tsr_chunk_info ci;
-            tsr_tensor_info ti;
-            tsr_ckpt_chunk(src, c, &ci);
-            tsr_ckpt_tensor(src, ci.tensor, &ti);
-            CHECK_OK(tsr_save_chunk_copy(s, ti.name, src, c, &e));
-        }
-        if (declare) CHECK_OK(tsr_save_tensor_stats(s, "w", &declared, &e));
-        CHECK_OK(tsr_save_finish(s, NULL, NULL, &e));
-        CHECK_OK(tsr_save_commit(s, NULL, NULL, 0, 1, NULL, &e));
-        tsr_save_free(s);
+        copy_chunks(src, copy, declare ? declare_stats : NULL, &declared);
         ck = tsr_ckpt_open(copy, &e);
         REQUIRE(ck, "%s", e.msg);
         tsr_stats got;
@@ -321,9 +275,9 @@ static void selection(const char *tmp) {
     snprintf(root, sizeof root, "%s/root", tmp);
     for (int k = 1; k <= 5; k++) {
         int poison = k == 2 || k >= 4;
-        wv[7] = poison ? NAN : 0.5f, wv[22] = 1;
+        w[7] = poison ? NAN : 0.5f, w[22] = 1;
         snprintf(dir, sizeof dir, "%s/step-%08d", root, k);
-        REQUIRE(save_two(dir) == 0, "%s", e.msg);
+        REQUIRE(save_two(dir, 0, 0, 0) == 0, "%s", e.msg);
     }
     uint64_t step = 0;
     CHECK(tsr_latest_step(root, &step, path, sizeof path) == 0 && step == 3 && strstr(path, "step-00000003"),
