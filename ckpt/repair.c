@@ -382,21 +382,88 @@ static int check_file(repair *r, const char *tmp, uint32_t file_id, uint64_t wan
     return rc;
 }
 
-/* tmp in place of name; the old file, if any, kept as name.damaged. */
-static int install(repair *r, const char *name, const char *tmp, int *kept, tsr_error *err) {
-    char from[PATH_MAX + 96], to[PATH_MAX + 96], aside[PATH_MAX + 112];
-    snprintf(from, sizeof from, "%s/%s", r->dir, tmp);
+/* name, if it exists, linked as name.damaged (replacing an earlier one).
+ * @return 1 when kept, 0 when there is none, or an error (negative's code). */
+static int keep_aside(repair *r, const char *name, tsr_error *err) {
+    char to[PATH_MAX + 96], aside[PATH_MAX + 112];
     snprintf(to, sizeof to, "%s/%s", r->dir, name);
     snprintf(aside, sizeof aside, "%s.damaged", to);
-    *kept = 0;
-    if (access(to, F_OK) == 0) {
-        if (unlink(aside) != 0 && errno != ENOENT)
-            return tsr_err(err, TSR_EIO, "%s: cannot remove it: %s", aside, strerror(errno));
-        if (link(to, aside) != 0) return tsr_err(err, TSR_EIO, "%s: cannot keep it as %s: %s", to, aside, strerror(errno));
-        *kept = 1;
-    }
+    if (access(to, F_OK) != 0) return 0;
+    if (unlink(aside) != 0 && errno != ENOENT)
+        return -tsr_err(err, TSR_EIO, "%s: cannot remove it: %s", aside, strerror(errno));
+    if (link(to, aside) != 0) return -tsr_err(err, TSR_EIO, "%s: cannot keep it as %s: %s", to, aside, strerror(errno));
+    return 1;
+}
+
+/* tmp in place of name; the old file, if any, kept as name.damaged. */
+static int install(repair *r, const char *name, const char *tmp, int *kept, tsr_error *err) {
+    char from[PATH_MAX + 96], to[PATH_MAX + 96];
+    snprintf(from, sizeof from, "%s/%s", r->dir, tmp);
+    snprintf(to, sizeof to, "%s/%s", r->dir, name);
+    int k = keep_aside(r, name, err);
+    if (k < 0) return -k;
+    *kept = k;
     if (rename(from, to) != 0) return tsr_err(err, TSR_EIO, "%s: cannot rename it to %s: %s", from, to, strerror(errno));
     return tsr_fsync_dir(r->dir, name, err);
+}
+
+/* -------------------------------------------------------------- MANIFEST */
+
+/* Whether ck (dir opened with a source's MANIFEST) describes dir's own data
+ * files: every one of them there has the size it records and carries its save
+ * id (a copy stored otherwise, such as an archive whose frames were encoded on
+ * the way, has other sizes), and one at least is there. */
+static int same_save(repair *r, tsr_ckpt *ck) {
+    uint8_t hdr[TSR_DATA_HEADER_SIZE];
+    int found = 0;
+    for (size_t i = 0; i < tsr_ckpt_n_files(ck); i++) {
+        tsr_file_info fi;
+        char name[64];
+        tsr_rfile *rf;
+        uint64_t size;
+        tsr_ckpt_file(ck, i, &fi);
+        tsr_data_file_name(fi.file_id, name, sizeof name);
+        if (tsr_store_open_read(r->store, name, &rf, &size, NULL)) continue;
+        int ok = size == fi.size && size >= TSR_DATA_HEADER_SIZE && !tsr_rfile_read(rf, hdr, TSR_DATA_HEADER_SIZE, 0, NULL) &&
+                 !tsr_data_header_check(hdr, fi.file_id, tsr_ckpt_save_id(ck), name, NULL);
+        tsr_rfile_close(rf);
+        if (!ok) return 0;
+        found = 1;
+    }
+    return found;
+}
+
+/* dir's MANIFEST, which fails its checks (why), replaced by the first source's
+ * that opens and describes dir's data files (same_save), written atomically
+ * and durably over it (tsr_store_put_atomic), the damaged one kept as
+ * MANIFEST.damaged. */
+static int repair_manifest(repair *r, const char *why, tsr_repair_stats *st, tsr_error *err) {
+    for (size_t i = 0; i < r->o->n_sources; i++) {
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        tsr_error e = {0};
+        tsr_ckpt *ck = NULL;
+        if (tsr_ckpt_read_manifest(r->o->sources[i], &buf, &len, &e) || !(ck = tsr_ckpt_open_manifest(r->dir, buf, len, &e))) {
+            if (r->o->source_failed) r->o->source_failed(r->o->user, e.msg);
+            free(buf);
+            continue;
+        }
+        int fits = same_save(r, ck);
+        tsr_ckpt_close(ck);
+        int rc = fits ? keep_aside(r, "MANIFEST", err) : 0;
+        rc = rc < 0 ? -rc : 0;
+        if (fits && !rc) rc = tsr_store_put_atomic(r->store, "MANIFEST", buf, len, err);
+        free(buf);
+        if (!fits) continue;
+        if (rc) return rc;
+        st->manifest_repaired = 1;
+        if (r->o->manifest) r->o->manifest(r->o->user, why, r->o->sources[i]);
+        return 0;
+    }
+    return tsr_err(err, TSR_ECORRUPT,
+                   "%s (and no source holds a MANIFEST of these data files: one that opens, records their sizes and "
+                   "whose save id they carry)",
+                   why);
 }
 
 /* ---------------------------------------------------------------- report */
@@ -502,8 +569,15 @@ int tsr_ckpt_repair(const char *dir, const tsr_repair_opts *o, tsr_repair_stats 
     tsr_folder_lock *lock = NULL;
     int rc = tsr_folder_lock_for_ckpt(dir, &lock, err);
     if (rc) return rc;
-    if (!(r.ck = tsr_ckpt_open(dir, err))) rc = err ? err->code : TSR_EIO;
-    if (!rc && !(r.store = tsr_store_open(dir, 0, err))) rc = err ? err->code : TSR_EIO;
+    if (!(r.store = tsr_store_open(dir, 0, err))) rc = err ? err->code : TSR_EIO;
+    tsr_error oe = {0};
+    if (!rc && !(r.ck = tsr_ckpt_open(dir, &oe))) {
+        rc = oe.code ? oe.code : TSR_EIO;
+        /* a MANIFEST that fails its checks (not a missing one: an uncommitted save) */
+        if (rc == TSR_ECORRUPT && r.o->n_sources) rc = repair_manifest(&r, oe.msg, &st, err);
+        else if (err) *err = oe;
+        if (!rc && !(r.ck = tsr_ckpt_open(dir, err))) rc = err ? err->code : TSR_EIO;
+    }
     if (!rc) rc = frame_table(&r, err);
     if (!rc) {
         r.srcs = calloc(r.o->n_sources + 1, sizeof *r.srcs);

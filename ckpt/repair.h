@@ -4,7 +4,8 @@
  * A frame is found in a source (another checkpoint folder: an older step, a
  * local-tier snapshot, a partner copy; or an archived checkpoint in object
  * storage, s3://bucket/prefix/step-N) by its raw checksum and raw size. The
- * MANIFEST of the damaged checkpoint never changes: a frame is repaired only
+ * MANIFEST of the damaged checkpoint does not change (but for one that fails
+ * its own checks: below): a frame is repaired only
  * with stored bytes that its own record accepts (stored checksum, decoding with
  * its codec, raw checksum): the source's stored bytes when they are the same
  * (same stored checksum), else the source's raw bytes (decoded and checked
@@ -23,7 +24,15 @@
  * (hard-linked before the rename, which replaces an earlier one; readers ignore
  * it; remove it by hand). A file with any frame lost is left exactly as it is.
  * A crash leaves each file old or new, and at most a data-N.tsd.repair (ignored
- * by readers, written over by the next repair). */
+ * by readers, written over by the next repair).
+ *
+ * A MANIFEST that fails its own checks (its trailer's checksum, a rule of the
+ * format; a missing one means a save never committed, and is left so) is
+ * replaced first by the first source's that opens, records the sizes of the
+ * data files here and whose save id they carry (a copy of the same save stored
+ * alike: a partner copy, a copy of the folder, an archive that kept the stored
+ * bytes), written atomically and durably over it, the damaged one kept as
+ * MANIFEST.damaged; then the data files are checked against it as above. */
 #ifndef TSR_REPAIR_H
 #define TSR_REPAIR_H
 
@@ -66,11 +75,14 @@ typedef struct tsr_repair_opts {
     void (*file)(void *user, const tsr_repair_file *f);
     /* a source that cannot be opened (skipped), with the reason */
     void (*source_failed)(void *user, const char *msg);
+    /* the MANIFEST, which failed its checks (problem), replaced by source's */
+    void (*manifest)(void *user, const char *problem, const char *source);
 } tsr_repair_opts;
 
 typedef struct tsr_repair_stats {
     uint64_t files, files_damaged, files_repaired, files_lost;
     uint64_t frames_damaged, frames_repaired, frames_lost;
+    int manifest_repaired; /* 1: the MANIFEST was replaced by a source's */
 } tsr_repair_stats;
 
 /* tsr_ckpt_repair(): checks every data file of the committed checkpoint in the

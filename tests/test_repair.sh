@@ -9,7 +9,10 @@
 # with a frame that no source holds, the file is left byte for byte as it was
 # and the error names the file, the tensor and the frame lost; (e) a source
 # whose frame fails its own checksums is never copied in (the next source is
-# taken). A sound checkpoint is left alone; the folder's lock is honoured.
+# taken); (f) a damaged MANIFEST is replaced by a copy's of the same save
+# (kept aside as MANIFEST.damaged), never by another save's or by an archive's
+# that stores the frames otherwise. A sound checkpoint is left alone; the
+# folder's lock is honoured.
 # tsr-timeout: 120
 . "$TSR_ROOT/tests/common.sh"
 cd "$TSR_TMP" || exit 1
@@ -150,6 +153,26 @@ expect 0 "repair from a hostile source, then a sound one" "$T" ckpt verify --rep
 repaired "repair past a hostile source"
 grep -q "repaired from copy" out.txt || fail "repair past a hostile source: $(cat out.txt)"
 
+# (f) a damaged MANIFEST: replaced by a copy's of the same save (and a damaged
+# frame repaired after it), never by another save's; nothing changed when no
+# source holds one
+reset && cp orig/MANIFEST $S/MANIFEST && rm -f $S/MANIFEST.damaged
+msize=$(wc -c <$S/MANIFEST)
+flip $S/MANIFEST $((msize / 2)) && cp $S/MANIFEST damaged.mf
+expect 1 "repair of a MANIFEST from another save only" "$T" ckpt verify --repair $S --from root/step-00000001
+cmp -s $S/MANIFEST damaged.mf || fail "another save's MANIFEST was taken"
+[ -e $S/MANIFEST.damaged ] && fail "a refused MANIFEST repair left files"
+grep -q "no source holds a MANIFEST of these data files" err.txt || fail "MANIFEST not repaired: unclear: $(cat err.txt)"
+flip $F $((o1 + 100))
+expect 0 "repair of a MANIFEST and a frame" "$T" ckpt verify --repair $S --from root/step-00000001 --from copy
+cmp -s $S/MANIFEST orig/MANIFEST || fail "the MANIFEST is not the copy's"
+cmp -s $S/MANIFEST.damaged damaged.mf || fail "the damaged MANIFEST is not kept as MANIFEST.damaged"
+grep -q "^MANIFEST: repaired from copy" out.txt && grep -q "of tensor model.layers.0.w: repaired from" out.txt ||
+    fail "repair of a MANIFEST and a frame: report: $(cat out.txt)"
+cmp -s $F orig/data-00000.tsd || fail "the frame was not repaired after the MANIFEST"
+"$T" ckpt verify $S >/dev/null 2>&1 || fail "the checkpoint does not verify after its MANIFEST's repair"
+rm -f $S/MANIFEST.damaged
+
 # the folder's lock: a job (or a pull) writing root refuses the repair
 reset && flip $F $((o1 + 100))
 (exec 9>>root/LOCK && flock 9 && exec sleep 30) &
@@ -174,6 +197,11 @@ expect 1 "verify of the damaged local copy" "$T" ckpt verify local
 expect 0 "repair from S3" "$T" ckpt verify --repair local --from s3://bkt/run/step-00000002
 cmp -s local/data-00000.tsd rawc/data-00000.tsd || fail "repair from S3: the file differs from the original"
 grep -q "repaired from s3://bkt/run/step-00000002" out.txt || fail "repair from S3: $(cat out.txt)"
+# the archive's frames were encoded on the way: its MANIFEST is not the local one's
+cp local/MANIFEST local.mf && msize=$(wc -c <local/MANIFEST) && flip local/MANIFEST $((msize / 3))
+expect 1 "repair of a MANIFEST from an archive stored otherwise" "$T" ckpt verify --repair local --from s3://bkt/run/step-00000002
+grep -q "no source holds a MANIFEST of these data files" err.txt || fail "MANIFEST from S3: unclear: $(cat err.txt)"
+cp local.mf local/MANIFEST
 expect 1 "repair of a checkpoint in S3" "$T" ckpt verify --repair s3://bkt/run/step-00000002
 grep -q "local checkpoints only" err.txt || fail "repair in S3: unclear refusal: $(cat err.txt)"
-finish "repair: from a copy, an older step, another codec and S3; lost frames leave the file as it was; hostile bytes never copied"
+finish "repair: from a copy, an older step, another codec and S3; lost frames leave the file as it was; hostile bytes never copied; a damaged MANIFEST from a copy of the same save"

@@ -80,6 +80,12 @@ static void on_frame(void *user, const tsr_repair_frame *f) {
     printf("    %s\n", f->problem);
 }
 
+static void on_manifest(void *user, const char *problem, const char *source) {
+    repair_out *o = user;
+    if (o->json) return; /* "manifest_repaired" in the summary */
+    printf("MANIFEST: repaired from %s (the damaged one kept as MANIFEST.damaged)\n    %s\n", source, problem);
+}
+
 static void on_source_failed(void *user, const char *msg) {
     (void)user;
     fprintf(stderr, "tessera ckpt verify: a source is skipped: %s\n", msg);
@@ -168,7 +174,7 @@ int tsr_cmd_ckpt_repair(int argc, char **argv) {
     char path[PATH_MAX];
     tsr_resolve_ckpt_dir("ckpt verify", dir, path, sizeof path);
     repair_out o = {.json = json};
-    tsr_repair_opts opts = {(const char *const *)srcs, n_src, &o, on_frame, on_file, on_source_failed};
+    tsr_repair_opts opts = {(const char *const *)srcs, n_src, &o, on_frame, on_file, on_source_failed, on_manifest};
     tsr_repair_stats st;
     tsr_error e = {0};
     if (json) {
@@ -188,18 +194,21 @@ int tsr_cmd_ckpt_repair(int argc, char **argv) {
     /* the whole checkpoint, as ckpt verify checks it, unless the repair could
      * not run (not a local checkpoint, its folder locked, a write failing) */
     int ran = !rrc || rrc == TSR_ECORRUPT;
-    tsr_ckpt *ck = ran ? tsr_ckpt_open(path, &e) : NULL;
+    tsr_error oe = {0};
+    tsr_ckpt *ck = ran ? tsr_ckpt_open(path, &oe) : NULL;
     long n = -1;
     if (json) printf(",\"problems\":[");
     if (ck) n = tsr_ckpt_verify(ck, on_problem, &o, (int)threads, &e);
     if (json) {
-        printf("],\"ok\":%s,\"files_repaired\":%llu,\"frames_repaired\":%llu,\"frames_lost\":%llu}\n",
-               !rrc && n == 0 ? "true" : "false", (unsigned long long)st.files_repaired,
+        printf("],\"ok\":%s,\"manifest_repaired\":%s,\"files_repaired\":%llu,\"frames_repaired\":%llu,\"frames_lost\":%llu}\n",
+               !rrc && n == 0 ? "true" : "false", st.manifest_repaired ? "true" : "false",
+               (unsigned long long)st.files_repaired,
                (unsigned long long)st.frames_repaired, (unsigned long long)st.frames_lost);
     } else if (!ran) {
         /* the reason is said above */
     } else if (n < 0) {
-        fprintf(stderr, "tessera ckpt verify: %s\n", e.msg);
+        /* a MANIFEST that no source replaced: the repair's error says so */
+        fprintf(stderr, "tessera ckpt verify: %s\n", ck ? e.msg : rrc ? e.msg : oe.msg);
     } else if (n == 0 && !rrc) {
         printf("ok: %s: %zu frames checked; %llu data file%s repaired (%llu frame%s)\n", path, tsr_ckpt_n_frames(ck),
                (unsigned long long)st.files_repaired, st.files_repaired == 1 ? "" : "s",
