@@ -127,6 +127,33 @@ void tsr_st_close(tsr_st_file *f) {
     free(f);
 }
 
+/* f's entries: names unique; byte ranges in order, without overlap or hole,
+ * up to the end of its `data` bytes. */
+static int check_ranges(tsr_st_file *f, uint64_t data, const char *what, tsr_error *err) {
+    int rc = 0;
+    tsr_st_entry *tmp = malloc((f->n + 1) * sizeof *tmp);
+    if (!tmp) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    memcpy(tmp, f->e, f->n * sizeof *tmp);
+    tsr_sort(tmp, f->n, sizeof *tmp, cmp_name);
+    for (size_t i = 1; i < f->n && !rc; i++)
+        if (strcmp(tmp[i].name, tmp[i - 1].name) == 0) rc = tsr_err(err, TSR_ECORRUPT, "%s: %s: named twice", what, tmp[i].name);
+    free(tmp);
+    if (rc) return rc;
+    tsr_sort(f->e, f->n, sizeof *f->e, cmp_begin);
+    uint64_t at = 0;
+    for (size_t i = 0; i < f->n && !rc; i++) {
+        if (f->e[i].begin < at)
+            rc = tsr_err(err, TSR_ECORRUPT, "%s: %s overlaps %s", what, f->e[i].name, f->e[i - 1].name);
+        else if (f->e[i].begin > at)
+            rc = tsr_err(err, TSR_ECORRUPT, "%s: a hole of %llu bytes before %s", what,
+                         (unsigned long long)(f->e[i].begin - at), f->e[i].name);
+        at = f->e[i].end;
+    }
+    if (!rc && at != data)
+        rc = tsr_err(err, TSR_ECORRUPT, "%s: %llu bytes after the last tensor", what, (unsigned long long)(data - at));
+    return rc;
+}
+
 int tsr_st_parse(const uint8_t *buf, size_t len, const char *what, tsr_st_file **out, tsr_error *err) {
     *out = NULL;
     if (len < 8) return tsr_err(err, TSR_ECORRUPT, "%s: %zu bytes: too short for a safetensors file", what, len);
@@ -215,30 +242,7 @@ int tsr_st_parse(const uint8_t *buf, size_t len, const char *what, tsr_st_file *
         !(f->meta = cJSON_CreateObject()))
         rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) goto out;
-    /* unique names; ranges in order, no overlap, no hole */
-    tsr_st_entry *tmp = malloc((f->n + 1) * sizeof *tmp);
-    if (!tmp) {
-        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-        goto out;
-    }
-    memcpy(tmp, f->e, f->n * sizeof *tmp);
-    tsr_sort(tmp, f->n, sizeof *tmp, cmp_name);
-    for (size_t i = 1; i < f->n && !rc; i++)
-        if (strcmp(tmp[i].name, tmp[i - 1].name) == 0) rc = tsr_err(err, TSR_ECORRUPT, "%s: %s: named twice", what, tmp[i].name);
-    free(tmp);
-    if (rc) goto out;
-    tsr_sort(f->e, f->n, sizeof *f->e, cmp_begin);
-    uint64_t at = 0;
-    for (size_t i = 0; i < f->n && !rc; i++) {
-        if (f->e[i].begin < at)
-            rc = tsr_err(err, TSR_ECORRUPT, "%s: %s overlaps %s", what, f->e[i].name, f->e[i - 1].name);
-        else if (f->e[i].begin > at)
-            rc = tsr_err(err, TSR_ECORRUPT, "%s: a hole of %llu bytes before %s", what,
-                         (unsigned long long)(f->e[i].begin - at), f->e[i].name);
-        at = f->e[i].end;
-    }
-    if (!rc && at != data)
-        rc = tsr_err(err, TSR_ECORRUPT, "%s: %llu bytes after the last tensor", what, (unsigned long long)(data - at));
+    if (!rc) rc = check_ranges(f, data, what, err);
 out:
     cJSON_Delete(root);
     if (rc) {

@@ -77,7 +77,7 @@ static void vectors(void) {
     uint32_t s[6] = {0x3FC00000, 0xC0000000, 0x7FC00000, 0x00000000, 0x80000000, 0x7F800000};
     uint16_t t[4] = {0x4040, 0xC080, 0x8000, 0x0000}, u[3] = {0xFC00, 0x7E00, 0x7C01};
     uint8_t v[2] = {0x7F, 0x38};
-    uint64_t w[2] = {0x8000000000000000ull, 0x8000000000000000ull};
+    uint64_t z64[2] = {0x8000000000000000ull, 0x8000000000000000ull};
     int32_t n[2] = {7, -7};
     tsr_stats got = of(TSR_F32, s, 6), want = {-2, 1.5, 2.5, 2};
     CHECK_STATS(got, want, "s");
@@ -87,7 +87,7 @@ static void vectors(void) {
     CHECK_STATS(got, want, "u.f16");
     got = of(TSR_F8E4M3, v, 2), want = (tsr_stats){1, 1, 1, 1};
     CHECK_STATS(got, want, "v.e4m3");
-    got = of(TSR_F64, w, 2), want = (tsr_stats){0, 0, 0, 0};
+    got = of(TSR_F64, z64, 2), want = (tsr_stats){0, 0, 0, 0};
     CHECK_STATS(got, want, "w.zero");
     tsr_stats none;
     tsr_stats_init(&none);
