@@ -6,7 +6,8 @@
 #          Debian's python3 with numpy and venv (the tests' Python environment,
 #          tests/py_setup.sh, and the package's numpy-only check), CMake, Ninja and
 #          a C++ compiler (llama.cpp from source, tests/llama_setup.sh), Ceph (a
-#          real S3 server on loopback, tests/rgw.sh), GNU time;
+#          real S3 server on loopback, tests/rgw.sh), GNU time, iproute2 and
+#          util-linux (the virtual cluster's namespaces, tests/vcluster.sh);
 #   bench  make bench: the run set, Ceph, GNU time and python3.
 set -e
 run="build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libcurl4-openssl-dev libssl-dev
@@ -14,7 +15,7 @@ libxml2-dev libinih-dev libcjson-dev libopenmpi-dev openmpi-bin libopenblas-dev 
 ceph="ceph-mon ceph-mgr ceph-osd radosgw ceph-common"
 case ${1:-run} in
 run) pkgs=$run;;
-test) pkgs="$run clang libclang-rt-14-dev time python3 python3-numpy python3-venv cmake ninja-build g++ $ceph";;
+test) pkgs="$run clang libclang-rt-14-dev time python3 python3-numpy python3-venv cmake ninja-build g++ $ceph iproute2 util-linux";;
 bench) pkgs="$run time python3 $ceph";;
 *) echo "usage: deps.sh [run|test|bench]" >&2; exit 2;;
 esac

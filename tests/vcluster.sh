@@ -1,0 +1,129 @@
+# vcluster.sh: a cluster of K virtual hosts on this machine for the multi-host
+# tests and make bench, reached the way Open MPI reaches real hosts: its
+# remote-shell launcher, with an agent that enters the host instead of ssh.
+# Sourced; needs TSR_TMP, root, iproute2 and util-linux (nsenter, unshare).
+#   vcluster_up K  makes hosts h1..hK in $TSR_TMP/vc: each its own network
+#       namespace with one address 10.201.N.i on a bridge made for it (the root
+#       namespace holds 10.201.N.254 there; N is chosen so that no route of this
+#       machine overlaps 10.201.N.0/24), its own UTS namespace (hostname hI) and
+#       its own mount namespace with a private /dev/shm (a tmpfs), everything
+#       else shared (the test's folders are every host's). Sets VC_HOSTS ("h1
+#       h2 ..."), VC_HOSTFILE (Open MPI's syntax, slots=VC_SLOTS each, default
+#       2), VC_AGENT (the agent: VC_AGENT HOST COMMAND runs COMMAND there),
+#       VC_MPI (mpirun with the agent and Open MPI's TCP traffic held to the
+#       bridge's subnet; add --hostfile, -np and the command) and VC_MPIRUN
+#       (VC_MPI over every host: add -np and the command).
+#   vcluster_exec HOST COMMAND...  runs COMMAND on HOST.
+#   vcluster_kill HOST  kills every process on HOST, takes its link down and
+#       empties its /dev/shm: a host lost with its memory.
+#   vcluster_down  kills every process on every host, removes the namespaces,
+#       the links, the bridge and the mounts: nothing is left. Tests call it
+#       from an EXIT trap; it may be called twice.
+# Anything that cannot be made is a failure that says what, never a skip.
+_vc_up=''
+
+_vc_fail() {
+    echo "FAIL: vcluster: $*" >&2
+    vcluster_down
+    exit 1
+}
+
+_vc_run() { # what command...: the command, or fail saying what
+    _vc_what=$1; shift
+    "$@" >"$VC_DIR/last.err" 2>&1 || _vc_fail "$_vc_what: $(cat "$VC_DIR/last.err")"
+}
+
+vcluster_up() { # K
+    for _vc_c in ip nsenter unshare mount mpirun; do
+        command -v $_vc_c >/dev/null 2>&1 || { echo "FAIL: vcluster: $_vc_c is not on PATH" >&2; exit 1; }
+    done
+    [ "$(id -u)" = 0 ] || { echo "FAIL: vcluster: needs root (network and mount namespaces)" >&2; exit 1; }
+    VC_DIR=$TSR_TMP/vc
+    rm -rf "$VC_DIR" && mkdir -p "$VC_DIR/ns" || exit 1
+    # a subnet no route here touches, and names no link or namespace has
+    _vc_n=$(( ($$ % 200) + 20 ))
+    _vc_tries=0
+    while ip -4 route show match "10.201.$_vc_n.0/24" | grep -vq "^default" ||
+        ip -4 -o addr show | grep -q "inet 10\.201\.$_vc_n\." ||
+        ip link show "tsrbr$_vc_n" >/dev/null 2>&1 || [ -e "/run/netns/tsr${_vc_n}h1" ]; do
+        _vc_n=$(( (_vc_n + 1) % 250 + 1 )); _vc_tries=$((_vc_tries + 1))
+        [ $_vc_tries -lt 250 ] || { echo "FAIL: vcluster: no free 10.201.N.0/24 subnet" >&2; exit 1; }
+    done
+    VC_NET=10.201.$_vc_n
+    VC_BRIDGE=tsrbr$_vc_n
+    _vc_up=1
+    # the namespace files need a private mount to be bound on
+    _vc_run "a private mount for the namespaces" mount --bind "$VC_DIR/ns" "$VC_DIR/ns"
+    _vc_run "a private mount for the namespaces" mount --make-private "$VC_DIR/ns"
+    _vc_run "the bridge $VC_BRIDGE" ip link add "$VC_BRIDGE" type bridge
+    _vc_run "the bridge's address" ip addr add "$VC_NET.254/24" dev "$VC_BRIDGE"
+    _vc_run "the bridge up" ip link set "$VC_BRIDGE" up
+    VC_HOSTS=''
+    : >"$VC_DIR/hostfile"
+    _vc_i=1
+    while [ $_vc_i -le "$1" ]; do
+        _vc_h=h$_vc_i _vc_ns=tsr${_vc_n}h$_vc_i
+        _vc_run "namespace of $_vc_h" ip netns add "$_vc_ns"
+        _vc_run "link of $_vc_h" ip link add "v${_vc_n}h$_vc_i" type veth peer name eth0 netns "$_vc_ns"
+        _vc_run "link of $_vc_h" ip link set "v${_vc_n}h$_vc_i" master "$VC_BRIDGE" up
+        _vc_run "address of $_vc_h" ip -n "$_vc_ns" addr add "$VC_NET.$_vc_i/24" dev eth0
+        _vc_run "link of $_vc_h" ip -n "$_vc_ns" link set eth0 up
+        _vc_run "loopback of $_vc_h" ip -n "$_vc_ns" link set lo up
+        : >"$VC_DIR/ns/$_vc_h.mnt" && : >"$VC_DIR/ns/$_vc_h.uts" || _vc_fail "cannot make $VC_DIR/ns/$_vc_h.*"
+        _vc_run "mount and UTS namespaces of $_vc_h" unshare --mount="$VC_DIR/ns/$_vc_h.mnt" \
+            --uts="$VC_DIR/ns/$_vc_h.uts" sh -c "hostname $_vc_h && mount -t tmpfs -o size=4g,mode=1777 tsr-$_vc_h /dev/shm"
+        VC_HOSTS="$VC_HOSTS${VC_HOSTS:+ }$_vc_h"
+        echo "$_vc_h slots=${VC_SLOTS:-2}" >>"$VC_DIR/hostfile"
+        _vc_i=$((_vc_i + 1))
+    done
+    VC_AGENT=$VC_DIR/agent
+    cat >"$VC_AGENT" <<EOF
+#!/bin/sh
+# agent HOST COMMAND...: COMMAND run on the virtual host HOST (Open MPI's plm_rsh_agent)
+h=\$1; shift
+case \$h in h[0-9]*) ;; *) echo "vcluster agent: no host \$h" >&2; exit 255;; esac
+[ -e "/run/netns/tsr${_vc_n}\$h" ] || { echo "vcluster agent: no host \$h" >&2; exit 255; }
+exec nsenter --net="/run/netns/tsr${_vc_n}\$h" --mount="$VC_DIR/ns/\$h.mnt" --uts="$VC_DIR/ns/\$h.uts" -- sh -c "\$*"
+EOF
+    chmod +x "$VC_AGENT"
+    VC_HOSTFILE=$VC_DIR/hostfile
+    VC_MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca plm_rsh_agent $VC_AGENT \
+--mca oob_tcp_if_include $VC_NET.0/24 --mca btl_tcp_if_include $VC_NET.0/24 --mca btl self,vader,tcp -x PATH"
+    VC_MPIRUN="$VC_MPI --hostfile $VC_HOSTFILE"
+}
+
+vcluster_exec() { # HOST COMMAND...
+    _vc_h=$1; shift
+    nsenter --net="/run/netns/tsr${_vc_n}$_vc_h" --mount="$VC_DIR/ns/$_vc_h.mnt" --uts="$VC_DIR/ns/$_vc_h.uts" -- "$@"
+}
+
+vcluster_kill() { # HOST
+    _vc_ns=tsr${_vc_n}$1
+    ip netns pids "$_vc_ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    ip link set "v${_vc_n}$1" down 2>/dev/null
+    # its memory goes with it: an empty /dev/shm in its place
+    nsenter --mount="$VC_DIR/ns/$1.mnt" -- sh -c "umount -l /dev/shm && mount -t tmpfs -o size=4g,mode=1777 tsr-$1 /dev/shm" \
+        2>/dev/null
+    return 0
+}
+
+vcluster_down() {
+    [ -n "$_vc_up" ] || return 0
+    _vc_up=''
+    for _vc_f in "$VC_DIR"/ns/*.mnt; do
+        [ -e "$_vc_f" ] || continue
+        _vc_h=$(basename "$_vc_f" .mnt)
+        ip netns pids "tsr${_vc_n}$_vc_h" 2>/dev/null | xargs -r kill -9 2>/dev/null
+    done
+    sleep 0.2
+    for _vc_f in "$VC_DIR"/ns/*.mnt; do
+        [ -e "$_vc_f" ] || continue
+        _vc_h=$(basename "$_vc_f" .mnt)
+        ip netns del "tsr${_vc_n}$_vc_h" 2>/dev/null # its veth goes with it
+        umount "$VC_DIR/ns/$_vc_h.mnt" "$VC_DIR/ns/$_vc_h.uts" 2>/dev/null
+    done
+    ip link del "$VC_BRIDGE" 2>/dev/null
+    umount "$VC_DIR/ns" 2>/dev/null
+    rm -rf "$VC_DIR/ns"
+    return 0
+}
