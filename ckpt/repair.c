@@ -382,17 +382,19 @@ static int check_file(repair *r, const char *tmp, uint32_t file_id, uint64_t wan
     return rc;
 }
 
-/* name, if it exists, linked as name.damaged (replacing an earlier one).
- * @return 1 when kept, 0 when there is none, or an error (negative's code). */
-static int keep_aside(repair *r, const char *name, tsr_error *err) {
+/* name, if it exists, linked as name.damaged (replacing an earlier one);
+ * *kept says whether it was. @return 0, or TSR_EIO. */
+static int keep_aside(repair *r, const char *name, int *kept, tsr_error *err) {
     char to[PATH_MAX + 96], aside[PATH_MAX + 112];
     snprintf(to, sizeof to, "%s/%s", r->dir, name);
     snprintf(aside, sizeof aside, "%s.damaged", to);
+    *kept = 0;
     if (access(to, F_OK) != 0) return 0;
     if (unlink(aside) != 0 && errno != ENOENT)
-        return -tsr_err(err, TSR_EIO, "%s: cannot remove it: %s", aside, strerror(errno));
-    if (link(to, aside) != 0) return -tsr_err(err, TSR_EIO, "%s: cannot keep it as %s: %s", to, aside, strerror(errno));
-    return 1;
+        return tsr_err(err, TSR_EIO, "%s: cannot remove it: %s", aside, strerror(errno));
+    if (link(to, aside) != 0) return tsr_err(err, TSR_EIO, "%s: cannot keep it as %s: %s", to, aside, strerror(errno));
+    *kept = 1;
+    return 0;
 }
 
 /* tmp in place of name; the old file, if any, kept as name.damaged. */
@@ -400,9 +402,8 @@ static int install(repair *r, const char *name, const char *tmp, int *kept, tsr_
     char from[PATH_MAX + 96], to[PATH_MAX + 96];
     snprintf(from, sizeof from, "%s/%s", r->dir, tmp);
     snprintf(to, sizeof to, "%s/%s", r->dir, name);
-    int k = keep_aside(r, name, err);
-    if (k < 0) return -k;
-    *kept = k;
+    int rc = keep_aside(r, name, kept, err);
+    if (rc) return rc;
     if (rename(from, to) != 0) return tsr_err(err, TSR_EIO, "%s: cannot rename it to %s: %s", from, to, strerror(errno));
     return tsr_fsync_dir(r->dir, name, err);
 }
@@ -450,8 +451,7 @@ static int repair_manifest(repair *r, const char *why, tsr_repair_stats *st, tsr
         }
         int fits = same_save(r, ck);
         tsr_ckpt_close(ck);
-        int rc = fits ? keep_aside(r, "MANIFEST", err) : 0;
-        rc = rc < 0 ? -rc : 0;
+        int kept, rc = fits ? keep_aside(r, "MANIFEST", &kept, err) : 0;
         if (fits && !rc) rc = tsr_store_put_atomic(r->store, "MANIFEST", buf, len, err);
         free(buf);
         if (!fits) continue;
