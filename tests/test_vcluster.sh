@@ -12,6 +12,7 @@
 cd "$TSR_TMP" || exit 1
 . "$TSR_ROOT/tests/vcluster.sh"
 trap vcluster_down EXIT
+trap 'exit 1' INT TERM # (the EXIT trap then removes the cluster)
 vcluster_up 3
 [ "$VC_HOSTS" = "h1 h2 h3" ] || fail "hosts: $VC_HOSTS"
 
