@@ -28,7 +28,7 @@ INCLUDES := -Iinclude -Ibase -Ikernels -Ikernels/cuda -Iformats -Ireshard -Icomm
 # TSR_STORE_S3: the store opens s3:// (store/store_open.c; the core is built without)
 CFLAGS_ALL := -std=c11 -D_GNU_SOURCE -DTSR_STORE_S3 -fPIC -pthread -fopenmp -Wall -Wextra -Wshadow -Wstrict-prototypes \
   -Wmissing-prototypes -Wno-unused-parameter $(WERROR) $(OPT) $(SAN) $(INCLUDES) $(CFLAGS)
-SYS_LIBS := -lzstd -lxxhash -luring -lcjson -lcurl -lxml2 -linih -lcrypto -lopenblas
+SYS_LIBS := -lzstd -lxxhash -lisal -luring -lcjson -lcurl -lxml2 -linih -lcrypto -lopenblas
 LDLIBS_ALL := $(SYS_LIBS) $(MPI_LIBS) -lm -pthread -fopenmp $(LDLIBS)
 
 # The layers, bottom first (README, "Layout"): a folder includes only from
@@ -84,7 +84,7 @@ CORE_SRC := base/box.c base/common.c base/dtype.c base/pool.c kernels/casts.c ke
   store/store.c store/store_fault.c store/store_posix.c \
   ckpt/lock.c ckpt/read.c ckpt/save.c ckpt/save_merge.c ckpt/steps.c ckpt/synth.c
 CORE_S3_SRC := store/store_s3.c $(wildcard store/s3*.c)
-CORE_LIBS := -lzstd -lxxhash -luring -lm -pthread
+CORE_LIBS := -lzstd -lxxhash -lisal -luring -lm -pthread
 CORE_S3_LIBS := -lcurl -lxml2 -linih -lcrypto
 CORE_SONAME := libtessera-core.so.$(SOMAJOR)
 CORE_SHLIB := $(BUILD)/libtessera-core.so.$(VERSION)

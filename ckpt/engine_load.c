@@ -244,8 +244,7 @@ static void read_piece(void *ctx, size_t i, int worker) {
     if (!rc && l->keys) {
         tsr_box landed = it->region;
         for (uint32_t d = 0; d < landed.ndim; d++) landed.offset[d] += b->box.offset[d] - it->as.offset[d];
-        it->share = tsr_digest_region(l->keys[b->tensor], l->es[b->tensor], l->st->tensors[b->tensor].shape,
-                                      &b->box, b->data, &landed);
+        it->share = tsr_digest_region(l->es[b->tensor], l->st->tensors[b->tensor].shape, &b->box, b->data, &landed);
     }
     if (rc) {
         pthread_mutex_lock(&l->mu);
@@ -334,8 +333,7 @@ static void digest_one(void *ctx, size_t i, int worker) {
         part.offset[0] += p->lo;
         part.extent[0] = p->hi - p->lo;
     }
-    p->share = tsr_digest_region(j->l->keys[b->tensor], j->l->es[b->tensor], j->l->st->tensors[b->tensor].shape,
-                                 &b->box, b->data, &part);
+    p->share = tsr_digest_region(j->l->es[b->tensor], j->l->st->tensors[b->tensor].shape, &b->box, b->data, &part);
 }
 
 /* The state boxes in `which` (1: received), in pieces of about 8 MiB for the
@@ -363,7 +361,7 @@ static int digest_pieces(const load *l, const uint8_t *which, digest_piece **out
     return 0;
 }
 
-/* Each of my state boxes' digest share (share[i]): the sum of its reads'
+/* Each of my state boxes' digest share (share[i]): the xor of its reads'
  * shares, taken as they landed, for a box I read; a pass over its memory, on
  * threads, for one I received. */
 static int box_shares(const load *l, uint64_t *share) {
@@ -374,14 +372,14 @@ static int box_shares(const load *l, uint64_t *share) {
     if (!received) return TSR_ENOMEM;
     memset(received, 1, st->n_boxes + 1);
     for (size_t m = 0; m < l->n_mine; m++) received[l->mine[m]] = 0;
-    for (size_t i = 0; i < l->n_items; i++) share[l->items[i].state_box] += l->items[i].share;
+    for (size_t i = 0; i < l->n_items; i++) share[l->items[i].state_box] ^= l->items[i].share;
     int rc = digest_pieces(l, received, &pieces, &np);
     tsr_pool *pool = !rc && np ? tsr_pool_new(l->e->opts.write.threads) : NULL;
     if (np && !pool) rc = TSR_ENOMEM;
     if (!rc && np) {
         digest_job job = {l, pieces};
         tsr_pool_for(pool, np, digest_one, &job);
-        for (size_t p = 0; p < np; p++) share[pieces[p].state_box] += pieces[p].share;
+        for (size_t p = 0; p < np; p++) share[pieces[p].state_box] ^= pieces[p].share;
     }
     tsr_pool_free(pool);
     free(pieces);
@@ -389,21 +387,22 @@ static int box_shares(const load *l, uint64_t *share) {
     return rc;
 }
 
-/* The load's digest check (FORMAT.md 4.4), after every rank loaded. Every rank
- * adds the shares of the boxes it holds, so that a copy received wrong is
- * caught as well as a box read wrong, yet each distinct box counts once: the
- * rank that read box k, held by h ranks in all, counts its copy (2 - h) times
- * and every other holder counts its own once. The sums over ranks (one
- * all-reduce) are the digests of the tensors as loaded, where the distinct
- * boxes cover the tensor; a tensor loaded only in part is not checked. */
+/* The load's digest check (FORMAT.md 4.4), after every rank loaded, in two
+ * all-reduces. The rank that read box k counts its share once, in x (the xor
+ * over ranks: the tensor's CRC as loaded, where the distinct boxes cover the
+ * tensor; a tensor loaded only in part is not checked). Every copy counts
+ * besides, so that a copy received wrong is caught as well as a box read wrong:
+ * in d, the sum over ranks, the reader of k, held by h ranks in all, adds
+ * (1 - h) times its share and every other holder its own once: 0 where every
+ * copy is the one read. */
 static int check_digests(load *l, tsr_error *err) {
     const tsr_state *st = l->st;
     tsr_engine *e = l->e;
     size_t nt = st->n_tensors;
-    uint64_t *sums = calloc(nt + 1, sizeof *sums), *vol = calloc(nt + 1, sizeof *vol);
+    uint64_t *x = calloc(2 * nt + 1, sizeof *x), *d = x + nt, *vol = calloc(nt + 1, sizeof *vol);
     uint64_t *share = calloc(st->n_boxes + 1, sizeof *share);
     uint32_t *holders = calloc(l->plan.n + 1, sizeof *holders);
-    int rc = !sums || !vol || !share || !holders || box_shares(l, share) ? TSR_ENOMEM : 0;
+    int rc = !x || !vol || !share || !holders || box_shares(l, share) ? TSR_ENOMEM : 0;
     for (size_t k = 0; !rc && k < l->plan.n; k++) vol[l->plan.boxes[k].tensor] += tsr_box_volume(&l->plan.boxes[k].box);
     for (uint32_t r = 0; !rc && r < e->size; r++)
         for (size_t i = 0; i < l->ab.n_held[r]; i++) {
@@ -418,32 +417,43 @@ static int check_digests(load *l, tsr_error *err) {
             const tsr_state_box *b = &st->boxes[i];
             if (tsr_box_volume(&b->box) == 0) continue;
             long k = engine_plan_find(&l->plan, b->tensor, &b->box);
-            uint64_t weight = 1;
-            if (k >= 0 && l->plan.writer[k] == e->rank && l->mine_for[k] == (long)i) weight = 2 - (uint64_t)holders[k];
-            sums[b->tensor] += weight * share[i];
+            if (k < 0 || (l->plan.writer[k] == e->rank && l->mine_for[k] == (long)i)) {
+                x[b->tensor] ^= share[i];
+                if (k >= 0) d[b->tensor] += (1 - (uint64_t)holders[k]) * share[i];
+            } else {
+                d[b->tensor] += share[i];
+            }
         }
     }
     /* every rank takes part, also after a failure here (agree() then tells them) */
-    if (sums) {
+    if (x) {
         tsr_error ae;
-        int arc = tsr_comm_allreduce_sum_u64(e->comm, sums, nt, &ae);
+        int arc = tsr_comm_allreduce_xor_u64(e->comm, x, nt, &ae);
+        if (!arc) arc = tsr_comm_allreduce_sum_u64(e->comm, d, nt, &ae);
         if (arc && !rc && (rc = arc) && err) *err = ae;
     }
     size_t bad = 0;
     for (size_t t = 0; !rc && t < nt; t++) {
-        uint64_t want, whole = 1;
-        for (uint32_t d = 0; d < st->tensors[t].ndim; d++) whole *= st->tensors[t].shape[d];
-        if (vol[t] != whole || tsr_ckpt_tensor_digest(l->ck, (size_t)l->ck_tensor[t], &want) != 1 || sums[t] == want)
+        uint64_t want, whole = 1, got = x[t] ^ l->keys[t];
+        for (uint32_t dd = 0; dd < st->tensors[t].ndim; dd++) whole *= st->tensors[t].shape[dd];
+        if (vol[t] != whole || tsr_ckpt_tensor_digest(l->ck, (size_t)l->ck_tensor[t], &want) != 1 ||
+            (got == want && d[t] == 0))
             continue;
-        if (!bad++)
+        if (bad++) continue;
+        if (got != want)
             tsr_err(err, TSR_ECORRUPT,
                     "%s: tensor %s: the digest of the data loaded is %016llx, the MANIFEST's %016llx (the frames' "
                     "checksums hold: the boxes were read or sent wrong)",
-                    tsr_ckpt_dir(l->ck), st->tensors[t].name, (unsigned long long)sums[t], (unsigned long long)want);
+                    tsr_ckpt_dir(l->ck), st->tensors[t].name, (unsigned long long)got, (unsigned long long)want);
+        else
+            tsr_err(err, TSR_ECORRUPT,
+                    "%s: tensor %s: the digest of the boxes read is the MANIFEST's (%016llx), but ranks that received "
+                    "a copy of one hold other data (a box was sent wrong)",
+                    tsr_ckpt_dir(l->ck), st->tensors[t].name, (unsigned long long)want);
     }
     if (bad > 1) tsr_err_prefix(err, "%zu tensors' digests differ; the first", bad);
     if (bad) rc = TSR_ECORRUPT;
-    free(sums), free(vol), free(share), free(holders);
+    free(x), free(vol), free(share), free(holders);
     return rc;
 }
 

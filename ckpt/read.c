@@ -640,8 +640,8 @@ static void verify_frame(void *ctx, size_t i, int worker) {
     const uint8_t *raw = v->bufs[worker].out;
     int dig = (t->digest_flags & TSR_MF_DIGEST) != 0, st = (t->digest_flags & TSR_MF_STATS) && tsr_stats_dtype(t->dtype);
     if (st) tsr_stats_init(&v->stats[fi]);
-    if (dig && st) v->share[fi] = tsr_digest_stats_box(v->keys[c->tensor], t->dtype, t->shape, &fb, raw, &v->stats[fi]);
-    else if (dig) v->share[fi] = tsr_digest_box(v->keys[c->tensor], tsr_dtype_size(t->dtype), t->shape, &fb, raw);
+    if (dig && st) v->share[fi] = tsr_digest_stats_box(t->dtype, t->shape, &fb, raw, &v->stats[fi]);
+    else if (dig) v->share[fi] = tsr_digest_box(tsr_dtype_size(t->dtype), t->shape, &fb, raw);
     else if (st) tsr_stats_run(t->dtype, raw, tsr_box_volume(&fb), &v->stats[fi]);
 }
 
@@ -664,7 +664,7 @@ static int stats_agree(tsr_stats acc, const tsr_stats *rec, char *why, size_t le
     return 0;
 }
 
-/* Each recorded digest against the sum of its frames' shares, and the recorded
+/* Each recorded digest against its key and its frames' shares (xor), and the recorded
  * statistics against its frames'; a tensor with a frame that could not be read
  * is reported already. */
 static void verify_digests(verify_ctx *v) {
@@ -673,7 +673,7 @@ static void verify_digests(verify_ctx *v) {
         const tsr_mf_tensor *t = &m->tensors[ti];
         int dig = (t->digest_flags & TSR_MF_DIGEST) != 0, st = (t->digest_flags & TSR_MF_STATS) && tsr_stats_dtype(t->dtype);
         if (!dig && !st) continue;
-        uint64_t sum = 0;
+        uint64_t sum = v->keys[ti];
         tsr_stats acc;
         tsr_stats_init(&acc);
         int whole = 1;
@@ -681,7 +681,7 @@ static void verify_digests(verify_ctx *v) {
             for (uint32_t k = 0; k < m->chunks[c].frame_count; k++) {
                 size_t fi = m->chunks[c].frame_first + k;
                 whole &= v->read_ok[fi];
-                sum += v->share[fi];
+                sum ^= v->share[fi];
                 if (st) tsr_stats_merge(&acc, &v->stats[fi]);
             }
         if (!whole) continue;

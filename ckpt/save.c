@@ -56,8 +56,6 @@ struct tsr_save {
     void *idle_ctx;
     struct late_frame *late; /* frames written before their checksums */
     size_t n_late, cap_late;
-    uint64_t *keys; /* each of tab's tensors' digest key, in declaration order */
-    size_t cap_keys;
     declared *declared; /* tsr_save_tensor_digest, tsr_save_tensor_stats */
     size_t n_declared, cap_declared;
 };
@@ -233,7 +231,7 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
     if (!tsr_dtype_size(dtype)) return tsr_err(err, TSR_EINVAL, "%s: unknown dtype %d", name, dtype);
     if (ndim > TSR_MAX_DIMS) return tsr_err(err, TSR_EINVAL, "%s: %u dims, over the limit of 8", name, ndim);
     if (save_index_find(&s->index, &s->tab, name) >= 0) return tsr_err(err, TSR_EINVAL, "%s: declared twice", name);
-    /* the digest and the statistics (floating dtypes): the writer's shares, summed as its boxes are encoded */
+    /* the digest and the statistics (floating dtypes): the writer's shares, combined as its boxes are encoded */
     tsr_mf_tensor t = {.name = name, .group = group, .dtype = dtype, .ndim = ndim,
                        .digest_flags = s->opts.no_digests ? 0
                                                           : TSR_MF_DIGEST | (tsr_stats_dtype(dtype) ? TSR_MF_STATS : 0)};
@@ -249,10 +247,8 @@ int tsr_save_tensor(tsr_save *s, const char *name, const char *group, int dtype,
     if (pl->tp_dim < -1 || pl->tp_dim >= (int)ndim || pl->fsdp > 1 || pl->pp_role > 3 ||
         (pl->pp_role == TSR_PP_LAYER ? pl->layer < 0 : pl->layer != -1))
         return tsr_err(err, TSR_EINVAL, "%s: placement out of range", name);
-    if (tsr_grow((void **)&s->keys, &s->cap_keys, s->tab.n_tensors, sizeof *s->keys) ||
-        tsr_manifest_add_tensor(&s->tab, &t) || save_index_insert(&s->index, &s->tab, (uint32_t)(s->tab.n_tensors - 1)))
+    if (tsr_manifest_add_tensor(&s->tab, &t) || save_index_insert(&s->index, &s->tab, (uint32_t)(s->tab.n_tensors - 1)))
         return tsr_err(err, TSR_ENOMEM, "out of memory");
-    s->keys[s->tab.n_tensors - 1] = tsr_digest_key(name, dtype);
     return 0;
 }
 
@@ -303,8 +299,7 @@ typedef struct encode_job {
     slot *slots;            /* where frame i is encoded */
     const tsr_mf_chunk *chunk; /* the frames' chunk (NULL: a blob's frames) ... */
     uint64_t first;            /* ... and the index in it of the batch's first frame */
-    uint64_t key;              /* the tensor's digest key and shape */
-    const uint64_t *shape;
+    const uint64_t *shape;     /* the tensor's shape */
 } encode_job;
 
 static int slot_reserve(slot *sl, size_t need) {
@@ -318,11 +313,11 @@ static int slot_reserve(slot *sl, size_t need) {
 
 /* Frame k of chunk c's share of the digest, returned, and of the statistics,
  * added to *stats: its raw bytes at raw, read once. */
-static uint64_t frame_shares(const tsr_mf_chunk *c, uint64_t k, uint64_t key, int dtype, const uint64_t *shape,
-                             const uint8_t *raw, tsr_stats *stats) {
+static uint64_t frame_shares(const tsr_mf_chunk *c, uint64_t k, int dtype, const uint64_t *shape, const uint8_t *raw,
+                             tsr_stats *stats) {
     tsr_box fb;
     tsr_frame_box(c, k, &fb);
-    return tsr_digest_stats_box(key, dtype, shape, &fb, raw, stats);
+    return tsr_digest_stats_box(dtype, shape, &fb, raw, stats);
 }
 
 static void encode_one(void *ctx, size_t i, int worker) {
@@ -338,7 +333,7 @@ static void encode_one(void *ctx, size_t i, int worker) {
                  tsr_frame_stores_raw(j->dtype, sl->want, raw, n);
     tsr_stats_init(&sl->stats);
     int shares = j->chunk && !j->s->opts.no_digests && !(direct && j->late);
-    sl->share = shares ? frame_shares(j->chunk, j->first + i, j->key, j->dtype, j->shape, raw, &sl->stats) : 0;
+    sl->share = shares ? frame_shares(j->chunk, j->first + i, j->dtype, j->shape, raw, &sl->stats) : 0;
     /* a frame stored as it is, aligned in memory that outlives the writes, is
      * written from there: no copy (a copy slows the writes it overlaps) */
     if (direct) {
@@ -437,7 +432,7 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
         else
             batch_codecs(s, codec, slots, batch);
         encode_job job = {s, stable, late, dtype, raw, offs + done, sizes + done, slots, chunk, done,
-                          t ? s->keys[chunk->tensor] : 0, t ? t->shape : NULL};
+                          t ? t->shape : NULL};
         double t1 = tsr_now();
         tsr_pool_for(s->enc->pool, batch, encode_one, &job);
         double t2 = tsr_now();
@@ -473,7 +468,7 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
                     tsr_frame_box(chunk, done + i, &l->box);
                 }
             } else if (t) {
-                t->digest += sl->share;
+                t->digest ^= sl->share;
                 tsr_stats_merge(&t->stats, &sl->stats);
             }
             s->pos += padded;
@@ -669,7 +664,7 @@ static void late_one(void *ctx, size_t i, int worker) {
     if (l->of_tensor) {
         const tsr_mf_tensor *t = &s->tab.tensors[l->tensor];
         tsr_stats_init(&l->stats);
-        l->share = tsr_digest_stats_box(s->keys[l->tensor], t->dtype, t->shape, &l->box, l->raw, &l->stats);
+        l->share = tsr_digest_stats_box(t->dtype, t->shape, &l->box, l->raw, &l->stats);
     }
 }
 
@@ -682,7 +677,7 @@ int tsr_save_finish(tsr_save *s, const uint8_t **table, size_t *table_len, tsr_e
     tsr_pool_for(s->enc->pool, s->n_late, late_one, s);
     for (size_t i = 0; i < s->n_late; i++)
         if (s->late[i].of_tensor) {
-            s->tab.tensors[s->late[i].tensor].digest += s->late[i].share;
+            s->tab.tensors[s->late[i].tensor].digest ^= s->late[i].share;
             tsr_stats_merge(&s->tab.tensors[s->late[i].tensor].stats, &s->late[i].stats);
         }
     s->n_late = 0;
@@ -749,7 +744,6 @@ void tsr_save_free(tsr_save *s) {
     free(s->index.slot);
     free(s->table_bytes);
     free(s->late);
-    free(s->keys);
     free(s->declared);
     tsr_manifest_free(&s->tab);
     tsr_store_close(s->store);

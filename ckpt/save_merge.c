@@ -85,8 +85,8 @@ static int merge_table(merger *g, const tsr_manifest *p, uint32_t w, tsr_error *
                 tsr_grow((void **)&g->first, &g->cap_first, (size_t)v, sizeof *g->first))
                 goto nomem;
             g->first[v] = w;
-        } else { /* the shares of the digest and statistics add up, known only when every writer's is */
-            out->tensors[v].digest += t->digest;
+        } else { /* the shares of the digest and statistics combine, known only when every writer's is */
+            out->tensors[v].digest ^= t->digest;
             tsr_stats_merge(&out->tensors[v].stats, &t->stats);
             out->tensors[v].digest_flags &= t->digest_flags;
         }
@@ -115,12 +115,17 @@ nomem:
     return tsr_err(err, TSR_ENOMEM, "out of memory merging tables");
 }
 
-/* What was declared whole (tsr_save_tensor_digest, tsr_save_tensor_stats)
- * against the merged shares: a digest must equal the shares' sum where every
- * writer's is known, else it is recorded; statistics are recorded where the
+/* Each digest whose shares every writer gave (their xor, the tensor's CRC)
+ * finished with the tensor's key; then what was declared whole
+ * (tsr_save_tensor_digest, tsr_save_tensor_stats) against them: a digest must
+ * equal the finished one where every writer's share is known, else it is recorded; statistics are recorded where the
  * shares are missing. Then each tensor's statistics are finished, and the
  * header is marked poisoned when one counts a non-finite element. */
 static int apply_declared(merger *g, const declared *dec, size_t n_dec, tsr_error *err) {
+    for (size_t v = 0; v < g->out->n_tensors; v++) {
+        tsr_mf_tensor *t = &g->out->tensors[v];
+        if (t->digest_flags & TSR_MF_DIGEST) t->digest ^= tsr_digest_key(t->name, t->dtype);
+    }
     for (size_t i = 0; i < n_dec; i++) {
         long v = save_index_find(&g->names, g->out, dec[i].name);
         if (v < 0) continue;

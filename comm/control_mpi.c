@@ -172,12 +172,20 @@ int tsr_comm_allreduce_min(tsr_comm *c, int64_t *v, tsr_error *err) {
     return rc == MPI_SUCCESS ? 0 : tsr_mpi_err(err, rc, "Allreduce");
 }
 
-int tsr_comm_allreduce_sum_u64(tsr_comm *c, uint64_t *v, size_t n, tsr_error *err) {
+static int allreduce_u64(tsr_comm *c, uint64_t *v, size_t n, MPI_Op op, tsr_error *err) {
     if (!c->is_mpi || n == 0) return 0;
     if (n > INT_MAX) return tsr_err(err, TSR_EINVAL, "Allreduce of %zu words: over INT_MAX", n);
     int rc;
-    TSR_MPI_COLL(rc, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, v, (int)n, MPI_UINT64_T, MPI_SUM, c->comm);
+    TSR_MPI_COLL(rc, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, v, (int)n, MPI_UINT64_T, op, c->comm);
     return rc == MPI_SUCCESS ? 0 : tsr_mpi_err(err, rc, "Allreduce");
+}
+
+int tsr_comm_allreduce_sum_u64(tsr_comm *c, uint64_t *v, size_t n, tsr_error *err) {
+    return allreduce_u64(c, v, n, MPI_SUM, err);
+}
+
+int tsr_comm_allreduce_xor_u64(tsr_comm *c, uint64_t *v, size_t n, tsr_error *err) {
+    return allreduce_u64(c, v, n, MPI_BXOR, err);
 }
 
 int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, size_t **counts,

@@ -132,7 +132,8 @@ static int check_tensor(vctx *v, const char *file, const cJSON *meta, const char
     if (rec && tsr_export_hex(rec, &c.recorded))
         return tsr_err(e, TSR_ECORRUPT, "%s: %s%s is not 16 hex digits", file, TSR_EXPORT_KEY_DIGEST, name);
     size_t es = dtype ? tsr_dtype_size(dtype) : 0;
-    if (es) c.digest = tsr_digest_run(tsr_digest_key(name, dtype), es, 0, data, n);
+    uint64_t crc = es ? tsr_digest_tensor(0, es, data, n) : 0; /* a digest is a key xor this */
+    if (es) c.digest = tsr_digest_key(name, dtype) ^ crc;
     c.status = !rec ? TSR_EXPORT_NOT_RECORDED : !es ? TSR_EXPORT_UNSUPPORTED
                : c.digest == c.recorded ? TSR_EXPORT_OK : TSR_EXPORT_MISMATCH;
     const char *src = meta_str(meta, TSR_EXPORT_KEY_SOURCE, name);
@@ -141,7 +142,7 @@ static int check_tensor(vctx *v, const char *file, const cJSON *meta, const char
         if (tsr_export_hex(srd, &c.source_recorded))
             return tsr_err(e, TSR_ECORRUPT, "%s: %s%s is not 16 hex digits", file, TSR_EXPORT_KEY_SOURCE_DIGEST, name);
         c.source = src;
-        c.source_digest = tsr_digest_run(tsr_digest_key(src, dtype), es, 0, data, n);
+        c.source_digest = tsr_digest_key(src, dtype) ^ crc;
         c.source_status = c.source_digest == c.source_recorded ? TSR_EXPORT_OK : TSR_EXPORT_MISMATCH;
     }
     if (c.status == TSR_EXPORT_MISMATCH || c.status == TSR_EXPORT_UNSUPPORTED ||

@@ -150,7 +150,7 @@ static int check_digest(const cJSON *meta, const tsr_st_entry *en, const uint8_t
     if (!cJSON_IsString(v) || tsr_export_hex(v->valuestring, &rec))
         return tsr_err(e, TSR_ECORRUPT, "tensor %s: its digest in the file's metadata (%s) is not 16 hex digits",
                        en->name, key);
-    uint64_t got = tsr_digest_run(tsr_digest_key(en->name, en->dtype), tsr_dtype_size(en->dtype), 0, data, n);
+    uint64_t got = tsr_digest_tensor(tsr_digest_key(en->name, en->dtype), tsr_dtype_size(en->dtype), data, n);
     if (got != rec)
         return tsr_err(e, TSR_ECORRUPT,
                        "tensor %s: its data's digest is %016llx, the file's metadata records %016llx (changed since "

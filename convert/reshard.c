@@ -162,7 +162,7 @@ static int write_writer(reshard_job *j, uint32_t w, int worker, uint8_t *in, uin
         uint64_t np = tsr_box_pieces(&rb->box, widest, cap);
         /* converted: the source digest's shares of what is read (the output's
          * digest is of the converted values, and proves nothing of the source) */
-        uint64_t key = tsr_digest_key(si.name, si.dtype), share = 0;
+        uint64_t share = 0;
         for (uint64_t k = 0; !rc && k < np; k++) {
             tsr_box pc;
             tsr_box_piece(&rb->box, widest, cap, k, &pc);
@@ -170,7 +170,7 @@ static int write_writer(reshard_job *j, uint32_t w, int worker, uint8_t *in, uin
             rc = tsr_ckpt_read(j->src, (size_t)j->src_index[rb->tensor], &pc, in, e);
             const uint8_t *data = in;
             if (!rc && si.dtype != d->dtype) {
-                share += tsr_digest_box(key, ses, si.shape, &pc, in);
+                share ^= tsr_digest_box(ses, si.shape, &pc, in);
                 for (uint64_t x = 0; x < n; x++) tsr_store_from_f64(d->dtype, out, x, tsr_load_f64(si.dtype, in, x));
                 data = out;
             }
@@ -178,7 +178,7 @@ static int write_writer(reshard_job *j, uint32_t w, int worker, uint8_t *in, uin
             if (!rc) progress(j, n * tes);
         }
         pthread_mutex_lock(&j->mu);
-        j->src_share[rb->tensor] += share;
+        j->src_share[rb->tensor] ^= share;
         pthread_mutex_unlock(&j->mu);
     }
     if (w == 0 && !rc) { /* the converted tensors' source digests */
@@ -256,19 +256,20 @@ static int refuse_wide(const char *src_dir, const tsr_layout *l, uint64_t empty,
                    src_dir, lt, (unsigned long long)empty, tsr_layout_size(l), at_least);
 }
 
-/* Each converted tensor's source, whole, against its MANIFEST digest: the
- * shares the writers added up as they read it. */
+/* Each converted tensor's source, whole, against its MANIFEST digest: its key
+ * and the shares the writers took as they read it. */
 static int check_sources(const reshard_job *j, const char *src_dir, tsr_error *err) {
     for (size_t t = 0; t < j->n_decls; t++) {
         tsr_tensor_info si;
         uint64_t digest;
         tsr_ckpt_tensor(j->src, (size_t)j->src_index[t], &si);
+        uint64_t got = tsr_digest_key(si.name, si.dtype) ^ j->src_share[t];
         if (si.dtype != j->decls[t].dtype && tsr_ckpt_tensor_digest(j->src, (size_t)j->src_index[t], &digest) == 1 &&
-            digest != j->src_share[t])
+            digest != got)
             return tsr_err(err, TSR_ECORRUPT,
-                           "%s: tensor %s: its data adds up to digest %016llx, its MANIFEST records %016llx: not "
+                           "%s: tensor %s: its data has digest %016llx, its MANIFEST records %016llx: not "
                            "the tensor saved; nothing written",
-                           src_dir, si.name, (unsigned long long)j->src_share[t], (unsigned long long)digest);
+                           src_dir, si.name, (unsigned long long)got, (unsigned long long)digest);
     }
     return 0;
 }

@@ -1,78 +1,115 @@
-/* digest.c: the digest of a logical tensor (FORMAT.md section 4.4): the sum
- * modulo 2^64, over its elements, of tsr_mix64((bits + index * K) ^ key), where
- * bits are the element as stored (little-endian, zero-extended), index its
- * global row-major index and key XXH3-64 of the tensor's name seeded with its
- * dtype code. A sum of one term per element: any rank, frame or box computes
- * its share, and the shares add up to the digest whatever the layout. */
+/* digest.c: the digest of a logical tensor (FORMAT.md section 4.4): its key
+ * (XXH3-64 of its name seeded with its dtype code) xor the CRC-64 (ECMA-182,
+ * reflected, initial value 0, no final xor) of its bytes in row-major order.
+ * That CRC is linear: the CRC of the tensor is the xor, over any disjoint runs of
+ * its bytes, of each run's CRC shifted by the bytes that follow it in the
+ * tensor (times x^(8 n) modulo the polynomial), so every rank, frame or box
+ * computes its share and the shares xor to the digest whatever the layout. The
+ * bytes go through ISA-L's CRC-64 (folding with carry-less multiplies, the
+ * widest the CPU has); the shifts are products in GF(2)[x] modulo the
+ * polynomial, a few per run. */
+#include <isa-l/crc64.h>
+#include <pthread.h>
 #include <xxhash.h>
 
 #include "common.h"
-#include "digest_lanes.h"
 #include "tsr_formats.h"
 
-#define K TSR_DIGEST_K
+#define POLY 0xC96C5795D7870F42ull /* ECMA-182's polynomial, reflected */
+#define ONE (1ull << 63)            /* x^0 in the reflected order (bit 63 - k holds x^k) */
 
 uint64_t tsr_digest_key(const char *name, int dtype) {
     return XXH3_64bits_withSeed(name, strlen(name), (XXH64_hash_t)(unsigned)dtype);
 }
 
-static inline uint64_t term(uint64_t bits, uint64_t index, uint64_t key) {
-    return tsr_mix64((bits + index * K) ^ key);
+/* The CRC of `len` bytes continued from `crc` (the CRC of what came before):
+ * ISA-L's function inverts its state on entry and on return. */
+static uint64_t crc_more(uint64_t crc, const void *p, uint64_t len) {
+    return ~crc64_ecma_refl(~crc, p, len);
 }
 
-/* The run kernels, one per element size: 8 lanes of 64 bits at a time (GCC and
- * Clang vector extensions, digest_lanes.h), so that the mix vectorises without
- * -O3: with AVX-512 (vpmullq) a core mixes about as fast as XXH3 hashes the same
- * bytes; on other x86-64 the clones take AVX2 or SSE2. */
-typedef uint8_t u8x8 __attribute__((vector_size(8)));
-typedef uint16_t u16x8 __attribute__((vector_size(16)));
-typedef uint32_t u32x8 __attribute__((vector_size(32)));
-
-/* T the element's type, VT 8 of them as a vector (widened in one conversion:
- * a loop over the lanes does not vectorise for 16-bit elements) */
-#define RUN_KERNEL(fn, T, VT, WIDEN)                                                              \
-    TSR_WIDEST_INT static uint64_t fn(uint64_t key, uint64_t first, const void *data, uint64_t n) {  \
-        const T *p = data;                                                                   \
-        tsr_u64x8 acc = {0}, idx, kv;                                                        \
-        TSR_DIGEST_LANES_INIT(idx, kv, first, key);                                          \
-        uint64_t j = 0;                                                                      \
-        for (; j + 8 <= n; j += 8) {                                                         \
-            VT v;                                                                            \
-            memcpy(&v, p + j, sizeof v);                                                     \
-            tsr_u64x8 x = WIDEN(v);                                                          \
-            TSR_DIGEST_LANES(acc, x, idx, kv);                                               \
-        }                                                                                    \
-        uint64_t s;                                                                          \
-        TSR_DIGEST_LANES_SUM(s, acc);                                                        \
-        for (; j < n; j++) {                                                                 \
-            T v;                                                                             \
-            memcpy(&v, p + j, sizeof v);                                                     \
-            s += term(v, first + j, key);                                                    \
-        }                                                                                    \
-        return s;                                                                            \
+/* a * b modulo the polynomial, both reflected: one bit of a at a time. */
+static uint64_t mulmod_bits(uint64_t a, uint64_t b) {
+    uint64_t p = 0;
+    for (uint64_t m = ONE; a; m >>= 1) {
+        if (a & m) {
+            p ^= b;
+            a ^= m;
+        }
+        b = (b & 1) ? (b >> 1) ^ POLY : b >> 1;
     }
-
-#define AS_IS(v) (v)
-RUN_KERNEL(run8, uint8_t, u8x8, TSR_DIGEST_WIDEN)
-RUN_KERNEL(run16, uint16_t, u16x8, TSR_DIGEST_WIDEN)
-RUN_KERNEL(run32, uint32_t, u32x8, TSR_DIGEST_WIDEN)
-RUN_KERNEL(run64, uint64_t, tsr_u64x8, AS_IS)
-
-uint64_t tsr_digest_run(uint64_t key, size_t elem_size, uint64_t first, const void *data, uint64_t n) {
-    switch (elem_size) {
-    case 1: return run8(key, first, data, n);
-    case 2: return run16(key, first, data, n);
-    case 4: return run32(key, first, data, n);
-    case 8: return run64(key, first, data, n);
-    default: return 0;
-    }
+    return p;
 }
 
-uint64_t tsr_digest_region(uint64_t key, size_t elem_size, const uint64_t *shape, const tsr_box *mem_box,
-                           const void *data, const tsr_box *region) {
+static uint64_t crc_table[256]; /* the CRC of each byte value */
+static uint64_t x2n[64];        /* x^(2^k) modulo the polynomial */
+static int have_clmul;
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+#if defined(__x86_64__)
+#include <smmintrin.h>
+#include <wmmintrin.h>
+/* The same with one carry-less multiply: the 127-bit product, shifted left by
+ * one, holds in its high half the terms below x^64 and in its low half the
+ * rest, which is (low half) * x^64: the CRC of the low half's 8 bytes (a byte
+ * at a time: the table). */
+__attribute__((target("pclmul,sse4.1"))) static uint64_t mulmod_clmul(uint64_t a, uint64_t b) {
+    __m128i p = _mm_clmulepi64_si128(_mm_cvtsi64_si128((long long)a), _mm_cvtsi64_si128((long long)b), 0);
+    uint64_t lo = (uint64_t)_mm_cvtsi128_si64(p), hi = (uint64_t)_mm_extract_epi64(p, 1);
+    hi = hi << 1 | lo >> 63;
+    lo <<= 1;
+    for (int k = 0; k < 8; k++) lo = crc_table[lo & 0xff] ^ (lo >> 8);
+    return hi ^ lo;
+}
+#endif
+
+static uint64_t mulmod(uint64_t a, uint64_t b) {
+#if defined(__x86_64__)
+    if (have_clmul) return mulmod_clmul(a, b);
+#endif
+    return mulmod_bits(a, b);
+}
+
+static void tables_init(void) {
+    for (uint64_t v = 0; v < 256; v++) {
+        uint64_t c = v;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ POLY : c >> 1;
+        crc_table[v] = c;
+    }
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+#endif
+    x2n[0] = ONE >> 1; /* x^1 */
+    for (int k = 1; k < 64; k++) x2n[k] = mulmod(x2n[k - 1], x2n[k - 1]);
+}
+
+/* x^(8 n) modulo the polynomial: the shift past n zero bytes. */
+static uint64_t shift_of(uint64_t n) {
+    uint64_t p = ONE;
+    for (int k = 3; n; n >>= 1, k++)
+        if (n & 1) p = mulmod(x2n[k & 63], p);
+    return p;
+}
+
+uint64_t tsr_digest_run(size_t elem_size, uint64_t volume, uint64_t first, const void *data, uint64_t n) {
+    if (n == 0) return 0;
+    pthread_once(&tables_once, tables_init);
+    uint64_t crc = crc_more(0, data, n * elem_size);
+    uint64_t after = volume - first - n;
+    return after ? mulmod(crc, shift_of(after * elem_size)) : crc;
+}
+
+uint64_t tsr_digest_tensor(uint64_t key, size_t elem_size, const void *data, uint64_t volume) {
+    return key ^ crc_more(0, data, volume * elem_size);
+}
+
+uint64_t tsr_digest_region(size_t elem_size, const uint64_t *shape, const tsr_box *mem_box, const void *data,
+                           const tsr_box *region) {
     uint32_t n = region->ndim;
-    if (n == 0) return tsr_digest_run(key, elem_size, 0, data, 1);
+    if (n == 0) return crc_more(0, data, elem_size);
     if (tsr_box_volume(region) == 0) return 0;
+    pthread_once(&tables_once, tables_init);
     /* runs of consecutive global indices: dims c.. where every dim after c is
      * whole in the region, so in mem_box too (then also consecutive in its
      * memory); st[d], ms[d]: the tensor's and the memory's stride of dim d */
@@ -81,25 +118,32 @@ uint64_t tsr_digest_region(uint64_t key, size_t elem_size, const uint64_t *shape
     for (uint32_t d = n - 1; d > 0; d--) st[d - 1] = st[d] * shape[d], ms[d - 1] = ms[d] * mem_box->extent[d];
     uint32_t c = n - 1;
     while (c > 0 && region->extent[c] == shape[c]) c--;
-    uint64_t run = region->extent[c] * st[c];
+    uint64_t run = region->extent[c] * st[c], volume = st[0] * shape[0];
     uint64_t i[TSR_MAX_DIMS] = {0}; /* the index in dims < c, relative to the region */
     const uint8_t *p = data;
-    uint64_t s = 0;
-    for (;;) {
+    /* the runs in increasing global order, each CRC continued from the last
+     * one's shifted past the gap between them (mostly the same gap: its shift
+     * kept), and the whole shifted past what follows the last */
+    uint64_t crc = 0, end = 0, gap = 0, gap_shift = ONE;
+    for (int started = 0;; started = 1) {
         uint64_t g = region->offset[c] * st[c], m = (region->offset[c] - mem_box->offset[c]) * ms[c];
         for (uint32_t d = 0; d < c; d++) {
             g += (region->offset[d] + i[d]) * st[d];
             m += (region->offset[d] - mem_box->offset[d] + i[d]) * ms[d];
         }
-        s += tsr_digest_run(key, elem_size, g, p + m * elem_size, run);
+        if (started && g > end) {
+            if (g - end != gap) gap = g - end, gap_shift = shift_of(gap * elem_size);
+            crc = mulmod(crc, gap_shift);
+        }
+        crc = crc_more(crc, p + m * elem_size, run * elem_size);
+        end = g + run;
         uint32_t d = c;
         while (d > 0 && ++i[d - 1] == region->extent[d - 1]) i[--d] = 0;
         if (d == 0) break;
     }
-    return s;
+    return end < volume ? mulmod(crc, shift_of((volume - end) * elem_size)) : crc;
 }
 
-uint64_t tsr_digest_box(uint64_t key, size_t elem_size, const uint64_t *shape, const tsr_box *box,
-                        const void *data) {
-    return tsr_digest_region(key, elem_size, shape, box, data, box);
+uint64_t tsr_digest_box(size_t elem_size, const uint64_t *shape, const tsr_box *box, const void *data) {
+    return tsr_digest_region(elem_size, shape, box, data, box);
 }

@@ -32,12 +32,12 @@ enum { TSR_SEC_STRINGS = 1, TSR_SEC_FILES, TSR_SEC_TENSORS, TSR_SEC_CHUNKS, TSR_
 #define TSR_MF_PACK_BLOCK 65536 /* records shuffled together */
 enum { TSR_REC_FILE = 16, TSR_REC_TENSOR = 104, TSR_REC_CHUNK = 160, TSR_REC_FRAME = 48,
        TSR_REC_BLOB = 32 };
-/* v1.2 appends the digest to a TENSORS record (FORMAT.md 4.2, 4.4), v1.3 the
- * statistics (4.5). */
-#define TSR_REC_TENSOR_V12 120
+/* v1.2 appended the first digest to a TENSORS record (FORMAT.md 4.2), v1.3 the
+ * statistics (4.5), v1.4 the digest of section 4.4. */
 #define TSR_REC_TENSOR_V13 152
-#define TSR_MF_DIGEST 1u /* tsr_mf_tensor.digest_flags: the digest is recorded */
+#define TSR_REC_TENSOR_V14 160
 #define TSR_MF_STATS 2u  /* tsr_mf_tensor.digest_flags: the statistics are recorded (v1.3) */
+#define TSR_MF_DIGEST 4u /* tsr_mf_tensor.digest_flags: the digest (4.4, v1.4) is recorded */
 #define TSR_MF_POISONED 1u /* tsr_manifest.flags (the header's, v1.3): a tensor holds a non-finite element */
 
 typedef struct tsr_mf_tensor {
@@ -47,10 +47,12 @@ typedef struct tsr_mf_tensor {
     uint64_t shape[TSR_MAX_DIMS];
     tsr_placement placement;
     uint32_t chunk_first, chunk_count;
-    /* FORMAT.md 4.4, with TSR_MF_DIGEST in digest_flags (files before v1.2
-     * have none). In a writer's table on its way to rank 0: that writer's
-     * share of it, with the flag when every box it wrote of the tensor added
-     * its share (a chunk copied as it is stored, never decoded, adds none). */
+    /* FORMAT.md 4.4, with TSR_MF_DIGEST in digest_flags (files before v1.4
+     * have none: the digest of v1.2 and v1.3 is not read). In a writer's table
+     * on its way to rank 0: that writer's share of the CRC (the xor of its
+     * boxes' shares, without the key), with the flag when every box it wrote
+     * of the tensor added its share (a chunk copied as it is stored, never
+     * decoded, adds none). */
     uint64_t digest;
     uint32_t digest_flags; /* TSR_MF_DIGEST, TSR_MF_STATS */
     /* FORMAT.md 4.5, with TSR_MF_STATS (a floating dtype, files from v1.3). In

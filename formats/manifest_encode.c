@@ -13,7 +13,7 @@
 #define N_SEC 6 /* STRINGS, FILES, TENSORS, CHUNKS, FRAMES, BLOBS: types 1..6 */
 #define PACK_LEVEL 3 /* zstd's level for packed sections */
 
-static const uint32_t rec_size[N_SEC] = {1, TSR_REC_FILE, TSR_REC_TENSOR_V13, TSR_REC_CHUNK, TSR_REC_FRAME,
+static const uint32_t rec_size[N_SEC] = {1, TSR_REC_FILE, TSR_REC_TENSOR_V14, TSR_REC_CHUNK, TSR_REC_FRAME,
                                          TSR_REC_BLOB};
 
 static int sbuf_zero(tsr_sbuf *b, size_t n) {
@@ -61,7 +61,7 @@ static void put_files(const tsr_manifest *m, uint8_t *p) {
 
 /* @return 0, or TSR_ENOMEM from the string table. */
 static int put_tensors(const tsr_manifest *m, strtab *st, uint8_t *p) {
-    for (size_t i = 0; i < m->n_tensors; i++, p += TSR_REC_TENSOR_V13) {
+    for (size_t i = 0; i < m->n_tensors; i++, p += TSR_REC_TENSOR_V14) {
         const tsr_mf_tensor *t = &m->tensors[i];
         uint32_t off, len;
         if (strtab_add(st, t->name, &off, &len)) return TSR_ENOMEM;
@@ -77,8 +77,9 @@ static int put_tensors(const tsr_manifest *m, strtab *st, uint8_t *p) {
         tsr_st32(p + 28, t->chunk_first);
         tsr_st32(p + 32, t->chunk_count);
         for (uint32_t d = 0; d < t->ndim && d < TSR_MAX_DIMS; d++) tsr_st64(p + 40 + 8 * d, t->shape[d]);
-        if (t->digest_flags & TSR_MF_DIGEST) { /* v1.2 (4.4): else both zero */
-            tsr_st64(p + 104, t->digest);
+        /* v1.2's digest (offset 104, bit 0) is never written */
+        if (t->digest_flags & TSR_MF_DIGEST) { /* v1.4 (4.4): else zero */
+            tsr_st64(p + 152, t->digest);
             tsr_st32(p + 112, TSR_MF_DIGEST);
         }
         if (t->digest_flags & TSR_MF_STATS) { /* v1.3 (4.5): else all zero */

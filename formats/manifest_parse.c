@@ -21,9 +21,9 @@ typedef struct sections {
 
 /* The record size of v1.0 (FORMAT.md 4.2): the fields this tessera reads. */
 static const uint32_t minrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR, TSR_REC_CHUNK, TSR_REC_FRAME, TSR_REC_BLOB};
-/* The record size of the fields this tessera reads: v1.0's, and the digest
- * v1.2 and the statistics v1.3 append to TENSORS (read when a record holds them). */
-static const uint32_t knownrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR_V13, TSR_REC_CHUNK, TSR_REC_FRAME,
+/* The record size of the fields this tessera reads: v1.0's, and the statistics
+ * v1.3 and the digest v1.4 append to TENSORS (read when a record holds them). */
+static const uint32_t knownrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR_V14, TSR_REC_CHUNK, TSR_REC_FRAME,
                                      TSR_REC_BLOB};
 
 /* The header: magic, size, checksum, version, step, save id, layout. The section
@@ -331,9 +331,10 @@ static int parse_tensors(const sections *sec, const block *b, const char *path, 
                 return BAD("%s: tensor %s: nonzero shape entry past its %u dims", path, t->name, t->ndim);
             t->shape[d] = v;
         }
-        if (b->stride >= TSR_REC_TENSOR_V12) { /* v1.2: the digest (FORMAT.md 4.4); unknown flag bits ignored */
+        /* v1.4: the digest (FORMAT.md 4.4); v1.2's (bit 0) and unknown flag bits ignored */
+        if (b->stride >= TSR_REC_TENSOR_V14) {
             t->digest_flags = tsr_ld32(p + 112) & TSR_MF_DIGEST;
-            t->digest = t->digest_flags ? tsr_ld64(p + 104) : 0;
+            t->digest = t->digest_flags ? tsr_ld64(p + 152) : 0;
         }
         tsr_stats_init(&t->stats);
         /* v1.3: the statistics (4.5), of a floating dtype only (elsewhere the bit is ignored) */

@@ -7,12 +7,11 @@
 
 #include "casts.h"
 #include "common.h"
-#include "digest_lanes.h"
 #include "tsr_formats.h"
 
 /* The f32 and bf16 kernels (the dtypes of training states): 8 lanes at a time
  * with GCC and Clang vector extensions, branch-free, the squares summed in
- * f64; cloned for AVX-512 and AVX2 as the digest's kernels are. */
+ * f64; cloned for AVX-512 and AVX2 (TSR_WIDEST_INT). */
 typedef float f32x8 __attribute__((vector_size(32)));
 typedef int32_t i32x8 __attribute__((vector_size(32)));
 typedef double f64x8 __attribute__((vector_size(64)));
@@ -70,80 +69,50 @@ static inline double one_bf16(const uint8_t *p, uint64_t j) {
     return tsr_bf16_to_f32(h);
 }
 
-/* A run of n elements of type T (f32's or bf16's bits), 8 lanes at a time
- * (VT: 8 of them), each element's bits widened to f32's for the statistics
- * (<< WIDEN) and, with DIGEST, zero-extended for the digest's lanes
- * (digest_lanes.h) beside them: its share returned (0 without); the lanes
- * folded into s every BLOCK, the rest one by one. With and without the digest
- * the statistics' blocks, lanes and order of sums are the same, so the same
- * results. */
+/* A run of n elements of type T (f32's or bf16's bits), 16 at a time in two
+ * sets of 8 lanes (VT: 8 of them), so that the minimum's and maximum's chains
+ * of compares overlap; each element's bits widened to f32's (<< WIDEN). The
+ * lanes are folded into s every BLOCK, the rest added one by one. */
 typedef uint32_t u32x8 __attribute__((vector_size(32)));
-#define RUN_PASS(fn, T, VT, WIDEN, ONE, DIGEST)                                                              \
-    TSR_WIDEST_INT static uint64_t fn(uint64_t key, uint64_t first, const void *data, uint64_t n,       \
-                                      tsr_stats *s) {                                                    \
+#define RUN_PASS(fn, T, VT, WIDEN, ONE)                                                                   \
+    TSR_WIDEST_INT static void fn(const void *data, uint64_t n, tsr_stats *s) {                          \
         const uint8_t *p = data;                                                                         \
-        tsr_u64x8 acc = {0}, idx, kv;                                                                    \
-        TSR_DIGEST_LANES_INIT(idx, kv, first, key);                                                      \
         uint64_t j = 0;                                                                                  \
-        while (j + 8 <= n) {                                                                             \
-            f32x8 mn = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY}; \
-            f32x8 mx = -mn;                                                                              \
-            f64x8 sq = {0};                                                                              \
-            i32x8 nf = {0};                                                                              \
+        while (j + 16 <= n) {                                                                            \
+            f32x8 mn0 = {INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY, INFINITY}; \
+            f32x8 mx0 = -mn0, mn1 = mn0, mx1 = mx0;                                                      \
+            f64x8 sq0 = {0}, sq1 = {0};                                                                  \
+            i32x8 nf0 = {0}, nf1 = {0};                                                                  \
             uint64_t end = n - j > BLOCK ? j + BLOCK : n;                                                \
-            for (; j + 8 <= end; j += 8) {                                                               \
-                VT v;                                                                                    \
-                memcpy(&v, p + sizeof(T) * j, sizeof v);                                                 \
-                i32x8 b = (i32x8)(__builtin_convertvector(v, u32x8) << WIDEN);                           \
-                if (DIGEST) {                                                                            \
-                    tsr_u64x8 x = TSR_DIGEST_WIDEN(v);                                                   \
-                    TSR_DIGEST_LANES(acc, x, idx, kv);                                                   \
-                }                                                                                        \
-                LANES(b, mn, mx, sq, nf);                                                                \
+            for (; j + 16 <= end; j += 16) {                                                             \
+                VT v0, v1;                                                                               \
+                memcpy(&v0, p + sizeof(T) * j, sizeof v0);                                               \
+                memcpy(&v1, p + sizeof(T) * (j + 8), sizeof v1);                                         \
+                i32x8 b0 = (i32x8)(__builtin_convertvector(v0, u32x8) << WIDEN);                         \
+                i32x8 b1 = (i32x8)(__builtin_convertvector(v1, u32x8) << WIDEN);                         \
+                LANES(b0, mn0, mx0, sq0, nf0);                                                           \
+                LANES(b1, mn1, mx1, sq1, nf1);                                                           \
             }                                                                                            \
-            FOLD(s, mn, mx, sq, nf);                                                                     \
+            FOLD(s, mn0, mx0, sq0, nf0);                                                                 \
+            FOLD(s, mn1, mx1, sq1, nf1);                                                                 \
         }                                                                                                \
-        uint64_t share = 0;                                                                              \
-        if (DIGEST) TSR_DIGEST_LANES_SUM(share, acc);                                                    \
-        for (; j < n; j++) {                                                                             \
-            T v;                                                                                         \
-            memcpy(&v, p + sizeof(T) * j, sizeof v);                                                     \
-            if (DIGEST) share += tsr_mix64(((uint64_t)v + (first + j) * TSR_DIGEST_K) ^ key);            \
-            add_one(s, ONE(p, j));                                                                       \
-        }                                                                                                \
-        return share;                                                                                    \
+        for (; j < n; j++) add_one(s, ONE(p, j));                                                        \
     }
-RUN_PASS(run_f32, uint32_t, u32x8, 0, one_f32, 0)
-RUN_PASS(run_bf16, uint16_t, u16x8, 16, one_bf16, 0)
-RUN_PASS(both_f32, uint32_t, u32x8, 0, one_f32, 1)
-RUN_PASS(both_bf16, uint16_t, u16x8, 16, one_bf16, 1)
+RUN_PASS(run_f32, uint32_t, u32x8, 0, one_f32)
+RUN_PASS(run_bf16, uint16_t, u16x8, 16, one_bf16)
 
-uint64_t tsr_digest_stats_run(uint64_t key, int dtype, uint64_t first, const void *data, uint64_t n, tsr_stats *acc) {
-    if (dtype != TSR_F32 && dtype != TSR_BF16) {
-        tsr_stats_run(dtype, data, n, acc);
-        return tsr_digest_run(key, tsr_dtype_size(dtype), first, data, n);
-    }
-    tsr_stats s;
-    tsr_stats_init(&s);
-    uint64_t share = dtype == TSR_F32 ? both_f32(key, first, data, n, &s) : both_bf16(key, first, data, n, &s);
-    tsr_stats_merge(acc, &s);
-    return share;
-}
-
-uint64_t tsr_digest_stats_box(uint64_t key, int dtype, const uint64_t *shape, const tsr_box *box,
-                              const void *data, tsr_stats *acc) {
-    uint64_t vol = tsr_box_volume(box), first;
-    if (box->ndim > 0 && tsr_box_one_run(shape, box, &first)) return tsr_digest_stats_run(key, dtype, first, data, vol, acc);
-    tsr_stats_run(dtype, data, vol, acc);
-    return tsr_digest_box(key, tsr_dtype_size(dtype), shape, box, data);
+uint64_t tsr_digest_stats_box(int dtype, const uint64_t *shape, const tsr_box *box, const void *data,
+                              tsr_stats *acc) {
+    tsr_stats_run(dtype, data, tsr_box_volume(box), acc);
+    return tsr_digest_box(tsr_dtype_size(dtype), shape, box, data);
 }
 
 int tsr_stats_run(int dtype, const void *data, uint64_t n, tsr_stats *acc) {
     if (!tsr_stats_dtype(dtype)) return 0;
     tsr_stats s;
     tsr_stats_init(&s);
-    if (dtype == TSR_F32) run_f32(0, 0, data, n, &s);
-    else if (dtype == TSR_BF16) run_bf16(0, 0, data, n, &s);
+    if (dtype == TSR_F32) run_f32(data, n, &s);
+    else if (dtype == TSR_BF16) run_bf16(data, n, &s);
     else
         for (uint64_t j = 0; j < n; j++) add_one(&s, tsr_load_f64(dtype, data, (size_t)j));
     tsr_stats_merge(acc, &s);

@@ -45,26 +45,28 @@ enum {
 
 /* ------------------------------------------------------------------ digest */
 
-/* The digest of a logical tensor (FORMAT.md section 4.4): the sum modulo 2^64,
- * over every element, of mix64((bits + index * TSR_DIGEST_K) ^ key), with bits
- * the element as stored (little-endian, zero-extended to 64 bits), index its
- * global row-major index and key = tsr_digest_key(name, dtype). No layout,
- * chunking or framing changes it; the shares of any disjoint boxes add up. */
-#define TSR_DIGEST_K 0x9e3779b97f4a7c15ull
+/* The digest of a logical tensor (FORMAT.md section 4.4): key xor the CRC-64
+ * (ECMA-182 polynomial, reflected, initial value 0, no final xor) of its bytes
+ * as stored, in global row-major order, with key = tsr_digest_key(name, dtype).
+ * The CRC of the tensor is the xor of its runs' shares: a run's CRC shifted past
+ * the bytes that follow it in the tensor. No layout, chunking or framing
+ * changes it: the shares of any disjoint boxes xor to it. */
 
 /* tsr_digest_key(): XXH3-64 of the tensor's name with its dtype code as seed. */
 uint64_t tsr_digest_key(const char *name, int dtype);
-/* tsr_digest_run(): the share of n elements of elem_size (1, 2, 4 or 8) bytes
- * at data, of global indices first, first+1, ...; 0 for another size. */
-uint64_t tsr_digest_run(uint64_t key, size_t elem_size, uint64_t first, const void *data, uint64_t n);
+/* tsr_digest_tensor(): the digest of a whole tensor of `volume` elements of
+ * elem_size bytes at data, in row-major order. */
+uint64_t tsr_digest_tensor(uint64_t key, size_t elem_size, const void *data, uint64_t volume);
+/* tsr_digest_run(): the share of n elements of elem_size bytes at data, of
+ * global indices first, first+1, ..., of a tensor of `volume` elements. */
+uint64_t tsr_digest_run(size_t elem_size, uint64_t volume, uint64_t first, const void *data, uint64_t n);
 /* tsr_digest_box(): the share of `box` (its memory at data, row-major) of a
  * tensor of this shape (box->ndim dims). */
-uint64_t tsr_digest_box(uint64_t key, size_t elem_size, const uint64_t *shape, const tsr_box *box,
-                        const void *data);
+uint64_t tsr_digest_box(size_t elem_size, const uint64_t *shape, const tsr_box *box, const void *data);
 /* tsr_digest_region(): the share of `region` (within mem_box) of a tensor of
  * `shape`, whose memory holds mem_box (row-major) at data. */
-uint64_t tsr_digest_region(uint64_t key, size_t elem_size, const uint64_t *shape, const tsr_box *mem_box,
-                           const void *data, const tsr_box *region);
+uint64_t tsr_digest_region(size_t elem_size, const uint64_t *shape, const tsr_box *mem_box, const void *data,
+                           const tsr_box *region);
 
 /* -------------------------------------------------------------- statistics */
 
@@ -93,18 +95,12 @@ void tsr_stats_merge(tsr_stats *acc, const tsr_stats *share);
  * sqrt of the sum of squares). */
 void tsr_stats_finish(tsr_stats *s);
 
-/* tsr_digest_stats_run(): tsr_digest_run()'s share of n elements of dtype at
- * data, the first of global index `first`, returned, and tsr_stats_run()'s
- * share of them added to *acc (none for a dtype without statistics): the same
- * results as the two calls, from one pass over the bytes for f32 and bf16. */
-uint64_t tsr_digest_stats_run(uint64_t key, int dtype, uint64_t first, const void *data, uint64_t n, tsr_stats *acc);
 /* tsr_digest_stats_box(): tsr_digest_box()'s share of `box` (its memory at
  * data, row-major) of a tensor of dtype and `shape`, returned, and
- * tsr_stats_run()'s share of its elements added to *acc: the same results as
- * the two calls; one pass over the bytes (tsr_digest_stats_run) where the box
- * is one run of the tensor's row-major order. */
-uint64_t tsr_digest_stats_box(uint64_t key, int dtype, const uint64_t *shape, const tsr_box *box,
-                              const void *data, tsr_stats *acc);
+ * tsr_stats_run()'s share of its elements added to *acc (none for a dtype
+ * without statistics), while the bytes are in cache. */
+uint64_t tsr_digest_stats_box(int dtype, const uint64_t *shape, const tsr_box *box, const void *data,
+                              tsr_stats *acc);
 
 #ifdef __cplusplus
 }

@@ -16,7 +16,7 @@ their placements, as the table gives them from train.model). With --layout,
 computes the boxes of every rank of the checkpoint's layout by section 10 and
 checks that they tile every tensor and are its chunks, each in the data file
 of a rank that holds it (as `tessera reshard` writes). Every tensor whose record
-holds a digest (section 4.4, v1.2) has it recomputed from its elements and
+holds a digest (section 4.4, v1.4) has it recomputed from its elements and
 compared, and every tensor whose record holds statistics (section 4.5, v1.3)
 has them recomputed (min, max and the non-finite count exactly, the L2 norm
 within a relative 1e-9), and the header's poisoned bit checked against them.
@@ -25,7 +25,9 @@ statistics of section 4.5's, read from the tables in FORMAT.md, and compares the
 (and the digests' keys) with the tables'.
 Prints one line per problem and
 exits 1 if there was any; exits 77 (SKIP) when numpy, libxxhash or libzstd is
-missing. Needs: numpy; libxxhash.so.0 and libzstd.so.1 via ctypes.
+missing. Needs: numpy; libxxhash.so.0 and libzstd.so.1 via ctypes (and
+libisal.so.2 where present, for the CRC-64 of large tensors; else byte at a
+time in Python).
 """
 import ctypes
 import os
@@ -70,8 +72,44 @@ def xxh3_seed(b, seed):
 
 
 # ------------------------------------------------------------------- section 4.4
-DIGEST_K = 0x9E3779B97F4A7C15
-U64 = np.uint64
+CRC_POLY = 0xC96C5795D7870F42  # ECMA-182's polynomial 0x42F0E1EBA9EA3693, bits reflected
+
+
+def _crc_table():
+    t = []
+    for b in range(256):
+        c = b
+        for _ in range(8):
+            c = (c >> 1) ^ CRC_POLY if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+_CRC_TABLE = _crc_table()
+
+
+def crc64_bytes(b, crc=0):
+    """Section 4.4's CRC-64 (reflected, initial value 0, no final xor) of the
+    bytes b, a byte at a time; from crc, the CRC of bytes before them."""
+    t = _CRC_TABLE
+    for x in bytes(b):
+        crc = t[(crc ^ x) & 0xFF] ^ (crc >> 8)
+    return crc
+
+
+try:  # the same CRC from ISA-L (its functions invert the CRC on entry and exit), for large tensors
+    _isal = ctypes.CDLL("libisal.so.2")
+    _isal.crc64_ecma_refl.restype = ctypes.c_uint64
+    _isal.crc64_ecma_refl.argtypes = [ctypes.c_uint64, ctypes.c_char_p, ctypes.c_uint64]
+except OSError:
+    _isal = None
+
+
+def crc64(b):
+    b = bytes(b)
+    if _isal is None or len(b) < 4096:
+        return crc64_bytes(b)
+    return ~_isal.crc64_ecma_refl(~0 & 0xFFFFFFFFFFFFFFFF, b, len(b)) & 0xFFFFFFFFFFFFFFFF
 
 
 def digest_key(name, code):
@@ -81,20 +119,10 @@ def digest_key(name, code):
 
 def digest(name, code, elems):
     """The digest of a tensor whose elements, row-major, are the numpy array elems
-    (any shape, its stored dtype): each element's bits as an unsigned integer,
-    widened to 64 bits, plus its index times K, xor the key, mixed; summed modulo
-    2^64. numpy's uint64 arithmetic wraps modulo 2^64."""
+    (any shape, its stored dtype): the key xor the CRC of its bytes, each element
+    little-endian."""
     flat = np.ascontiguousarray(elems).reshape(-1)
-    bits = flat.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[flat.dtype.itemsize]).astype(U64)
-    total = 0
-    for lo in range(0, len(bits), 1 << 22):  # in pieces: bounded memory
-        z = bits[lo:lo + (1 << 22)] + np.arange(lo, lo + len(bits[lo:lo + (1 << 22)]), dtype=U64) * U64(DIGEST_K)
-        z ^= U64(digest_key(name, code))
-        z = (z ^ (z >> U64(30))) * U64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> U64(27))) * U64(0x94D049BB133111EB)
-        z ^= z >> U64(31)
-        total = (total + int(z.sum(dtype=U64))) % (1 << 64)
-    return total
+    return digest_key(name, code) ^ crc64(flat.astype(flat.dtype.newbyteorder("<")).tobytes())
 
 
 def check_vectors(path):
@@ -126,6 +154,17 @@ def check_vectors(path):
             problems.append("vector %s: digest %016x, FORMAT.md says %s" % (name, got, want))
     if n < 3:
         problems.append("%s: only %d test vectors found in section 4.4" % (path, n))
+    # the CRC's own check values: of "123456789" as defined, and as CRC-64/XZ
+    m = re.search(r"the CRC of\s+the 9 ASCII bytes `123456789` is `([0-9a-f]{16})`.*?check value,\s+`([0-9a-f]{16})`",
+                  table, re.S)
+    ones = (1 << 64) - 1
+    if not m:
+        problems.append("%s: section 4.4 gives no CRC check values" % path)
+    elif crc64_bytes(b"123456789") != int(m.group(1), 16) or crc64_bytes(b"123456789", ones) ^ ones != int(m.group(2), 16):
+        problems.append("CRC of 123456789: %016x (as CRC-64/XZ %016x), FORMAT.md says %s (%s)" %
+                        (crc64_bytes(b"123456789"), crc64_bytes(b"123456789", ones) ^ ones, m.group(1), m.group(2)))
+    elif _isal is not None and crc64(bytes(range(256)) * 64) != crc64_bytes(bytes(range(256)) * 64):
+        problems.append("ISA-L's CRC-64 differs from the one computed here a byte at a time")
     return problems, n
 
 
@@ -403,9 +442,9 @@ class Checkpoint:
             if ccount > volume(shape[:ndim]):  # its chunks are disjoint, none empty
                 raise Refused("tensor %s: %d chunks for %d elements" % (name, ccount, volume(shape[:ndim])))
             next_chunk += ccount
-            dg = None  # section 4.4: in records of 120 bytes or more, with bit 0 of its flags
-            if len(r) >= 120 and struct.unpack_from("<I", r, 112)[0] & 1:
-                dg = struct.unpack_from("<Q", r, 104)[0]
+            dg = None  # section 4.4: in records of 160 bytes or more, with bit 2 of its flags
+            if len(r) >= 160 and struct.unpack_from("<I", r, 112)[0] & 4:
+                dg = struct.unpack_from("<Q", r, 152)[0]
             st = None  # section 4.5: in records of 152 bytes or more, with bit 1, of a floating dtype
             if len(r) >= 152 and struct.unpack_from("<I", r, 112)[0] & 2 and dtype in STAT_CODES:
                 st = struct.unpack_from("<dddQ", r, 120)

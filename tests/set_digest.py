@@ -29,15 +29,16 @@ def set_digest(step_dir, tensor, value):
         raise SystemExit("set_digest: %s: no plain TENSORS section" % path)
     soff = secs[STRINGS][0]
     off, rec, count = secs[TENSORS]
-    if rec < 120:
-        raise SystemExit("set_digest: %s: TENSORS records of %d bytes hold no digest" % (path, rec))
+    if rec < 160:
+        raise SystemExit("set_digest: %s: TENSORS records of %d bytes hold no digest (of format 1.4)" % (path, rec))
     for i in range(count):
         r = off + i * rec
         no, nn = struct.unpack_from("<II", m, r)
         if bytes(m[soff + no:soff + no + nn]).decode() == tensor:
-            old, = struct.unpack_from("<Q", m, r + 104)
+            old, = struct.unpack_from("<Q", m, r + 152)
             flags, = struct.unpack_from("<I", m, r + 112)
-            struct.pack_into("<QI", m, r + 104, value, flags | 1)
+            struct.pack_into("<Q", m, r + 152, value)
+            struct.pack_into("<I", m, r + 112, flags | 4)
             struct.pack_into("<Q", m, len(m) - 8, _xxh.XXH3_64bits(bytes(m[:-8]), len(m) - 8))
             open(path, "wb").write(m)
             return old

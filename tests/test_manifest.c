@@ -232,7 +232,7 @@ static void zeros(hsec *s, uint32_t count) {
  * FRAMES and BLOBS packed, STRINGS and TENSORS plain. */
 static void widen_all(hmf *x, uint32_t chunk_rec) {
     widen(&x->s[TSR_SEC_FILES - 1], TSR_REC_FILE + 8);
-    widen(&x->s[TSR_SEC_TENSORS - 1], TSR_REC_TENSOR_V13 + 24); /* past the fields of v1.3 */
+    widen(&x->s[TSR_SEC_TENSORS - 1], TSR_REC_TENSOR_V14 + 24); /* past the fields of v1.4 */
     widen(&x->s[TSR_SEC_CHUNKS - 1], chunk_rec);
     widen(&x->s[TSR_SEC_FRAMES - 1], TSR_REC_FRAME + 17);
     widen(&x->s[TSR_SEC_BLOBS - 1], TSR_REC_BLOB + 8);

@@ -91,7 +91,7 @@ PYEOF
 # what its MANIFEST records (every frame's checksum intact) is refused by name
 cp -r B Bbad && $PY "$TSR_ROOT/tests/set_digest.py" Bbad model.layers.0.w 0123456789abcdef >/dev/null || fail "set_digest"
 "$T" reshard Bbad Bbad32 --layout dp_shard=1 --dtype f32 >/dev/null 2>reshard_bad.err && fail "reshard of a wrong digest: exit 0"
-grep -q "tensor model.layers.0.w: its data adds up to digest [0-9a-f]*, its MANIFEST records 0123456789abcdef" reshard_bad.err ||
+grep -q "tensor model.layers.0.w: its data has digest [0-9a-f]*, its MANIFEST records 0123456789abcdef" reshard_bad.err ||
     { fail "reshard of a wrong digest: not named"; cat reshard_bad.err >&2; }
 [ -e Bbad32 ] && fail "reshard of a wrong digest: the output exists"
 

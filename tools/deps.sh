@@ -10,7 +10,7 @@
 #          util-linux (the virtual cluster's namespaces, tests/vcluster.sh);
 #   bench  make bench: the run set, Ceph, GNU time and python3.
 set -e
-run="build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libcurl4-openssl-dev libssl-dev
+run="build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libisal-dev libcurl4-openssl-dev libssl-dev
 libxml2-dev libinih-dev libcjson-dev libopenmpi-dev openmpi-bin libopenblas-dev gnuplot-nox"
 ceph="ceph-mon ceph-mgr ceph-osd radosgw ceph-common"
 case ${1:-run} in

@@ -13,8 +13,8 @@ Every error is a tessera.Error carrying the library's message, which names the
 file, tensor or request and the reason.
 
 A read of a whole tensor whose MANIFEST records its digest (FORMAT.md 4.4: every
-checkpoint of format 1.2 on) recomputes the digest of the elements read, through
-the library's tsr_digest_key and tsr_digest_run, and raises Error naming the
+checkpoint of format 1.4 on) recomputes the digest of the elements read, through
+the library's tsr_digest_key and tsr_digest_tensor, and raises Error naming the
 tensor and both values when they differ: the frames' checksums prove the bytes
 of each file, the digest that the elements are the tensor that was saved, each
 in its place. tessera.open(path, check_digests=False), or read(...,
@@ -163,7 +163,7 @@ def library(s3=False):
         "tsr_ckpt_verify": (ctypes.c_long, [P, _PROBLEM, P, ctypes.c_int, E]),
         "tsr_ckpt_tensor_digest": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]),
         "tsr_digest_key": (ctypes.c_uint64, [ctypes.c_char_p, ctypes.c_int]),
-        "tsr_digest_run": (ctypes.c_uint64, [ctypes.c_uint64, ctypes.c_size_t, ctypes.c_uint64, P, ctypes.c_uint64]),
+        "tsr_digest_tensor": (ctypes.c_uint64, [ctypes.c_uint64, ctypes.c_size_t, P, ctypes.c_uint64]),
         "tsr_latest_step": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
                                            ctypes.c_size_t]),
         "tsr_save_begin": (P, [ctypes.c_char_p, ctypes.c_uint32, P, P, E]),
@@ -304,7 +304,7 @@ class Checkpoint:
         if lib.tsr_ckpt_tensor_digest(h, i, ctypes.byref(want)) != 1:
             return
         key = lib.tsr_digest_key(name.encode(), code)
-        got = lib.tsr_digest_run(key, out.dtype.itemsize, 0, out.ctypes.data_as(ctypes.c_void_p), out.size)
+        got = lib.tsr_digest_tensor(key, out.dtype.itemsize, out.ctypes.data_as(ctypes.c_void_p), out.size)
         if got != want.value:
             raise Error(-3, "tessera: %s: tensor %s: the data read has digest %016x, its MANIFEST records %016x "
                             "(it is not the tensor that was saved; read(..., check_digest=False) skips the check)"
