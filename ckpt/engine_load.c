@@ -232,20 +232,16 @@ static int plan_reads(load *l, tsr_error *err) {
 }
 
 /* Reads item i into its state box and, for the digest check, takes the share
- * of what landed there while it is in the cache: the region as the state box's
- * own memory holds it (where a planted fault read it as another box, the
- * region moved by as much). */
+ * of what landed there, slab by slab while it is in the cache: as the state
+ * box's own memory holds it (where a planted fault read it as another box, the
+ * landed data counts where it lies in the state box). */
 static void read_piece(void *ctx, size_t i, int worker) {
     load *l = ctx;
     read_item *it = &l->items[i];
     const tsr_state_box *b = &l->st->boxes[it->state_box];
     tsr_error e = {0};
-    int rc = tsr_ckpt_read_chunk(l->ck, it->chunk, &it->region, b->data, &it->as, &e);
-    if (!rc && l->keys) {
-        tsr_box landed = it->region;
-        for (uint32_t d = 0; d < landed.ndim; d++) landed.offset[d] += b->box.offset[d] - it->as.offset[d];
-        it->share = tsr_digest_region(l->es[b->tensor], l->st->tensors[b->tensor].shape, &b->box, b->data, &landed);
-    }
+    int rc = tsr_ckpt_read_chunk_share(l->ck, it->chunk, &it->region, b->data, &it->as, l->keys ? &b->box : NULL,
+                                       &it->share, &e);
     if (rc) {
         pthread_mutex_lock(&l->mu);
         if (!l->rc) l->rc = rc, l->err = e;
@@ -273,6 +269,8 @@ static int read_mine(load *l, tsr_error *err) {
 static int send_read(load *l, int rc, tsr_error *err) {
     tsr_engine *e = l->e;
     if (!l->reqs) return rc;
+    uint8_t **sent = NULL; /* engine_set_fault_load's altered copies */
+    size_t n_sent = 0, cap_sent = 0;
     for (uint32_t r = 0; l->mine_for && r < e->size; r++) {
         for (size_t i = 0; i < l->ab.n_held[r]; i++) {
             const tsr_rank_box *hb = &l->ab.held[r][i];
@@ -283,9 +281,21 @@ static int send_read(load *l, int rc, tsr_error *err) {
             if (r == e->rank && l->mine_for[k] == (long)i) continue;
             if (l->mine_for[k] < 0) continue; /* the receives stopped before it: rc is set */
             const tsr_state_box *src = &l->st->boxes[l->mine_for[k]];
+            size_t bytes = tsr_box_volume(&src->box) * l->es[src->tensor];
+            const void *data = src->data;
+            if (fault_load == ENGINE_FAULT_SEND && !rc) { /* a copy with one bit flipped, freed below */
+                uint8_t *bad = NULL;
+                if (tsr_grow((void **)&sent, &cap_sent, n_sent, sizeof *sent) || !(bad = malloc(bytes))) {
+                    free(bad);
+                    rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+                    continue;
+                }
+                memcpy(bad, data, bytes);
+                bad[0] ^= 1;
+                data = sent[n_sent++] = bad;
+            }
             tsr_error se;
-            if (tsr_comm_isend(e->comm, r, (int)(k % TAG_MOD), src->data,
-                               tsr_box_volume(&src->box) * l->es[src->tensor], l->reqs, &se) && !rc) {
+            if (tsr_comm_isend(e->comm, r, (int)(k % TAG_MOD), data, bytes, l->reqs, &se) && !rc) {
                 rc = se.code;
                 if (err) *err = se;
             }
@@ -296,6 +306,8 @@ static int send_read(load *l, int rc, tsr_error *err) {
         rc = we.code;
         if (err) *err = we;
     }
+    for (size_t i = 0; i < n_sent; i++) free(sent[i]);
+    free(sent);
     return rc;
 }
 

@@ -9,11 +9,13 @@
  *   ENGINE_FAULT_SWAP   ranks 0 and 1 read each other's box of each tensor (one
  *                       of the same extents)
  *   ENGINE_FAULT_BCAST  every rank reads rank 0's box of each tensor (one of the
- *                       same extents as its own) */
+ *                       same extents as its own)
+ *   ENGINE_FAULT_SEND   a box's reader reads it right but sends the other ranks
+ *                       that hold it a copy with one bit flipped */
 #ifndef TSR_LOAD_FAULT_H
 #define TSR_LOAD_FAULT_H
 
-enum { ENGINE_FAULT_SHIFT = 1, ENGINE_FAULT_SWAP, ENGINE_FAULT_BCAST };
+enum { ENGINE_FAULT_SHIFT = 1, ENGINE_FAULT_SWAP, ENGINE_FAULT_BCAST, ENGINE_FAULT_SEND };
 void engine_set_fault_load(int kind);
 
 #endif

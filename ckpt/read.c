@@ -446,7 +446,31 @@ typedef struct read_ctx {
     frame_buf *fb;
     tsr_codec *codec;
     tsr_error *err;
+    const tsr_box *share_box; /* with the digest's share: the box dst's memory is of (NULL: none) */
+    uint64_t share;
 } read_ctx;
+
+#define SHARE_SLAB (128u << 10) /* bytes copied, then their share taken while in cache */
+
+/* Part `part` of frame box fbox (decoded in r->fb) into dst, and with
+ * share_box its digest share taken from dst slab by slab, each right after
+ * its copy (the share of what landed, as dst's memory holds it). */
+static void land(read_ctx *r, const tsr_box *fbox, const tsr_box *part) {
+    size_t es = tsr_dtype_size(r->t->dtype);
+    if (!r->share_box) {
+        tsr_box_copy(r->dst, r->box, r->fb->out, fbox, part, es);
+        return;
+    }
+    uint64_t rows = part->ndim ? part->extent[0] : 1, row_bytes = tsr_box_volume(part) / rows * es;
+    uint64_t step = row_bytes >= SHARE_SLAB ? 1 : SHARE_SLAB / row_bytes;
+    for (uint64_t lo = 0; lo < rows; lo += step) {
+        tsr_box slab = *part;
+        if (slab.ndim) slab.offset[0] += lo, slab.extent[0] = rows - lo < step ? rows - lo : step;
+        tsr_box_copy(r->dst, r->box, r->fb->out, fbox, &slab, es);
+        for (uint32_t d = 0; d < slab.ndim; d++) slab.offset[d] += r->share_box->offset[d] - r->box->offset[d];
+        r->share ^= tsr_digest_region(es, r->t->shape, r->share_box, r->dst, &slab);
+    }
+}
 
 static int read_one_frame(void *user, uint64_t k) {
     read_ctx *r = user;
@@ -455,21 +479,28 @@ static int read_one_frame(void *user, uint64_t k) {
     if (rc) return rc;
     tsr_box fbox, part;
     tsr_frame_box(r->c, k, &fbox);
-    if (tsr_box_intersect(&fbox, r->region, &part))
-        tsr_box_copy(r->dst, r->box, r->fb->out, &fbox, &part, tsr_dtype_size(r->t->dtype));
+    if (tsr_box_intersect(&fbox, r->region, &part)) land(r, &fbox, &part);
     return 0;
 }
 
 /* Reads `region` of chunk c into dst (the memory of dst_box), decoding only the
  * frames of c that overlap it. */
 static int read_region(tsr_ckpt *ck, const tsr_mf_chunk *c, const tsr_box *region, void *dst,
-                       const tsr_box *dst_box, frame_buf *fb, tsr_codec *codec, tsr_error *err) {
-    read_ctx r = {ck, &ck->m.tensors[c->tensor], c, dst_box, region, dst, fb, codec, err};
-    return tsr_frames_in(c, region, read_one_frame, &r);
+                       const tsr_box *dst_box, frame_buf *fb, tsr_codec *codec, const tsr_box *share_box,
+                       uint64_t *share, tsr_error *err) {
+    read_ctx r = {ck, &ck->m.tensors[c->tensor], c, dst_box, region, dst, fb, codec, err, share_box, 0};
+    int rc = tsr_frames_in(c, region, read_one_frame, &r);
+    if (share) *share = r.share;
+    return rc;
 }
 
 int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst, const tsr_box *dst_box,
                         tsr_error *err) {
+    return tsr_ckpt_read_chunk_share(ck, chunk, region, dst, dst_box, NULL, NULL, err);
+}
+
+int tsr_ckpt_read_chunk_share(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst, const tsr_box *dst_box,
+                              const tsr_box *share_box, uint64_t *share, tsr_error *err) {
     if (chunk >= ck->m.n_chunks) return tsr_err(err, TSR_EINVAL, "%s: no chunk %zu", ck->dir, chunk);
     const tsr_mf_chunk *c = &ck->m.chunks[chunk];
     if (!tsr_box_contains(&c->box, region) || !tsr_box_contains(dst_box, region))
@@ -478,7 +509,12 @@ int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void 
     if (tsr_box_volume(region) == 0) return 0;
     reader *rd = reader_get(ck);
     if (!rd) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    int rc = read_region(ck, c, region, dst, dst_box, &rd->fb, rd->codec, err);
+    if (share_box && (share_box->ndim != dst_box->ndim ||
+                      memcmp(share_box->extent, dst_box->extent, sizeof dst_box->extent[0] * dst_box->ndim))) {
+        reader_put(ck, rd);
+        return tsr_err(err, TSR_EINVAL, "%s: chunk %zu: the share's box is not the destination's shape", ck->dir, chunk);
+    }
+    int rc = read_region(ck, c, region, dst, dst_box, &rd->fb, rd->codec, share_box, share, err);
     reader_put(ck, rd);
     return rc;
 }
@@ -563,7 +599,7 @@ int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, ts
         const tsr_mf_chunk *c = &ck->m.chunks[ci];
         tsr_box region;
         if (!tsr_box_intersect(&c->box, box, &region)) continue;
-        rc = read_region(ck, c, &region, dst, box, &rd->fb, rd->codec, err);
+        rc = read_region(ck, c, &region, dst, box, &rd->fb, rd->codec, NULL, NULL, err);
     }
     reader_put(ck, rd);
     return rc;

@@ -519,6 +519,14 @@ int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst,
  * boxes at once. Thread-safe. */
 int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst,
                         const tsr_box *dst_box, tsr_error *err);
+/* tsr_ckpt_read_chunk_share(): the same, and *share = the digest share (FORMAT.md
+ * 4.4, tsr_digest_region) of what landed in dst, taken from dst slab by slab
+ * right after each slab's copy, while it is in cache; share_box: the box of the
+ * tensor whose memory dst is (the extents of dst_box; normally dst_box itself),
+ * so that data copied to the wrong place gives another share. */
+int tsr_ckpt_read_chunk_share(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst,
+                              const tsr_box *dst_box, const tsr_box *share_box, uint64_t *share,
+                              tsr_error *err);
 
 /* One read of a read plan: the part `region` of needed box `need` that lies in
  * one frame of one stored chunk. tsr_ckpt_read_chunk(ck, chunk, &region, ...)

@@ -5,7 +5,8 @@
 # row off (shift), ranks 0 and 1 reading each other's boxes (swap), every rank
 # reading rank 0's box (bcast) - a load in an FSDP, a TP, a PP and a flat layout
 # fails, naming a tensor and both digests, before the caller sees the data; the
-# same load without the bug passes. tsr-timeout: 300
+# same load without the bug passes; a box read right but sent wrong to the ranks
+# holding its replicas (send) is named by the check of the copies. tsr-timeout: 300
 . "$TSR_ROOT/tests/mpi.sh"
 
 expect 0 "synth" $T ckpt synth ck --bytes 1M --dtype mix --tensors 7 --frame-bytes 16K
@@ -21,4 +22,16 @@ for L in dp_shard=4 tp=4 pp=2,dp_shard=2 dp_shard=3,flat; do
             fail "$L, $f: not the digest check's refusal: $(head -3 err.txt)"
     done
 done
-finish "the load's digest check catches a box read off, two shards swapped and one shard sent to all"
+# a box read right but sent wrong to the ranks that hold a replica of it: with
+# 2 replicas, and with 3 (two identical wrong copies, which a xor of the copies
+# alone would not see): the copies' check names the tensor
+for L in dp_replicate=2,dp_shard=2 dp_replicate=3; do
+    n=$(echo "$L" | tr ',=' '  ' | awk '{ n = 1; for (i = 2; i <= NF; i += 2) n *= $i; print n }')
+    export TSR_FAULT_LOAD=send
+    expect 1 "load in $L with the bug 'send' planted" run_np "$n" $T ckpt check ck --layout "$L"
+    unset TSR_FAULT_LOAD
+    grep -q "tensor .*: the digest of the boxes read is the MANIFEST's ([0-9a-f]\{16\}), but ranks that received a copy of one hold other data" err.txt ||
+        fail "$L, send: not the copies' check refusal: $(head -3 err.txt)"
+    expect 0 "load in $L without it" run_np "$n" $T ckpt check ck --layout "$L"
+done
+finish "the load's digest check catches a box read off, two shards swapped, one shard sent to all and a copy sent wrong"
