@@ -38,9 +38,9 @@ void tsr_gpt2_byte_char(int b, char out[3]);
  * MANIFEST digest. */
 #define TSR_EXPORT_KEY_STEP "tessera.step"
 #define TSR_EXPORT_KEY_MANIFEST "tessera.manifest_xxh3"
-#define TSR_EXPORT_KEY_DIGEST "tessera.digest."               /* + NAME */
+#define TSR_EXPORT_KEY_DIGEST "tessera.tensor_digest."        /* + NAME (format 1.4 on) */
 #define TSR_EXPORT_KEY_SOURCE "tessera.source."               /* + NAME */
-#define TSR_EXPORT_KEY_SOURCE_DIGEST "tessera.source_digest." /* + NAME */
+#define TSR_EXPORT_KEY_SOURCE_DIGEST "tessera.source_tensor_digest." /* + NAME (format 1.4 on) */
 #define TSR_EXPORT_HEX_ZERO "0000000000000000"                /* a value's width */
 
 /* The checkpoint an export reads: the step, the MANIFEST's trailer, and per

@@ -70,14 +70,14 @@ def main():
                  (meta.get("tessera.step"), meta.get("tessera.manifest_xxh3"), ck.step, want_hash))
         for name, code, data in tensors:
             elems = np.frombuffer(data, dtype=UINT[SIZES[code]])
-            rec = meta.get("tessera.digest." + name)
+            rec = meta.get("tessera.tensor_digest." + name)
             got = format_reader.digest(name, code, elems)
             if rec is None or int(rec, 16) != got:
                 fail("%s: digest %016x of its bytes, recorded %s" % (name, got, rec))
             n += 1
             s = meta.get("tessera.source." + name)
             if s is not None:
-                sd = int(meta["tessera.source_digest." + name], 16)
+                sd = int(meta["tessera.source_tensor_digest." + name], 16)
                 if s not in src or src[s]["digest"] != sd or src[s]["dtype"] != code:
                     fail("%s: source %s, digest %016x: not the checkpoint's tensor" % (name, s, sd))
                 if format_reader.digest(s, code, elems) != sd:

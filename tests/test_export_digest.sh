@@ -10,7 +10,9 @@
 # names it with both values and exits 1; import of the changed folder is refused
 # naming the tensor, and nothing is committed. An import of an export has the
 # source's digests wherever neither changed the tensor. A checkpoint whose data
-# is not its MANIFEST's digest (set_digest.py: frames sound) exports nothing.
+# is not its MANIFEST's digest (set_digest.py: frames sound) exports nothing. An
+# export of tessera before format 1.4 (1.2's digests under tessera.digest.NAME)
+# is called neither changed nor verified, and imports.
 # tsr-timeout: 120
 . "$TSR_ROOT/tests/common.sh"
 cd "${TSR_TMP:?}" || exit 1
@@ -83,6 +85,22 @@ done
 expect 1 "verify-export without digests" "$T" verify-export hf0
 grep -q "no tensor digest is recorded" err.txt || fail "no reason for a folder without digests: $(cat err.txt)"
 expect 1 "verify-export of nothing" "$T" verify-export nothere
+# an export of tessera before format 1.4 (its digests, another definition, under
+# tessera.digest.NAME): nothing called changed; verify-export says why it checks
+# nothing, and import takes it
+cp -r st old
+$PY -c '
+import json, struct, sys
+p = sys.argv[1]; b = open(p, "rb").read(); hl, = struct.unpack_from("<Q", b); h = json.loads(b[8:8 + hl])
+m = h["__metadata__"]
+for k in [k for k in m if k.startswith("tessera.tensor_digest.") or k.startswith("tessera.source_tensor_digest.")]:
+    m[k.replace("tensor_digest", "digest")] = "%016x" % (int(m.pop(k), 16) ^ 1)
+j = json.dumps(h).encode(); j += b" " * (-len(j) % 8)
+open(p, "wb").write(struct.pack("<Q", len(j)) + j + b[8 + hl:])' old/model.safetensors || fail "old keys"
+expect 1 "verify-export of an export before format 1.4" "$T" verify-export old
+grep -q "^MISMATCH" out.txt && fail "an export before format 1.4 called changed: $(grep MISMATCH out.txt | head -2)"
+grep -q "no tensor digest is recorded.*before format 1.4" err.txt || fail "no reason for an export before 1.4: $(cat err.txt)"
+expect 0 "import of an export before format 1.4" "$T" import old I4
 
 # import holds the files to their digests
 expect 1 "import of a changed export" "$T" import bad I2

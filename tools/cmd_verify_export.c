@@ -107,7 +107,8 @@ int tsr_cmd_verify_export(int argc, char **argv) {
     }
     if (!bad && r.n > 0 && r.not_recorded == r.n) {
         fprintf(stderr, "tessera verify-export: %s: no tensor digest is recorded (not written by tessera export, or "
-                        "before it recorded them): nothing verified\n", path);
+                        "before it recorded them, or before format 1.4, whose digests it recorded under other keys, "
+                        "tessera.digest.NAME): nothing verified\n", path);
         return EXIT_FAIL;
     }
     return bad ? EXIT_FAIL : EXIT_OK;
