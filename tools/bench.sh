@@ -22,7 +22,7 @@ echo "   encoding) against the disk, and against a slower disk (a rate-limited s
 $T bench save --dir "$OUT/save" --bytes 1G
 echo
 echo "== digests at save: a save of the 124m model's state on one rank with the digest and statistics shares against"
-echo "   the same save without them (codec raw, as a trainer with no core to spare saves, and auto), alternately"
+echo "   the same save without them (codec raw, as a trainer with no core to spare saves, and auto), alternately, 9 rounds"
 $T bench save --dir "$OUT/digests" --digests
 echo
 echo "== overlap: checkpoints every 5 steps against none, blocked per save and step time (124m on one rank,"
@@ -39,7 +39,7 @@ $MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_
 echo
 echo "== digests at load: the same checkpoint loaded with the digest check and without it, alternately, in the"
 echo "   saved layout and on 3 ranks (dp_shard=3)"
-$MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3 --digests
+$MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3 --digests --rounds 11
 echo "   and the same with the page cache dropped before every load (read from the disk)"
 $MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3 --digests --cold --rounds 3
 echo
