@@ -76,12 +76,16 @@ static void tables_init(void) {
         for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ POLY : c >> 1;
         crc_table[v] = c;
     }
-#if defined(__x86_64__)
-    __builtin_cpu_init();
-    have_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
-#endif
     x2n[0] = ONE >> 1; /* x^1 */
-    for (int k = 1; k < 64; k++) x2n[k] = mulmod(x2n[k - 1], x2n[k - 1]);
+    for (int k = 1; k < 64; k++) x2n[k] = mulmod_bits(x2n[k - 1], x2n[k - 1]);
+#if defined(__x86_64__)
+    /* the carry-less product where the CPU has it, once it gives the squares
+     * just made one bit at a time (so both ways run wherever a digest is taken) */
+    __builtin_cpu_init();
+    int ok = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+    for (int k = 1; ok && k < 64; k++) ok = mulmod_clmul(x2n[k - 1], x2n[k - 1]) == x2n[k];
+    have_clmul = ok;
+#endif
 }
 
 /* x^(8 n) modulo the polynomial: the shift past n zero bytes. */
