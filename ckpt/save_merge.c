@@ -118,9 +118,10 @@ nomem:
 /* Each digest whose shares every writer gave (their xor, the tensor's CRC)
  * finished with the tensor's key; then what was declared whole
  * (tsr_save_tensor_digest, tsr_save_tensor_stats) against them: a digest must
- * equal the finished one where every writer's share is known, else it is recorded; statistics are recorded where the
- * shares are missing. Then each tensor's statistics are finished, and the
- * header is marked poisoned when one counts a non-finite element. */
+ * equal the finished one where every writer's share is known, else it is
+ * recorded; statistics are recorded where the shares are missing. Then each
+ * tensor's statistics are finished, and the header is marked poisoned when
+ * one counts a non-finite element. */
 static int apply_declared(merger *g, const declared *dec, size_t n_dec, tsr_error *err) {
     for (size_t v = 0; v < g->out->n_tensors; v++) {
         tsr_mf_tensor *t = &g->out->tensors[v];
