@@ -22,8 +22,11 @@ tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint
 /* tsr_save_box_stable(): tsr_save_box for memory that stays untouched until
  * tsr_save_finish returns (the engine's staging arena): raw frames aligned to
  * TSR_ALIGN are written from it without a copy, and stay in flight after the
- * call. */
-int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const void *data, tsr_error *err);
+ * call. `stats`: the box's statistics where the caller took them already (its
+ * staging copy, tsr_stats_copy), for the tensor's instead of the frames'
+ * shares; NULL: the frames' shares. */
+int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const void *data, const tsr_stats *stats,
+                        tsr_error *err);
 
 /* tsr_save_set_idle(): work for the writer of s while the disk is busy: instead
  * of waiting for a write of stable memory to finish, it calls idle(ctx, 1),

@@ -36,7 +36,9 @@
 typedef struct staged {
     uint32_t tensor;
     tsr_box box;
-    size_t off; /* in the arena, TSR_ALIGN-aligned: raw frames are written from there */
+    size_t off;      /* in the arena, TSR_ALIGN-aligned: raw frames are written from there */
+    tsr_stats stats; /* its statistics, taken by the staging copy ... */
+    int stats_taken; /* ... when every piece's copy took them (tsr_stats_copy) */
 } staged;
 
 typedef struct staged_blob {

@@ -202,7 +202,8 @@ static int write_file(tsr_engine *e, tsr_save **sp, const uint8_t **table, size_
         rc = deferred_box(e, i, err); /* its staging copy done (it overlaps the earlier boxes' writes) */
         if (!rc)
             rc = tsr_save_box_stable(s, j->tensors[j->boxes[i].tensor].name, &j->boxes[i].box,
-                                     e->arena + j->boxes[i].off, err);
+                                     e->arena + j->boxes[i].off, j->boxes[i].stats_taken ? &j->boxes[i].stats : NULL,
+                                     err);
     }
     for (size_t i = 0; !rc && i < j->n_blobs; i++)
         rc = tsr_save_blob(s, j->blobs[i].name, j->blobs[i].rank, e->arena + j->blobs[i].off, j->blobs[i].size, err);
@@ -424,6 +425,7 @@ typedef struct stage_piece {
     tsr_mem_kind mem; /* of src */
     const char *tensor;
     size_t box; /* the job's box it belongs to */
+    int dtype;  /* the tensor's, and -1 where the copy takes no statistics */
 } stage_piece;
 typedef struct stage_copy {
     stage_piece *pieces;
@@ -432,6 +434,7 @@ typedef struct stage_copy {
     size_t *box_left;   /* per box: its pieces not copied yet */
     size_t left;        /* pieces not copied yet */
     tsr_engine *e;      /* deferred: told (staging = 0) when the last piece is done */
+    staged *boxes;      /* the job's: each piece's statistics added to its box's */
     pthread_mutex_t mu; /* the counts and the first failed copy */
     pthread_cond_t cv;  /* a box done */
     int rc;
@@ -451,8 +454,14 @@ static void stage_one(void *ctx, size_t i, int worker) {
     stage_copy *sc = ctx;
     const stage_piece *p = &sc->pieces[i];
     tsr_error e = {0};
-    int rc = tsr_mem_to_host(p->dst, p->src, p->len, p->mem, &e);
+    tsr_stats st;
+    tsr_stats_init(&st);
+    /* host memory of f32 or bf16: the statistics taken in the copy's pass, for free */
+    int took = p->dtype >= 0 && tsr_stats_copy(p->dtype, p->dst, p->src, p->len, &st);
+    int rc = took ? 0 : tsr_mem_to_host(p->dst, p->src, p->len, p->mem, &e);
     pthread_mutex_lock(&sc->mu);
+    if (took) tsr_stats_merge(&sc->boxes[p->box].stats, &st);
+    else sc->boxes[p->box].stats_taken = 0;
     if (rc && !sc->rc) sc->rc = tsr_err(&sc->err, e.code ? e.code : TSR_EIO, "staging %s: %s", p->tensor, e.msg);
     if (--sc->box_left[p->box] == 0) pthread_cond_broadcast(&sc->cv);
     int last = --sc->left == 0;
@@ -513,20 +522,25 @@ static int plan_copy(tsr_engine *e, const tsr_state *st, stage_copy *sc, size_t 
     sc->box_end = calloc(e->n_mine + 1, sizeof *sc->box_end);
     sc->box_left = calloc(e->n_mine + 1, sizeof *sc->box_left);
     if (!sc->box_end || !sc->box_left) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    sc->boxes = j->boxes;
     for (size_t i = 0; i < e->n_mine; i++) {
         const tsr_state_box *b = &st->boxes[e->mine[i]];
-        size_t bytes = tsr_box_volume(&b->box) * tsr_dtype_size(st->tensors[b->tensor].dtype);
+        int dtype = st->tensors[b->tensor].dtype;
+        size_t bytes = tsr_box_volume(&b->box) * tsr_dtype_size(dtype);
+        /* statistics in the copy where the save takes them and the box has them */
+        int stats = b->mem == TSR_MEM_HOST && !e->opts.write.no_digests && tsr_stats_dtype(dtype);
+        j->boxes[j->n_boxes] = (staged){b->tensor, b->box, *off, {0, 0, 0, 0}, stats};
+        tsr_stats_init(&j->boxes[j->n_boxes].stats);
         for (size_t o = 0; o < bytes; o += STAGE_PIECE) {
             if (tsr_grow((void **)&sc->pieces, &sc->cap, sc->n, sizeof *sc->pieces))
                 return tsr_err(err, TSR_ENOMEM, "out of memory");
             size_t len = bytes - o < STAGE_PIECE ? bytes - o : STAGE_PIECE;
             /* the job's copy of the name: it outlives the caller's state */
             sc->pieces[sc->n++] = (stage_piece){e->arena + *off + o, (const uint8_t *)b->data + o, len, b->mem,
-                                                j->tensors[b->tensor].name, j->n_boxes};
+                                                j->tensors[b->tensor].name, j->n_boxes, stats ? dtype : -1};
             sc->box_left[j->n_boxes]++;
         }
-        sc->box_end[j->n_boxes] = sc->n;
-        j->boxes[j->n_boxes++] = (staged){b->tensor, b->box, *off};
+        sc->box_end[j->n_boxes++] = sc->n;
         *off += tsr_align_up(bytes, TSR_ALIGN);
     }
     sc->left = sc->n;

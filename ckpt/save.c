@@ -71,6 +71,7 @@ typedef struct late_frame {
     tsr_box box;
     uint64_t share;
     tsr_stats stats;
+    int stats_known; /* the box's statistics came with it: the digest's share alone */
 } late_frame;
 
 /* The encoder: a thread pool, a codec per thread and the frame buffers, kept
@@ -300,6 +301,7 @@ typedef struct encode_job {
     const tsr_mf_chunk *chunk; /* the frames' chunk (NULL: a blob's frames) ... */
     uint64_t first;            /* ... and the index in it of the batch's first frame */
     const uint64_t *shape;     /* the tensor's shape */
+    int stats_known;           /* the box's statistics came with it (tsr_save_box_stable) */
 } encode_job;
 
 static int slot_reserve(slot *sl, size_t need) {
@@ -312,12 +314,13 @@ static int slot_reserve(slot *sl, size_t need) {
 }
 
 /* Frame k of chunk c's share of the digest, returned, and of the statistics,
- * added to *stats: its raw bytes at raw, read once. */
+ * added to *stats (NULL: known already): its raw bytes at raw, read once. */
 static uint64_t frame_shares(const tsr_mf_chunk *c, uint64_t k, int dtype, const uint64_t *shape, const uint8_t *raw,
                              tsr_stats *stats) {
     tsr_box fb;
     tsr_frame_box(c, k, &fb);
-    return tsr_digest_stats_box(dtype, shape, &fb, raw, stats);
+    return stats ? tsr_digest_stats_box(dtype, shape, &fb, raw, stats)
+                 : tsr_digest_box(tsr_dtype_size(dtype), shape, &fb, raw);
 }
 
 static void encode_one(void *ctx, size_t i, int worker) {
@@ -333,7 +336,9 @@ static void encode_one(void *ctx, size_t i, int worker) {
                  tsr_frame_stores_raw(j->dtype, sl->want, raw, n);
     tsr_stats_init(&sl->stats);
     int shares = j->chunk && !j->s->opts.no_digests && !(direct && j->late);
-    sl->share = shares ? frame_shares(j->chunk, j->first + i, j->dtype, j->shape, raw, &sl->stats) : 0;
+    sl->share = shares ? frame_shares(j->chunk, j->first + i, j->dtype, j->shape, raw,
+                                      j->stats_known ? NULL : &sl->stats)
+                       : 0;
     /* a frame stored as it is, aligned in memory that outlives the writes, is
      * written from there: no copy (a copy slows the writes it overlaps) */
     if (direct) {
@@ -413,8 +418,8 @@ static int idle_until_free(tsr_save *s, const slot *slots, size_t batch, int sta
  * overlaps them; tsr_save_finish waits for them. With codec AUTO each frame is
  * encoded or raw as the share says. */
 static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, const uint64_t *offs,
-                        const uint64_t *sizes, int stable, size_t n, const tsr_mf_chunk *chunk, const char *what,
-                        tsr_error *err) {
+                        const uint64_t *sizes, int stable, size_t n, const tsr_mf_chunk *chunk, int stats_known,
+                        const char *what, tsr_error *err) {
     tsr_mf_tensor *t = chunk ? &s->tab.tensors[chunk->tensor] : NULL; /* whose digest the frames add to */
     size_t group_slots = s->enc->n_slots / SLOT_GROUPS;
     int adaptive = s->opts.codec == TSR_CODEC_AUTO;
@@ -432,7 +437,7 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
         else
             batch_codecs(s, codec, slots, batch);
         encode_job job = {s, stable, late, dtype, raw, offs + done, sizes + done, slots, chunk, done,
-                          t ? t->shape : NULL};
+                          t ? t->shape : NULL, stats_known};
         double t1 = tsr_now();
         tsr_pool_for(s->enc->pool, batch, encode_one, &job);
         double t2 = tsr_now();
@@ -461,9 +466,10 @@ static int write_frames(tsr_save *s, int dtype, int codec, const uint8_t *raw, c
             }
             if (is_late) {
                 late_frame *l = &s->late[s->n_late++];
-                *l = (late_frame){s->tab.n_frames - 1, sl->direct, sl->stored, 0, 0, {0}, 0, {0, 0, 0, 0}};
+                *l = (late_frame){s->tab.n_frames - 1, sl->direct, sl->stored, 0, 0, {0}, 0, {0, 0, 0, 0}, 0};
                 if (t && !s->opts.no_digests) {
                     l->of_tensor = 1;
+                    l->stats_known = stats_known;
                     l->tensor = chunk->tensor;
                     tsr_frame_box(chunk, done + i, &l->box);
                 }
@@ -486,19 +492,20 @@ static int check_open(tsr_save *s, const char *what, tsr_error *err) {
 }
 
 static int save_box(tsr_save *s, const char *name, const tsr_box *box, const void *data, int stable,
-                    tsr_error *err);
+                    const tsr_stats *stats, tsr_error *err);
 
 int tsr_save_box(tsr_save *s, const char *name, const tsr_box *box, const void *data,
                  tsr_error *err) {
-    return save_box(s, name, box, data, 0, err);
+    return save_box(s, name, box, data, 0, NULL, err);
 }
 
-int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const void *data, tsr_error *err) {
-    return save_box(s, name, box, data, 1, err);
+int tsr_save_box_stable(tsr_save *s, const char *name, const tsr_box *box, const void *data, const tsr_stats *stats,
+                        tsr_error *err) {
+    return save_box(s, name, box, data, 1, stats, err);
 }
 
 static int save_box(tsr_save *s, const char *name, const tsr_box *box, const void *data, int stable,
-                    tsr_error *err) {
+                    const tsr_stats *stats, tsr_error *err) {
     int rc = check_open(s, name, err);
     if (rc) return rc;
     long ti = save_index_find(&s->index, &s->tab, name);
@@ -524,8 +531,10 @@ static int save_box(tsr_save *s, const char *name, const tsr_box *box, const voi
     uint64_t *offs = NULL, *sizes = NULL;
     if (frame_cuts(box, es, s->opts.frame_bytes, &offs, &sizes, &nf))
         return tsr_err(err, TSR_ENOMEM, "out of memory");
-    rc = write_frames(s, t->dtype, codec, data, offs, sizes, stable, nf, &c, name, err);
+    stats = stats && tsr_stats_dtype(t->dtype) ? stats : NULL;
+    rc = write_frames(s, t->dtype, codec, data, offs, sizes, stable, nf, &c, stats != NULL, name, err);
     free(offs), free(sizes);
+    if (!rc && stats && !s->opts.no_digests) tsr_stats_merge(&s->tab.tensors[ti].stats, stats);
     if (!rc && tsr_manifest_add_chunk(&s->tab, &c)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;
     return rc;
@@ -644,7 +653,7 @@ int tsr_save_blob(tsr_save *s, const char *name, int32_t rank, const void *data,
     int codec = s->opts.codec == TSR_CODEC_RAW ? TSR_CODEC_RAW : TSR_CODEC_ZSTD;
     char what[300];
     snprintf(what, sizeof what, "blob %s", name);
-    rc = write_frames(s, TSR_U8, codec, data, offs, sizes, 0, nf, NULL, what, err);
+    rc = write_frames(s, TSR_U8, codec, data, offs, sizes, 0, nf, NULL, 0, what, err);
     free(offs), free(sizes);
     if (!rc && tsr_manifest_add_blob(&s->tab, &b)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     if (rc) s->failed = 1;
@@ -664,7 +673,8 @@ static void late_one(void *ctx, size_t i, int worker) {
     if (l->of_tensor) {
         const tsr_mf_tensor *t = &s->tab.tensors[l->tensor];
         tsr_stats_init(&l->stats);
-        l->share = tsr_digest_stats_box(t->dtype, t->shape, &l->box, l->raw, &l->stats);
+        l->share = l->stats_known ? tsr_digest_box(tsr_dtype_size(t->dtype), t->shape, &l->box, l->raw)
+                                  : tsr_digest_stats_box(t->dtype, t->shape, &l->box, l->raw, &l->stats);
     }
 }
 

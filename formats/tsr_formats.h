@@ -88,6 +88,18 @@ int tsr_stats_dtype(int dtype);
  * a frame's, a box's) to *acc. @return 1, or 0 (nothing added) for a dtype
  * without statistics. */
 int tsr_stats_run(int dtype, const void *data, uint64_t n, tsr_stats *acc);
+/* tsr_stats_copy(): copies `bytes` bytes of f32 or bf16 host memory from src
+ * to dst (stored around the caches: a save's staging arena) and adds the
+ * statistics of their elements to *acc, in the same pass: free while the copy
+ * waits for the memory. @return 1, or 0 with nothing done where it has no such
+ * pass (another dtype, a processor without AVX2, dst not aligned to its vectors):
+ * the caller copies. */
+int tsr_stats_copy(int dtype, void *dst, const void *src, size_t bytes, tsr_stats *acc);
+/* tsr_stats_kernels(): the widest vector kernels tsr_stats_run may use from
+ * now on (2: AVX-512F, 1: AVX2 with FMA, 0: the portable ones alone; -1 or
+ * more than the processor has: the widest it has), for tests and benchmarks
+ * that compare them. @return the level set. */
+int tsr_stats_kernels(int level);
 /* tsr_stats_merge(): adds the share `share` to *acc (min of mins, max of maxes,
  * sums of squares and of counts). */
 void tsr_stats_merge(tsr_stats *acc, const tsr_stats *share);

@@ -28,6 +28,7 @@
 #include "check.h"
 #include "common.h"
 #include "encoder.h"
+#include "tessera.h"
 
 static tsr_error e;
 
@@ -179,6 +180,130 @@ static void one_pass(void) {
             free(m);
         }
     }
+}
+
+/* Every vector kernel this processor has (AVX-512F, AVX2, the portable ones)
+ * against the plain loop, over 5 of the fast kernels' blocks and a tail: one
+ * array with no non-finite element (the fast path alone, extremes in the last
+ * lanes of a block and -0 the smallest magnitude), one with a NaN in a block,
+ * an infinity in another and -inf in the tail (those blocks taken again). */
+static void kernels(void) {
+    enum { N = 5 * 4096 + 77 };
+    static float f[N], g[N];
+    static uint16_t h[N], k[N];
+    uint64_t x = 11;
+    for (int i = 0; i < N; i++) {
+        x = tsr_splitmix64(x);
+        f[i] = (float)((int64_t)(x >> 40) - (1 << 23)) / 1e5f;
+    }
+    f[4095] = 1e20f, f[8191] = -3e19f, f[100] = -0.0f, f[N - 1] = 2e20f;
+    memcpy(g, f, sizeof f);
+    g[5000] = NAN, g[13000] = -INFINITY, g[20000] = INFINITY, g[N - 3] = -INFINITY, g[16383] = -5e20f;
+    for (int i = 0; i < N; i++) h[i] = tsr_f32_to_bf16(f[i]), k[i] = tsr_f32_to_bf16(g[i]);
+    const void *mem[4] = {f, g, h, k};
+    int most = tsr_stats_kernels(-1);
+    for (int level = most; level >= 0; level--) {
+        CHECK(tsr_stats_kernels(level) == level, "level %d set", level);
+        for (int m = 0; m < 4; m++) {
+            int dt = m < 2 ? TSR_F32 : TSR_BF16;
+            char what[80];
+            snprintf(what, sizeof what, "kernel level %d, %s, %s", level, tsr_dtype_name(dt),
+                     m % 2 ? "non-finite elements" : "finite");
+            CHECK_STATS(of(dt, mem[m], N), reference(dt, mem[m], N), what);
+        }
+    }
+    CHECK(tsr_stats_kernels(-1) == most, "the widest restored");
+    printf("statistics kernels compared: levels %d to 0 (2: AVX-512F, 1: AVX2, 0: portable)\n", most);
+}
+
+/* tsr_stats_copy at every kernel level: the bytes copied exactly, the
+ * statistics the plain loop's, a tail under a vector copied too; refused
+ * (nothing written) for a destination off the vectors' alignment and for
+ * dtypes it has no pass for. */
+static void stats_copy(void) {
+    enum { N = 3 * 4096 + 45 };
+    static float f[N], d[N + 16] __attribute__((aligned(64)));
+    static uint16_t h[N], hd[N + 32] __attribute__((aligned(64)));
+    for (int i = 0; i < N; i++) f[i] = (float)((i * 7919) % 4001 - 2000) / 16.0f;
+    f[5000] = NAN, f[N - 2] = INFINITY;
+    for (int i = 0; i < N; i++) h[i] = tsr_f32_to_bf16(f[i]);
+    int most = tsr_stats_kernels(-1);
+    for (int level = most; level >= 0; level--) {
+        tsr_stats_kernels(level);
+        memset(d, 0, sizeof d), memset(hd, 0, sizeof hd);
+        tsr_stats a, b;
+        tsr_stats_init(&a), tsr_stats_init(&b);
+        int fa = tsr_stats_copy(TSR_F32, d, f, sizeof f, &a), fb = tsr_stats_copy(TSR_BF16, hd, h, sizeof h, &b);
+        CHECK(fa == (level > 0) && fb == (level > 0), "level %d: tsr_stats_copy took %d and %d", level, fa, fb);
+        if (level == 0) continue;
+        tsr_stats_finish(&a), tsr_stats_finish(&b);
+        CHECK(!memcmp(d, f, sizeof f) && d[N] == 0, "level %d: f32 copy differs or overran", level);
+        CHECK(!memcmp(hd, h, sizeof h) && hd[N] == 0, "level %d: bf16 copy differs or overran", level);
+        CHECK_STATS(a, reference(TSR_F32, f, N), "tsr_stats_copy f32");
+        CHECK_STATS(b, reference(TSR_BF16, h, N), "tsr_stats_copy bf16");
+        tsr_stats c;
+        tsr_stats_init(&c);
+        d[1] = 0;
+        CHECK(tsr_stats_copy(TSR_F32, d + 1, f, 4096, &c) == 0 && d[1] == 0 && c.nonfinite == 0 && c.l2 == 0,
+              "level %d: an unaligned destination refused, untouched", level);
+        CHECK(tsr_stats_copy(TSR_F16, d, f, 4096, &c) == 0 && tsr_stats_copy(TSR_I32, d, f, 4096, &c) == 0,
+              "f16 and i32 refused");
+    }
+    tsr_stats_kernels(-1);
+}
+
+/* The engine's saves, where the staging copy takes the statistics of boxes of
+ * f32 and bf16 in host memory (tsr_stats_copy): two pieces of 8 MiB and more a
+ * box, a NaN in one piece; with the copy in the save call and overlapped, and
+ * with the portable kernels alone (the frames' shares then): each tensor's
+ * statistics the plain loop's. */
+static void engine_saves(const char *tmp) {
+    enum { NW = 2400000, NH = 4500000 }; /* 9.6 MB of f32, 9 MB of bf16 */
+    float *wf = aligned_alloc(64, NW * sizeof *wf);
+    uint16_t *hh = aligned_alloc(64, NH * sizeof *hh);
+    REQUIRE(wf && hh, "out of memory");
+    uint64_t x = 5;
+    for (size_t i = 0; i < NW; i++) x = tsr_splitmix64(x), wf[i] = (float)((int64_t)(x >> 44) - (1 << 19)) / 4096.0f;
+    for (size_t i = 0; i < NH; i++) hh[i] = tsr_f32_to_bf16(wf[i % NW] * 3);
+    wf[NW - 100] = NAN;
+    tsr_tensor_decl d[2] = {{"w", "model", TSR_F32, 1, {NW}, {-1, 0, TSR_PP_ALL, -1}},
+                            {"h", "model", TSR_BF16, 2, {NH / 1500, 1500}, {0, 1, TSR_PP_ALL, -1}}};
+    tsr_state_box sb[2] = {{0, {1, {0}, {NW}}, wf, TSR_MEM_HOST}, {1, {2, {0, 0}, {NH / 1500, 1500}}, hh, TSR_MEM_HOST}};
+    tsr_state st = {d, 2, sb, 2, NULL, 0, {1, 1, 1, 1, 0, 0}};
+    tsr_stats want[2] = {reference(TSR_F32, wf, NW), reference(TSR_BF16, hh, NH)};
+    int most = tsr_stats_kernels(-1);
+    for (int k = 0; k < 4; k++) {
+        int overlap = k & 1, level = k < 2 ? most : 0;
+        tsr_stats_kernels(level);
+        char root[PATH_MAX];
+        snprintf(root, sizeof root, "%s/engine-%d", tmp, k);
+        tsr_comm *comm = tsr_comm_self();
+        tsr_engine_opts o = tsr_engine_opts_default();
+        o.overlap_staging = overlap;
+        o.write.codec = TSR_CODEC_RAW;
+        tsr_engine *eng = comm ? tsr_engine_new(root, comm, &o, &e) : NULL;
+        REQUIRE(eng, "%s", e.msg);
+        CHECK_OK(tsr_engine_save(eng, 3, &st, &e));
+        CHECK_OK(tsr_engine_wait(eng, &e));
+        tsr_engine_free(eng);
+        tsr_comm_free(comm);
+        char dir[PATH_MAX + 32];
+        snprintf(dir, sizeof dir, "%s/step-00000003", root);
+        tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
+        REQUIRE(ck, "%s", e.msg);
+        for (int t = 0; t < 2; t++) {
+            tsr_stats got;
+            char what[80];
+            snprintf(what, sizeof what, "engine save of %s, kernels %d, overlap %d", d[t].name, level, overlap);
+            CHECK(tsr_ckpt_tensor_stats(ck, (size_t)tsr_ckpt_find(ck, d[t].name), &got) == 1, "%s: none", what);
+            CHECK_STATS(got, want[t], what);
+        }
+        CHECK(tsr_ckpt_poisoned(ck), "the NaN poisons the engine's save");
+        CHECK(tsr_ckpt_verify(ck, NULL, NULL, 1, &e) == 0, "the engine's save verifies: %s", e.msg);
+        tsr_ckpt_close(ck);
+    }
+    tsr_stats_kernels(-1);
+    free(wf), free(hh);
 }
 
 /* The MANIFEST of dir with tensor `name`'s non-finite count set, and
@@ -352,6 +477,9 @@ int main(int argc, char **argv) {
     vectors();
     shares_merge();
     one_pass();
+    kernels();
+    stats_copy();
+    engine_saves(tmp);
     saved(tmp);
     selection(tmp);
     tsr_remove_tree(tmp);

@@ -22,8 +22,8 @@ echo "   encoding) against the disk, and against a slower disk (a rate-limited s
 $T bench save --dir "$OUT/save" --bytes 1G
 echo
 echo "== digests at save: a save of the 124m model's state on one rank with the digest and statistics shares against"
-echo "   the same save without them (codec raw, as a trainer with no core to spare saves, and auto), alternately, 9 rounds"
-$T bench save --dir "$OUT/digests" --digests
+echo "   the same save without them (codec raw, as a trainer with no core to spare saves, and auto), alternately, 25 rounds"
+$T bench save --dir "$OUT/digests" --digests --rounds 25
 echo
 echo "== overlap: checkpoints every 5 steps against none, blocked per save and step time (124m on one rank,"
 echo "   the small model on 4 ranks)"

@@ -110,7 +110,7 @@ static double store_bandwidth(const char *dir, const uint8_t *noise, size_t byte
 
 static const char save_help[] =
     "usage: tessera bench save --dir DIR [--bytes SIZE] [--json]\n"
-    "       tessera bench save --dir DIR --digests [--json]\n"
+    "       tessera bench save --dir DIR --digests [--rounds R] [--json]\n"
     "Measures, on one rank, in DIR: the time a training step is blocked by an\n"
     "asynchronous save whose copy overlaps it (a stand-in step reads the state while\n"
     "the copy runs, waits for it, then writes the state) against a memcpy of the same\n"
@@ -125,9 +125,11 @@ static const char save_help[] =
     "--digests: instead, the wall time of a save (the call to the commit) of the\n"
     "124m model's state on one rank (f32 parameters and both AdamW moments, 1.81 GiB)\n"
     "with the digest and statistics shares against the same save without them\n"
-    "(tsr_write_opts.no_digests), alternately, 9 times each after one warm-up save\n"
-    "of each, the median of the rounds' ratios (goal: at most 3% more); for the\n"
-    "codec a trainer with no core to spare uses (raw) and the default (auto).\n";
+    "(tsr_write_opts.no_digests), alternately, R times each (default 9, at most 99)\n"
+    "after one warm-up save of each, the median of the rounds' ratios (goal: at most\n"
+    "3% more); for the codec a trainer with no core to spare uses (raw) and the\n"
+    "default (auto). The statistics of f32 and bf16 are taken by the staging copy\n"
+    "(free while it waits for the memory), the digest's shares by the encoder.\n";
 
 typedef struct save_result {
     double stall_ratio, write_ratio; /* medians over the measured rounds */
@@ -297,11 +299,12 @@ static int timed_save(tsr_engine *eng, const char *dir, uint64_t step, const tsr
  * on an engine of its own (as the trainer's: the copy overlaps, no retention),
  * alternately, the order swapped every round; one warm-up save of each first. */
 #define DIGEST_SAVE_ROUNDS 9 /* the disk's speed moves between saves: a median of several */
-static int digest_saves(const char *dir, int codec, model_state *m, digest_cost *out, tsr_error *e) {
-    enum { ROUNDS = DIGEST_SAVE_ROUNDS };
+#define DIGEST_SAVE_MAX_ROUNDS 99
+static int digest_saves(const char *dir, int codec, int rounds, model_state *m, digest_cost *out, tsr_error *e) {
+    const int ROUNDS = rounds;
     tsr_engine *eng[2] = {NULL, NULL};
     tsr_comm *comm[2] = {NULL, NULL};
-    double t[2][ROUNDS], ratio[ROUNDS];
+    double t[2][DIGEST_SAVE_MAX_ROUNDS], ratio[DIGEST_SAVE_MAX_ROUNDS];
     char root[2][PATH_MAX];
     int rc = 0;
     for (int k = 0; k < 2 && !rc; k++) {
@@ -340,7 +343,7 @@ static int digest_saves(const char *dir, int codec, model_state *m, digest_cost 
 
 #define DIGEST_SAVE_GOAL 1.03
 
-static int bench_save_digests(const char *dir, int json) {
+static int bench_save_digests(const char *dir, int rounds, int json) {
     model_state m;
     tsr_error e = {0};
     static const struct { int codec; const char *name; } codecs[] = {{TSR_CODEC_RAW, "raw"}, {TSR_CODEC_AUTO, "auto"}};
@@ -350,7 +353,7 @@ static int bench_save_digests(const char *dir, int json) {
         char sub[PATH_MAX];
         snprintf(sub, sizeof sub, "%s/digests-%s", dir, codecs[k].name);
         mkdir(sub, 0755);
-        rc = digest_saves(sub, codecs[k].codec, &m, &c[k], &e);
+        rc = digest_saves(sub, codecs[k].codec, rounds, &m, &c[k], &e);
     }
     size_t bytes = m.bytes;
     model_state_free(&m);
@@ -372,7 +375,7 @@ static int bench_save_digests(const char *dir, int json) {
                "digests and statistics, %.3f s without: %+.2f%% (median of %d alternating rounds' ratios, %+.1f%% to "
                "%+.1f%%; goal <= +3%%)  %s\n",
                tsr_fmt_bytes(bytes, a, sizeof a), codecs[k].name, c[k].with_s, c[k].without_s, (c[k].ratio - 1) * 100,
-               DIGEST_SAVE_ROUNDS,
+               rounds,
                (c[k].lo - 1) * 100, (c[k].hi - 1) * 100, c[k].ratio <= DIGEST_SAVE_GOAL ? "ok" : "MISSED");
     return EXIT_OK;
 }
@@ -380,10 +383,18 @@ static int bench_save_digests(const char *dir, int json) {
 int tsr_cmd_bench_save(int argc, char **argv) {
     const char *dir = NULL, *v;
     uint64_t bytes = 1ull << 30;
-    int json = 0, digests = 0;
+    int json = 0, digests = 0, rounds = DIGEST_SAVE_ROUNDS;
     for (int i = 1; i < argc; i++) {
         int r;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(save_help, stdout), EXIT_OK;
+        if ((r = tsr_opt(argc, argv, &i, "rounds", 1, &v))) {
+            char *end;
+            long n = r < 0 ? 0 : strtol(v, &end, 10);
+            if (r < 0 || *end || n < 1 || n > DIGEST_SAVE_MAX_ROUNDS)
+                return tsr_usage_error("bench save", "--rounds takes a count from 1 to %d", DIGEST_SAVE_MAX_ROUNDS);
+            rounds = (int)n;
+            continue;
+        }
         if (tsr_opt(argc, argv, &i, "digests", 0, &v)) {
             digests = 1;
             continue;
@@ -402,7 +413,7 @@ int tsr_cmd_bench_save(int argc, char **argv) {
     }
     if (!dir) return tsr_usage_error("bench save", "missing --dir DIR");
     mkdir(dir, 0755);
-    if (digests) return bench_save_digests(dir, json);
+    if (digests) return bench_save_digests(dir, rounds, json);
     size_t n = (size_t)bytes;
     uint8_t *data = alloc_populated(n), *copy = alloc_populated(n), *noise = alloc_populated(n);
     if (!data || !copy || !noise) {
