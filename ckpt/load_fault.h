@@ -11,11 +11,16 @@
  *   ENGINE_FAULT_BCAST  every rank reads rank 0's box of each tensor (one of the
  *                       same extents as its own)
  *   ENGINE_FAULT_SEND   a box's reader reads it right but sends the other ranks
- *                       that hold it a copy with one bit flipped */
+ *                       that hold it a copy with one bit flipped
+ *   ENGINE_FAULT_DECODE every frame a codec decodes comes out with one bit
+ *                       flipped (a decoder gone wrong: the stored bytes are
+ *                       sound; the raw checksum, or the digest where it stands
+ *                       in for it, sees it); tsr_ckpt_set_fault_decode */
 #ifndef TSR_LOAD_FAULT_H
 #define TSR_LOAD_FAULT_H
 
-enum { ENGINE_FAULT_SHIFT = 1, ENGINE_FAULT_SWAP, ENGINE_FAULT_BCAST, ENGINE_FAULT_SEND };
+enum { ENGINE_FAULT_SHIFT = 1, ENGINE_FAULT_SWAP, ENGINE_FAULT_BCAST, ENGINE_FAULT_SEND, ENGINE_FAULT_DECODE };
 void engine_set_fault_load(int kind);
+void tsr_ckpt_set_fault_decode(int on); /* read.c */
 
 #endif

@@ -523,9 +523,12 @@ int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void 
  * 4.4, tsr_digest_region) of what landed in dst, taken from dst slab by slab
  * right after each slab's copy, while it is in cache; share_box: the box of the
  * tensor whose memory dst is (the extents of dst_box; normally dst_box itself),
- * so that data copied to the wrong place gives another share. */
+ * so that data copied to the wrong place gives another share. by_digest = 1:
+ * the caller checks the whole tensor's digest from the shares of its reads,
+ * which proves the decoded bytes end to end: the frames' raw checksums (of the
+ * bytes a codec decoded) are not computed again, the stored bytes' still are. */
 int tsr_ckpt_read_chunk_share(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst,
-                              const tsr_box *dst_box, const tsr_box *share_box, uint64_t *share,
+                              const tsr_box *dst_box, const tsr_box *share_box, int by_digest, uint64_t *share,
                               tsr_error *err);
 
 /* One read of a read plan: the part `region` of needed box `need` that lies in

@@ -108,12 +108,71 @@ uint64_t tsr_digest_tensor(uint64_t key, size_t elem_size, const void *data, uin
     return key ^ crc_more(0, data, volume * elem_size);
 }
 
+void tsr_digest_acc_init(tsr_digest_acc *a) {
+    a->crc = a->end = a->gap = 0;
+    a->gap_shift = ONE;
+    a->started = a->gap_uses = 0;
+}
+
+/* The product by a constant s by tables (linear in the other factor: each of
+ * its 16 nibbles looks its product with s up), made from 64 products. */
+#define TABLE_AFTER 32 /* uses of one gap after which its table is made */
+static void mul_table_make(uint64_t t[16][16], uint64_t s) {
+    for (int j = 0; j < 16; j++) {
+        t[j][0] = 0;
+        for (int b = 0; b < 4; b++) t[j][1 << b] = mulmod((uint64_t)1 << (4 * j + b), s);
+        for (int v = 3; v < 16; v++)
+            if (v & (v - 1)) t[j][v] = t[j][v & (v - 1)] ^ t[j][v & -v];
+    }
+}
+
+static uint64_t mul_table(const uint64_t t[16][16], uint64_t a) {
+    uint64_t p = 0;
+    for (int j = 0; j < 16; j++) p ^= t[j][(a >> (4 * j)) & 15];
+    return p;
+}
+
+/* The next run: n bytes at p, starting g bytes into the tensor (at or after the
+ * end of the last), continued from the CRC so far shifted past the gap between
+ * them: mostly the same gap (the rows of a block of columns), its shift kept,
+ * and once it has served TABLE_AFTER runs, its tables. */
+static void acc_run(tsr_digest_acc *a, uint64_t g, const uint8_t *p, uint64_t n) {
+    if (a->started && g > a->end) {
+        if (g - a->end != a->gap) a->gap = g - a->end, a->gap_shift = shift_of(a->gap), a->gap_uses = 0;
+        if (++a->gap_uses == TABLE_AFTER) mul_table_make(a->gap_table, a->gap_shift);
+        a->crc = a->gap_uses >= TABLE_AFTER ? mul_table(a->gap_table, a->crc) : mulmod(a->crc, a->gap_shift);
+    }
+    a->crc = crc_more(a->crc, p, n);
+    a->end = g + n;
+    a->started = 1;
+}
+
+uint64_t tsr_digest_acc_share(const tsr_digest_acc *a, size_t elem_size, uint64_t volume) {
+    if (!a->started) return 0;
+    pthread_once(&tables_once, tables_init);
+    uint64_t bytes = volume * elem_size;
+    return a->end < bytes ? mulmod(a->crc, shift_of(bytes - a->end)) : a->crc;
+}
+
 uint64_t tsr_digest_region(size_t elem_size, const uint64_t *shape, const tsr_box *mem_box, const void *data,
                            const tsr_box *region) {
+    tsr_digest_acc a;
+    tsr_digest_acc_init(&a);
+    tsr_digest_acc_region(&a, elem_size, shape, mem_box, data, region);
+    uint64_t volume = 1;
+    for (uint32_t d = 0; d < region->ndim; d++) volume *= shape[d];
+    return tsr_digest_acc_share(&a, elem_size, volume);
+}
+
+void tsr_digest_acc_region(tsr_digest_acc *a, size_t elem_size, const uint64_t *shape, const tsr_box *mem_box,
+                           const void *data, const tsr_box *region) {
     uint32_t n = region->ndim;
-    if (n == 0) return crc_more(0, data, elem_size);
-    if (tsr_box_volume(region) == 0) return 0;
     pthread_once(&tables_once, tables_init);
+    if (n == 0) {
+        acc_run(a, 0, data, elem_size);
+        return;
+    }
+    if (tsr_box_volume(region) == 0) return;
     /* runs of consecutive global indices: dims c.. where every dim after c is
      * whole in the region, so in mem_box too (then also consecutive in its
      * memory); st[d], ms[d]: the tensor's and the memory's stride of dim d */
@@ -122,30 +181,21 @@ uint64_t tsr_digest_region(size_t elem_size, const uint64_t *shape, const tsr_bo
     for (uint32_t d = n - 1; d > 0; d--) st[d - 1] = st[d] * shape[d], ms[d - 1] = ms[d] * mem_box->extent[d];
     uint32_t c = n - 1;
     while (c > 0 && region->extent[c] == shape[c]) c--;
-    uint64_t run = region->extent[c] * st[c], volume = st[0] * shape[0];
+    uint64_t run = region->extent[c] * st[c];
     uint64_t i[TSR_MAX_DIMS] = {0}; /* the index in dims < c, relative to the region */
     const uint8_t *p = data;
-    /* the runs in increasing global order, each CRC continued from the last
-     * one's shifted past the gap between them (mostly the same gap: its shift
-     * kept), and the whole shifted past what follows the last */
-    uint64_t crc = 0, end = 0, gap = 0, gap_shift = ONE;
-    for (int started = 0;; started = 1) {
+    /* the runs in increasing global order */
+    for (;;) {
         uint64_t g = region->offset[c] * st[c], m = (region->offset[c] - mem_box->offset[c]) * ms[c];
         for (uint32_t d = 0; d < c; d++) {
             g += (region->offset[d] + i[d]) * st[d];
             m += (region->offset[d] - mem_box->offset[d] + i[d]) * ms[d];
         }
-        if (started && g > end) {
-            if (g - end != gap) gap = g - end, gap_shift = shift_of(gap * elem_size);
-            crc = mulmod(crc, gap_shift);
-        }
-        crc = crc_more(crc, p + m * elem_size, run * elem_size);
-        end = g + run;
+        acc_run(a, g * elem_size, p + m * elem_size, run * elem_size);
         uint32_t d = c;
         while (d > 0 && ++i[d - 1] == region->extent[d - 1]) i[--d] = 0;
         if (d == 0) break;
     }
-    return end < volume ? mulmod(crc, shift_of((volume - end) * elem_size)) : crc;
 }
 
 uint64_t tsr_digest_box(size_t elem_size, const uint64_t *shape, const tsr_box *box, const void *data) {

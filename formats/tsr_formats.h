@@ -67,6 +67,19 @@ uint64_t tsr_digest_box(size_t elem_size, const uint64_t *shape, const tsr_box *
  * `shape`, whose memory holds mem_box (row-major) at data. */
 uint64_t tsr_digest_region(size_t elem_size, const uint64_t *shape, const tsr_box *mem_box, const void *data,
                            const tsr_box *region);
+/* The share of several regions of one tensor taken in turn (a region read in
+ * slabs): each must lie wholly after the last in row-major order; the share is
+ * their shares' xor at the cost of one: the CRC runs on from region to region
+ * and is shifted past the tensor's end once (tsr_digest_acc_share). */
+typedef struct tsr_digest_acc {
+    uint64_t crc, end, gap, gap_shift; /* the CRC so far, in bytes: its end, the last gap and its shift */
+    int started, gap_uses;
+    uint64_t gap_table[16][16]; /* the product by gap_shift, a table a nibble, once the gap repeats */
+} tsr_digest_acc;
+void tsr_digest_acc_init(tsr_digest_acc *a);
+void tsr_digest_acc_region(tsr_digest_acc *a, size_t elem_size, const uint64_t *shape, const tsr_box *mem_box,
+                           const void *data, const tsr_box *region);
+uint64_t tsr_digest_acc_share(const tsr_digest_acc *a, size_t elem_size, uint64_t volume);
 
 /* -------------------------------------------------------------- statistics */
 

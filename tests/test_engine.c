@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "load_fault.h"
 #include "mem.h"
 #include "store.h"
 #include "tessera.h"
@@ -71,6 +72,40 @@ static int load_matches(tsr_engine *eng, const char *step_dir, int seed) {
     tsr_ckpt_close(ck);
     for (k = 0; k < 6; k++) free(parts[k]);
     return ok;
+}
+
+/* A decoder gone wrong (ENGINE_FAULT_DECODE: a bit of every decoded frame
+ * flipped, the stored bytes sound): a whole load's digest check, which stands
+ * in for the decoded frames' checksums, refuses it and the re-read with every
+ * checksum names the frame; a load of part of a tensor, which no digest can
+ * check, computes the decoded frames' checksums and names it at once. */
+static void decoded_wrong(tsr_engine *eng, const char *root) {
+    char dir[700];
+    snprintf(dir, sizeof dir, "%s/step-00000030", root);
+    tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
+    REQUIRE(ck, "%s", e.msg);
+    size_t coded = 0;
+    for (size_t i = 0; i < tsr_ckpt_n_frames(ck); i++) {
+        tsr_frame_info fi;
+        CHECK_OK(tsr_ckpt_frame(ck, i, &fi));
+        coded += fi.codec != TSR_CODEC_RAW;
+    }
+    tsr_ckpt_close(ck);
+    REQUIRE(coded > 0, "step 30 has no encoded frame to decode wrong");
+    engine_set_fault_load(ENGINE_FAULT_DECODE);
+    CHECK(!load_matches(eng, dir, 3) && strstr(e.msg, "the digest check refused") &&
+              strstr(e.msg, "read again with every checksum") && strstr(e.msg, "checksum mismatch (decoded bytes)"),
+          "a whole load decoded wrong: %s", e.msg);
+    float *half = calloc((size_t)R / 2 * C, sizeof *half);
+    REQUIRE(half, "out of memory");
+    tsr_state_box hb = {0, {2, {0, 0}, {R / 2, C}}, half, TSR_MEM_HOST};
+    tsr_state st = {decls, 2, &hb, 1, NULL, 0, {1, 1, 1, 1, 0, 0}};
+    CHECK(tsr_engine_load(eng, dir, &st, NULL, &e) == TSR_ECORRUPT && !strstr(e.msg, "digest") &&
+              strstr(e.msg, "checksum mismatch (decoded bytes)"),
+          "a part of model.w decoded wrong: %s", e.msg);
+    engine_set_fault_load(0);
+    CHECK_OK(tsr_engine_load(eng, dir, &st, NULL, &e));
+    free(half);
 }
 
 /* A deferred copy that overlaps the writes of the boxes already copied: on a
@@ -178,6 +213,7 @@ int main(void) {
     snprintf(dir, sizeof dir, "%s/step-00000020", root);
     CHECK(load_matches(eng, dir, 2), "step 20 holds the state as it was at its save");
     CHECK(load_matches(eng, NULL, 3), "the newest (step 30) holds state 3: %s", e.msg);
+    decoded_wrong(eng, root);
 
     /* overlap_staging: save returns before the copy, which overlaps what the
      * caller does next; once tsr_engine_staged returns, the state may change

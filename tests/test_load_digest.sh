@@ -6,7 +6,9 @@
 # reading rank 0's box (bcast) - a load in an FSDP, a TP, a PP and a flat layout
 # fails, naming a tensor and both digests, before the caller sees the data; the
 # same load without the bug passes; a box read right but sent wrong to the ranks
-# holding its replicas (send) is named by the check of the copies. tsr-timeout: 300
+# holding its replicas (send) is named by the check of the copies; a frame
+# decoded wrong (decode) is named by a read with every checksum after the digest
+# check refused it. tsr-timeout: 300
 . "$TSR_ROOT/tests/mpi.sh"
 
 expect 0 "synth" $T ckpt synth ck --bytes 1M --dtype mix --tensors 7 --frame-bytes 16K
@@ -34,4 +36,17 @@ for L in dp_replicate=2,dp_shard=2 dp_replicate=3; do
         fail "$L, send: not the copies' check refusal: $(head -3 err.txt)"
     expect 0 "load in $L without it" run_np "$n" $T ckpt check ck --layout "$L"
 done
-finish "the load's digest check catches a box read off, two shards swapped, one shard sent to all and a copy sent wrong"
+# a decoder gone wrong (decode: a bit of every decoded frame flipped, the stored
+# bytes sound): where the digest check stands in for the decoded frames'
+# checksums, it refuses the load and a read with every checksum names the
+# frame; without the digest check the frame's raw checksum names it at once
+export TSR_FAULT_LOAD=decode
+expect 1 "load on 3 ranks with the bug 'decode' planted" run_np 3 $T ckpt check ck --layout dp_shard=3
+grep -q "the digest check refused [0-9]* tensors*; read again with every checksum: .*frame [0-9]* .*checksum mismatch (decoded bytes)" err.txt ||
+    fail "decode: not the digest check's refusal naming a frame: $(head -3 err.txt)"
+expect 1 "the same without the digest check" run_np 3 $T ckpt check ck --layout dp_shard=3 --no-digest-check
+grep -q "frame [0-9]* .*checksum mismatch (decoded bytes)" err.txt && ! grep -q "digest" err.txt ||
+    fail "decode, no digest check: not the frame's checksum: $(head -3 err.txt)"
+unset TSR_FAULT_LOAD
+expect 0 "the same load without the bug" run_np 3 $T ckpt check ck --layout dp_shard=3
+finish "the load's digest check catches a box read off, two shards swapped, one shard sent to all, a copy sent wrong and a frame decoded wrong"

@@ -235,9 +235,10 @@ int tsr_cli_faults(void) {
     const char *load = getenv("TSR_FAULT_LOAD");
     if (load && *load) {
         int kind = !strcmp(load, "shift") ? ENGINE_FAULT_SHIFT : !strcmp(load, "swap") ? ENGINE_FAULT_SWAP
-                 : !strcmp(load, "bcast") ? ENGINE_FAULT_BCAST : !strcmp(load, "send") ? ENGINE_FAULT_SEND : 0;
+                 : !strcmp(load, "bcast") ? ENGINE_FAULT_BCAST : !strcmp(load, "send") ? ENGINE_FAULT_SEND
+                 : !strcmp(load, "decode") ? ENGINE_FAULT_DECODE : 0;
         if (!kind) {
-            fprintf(stderr, "tessera: TSR_FAULT_LOAD: %s: not shift, swap, bcast or send\n", load);
+            fprintf(stderr, "tessera: TSR_FAULT_LOAD: %s: not shift, swap, bcast, send or decode\n", load);
             return -1;
         }
         engine_set_fault_load(kind);

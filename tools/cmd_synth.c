@@ -34,11 +34,12 @@ static const char synth_help[] =
     "is committed and marked poisoned (FORMAT.md 4.5). Up to 8 times.\n";
 
 static const char check_help[] =
-    "usage: [mpirun -np M] tessera ckpt check DIR [--layout L] [--threads N]\n"
+    "usage: [mpirun -np M] tessera ckpt check DIR [--layout L] [--threads N] [--no-digest-check]\n"
     "Loads the synthetic checkpoint in DIR (or the newest under a root) on the ranks\n"
     "of this job in layout L (default dp_shard=<ranks>), resharding on load, and\n"
     "compares every element with the synthetic content. Exit 1 naming the first wrong\n"
-    "element.\n";
+    "element. --no-digest-check: the load checks the frames' checksums only, not the\n"
+    "tensors' digests (which otherwise stand in for the decoded frames' checksums).\n";
 
 /* ------------------------------------------------------------ the model */
 
@@ -132,7 +133,7 @@ static int rank_state_make(const tsr_layout *l, const tsr_tensor_decl *t, size_t
 typedef struct synth_opts {
     const char *dir, *dtype, *layout;
     uint64_t bytes, tensors, step, threads, frame_bytes;
-    int codec, check, have_bytes;
+    int codec, check, have_bytes, no_digest_check;
     char nan_name[MAX_NAN][256]; /* --nan: tensor and row-major index of each NaN planted */
     uint64_t nan_index[MAX_NAN];
     int n_nan;
@@ -169,6 +170,8 @@ static int parse_opts(const char *cmd, int argc, char **argv, synth_opts *o) {
             if (tsr_parse_codec(v, &o->codec)) return tsr_usage_error(cmd, "--codec is auto, raw, zstd or bytegroup");
         } else if ((r = tsr_opt(argc, argv, &i, "check", 0, &v))) {
             o->check = 1;
+        } else if ((r = tsr_opt(argc, argv, &i, "no-digest-check", 0, &v))) {
+            o->no_digest_check = 1;
         } else if ((r = tsr_opt(argc, argv, &i, "nan", 1, &v))) {
             const char *colon = r < 0 ? NULL : strrchr(v, ':');
             if (r < 0 || o->n_nan == MAX_NAN || strlen(v) >= sizeof o->nan_name[0] ||
@@ -276,6 +279,7 @@ static int run_check(const char *cmd, const synth_opts *o, tsr_comm *comm) {
     if (!(status = agree(comm, status))) {
         tsr_engine_opts eo = tsr_engine_opts_default();
         eo.write.threads = (int)o->threads;
+        eo.no_digest_check = o->no_digest_check;
         eng = tsr_engine_new(dir, comm, &eo, &e);
         if (!eng) status = EXIT_FAIL, fprintf(stderr, "tessera %s: %s\n", cmd, e.msg);
     }
