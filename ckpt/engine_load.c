@@ -42,7 +42,7 @@ typedef struct load {
     tsr_save_plan plan;   /* the rank that reads each distinct box */
     size_t *es;           /* element size of each state tensor */
     uint64_t *keys;       /* each state tensor's digest key; NULL: no digest check */
-    uint8_t *by_digest;   /* each state tensor's: loaded whole, its digest checked (the frames' raw checksums not) */
+    uint8_t *by_digest;   /* each state tensor's: loaded whole, its digest checked (its frames' checksums not) */
     tsr_comm_reqs *reqs;  /* receives and sends in flight */
     long *mine_for;       /* plan entry -> my state box index, for entries I read */
     size_t *mine, n_mine; /* the state boxes I read */
@@ -405,8 +405,8 @@ static int box_shares(const load *l, uint64_t *share) {
 
 /* The tensors whose digest the check will compare (every rank's plan is the
  * same: loaded whole, the MANIFEST holding a digest): their reads need not
- * compute the decoded frames' raw checksums, which the digest proves end to end
- * (the stored bytes' checksums are still checked, before decoding). */
+ * compute their frames' checksums (of the stored bytes and of the decoded ones):
+ * the digest proves what lands end to end, from the file through the decoder. */
 static int mark_by_digest(load *l, tsr_error *err) {
     size_t nt = l->st->n_tensors;
     uint64_t *vol = calloc(nt + 1, sizeof *vol);
@@ -426,10 +426,10 @@ static int mark_by_digest(load *l, tsr_error *err) {
 }
 
 /* After the digest check refused the tensors marked in bad: this rank's reads
- * of them again, every frame's checksums computed (the load left out the
- * decoded bytes' where the digest stands in for them), so that a frame decoded
- * wrong is named. @return 0 (every frame sound: the boxes were read or sent
- * wrong) or the first failure, in *err. */
+ * of them again, every frame's checksums computed (the load left them out where
+ * the digest stands in for them), so that a frame stored or decoded wrong is
+ * named. @return 0 (every frame sound: the boxes were read or sent wrong) or the
+ * first failure, in *err. */
 static int reread_checked(load *l, const uint8_t *bad, tsr_error *err) {
     for (size_t i = 0; i < l->n_items; i++) {
         const read_item *it = &l->items[i];

@@ -326,7 +326,7 @@ static int fault_decode; /* tsr_ckpt_set_fault_decode */
 
 void tsr_ckpt_set_fault_decode(int on) { fault_decode = on; }
 
-/* Frame fi's stored bytes st (their checksum checked) decoded into raw (raw_size
+/* Frame fi's stored bytes st (checked by the caller) decoded into raw (raw_size
  * bytes), and the raw checksum checked unless the caller's digest check proves
  * the decoded bytes (by_digest); *out is raw, or st itself for a raw frame (then
  * raw is not touched and may be NULL). */
@@ -458,7 +458,7 @@ typedef struct read_ctx {
     tsr_codec *codec;
     tsr_error *err;
     const tsr_box *share_box; /* with the digest's share: the box dst's memory is of (NULL: none) */
-    int by_digest;            /* the caller's digest check proves the decoded bytes */
+    int by_digest;            /* the caller's digest check proves what lands: no checksums */
     uint64_t share;
 } read_ctx;
 

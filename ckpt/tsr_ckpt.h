@@ -525,8 +525,9 @@ int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void 
  * tensor whose memory dst is (the extents of dst_box; normally dst_box itself),
  * so that data copied to the wrong place gives another share. by_digest = 1:
  * the caller checks the whole tensor's digest from the shares of its reads,
- * which proves the decoded bytes end to end: the frames' raw checksums (of the
- * bytes a codec decoded) are not computed again, the stored bytes' still are. */
+ * which proves the bytes that land end to end: the frames' checksums (of the
+ * stored bytes and of the decoded ones) are not computed; their zero padding
+ * is still checked. */
 int tsr_ckpt_read_chunk_share(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst,
                               const tsr_box *dst_box, const tsr_box *share_box, int by_digest, uint64_t *share,
                               tsr_error *err);

@@ -39,7 +39,7 @@ $MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_
 echo
 echo "== digests at load: the same checkpoint loaded with the digest check and without it, alternately, in the"
 echo "   saved layout and on 3 ranks (dp_shard=3)"
-$MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3 --digests --rounds 11
+$MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3 --digests --rounds 31
 echo "   and the same with the page cache dropped before every load (read from the disk)"
 $MPIRUN --mca mpi_yield_when_idle 1 -np 4 $T bench load "$OUT/load" --layout dp_shard=3 --digests --cold --rounds 3
 echo
