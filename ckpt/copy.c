@@ -123,13 +123,14 @@ static void first_problem(void *user, const char *msg) {
 }
 
 /* A pulled step, verified as `tessera ckpt verify` does (every frame decoded,
- * every digest added up) before it counts: one that fails is uncommitted again
- * (its MANIFEST removed) and the error names the first problem. */
+ * every digest added up; `threads` workers, <= 0: the online cores) before it
+ * counts: one that fails is uncommitted again (its MANIFEST removed) and the
+ * error names the first problem. */
 static int verify_pulled(const char *dir, int threads, tsr_error *err) {
     tsr_ckpt *ck = tsr_ckpt_open(dir, err);
     if (!ck) return err && err->code ? err->code : TSR_ECORRUPT;
     char first[512] = "";
-    long n = tsr_ckpt_verify(ck, first_problem, first, threads > 0 ? threads : 1, err);
+    long n = tsr_ckpt_verify(ck, first_problem, first, threads, err);
     tsr_ckpt_close(ck);
     if (n == 0) return 0;
     char manifest[PATH_MAX + 400];
