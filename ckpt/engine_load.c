@@ -453,12 +453,11 @@ static int check_digests(load *l, tsr_error *err) {
     const tsr_state *st = l->st;
     tsr_engine *e = l->e;
     size_t nt = st->n_tensors;
-    uint64_t *x = calloc(2 * nt + 1, sizeof *x), *d = x + nt, *vol = calloc(nt + 1, sizeof *vol);
+    uint64_t *x = calloc(2 * nt + 1, sizeof *x), *d = x + nt;
     uint64_t *share = calloc(st->n_boxes + 1, sizeof *share);
     uint32_t *holders = calloc(l->plan.n + 1, sizeof *holders);
     uint8_t *refused = calloc(nt + 1, 1); /* the tensors the check refuses */
-    int rc = !x || !vol || !share || !holders || !refused || box_shares(l, share) ? TSR_ENOMEM : 0;
-    for (size_t k = 0; !rc && k < l->plan.n; k++) vol[l->plan.boxes[k].tensor] += tsr_box_volume(&l->plan.boxes[k].box);
+    int rc = !x || !share || !holders || !refused || box_shares(l, share) ? TSR_ENOMEM : 0;
     for (uint32_t r = 0; !rc && r < e->size; r++)
         for (size_t i = 0; i < l->ab.n_held[r]; i++) {
             const tsr_rank_box *hb = &l->ab.held[r][i];
@@ -489,9 +488,9 @@ static int check_digests(load *l, tsr_error *err) {
     }
     size_t bad = 0;
     for (size_t t = 0; !rc && t < nt; t++) {
-        uint64_t want, whole = 1, got = x[t] ^ l->keys[t];
-        for (uint32_t dd = 0; dd < st->tensors[t].ndim; dd++) whole *= st->tensors[t].shape[dd];
-        if (vol[t] != whole || tsr_ckpt_tensor_digest(l->ck, (size_t)l->ck_tensor[t], &want) != 1 ||
+        uint64_t want = 0, got = x[t] ^ l->keys[t];
+        /* the tensors loaded whole with a digest (mark_by_digest) */
+        if (!l->by_digest[t] || tsr_ckpt_tensor_digest(l->ck, (size_t)l->ck_tensor[t], &want) != 1 ||
             (got == want && d[t] == 0))
             continue;
         refused[t] = 1;
@@ -510,12 +509,12 @@ static int check_digests(load *l, tsr_error *err) {
     if (bad > 1) tsr_err_prefix(err, "%zu tensors' digests differ; the first", bad);
     if (bad) rc = TSR_ECORRUPT;
     tsr_error fe = {0};
-    if (bad && reread_checked(l, refused, &fe)) { /* a frame decoded wrong: named */
+    if (bad && reread_checked(l, refused, &fe)) { /* a frame stored or decoded wrong: named */
         if (err) *err = fe;
         tsr_err_prefix(err, "the digest check refused %zu tensor%s; read again with every checksum", bad,
                        bad > 1 ? "s" : "");
     }
-    free(x), free(vol), free(share), free(holders), free(refused);
+    free(x), free(share), free(holders), free(refused);
     return rc;
 }
 

@@ -36,6 +36,16 @@ with_lib() {
     fi
     env LD_PRELOAD="$_pre" ASAN_OPTIONS=detect_leaks=0 TESSERA_LIB="$TSR_BUILD" PYTHONPATH="$TSR_ROOT/python" "$@"
 }
+flip() { # FILE OFFSET [N]: the N bytes (default 1) at OFFSET of FILE inverted in place
+    /usr/bin/python3 - "$@" <<'EOF'
+import sys
+f, off = sys.argv[1], int(sys.argv[2])
+n = int(sys.argv[3]) if len(sys.argv) > 3 else 1
+with open(f, "r+b") as h:
+    h.seek(off); b = bytearray(h.read(n))
+    h.seek(off); h.write(bytes(x ^ 0xFF for x in b))
+EOF
+}
 finish() { # [success message]
     if [ "$fails" = 0 ]; then
         [ $# = 0 ] || echo "$*"

@@ -7,8 +7,8 @@
 # fails, naming a tensor and both digests, before the caller sees the data; the
 # same load without the bug passes; a box read right but sent wrong to the ranks
 # holding its replicas (send) is named by the check of the copies; a frame
-# decoded wrong (decode) is named by a read with every checksum after the digest
-# check refused it. tsr-timeout: 300
+# decoded wrong (decode) or damaged on the disk is named by a read with every
+# checksum after the digest check refused it. tsr-timeout: 300
 . "$TSR_ROOT/tests/mpi.sh"
 
 expect 0 "synth" $T ckpt synth ck --bytes 1M --dtype mix --tensors 7 --frame-bytes 16K
@@ -49,4 +49,12 @@ grep -q "frame [0-9]* .*checksum mismatch (decoded bytes)" err.txt && ! grep -q 
     fail "decode, no digest check: not the frame's checksum: $(head -3 err.txt)"
 unset TSR_FAULT_LOAD
 expect 0 "the same load without the bug" run_np 3 $T ckpt check ck --layout dp_shard=3
-finish "the load's digest check catches a box read off, two shards swapped, one shard sent to all, a copy sent wrong and a frame decoded wrong"
+# a frame damaged on the disk (a raw frame: no decoder sees it first): the digest
+# check, which stands in for the frames' checksums, refuses the load, and the
+# read with every checksum names the frame by its stored bytes' checksum
+expect 0 "synth raw" $T ckpt synth raw --bytes 256K --dtype bf16 --tensors 2 --frame-bytes 16K --codec raw
+flip raw/data-00000.tsd $((4096 + 100)) || fail "damaging raw" # inside the first frame's stored bytes
+expect 1 "load on 3 ranks of a frame damaged on the disk" run_np 3 $T ckpt check raw --layout dp_shard=3
+grep -q "the digest check refused 1 tensor; read again with every checksum: .*data-00000.tsd: frame 0 (offset 4096) .*checksum mismatch (stored bytes)" err.txt ||
+    fail "a damaged frame: not the digest check's refusal naming it: $(head -3 err.txt)"
+finish "the load's digest check catches a box read off, two shards swapped, one shard sent to all, a copy sent wrong, a frame decoded wrong and one damaged on the disk"

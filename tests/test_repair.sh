@@ -17,16 +17,6 @@
 . "$TSR_ROOT/tests/common.sh"
 cd "$TSR_TMP" || exit 1
 PY=/usr/bin/python3
-flip() { # FILE OFFSET [N]: the N bytes (default 1) at OFFSET inverted
-    $PY - "$@" <<'EOF'
-import sys
-f, off = sys.argv[1], int(sys.argv[2])
-n = int(sys.argv[3]) if len(sys.argv) > 3 else 1
-with open(f, "r+b") as h:
-    h.seek(off); b = bytearray(h.read(n))
-    h.seek(off); h.write(bytes(x ^ 0xFF for x in b))
-EOF
-}
 # frame_at CKPT TENSOR K [absent|present OTHER]: the offset of frame K (counted
 # among the frames that qualify) of TENSOR in CKPT whose raw checksum OTHER
 # holds in no frame (absent) or in some frame (present); its codec in $PWD/codec

@@ -117,14 +117,7 @@ expect 2 "no layout" "$T" reshard A X
 [ -e X ] && fail "a failed reshard left X"
 # a damaged frame in a chunk that would be copied as it is stored: refused, named
 cp -r P Pbad
-$PY - Pbad/data-00000.tsd <<'PYEOF' || fail "damaging Pbad"
-import sys
-with open(sys.argv[1], "r+b") as f:
-    f.seek(4096 + 100)  # inside the first frame's stored bytes
-    b = f.read(1)
-    f.seek(4096 + 100)
-    f.write(bytes([b[0] ^ 0xFF]))
-PYEOF
+flip Pbad/data-00000.tsd $((4096 + 100)) || fail "damaging Pbad" # inside the first frame's stored bytes
 expect 1 "a damaged frame copied as stored" "$T" reshard Pbad PbadX --layout dp_shard=1
 grep -q "data-00000.tsd: frame 0 (offset 4096) of a chunk copied as it is stored: checksum mismatch (stored bytes)" err.txt || fail "the damaged frame is not named: $(cat err.txt)"
 [ -e PbadX/MANIFEST ] && fail "a reshard of a damaged source committed"

@@ -300,8 +300,7 @@ static int timed_save(tsr_engine *eng, const char *dir, uint64_t step, const tsr
  * alternately, the order swapped every round; one warm-up save of each first. */
 #define DIGEST_SAVE_ROUNDS 9 /* the disk's speed moves between saves: a median of several */
 #define DIGEST_SAVE_MAX_ROUNDS 99
-static int digest_saves(const char *dir, int codec, int rounds, model_state *m, digest_cost *out, tsr_error *e) {
-    const int ROUNDS = rounds;
+static int digest_saves(const char *dir, int codec, int ROUNDS, model_state *m, digest_cost *out, tsr_error *e) {
     tsr_engine *eng[2] = {NULL, NULL};
     tsr_comm *comm[2] = {NULL, NULL};
     double t[2][DIGEST_SAVE_MAX_ROUNDS], ratio[DIGEST_SAVE_MAX_ROUNDS];
@@ -388,10 +387,9 @@ int tsr_cmd_bench_save(int argc, char **argv) {
         int r;
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) return fputs(save_help, stdout), EXIT_OK;
         if ((r = tsr_opt(argc, argv, &i, "rounds", 1, &v))) {
-            char *end;
-            long n = r < 0 ? 0 : strtol(v, &end, 10);
-            if (r < 0 || *end || n < 1 || n > DIGEST_SAVE_MAX_ROUNDS)
-                return tsr_usage_error("bench save", "--rounds takes a count from 1 to %d", DIGEST_SAVE_MAX_ROUNDS);
+            uint64_t n;
+            if (r < 0 || tsr_parse_u64(v, &n) || !n || n > DIGEST_SAVE_MAX_ROUNDS)
+                return tsr_usage_error("bench save", "--rounds takes 1 to %d", DIGEST_SAVE_MAX_ROUNDS);
             rounds = (int)n;
             continue;
         }
