@@ -441,57 +441,61 @@ static int reread_checked(load *l, const uint8_t *bad, tsr_error *err) {
     return 0;
 }
 
-/* The load's digest check (FORMAT.md 4.4), after every rank loaded, in two
- * all-reduces. The rank that read box k counts its share once, in x (the xor
- * over ranks: the tensor's CRC as loaded, where the distinct boxes cover the
- * tensor; a tensor loaded only in part is not checked). Every copy counts
- * besides, so that a copy received wrong is caught as well as a box read wrong:
- * in d, the sum over ranks, the reader of k, held by h ranks in all, adds
- * (1 - h) times its share and every other holder its own once: 0 where every
- * copy is the one read. */
-static int check_digests(load *l, tsr_error *err) {
+/* The load's digest check (FORMAT.md 4.4), after every rank loaded, and the
+ * ranks' agreement that every rank did (rc: this rank's outcome so far), in one
+ * all-reduce of a pair of words a tensor and one for the outcome. The rank that
+ * read box k counts its share once, in x (the xor over ranks: the tensor's CRC
+ * as loaded, where the distinct boxes cover the tensor; a tensor loaded only
+ * in part is not checked). Every copy counts besides, so that a copy received
+ * wrong is caught as well as a box read wrong: in d, the sum over ranks, the
+ * reader of k, held by h ranks in all, adds (1 - h) times its share and every
+ * other holder its own once: 0 where every copy is the one read. The last
+ * pair's sum counts the ranks that failed. Every rank learns the same refusals,
+ * so the error is every rank's without a further agreement. */
+static int check_digests(load *l, int rc, tsr_error *err) {
     const tsr_state *st = l->st;
     tsr_engine *e = l->e;
     size_t nt = st->n_tensors;
-    uint64_t *x = calloc(2 * nt + 1, sizeof *x), *d = x + nt;
+    uint64_t *v = calloc(2 * nt + 2, sizeof *v); /* x[t], d[t] at 2t, 2t+1; the failures at 2nt+1 */
     uint64_t *share = calloc(st->n_boxes + 1, sizeof *share);
     uint32_t *holders = calloc(l->plan.n + 1, sizeof *holders);
     uint8_t *refused = calloc(nt + 1, 1); /* the tensors the check refuses */
-    int rc = !x || !share || !holders || !refused || box_shares(l, share) ? TSR_ENOMEM : 0;
+    if (!rc && (!v || !share || !holders || !refused || box_shares(l, share)))
+        rc = tsr_err(err, TSR_ENOMEM, "out of memory for the digest check");
     for (uint32_t r = 0; !rc && r < e->size; r++)
         for (size_t i = 0; i < l->ab.n_held[r]; i++) {
             const tsr_rank_box *hb = &l->ab.held[r][i];
             long k = tsr_box_volume(&hb->box) ? engine_plan_find(&l->plan, hb->tensor, &hb->box) : -1;
             if (k >= 0) holders[k]++;
         }
-    if (rc) {
-        rc = tsr_err(err, TSR_ENOMEM, "out of memory for the digest check");
-    } else {
-        for (size_t i = 0; i < st->n_boxes; i++) {
-            const tsr_state_box *b = &st->boxes[i];
-            if (tsr_box_volume(&b->box) == 0) continue;
-            long k = engine_plan_find(&l->plan, b->tensor, &b->box);
-            if (k < 0 || (l->plan.writer[k] == e->rank && l->mine_for[k] == (long)i)) {
-                x[b->tensor] ^= share[i];
-                if (k >= 0) d[b->tensor] += (1 - (uint64_t)holders[k]) * share[i];
-            } else {
-                d[b->tensor] += share[i];
-            }
+    for (size_t i = 0; !rc && i < st->n_boxes; i++) {
+        const tsr_state_box *b = &st->boxes[i];
+        if (tsr_box_volume(&b->box) == 0) continue;
+        long k = engine_plan_find(&l->plan, b->tensor, &b->box);
+        if (k < 0 || (l->plan.writer[k] == e->rank && l->mine_for[k] == (long)i)) {
+            v[2 * b->tensor] ^= share[i];
+            if (k >= 0) v[2 * b->tensor + 1] += (1 - (uint64_t)holders[k]) * share[i];
+        } else {
+            v[2 * b->tensor + 1] += share[i];
         }
     }
-    /* every rank takes part, also after a failure here (agree() then tells them) */
-    if (x) {
-        tsr_error ae;
-        int arc = tsr_comm_allreduce_xor_u64(e->comm, x, nt, &ae);
-        if (!arc) arc = tsr_comm_allreduce_sum_u64(e->comm, d, nt, &ae);
-        if (arc && !rc && (rc = arc) && err) *err = ae;
+    /* every rank takes part, also after a failure here (it counts itself failed);
+     * without the few words of v it cannot: the others' all-reduce then waits
+     * and MPI aborts the job (as open_everywhere's broadcast) */
+    if (!v) {
+        free(share), free(holders), free(refused);
+        return rc;
     }
+    if (rc) memset(v, 0, (2 * nt + 2) * sizeof *v), v[2 * nt + 1] = 1;
+    tsr_error ae;
+    if (tsr_comm_allreduce_xor_sum_u64(e->comm, v, nt + 1, &ae) && !rc && (rc = ae.code) && err) *err = ae;
+    if (!rc && v[2 * nt + 1]) rc = tsr_err(err, TSR_EIO, "%s: the load failed on another rank", tsr_ckpt_dir(l->ck));
     size_t bad = 0;
     for (size_t t = 0; !rc && t < nt; t++) {
-        uint64_t want = 0, got = x[t] ^ l->keys[t];
+        uint64_t want = 0, got = v[2 * t] ^ l->keys[t], d = v[2 * t + 1];
         /* the tensors loaded whole with a digest (mark_by_digest) */
         if (!l->by_digest[t] || tsr_ckpt_tensor_digest(l->ck, (size_t)l->ck_tensor[t], &want) != 1 ||
-            (got == want && d[t] == 0))
+            (got == want && d == 0))
             continue;
         refused[t] = 1;
         if (bad++) continue;
@@ -514,7 +518,7 @@ static int check_digests(load *l, tsr_error *err) {
         tsr_err_prefix(err, "the digest check refused %zu tensor%s; read again with every checksum", bad,
                        bad > 1 ? "s" : "");
     }
-    free(x), free(share), free(holders), free(refused);
+    free(v), free(share), free(holders), free(refused);
     return rc;
 }
 
@@ -609,8 +613,7 @@ static int load_host(tsr_engine *e, const char *step_dir, const tsr_state *st, t
     if (!rc && l.keys) rc = mark_by_digest(&l, err);
     if (!rc) rc = read_mine(&l, err);
     rc = send_read(&l, rc, err);
-    rc = agree(&l, rc, err);
-    if (!rc && !e->opts.no_digest_check) rc = agree(&l, check_digests(&l, err), err);
+    rc = e->opts.no_digest_check ? agree(&l, rc, err) : check_digests(&l, rc, err);
     load_free(&l);
     if (rc || !ck_out) tsr_ckpt_close(ck);
     else *ck_out = ck;

@@ -172,20 +172,27 @@ int tsr_comm_allreduce_min(tsr_comm *c, int64_t *v, tsr_error *err) {
     return rc == MPI_SUCCESS ? 0 : tsr_mpi_err(err, rc, "Allreduce");
 }
 
-static int allreduce_u64(tsr_comm *c, uint64_t *v, size_t n, MPI_Op op, tsr_error *err) {
+/* The reduction of tsr_comm_allreduce_xor_sum_u64 on its pairs of words. */
+static void xor_sum(void *in, void *inout, int *len, MPI_Datatype *dt) {
+    (void)dt;
+    const uint64_t *a = in;
+    uint64_t *b = inout;
+    for (int i = 0; i < *len; i++) b[2 * i] ^= a[2 * i], b[2 * i + 1] += a[2 * i + 1];
+}
+
+int tsr_comm_allreduce_xor_sum_u64(tsr_comm *c, uint64_t *v, size_t n, tsr_error *err) {
     if (!c->is_mpi || n == 0) return 0;
-    if (n > INT_MAX) return tsr_err(err, TSR_EINVAL, "Allreduce of %zu words: over INT_MAX", n);
-    int rc;
-    TSR_MPI_COLL(rc, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, v, (int)n, MPI_UINT64_T, op, c->comm);
+    if (n > INT_MAX) return tsr_err(err, TSR_EINVAL, "Allreduce of %zu pairs: over INT_MAX", n);
+    MPI_Datatype pair;
+    MPI_Op op;
+    int rc = MPI_Type_contiguous(2, MPI_UINT64_T, &pair);
+    if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Type_contiguous");
+    if ((rc = MPI_Type_commit(&pair)) == MPI_SUCCESS && (rc = MPI_Op_create(xor_sum, 1, &op)) == MPI_SUCCESS) {
+        TSR_MPI_COLL(rc, MPI_Allreduce, MPI_Iallreduce, MPI_IN_PLACE, v, (int)n, pair, op, c->comm);
+        MPI_Op_free(&op);
+    }
+    MPI_Type_free(&pair);
     return rc == MPI_SUCCESS ? 0 : tsr_mpi_err(err, rc, "Allreduce");
-}
-
-int tsr_comm_allreduce_sum_u64(tsr_comm *c, uint64_t *v, size_t n, tsr_error *err) {
-    return allreduce_u64(c, v, n, MPI_SUM, err);
-}
-
-int tsr_comm_allreduce_xor_u64(tsr_comm *c, uint64_t *v, size_t n, tsr_error *err) {
-    return allreduce_u64(c, v, n, MPI_BXOR, err);
 }
 
 int tsr_comm_allgatherv(tsr_comm *c, const void *buf, size_t n, uint8_t **all, size_t **counts,

@@ -50,11 +50,10 @@ int tsr_comm_barrier_idle(tsr_comm *c, tsr_error *err);
 int tsr_comm_bcast(tsr_comm *c, uint32_t root, void *buf, size_t n, tsr_error *err);
 /* tsr_comm_allreduce_min(): the minimum of every rank's *v, into *v everywhere. */
 int tsr_comm_allreduce_min(tsr_comm *c, int64_t *v, tsr_error *err);
-/* tsr_comm_allreduce_sum_u64(): the sums modulo 2^64 over every rank of the n
- * words at v, into v everywhere (n at most INT_MAX). */
-int tsr_comm_allreduce_sum_u64(tsr_comm *c, uint64_t *v, size_t n, tsr_error *err);
-/* tsr_comm_allreduce_xor_u64(): the same with xor for the sum. */
-int tsr_comm_allreduce_xor_u64(tsr_comm *c, uint64_t *v, size_t n, tsr_error *err);
+/* tsr_comm_allreduce_xor_sum_u64(): v holds n pairs of words (n at most
+ * INT_MAX); into v everywhere, in one all-reduce, each pair's first words xored
+ * and its second words summed modulo 2^64 over every rank. */
+int tsr_comm_allreduce_xor_sum_u64(tsr_comm *c, uint64_t *v, size_t n, tsr_error *err);
 /* tsr_comm_allgatherv(): every rank's n bytes, concatenated in rank order into
  * *all (malloc'ed) on every rank; counts[r] (malloc'ed, size ranks) is rank r's
  * byte count. */

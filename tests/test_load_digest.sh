@@ -8,7 +8,8 @@
 # same load without the bug passes; a box read right but sent wrong to the ranks
 # holding its replicas (send) is named by the check of the copies; a frame
 # decoded wrong (decode) or damaged on the disk is named by a read with every
-# checksum after the digest check refused it. tsr-timeout: 300
+# checksum after the digest check refused it; a frame its decoder refuses
+# fails its rank's load and the others learn it. tsr-timeout: 300
 . "$TSR_ROOT/tests/mpi.sh"
 
 expect 0 "synth" $T ckpt synth ck --bytes 1M --dtype mix --tensors 7 --frame-bytes 16K
@@ -57,4 +58,13 @@ flip raw/data-00000.tsd $((4096 + 100)) || fail "damaging raw" # inside the firs
 expect 1 "load on 3 ranks of a frame damaged on the disk" run_np 3 $T ckpt check raw --layout dp_shard=3
 grep -q "the digest check refused 1 tensor; read again with every checksum: .*data-00000.tsd: frame 0 (offset 4096) .*checksum mismatch (stored bytes)" err.txt ||
     fail "a damaged frame: not the digest check's refusal naming it: $(head -3 err.txt)"
+# a frame its decoder refuses (the first byte of a compressed frame damaged):
+# the rank that reads it fails alone; the digest check's all-reduce, which
+# also carries every rank's outcome, tells the others, and no rank waits
+expect 0 "synth f32" $T ckpt synth enc --bytes 1M --dtype f32 --tensors 3 --frame-bytes 16K
+flip enc/data-00000.tsd 4096 || fail "damaging enc"
+expect 1 "load on 3 ranks of a frame its decoder refuses" run_np 3 $T ckpt check enc --layout dp_shard=3
+grep -q "rank 0: .*data-00000.tsd: frame 0 (offset 4096) of model.layers.0.w: " err.txt &&
+    [ "$(grep -c "rank [12]: enc: the load failed on another rank" err.txt)" = 2 ] ||
+    fail "an undecodable frame: not named on its rank and reported by the others: $(head -3 err.txt)"
 finish "the load's digest check catches a box read off, two shards swapped, one shard sent to all, a copy sent wrong, a frame decoded wrong and one damaged on the disk"
