@@ -7,11 +7,13 @@
  *          save plan's rule); receives posted for the boxes others read for me
  *   read   my boxes: a read plan per tensor (tsr_ckpt_plan_read), its pieces
  *          spread over threads, each piece's digest share taken as it lands
- *   send   what I read, to every other rank that holds the same box
- *   agree  every rank learns whether all loaded
+ *   send   what I read, to every other rank that holds the same box, in
+ *          pieces; each piece I receive has its digest share taken as it lands
  *   check  the digests (FORMAT.md 4.4): every rank's share of each tensor from
- *          the bytes it holds (its reads' shares, and a pass over what it
- *          received), summed over the ranks, against the MANIFEST's */
+ *          the bytes it holds (its reads' shares and its received pieces'),
+ *          summed over the ranks, against the MANIFEST's; in the same
+ *          all-reduce every rank learns whether all loaded (without the
+ *          check: agree, that alone) */
 #include "engine_impl.h"
 #include "mem.h"
 
@@ -25,6 +27,18 @@ typedef struct read_item {
     tsr_box as;       /* the box the state box's memory is read as: its own (but for engine_set_fault_load) */
     uint64_t share;   /* the digest's share of what landed in the state box (when keys) */
 } read_item;
+
+/* A piece of a state box: rows [lo, hi) of its dim 0 (all of it for a 0-d
+ * box), contiguous in its memory. A box goes between ranks in pieces of about
+ * PIECE_BYTES, so that the receiver takes each piece's digest share while it is
+ * in the cache, as it lands. */
+typedef struct box_piece {
+    size_t state_box;
+    uint64_t lo, hi, share;
+    size_t left; /* its requests not completed yet (a piece over 1 GiB has several) */
+} box_piece;
+
+#define PIECE_BYTES (2u << 20)
 
 static int fault_load; /* engine_set_fault_load */
 
@@ -43,7 +57,12 @@ typedef struct load {
     size_t *es;           /* element size of each state tensor */
     uint64_t *keys;       /* each state tensor's digest key; NULL: no digest check */
     uint8_t *by_digest;   /* each state tensor's: loaded whole, its digest checked (its frames' checksums not) */
-    tsr_comm_reqs *reqs;  /* receives and sends in flight */
+    tsr_comm_reqs *reqs;  /* receives in flight, a piece's at a time */
+    tsr_comm_reqs *sends; /* sends in flight */
+    box_piece *recv;      /* the pieces received, in the order of their receives */
+    size_t n_recv, cap_recv;
+    size_t *req_piece;    /* each request of reqs: its piece in recv */
+    size_t n_req, cap_req;
     long *mine_for;       /* plan entry -> my state box index, for entries I read */
     size_t *mine, n_mine; /* the state boxes I read */
     read_item *items;     /* my reads */
@@ -131,25 +150,63 @@ static int match_tensors(load *l, tsr_error *err) {
     return rc;
 }
 
+/* The pieces of a box of `bytes` bytes and `rows` rows: about PIECE_BYTES
+ * each, whole rows; piece c of them is rows [rows c / k, rows (c + 1) / k). */
+static uint64_t pieces_of(uint64_t bytes, uint64_t rows) {
+    uint64_t k = (bytes + PIECE_BYTES - 1) / PIECE_BYTES;
+    return k > rows ? rows : k ? k : 1;
+}
+
+/* Sends (send: 1) or receives state box i (b) from or to rank `peer` in its
+ * pieces; a received piece listed in l->recv, with its requests in
+ * l->req_piece. */
+static int transfer(load *l, int send, uint32_t peer, int tag, size_t i, const tsr_state_box *b, const void *data,
+                    tsr_error *err) {
+    tsr_engine *e = l->e;
+    uint64_t rows = b->box.ndim ? b->box.extent[0] : 1, bytes = tsr_box_volume(&b->box) * l->es[b->tensor];
+    uint64_t k = pieces_of(bytes, rows), row_bytes = bytes / rows;
+    for (uint64_t c = 0; c < k; c++) {
+        uint64_t lo = rows * c / k, hi = rows * (c + 1) / k;
+        uint8_t *p = (uint8_t *)data + lo * row_bytes;
+        if (send) {
+            int rc = tsr_comm_isend(e->comm, peer, tag, p, (hi - lo) * row_bytes, l->sends, err);
+            if (rc) return rc;
+            continue;
+        }
+        if (tsr_grow((void **)&l->recv, &l->cap_recv, l->n_recv, sizeof *l->recv))
+            return tsr_err(err, TSR_ENOMEM, "out of memory");
+        size_t before = tsr_comm_reqs_count(l->reqs);
+        int rc = tsr_comm_irecv(e->comm, peer, tag, p, (hi - lo) * row_bytes, l->reqs, err);
+        size_t after = tsr_comm_reqs_count(l->reqs);
+        l->recv[l->n_recv] = (box_piece){i, lo, hi, 0, after - before};
+        for (size_t q = before; q < after; q++) {
+            if (tsr_grow((void **)&l->req_piece, &l->cap_req, l->n_req, sizeof *l->req_piece))
+                return tsr_err(err, TSR_ENOMEM, "out of memory");
+            l->req_piece[l->n_req++] = l->n_recv;
+        }
+        l->n_recv++;
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 /* Receives for the boxes another rank reads for me; my own reads listed in
  * l->mine (a box twice in my state: read once, sent to myself). */
 static int post_receives(load *l, tsr_error *err) {
     tsr_engine *e = l->e;
     const tsr_state *st = l->st;
-    for (size_t k = 0; k < l->plan.n; k++) l->mine_for[k] = -1;
     for (size_t i = 0; i < st->n_boxes; i++) {
         const tsr_state_box *b = &st->boxes[i];
         if (tsr_box_volume(&b->box) == 0) continue;
         long k = engine_plan_find(&l->plan, b->tensor, &b->box);
         if (k < 0) return tsr_err(err, TSR_EIO, "load plan lost a box of %s", st->tensors[b->tensor].name);
-        size_t bytes = tsr_box_volume(&b->box) * l->es[b->tensor];
         uint32_t from = l->plan.writer[k];
         if (from == e->rank && l->mine_for[k] < 0) {
             l->mine_for[k] = (long)i;
             l->mine[l->n_mine++] = i;
             continue;
         }
-        int rc = tsr_comm_irecv(e->comm, from, (int)(k % TAG_MOD), b->data, bytes, l->reqs, err);
+        int rc = transfer(l, 0, from, (int)(k % TAG_MOD), i, b, b->data, err);
         if (rc) return rc;
     }
     return 0;
@@ -163,9 +220,11 @@ static int plan_load(load *l, tsr_error *err) {
     if (!rc) rc = tsr_save_plan_build(l->ab.held, l->ab.n_held, e->size, l->es, &l->plan, err);
     if (rc) return rc;
     l->reqs = tsr_comm_reqs_new();
+    l->sends = tsr_comm_reqs_new();
     l->mine_for = malloc((l->plan.n + 1) * sizeof *l->mine_for);
     l->mine = malloc((l->st->n_boxes + 1) * sizeof *l->mine);
-    if (!l->reqs || !l->mine_for || !l->mine) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t k = 0; l->mine_for && k < l->plan.n; k++) l->mine_for[k] = -1;
+    if (!l->reqs || !l->sends || !l->mine_for || !l->mine) return tsr_err(err, TSR_ENOMEM, "out of memory");
     return post_receives(l, err);
 }
 
@@ -267,12 +326,34 @@ static int read_mine(load *l, tsr_error *err) {
 
 /* ----------------------------------------------------------------- send */
 
-/* Sends what I read to every other rank that holds the same box (also after a
- * local failure: the receivers are waiting; agree() tells them), then waits for
- * every transfer. @return rc, or the first failure here when rc is 0. */
+/* Waits for my receives; with the digest check (and no failure so far), each
+ * piece's digest share is taken as it lands, while it is in the cache (for a
+ * tensor the check compares: mark_by_digest). */
+static int receive_all(load *l, int rc, tsr_error *err) {
+    tsr_engine *e = l->e;
+    if (rc || !l->keys) return tsr_comm_waitall(e->comm, l->reqs, err);
+    for (;;) {
+        size_t q;
+        if ((rc = tsr_comm_waitany(e->comm, l->reqs, &q, err))) {
+            tsr_comm_waitall(e->comm, l->reqs, NULL);
+            return rc;
+        }
+        if (q == SIZE_MAX) return 0;
+        box_piece *p = &l->recv[l->req_piece[q]];
+        const tsr_state_box *b = &l->st->boxes[p->state_box];
+        if (--p->left || !l->by_digest[b->tensor]) continue;
+        tsr_box part = b->box;
+        if (part.ndim) part.offset[0] += p->lo, part.extent[0] = p->hi - p->lo;
+        p->share = tsr_digest_region(l->es[b->tensor], l->st->tensors[b->tensor].shape, &b->box, b->data, &part);
+    }
+}
+
+/* Sends what I read to every other rank that holds the same box, in pieces
+ * (also after a local failure: the receivers are waiting; the check or agree()
+ * tells them), then waits for every transfer. @return rc, or the first failure here when rc is 0. */
 static int send_read(load *l, int rc, tsr_error *err) {
     tsr_engine *e = l->e;
-    if (!l->reqs) return rc;
+    if (!l->reqs || !l->sends) return rc; /* plan_load failed before its receives */
     uint8_t **sent = NULL; /* engine_set_fault_load's altered copies */
     size_t n_sent = 0, cap_sent = 0;
     for (uint32_t r = 0; l->mine_for && r < e->size; r++) {
@@ -295,18 +376,22 @@ static int send_read(load *l, int rc, tsr_error *err) {
                     continue;
                 }
                 memcpy(bad, data, bytes);
-                bad[0] ^= 1;
+                bad[bytes - 1] ^= 1; /* in its last piece */
                 data = sent[n_sent++] = bad;
             }
             tsr_error se;
-            if (tsr_comm_isend(e->comm, r, (int)(k % TAG_MOD), data, bytes, l->reqs, &se) && !rc) {
+            if (transfer(l, 1, r, (int)(k % TAG_MOD), (size_t)l->mine_for[k], src, data, &se) && !rc) {
                 rc = se.code;
                 if (err) *err = se;
             }
         }
     }
     tsr_error we;
-    if (tsr_comm_waitall(e->comm, l->reqs, &we) && !rc) {
+    if (receive_all(l, rc, &we) && !rc) {
+        rc = we.code;
+        if (err) *err = we;
+    }
+    if (tsr_comm_waitall(e->comm, l->sends, &we) && !rc) {
         rc = we.code;
         if (err) *err = we;
     }
@@ -327,80 +412,12 @@ static int agree(load *l, int rc, tsr_error *err) {
 
 /* ---------------------------------------------------------------- check */
 
-/* A piece of the digest's work on a box this rank received: rows [lo, hi) of
- * dim 0 of a state box (all of it for a 0-d box), contiguous in its memory. */
-typedef struct digest_piece {
-    size_t state_box;
-    uint64_t lo, hi, share;
-} digest_piece;
-
-typedef struct digest_job {
-    const load *l;
-    digest_piece *pieces;
-} digest_job;
-
-static void digest_one(void *ctx, size_t i, int worker) {
-    (void)worker;
-    digest_job *j = ctx;
-    digest_piece *p = &j->pieces[i];
-    const tsr_state_box *b = &j->l->st->boxes[p->state_box];
-    tsr_box part = b->box;
-    if (part.ndim) {
-        part.offset[0] += p->lo;
-        part.extent[0] = p->hi - p->lo;
-    }
-    p->share = tsr_digest_region(j->l->es[b->tensor], j->l->st->tensors[b->tensor].shape, &b->box, b->data, &part);
-}
-
-/* The state boxes in `which` (1: received), in pieces of about 8 MiB for the
- * threads. */
-static int digest_pieces(const load *l, const uint8_t *which, digest_piece **out, size_t *n_out) {
-    const tsr_state *st = l->st;
-    size_t n = 0, cap = 0;
-    digest_piece *v = NULL;
-    for (size_t i = 0; i < st->n_boxes; i++) {
-        const tsr_box *bx = &st->boxes[i].box;
-        uint64_t vol = tsr_box_volume(bx), rows = bx->ndim ? bx->extent[0] : 1;
-        if (vol == 0 || !which[i]) continue;
-        uint64_t bytes = vol * l->es[st->boxes[i].tensor], k = (bytes + (8u << 20) - 1) / (8u << 20);
-        if (k > rows) k = rows;
-        for (uint64_t c = 0; c < k; c++) {
-            if (tsr_grow((void **)&v, &cap, n, sizeof *v)) {
-                free(v);
-                return TSR_ENOMEM;
-            }
-            v[n++] = (digest_piece){i, rows * c / k, rows * (c + 1) / k, 0};
-        }
-    }
-    *out = v;
-    *n_out = n;
-    return 0;
-}
-
 /* Each of my state boxes' digest share (share[i]): the xor of its reads'
- * shares, taken as they landed, for a box I read; a pass over its memory, on
- * threads, for one I received. */
-static int box_shares(const load *l, uint64_t *share) {
-    const tsr_state *st = l->st;
-    uint8_t *received = malloc(st->n_boxes + 1);
-    digest_piece *pieces = NULL;
-    size_t np = 0;
-    if (!received) return TSR_ENOMEM;
-    memset(received, 1, st->n_boxes + 1);
-    for (size_t m = 0; m < l->n_mine; m++) received[l->mine[m]] = 0;
+ * shares, taken as they landed, for a box I read; of its pieces' shares, taken
+ * as they were received, for one I received. */
+static void box_shares(const load *l, uint64_t *share) {
     for (size_t i = 0; i < l->n_items; i++) share[l->items[i].state_box] ^= l->items[i].share;
-    int rc = digest_pieces(l, received, &pieces, &np);
-    tsr_pool *pool = !rc && np ? tsr_pool_new(l->e->opts.write.threads) : NULL;
-    if (np && !pool) rc = TSR_ENOMEM;
-    if (!rc && np) {
-        digest_job job = {l, pieces};
-        tsr_pool_for(pool, np, digest_one, &job);
-        for (size_t p = 0; p < np; p++) share[pieces[p].state_box] ^= pieces[p].share;
-    }
-    tsr_pool_free(pool);
-    free(pieces);
-    free(received);
-    return rc;
+    for (size_t p = 0; p < l->n_recv; p++) share[l->recv[p].state_box] ^= l->recv[p].share;
 }
 
 /* The tensors whose digest the check will compare (every rank's plan is the
@@ -460,8 +477,8 @@ static int check_digests(load *l, int rc, tsr_error *err) {
     uint64_t *share = calloc(st->n_boxes + 1, sizeof *share);
     uint32_t *holders = calloc(l->plan.n + 1, sizeof *holders);
     uint8_t *refused = calloc(nt + 1, 1); /* the tensors the check refuses */
-    if (!rc && (!v || !share || !holders || !refused || box_shares(l, share)))
-        rc = tsr_err(err, TSR_ENOMEM, "out of memory for the digest check");
+    if (!rc && (!v || !share || !holders || !refused)) rc = tsr_err(err, TSR_ENOMEM, "out of memory for the digest check");
+    if (!rc) box_shares(l, share);
     for (uint32_t r = 0; !rc && r < e->size; r++)
         for (size_t i = 0; i < l->ab.n_held[r]; i++) {
             const tsr_rank_box *hb = &l->ab.held[r][i];
@@ -524,6 +541,9 @@ static int check_digests(load *l, int rc, tsr_error *err) {
 
 static void load_free(load *l) {
     tsr_comm_reqs_free(l->reqs);
+    tsr_comm_reqs_free(l->sends);
+    free(l->recv);
+    free(l->req_piece);
     pthread_mutex_destroy(&l->mu);
     free(l->items);
     free(l->mine);

@@ -11,7 +11,8 @@
  *   ENGINE_FAULT_BCAST  every rank reads rank 0's box of each tensor (one of the
  *                       same extents as its own)
  *   ENGINE_FAULT_SEND   a box's reader reads it right but sends the other ranks
- *                       that hold it a copy with one bit flipped
+ *                       that hold it a copy with one bit of its last byte
+ *                       flipped
  *   ENGINE_FAULT_DECODE every frame a codec decodes comes out with one bit
  *                       flipped (a decoder gone wrong: the stored bytes are
  *                       sound; the raw checksum, or the digest where it stands

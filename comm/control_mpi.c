@@ -611,6 +611,17 @@ int tsr_comm_irecv(tsr_comm *c, uint32_t peer, int tag, void *buf, size_t n, tsr
     return p2p_nb(c, 0, peer, tag, buf, n, r, err);
 }
 
+size_t tsr_comm_reqs_count(const tsr_comm_reqs *r) { return r->n; }
+
+int tsr_comm_waitany(tsr_comm *c, tsr_comm_reqs *r, size_t *index, tsr_error *err) {
+    (void)c;
+    int i = MPI_UNDEFINED, rc = r->n ? MPI_Waitany((int)r->n, r->v, &i, MPI_STATUS_IGNORE) : MPI_SUCCESS;
+    if (rc != MPI_SUCCESS) return tsr_mpi_err(err, rc, "Waitany");
+    if (i == MPI_UNDEFINED) r->n = 0;
+    *index = i == MPI_UNDEFINED ? SIZE_MAX : (size_t)i;
+    return 0;
+}
+
 int tsr_comm_waitall(tsr_comm *c, tsr_comm_reqs *r, tsr_error *err) {
     if (!r->n) return 0;
     int rc = MPI_Waitall((int)r->n, r->v, MPI_STATUSES_IGNORE);

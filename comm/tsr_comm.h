@@ -101,6 +101,13 @@ int tsr_comm_isend(tsr_comm *c, uint32_t peer, int tag, const void *buf, size_t 
 int tsr_comm_irecv(tsr_comm *c, uint32_t peer, int tag, void *buf, size_t n, tsr_comm_reqs *r,
                    tsr_error *err);
 int tsr_comm_waitall(tsr_comm *c, tsr_comm_reqs *r, tsr_error *err);
+/* tsr_comm_reqs_count(): the requests added to r since it was last emptied (a
+ * message over 1 GiB adds several). tsr_comm_waitany(): waits until one of them
+ * not yet seen completes and sets *index to its place in that order; SIZE_MAX
+ * (and r emptied) when every one has. After a failure, tsr_comm_waitall waits
+ * for the rest. */
+size_t tsr_comm_reqs_count(const tsr_comm_reqs *r);
+int tsr_comm_waitany(tsr_comm *c, tsr_comm_reqs *r, size_t *index, tsr_error *err);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,15 @@ for L in dp_replicate=2,dp_shard=2 dp_replicate=3; do
         fail "$L, send: not the copies' check refusal: $(head -3 err.txt)"
     expect 0 "load in $L without it" run_np "$n" $T ckpt check ck --layout "$L"
 done
+# the same where a box goes in many pieces (of about 2 MiB; the bit flipped is
+# in the last): each piece's share is taken as it is received
+expect 0 "synth big" $T ckpt synth big --bytes 24M --dtype bf16 --tensors 2
+export TSR_FAULT_LOAD=send
+expect 1 "load of 12 MiB boxes on 2 replicas with the bug 'send' planted" run_np 2 $T ckpt check big --layout dp_replicate=2
+unset TSR_FAULT_LOAD
+grep -q "tensor .*: the digest of the boxes read is the MANIFEST's ([0-9a-f]\{16\}), but ranks that received a copy of one hold other data" err.txt ||
+    fail "big, send: not the copies' check refusal: $(head -3 err.txt)"
+expect 0 "load of 12 MiB boxes on 2 replicas without it" run_np 2 $T ckpt check big --layout dp_replicate=2
 # a decoder gone wrong (decode: a bit of every decoded frame flipped, the stored
 # bytes sound): where the digest check stands in for the decoded frames'
 # checksums, it refuses the load and a read with every checksum names the
