@@ -355,8 +355,10 @@ static int decode_frame(const tsr_ckpt *ck, size_t fi, int dtype, const char *ow
  * neither: the caller's digest check of the whole tensor proves the bytes that
  * land, from the file through the decoder), and decodes it into b->out (b->raw,
  * or the stored bytes for a raw frame: b->stored, or the file's own pages where
- * the store maps it). `dtype` is its tensor's dtype (TSR_U8 for a blob). */
-static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame_buf *b,
+ * the store maps it), or with `into` an encoded frame straight into that memory
+ * (raw_size bytes; b->out is then into). `dtype` is its tensor's dtype (TSR_U8
+ * for a blob). */
+static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame_buf *b, uint8_t *into,
                       tsr_codec *codec, int by_digest, tsr_error *err) {
     const tsr_mf_frame *f = &ck->m.frames[fi];
     tsr_rfile *rf;
@@ -371,7 +373,7 @@ static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, fra
         if (!b->stored) return tsr_err(err, TSR_ENOMEM, "out of memory");
     }
     int as_is = f->codec == TSR_CODEC_RAW && f->stored_size == f->raw_size; /* no decoding copy */
-    if (!as_is && b->raw_cap < f->raw_size) {
+    if (!as_is && !into && b->raw_cap < f->raw_size) {
         free(b->raw);
         b->raw = malloc(f->raw_size);
         b->raw_cap = b->raw ? f->raw_size : 0;
@@ -380,7 +382,7 @@ static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, fra
     if (!st && (rc = tsr_rfile_read(rf, b->stored, padded, f->offset, err))) return rc;
     if (!st) st = b->stored;
     if ((rc = check_stored(ck, fi, owner, st, by_digest, err))) return rc;
-    return decode_frame(ck, fi, dtype, owner, st, b->raw, codec, by_digest, &b->out, err);
+    return decode_frame(ck, fi, dtype, owner, st, into ? into : b->raw, codec, by_digest, &b->out, err);
 }
 
 int tsr_ckpt_read_stored(tsr_ckpt *ck, size_t fi, void *dst, tsr_error *err) {
@@ -464,13 +466,14 @@ typedef struct read_ctx {
 
 #define SHARE_SLAB (128u << 10) /* bytes copied, then their share taken while in cache */
 
-/* Part `part` of frame box fbox (decoded in r->fb) into dst, and with
- * share_box its digest share taken from dst slab by slab, each right after
- * its copy (the share of what landed, as dst's memory holds it). */
-static void land(read_ctx *r, const tsr_box *fbox, const tsr_box *part) {
+/* Part `part` of frame box fbox (decoded in r->fb) into dst, unless it is
+ * there already (landed: decoded into it), and with share_box its digest share
+ * taken from dst slab by slab, each right after its copy (the share of what
+ * landed, as dst's memory holds it). */
+static void land(read_ctx *r, const tsr_box *fbox, const tsr_box *part, int landed) {
     size_t es = tsr_dtype_size(r->t->dtype);
     if (!r->share_box) {
-        tsr_box_copy(r->dst, r->box, r->fb->out, fbox, part, es);
+        if (!landed) tsr_box_copy(r->dst, r->box, r->fb->out, fbox, part, es);
         return;
     }
     uint64_t rows = part->ndim ? part->extent[0] : 1, row_bytes = tsr_box_volume(part) / rows * es;
@@ -481,21 +484,38 @@ static void land(read_ctx *r, const tsr_box *fbox, const tsr_box *part) {
     for (uint64_t lo = 0; lo < rows; lo += step) {
         tsr_box slab = *part;
         if (slab.ndim) slab.offset[0] += lo, slab.extent[0] = rows - lo < step ? rows - lo : step;
-        tsr_box_copy(r->dst, r->box, r->fb->out, fbox, &slab, es);
+        if (!landed) tsr_box_copy(r->dst, r->box, r->fb->out, fbox, &slab, es);
         for (uint32_t d = 0; d < slab.ndim; d++) slab.offset[d] += r->share_box->offset[d] - r->box->offset[d];
         tsr_digest_acc_region(&acc, es, r->t->shape, r->share_box, r->dst, &slab);
     }
     r->share ^= tsr_digest_acc_share(&acc, es, volume);
 }
 
+/* Where in dst frame box fbox lies, when all of it lands there and in one run
+ * of dst's memory (dims before some dim j of extent 1, dims after it whole):
+ * its frame can be decoded there, without a copy. NULL otherwise. */
+static uint8_t *in_place(const read_ctx *r, const tsr_box *fbox, const tsr_box *part) {
+    const tsr_box *d = r->box;
+    if (tsr_box_volume(part) != tsr_box_volume(fbox)) return NULL;
+    int j = (int)fbox->ndim - 1;
+    while (j > 0 && fbox->extent[j] == d->extent[j]) j--;
+    for (int k = 0; k < j; k++)
+        if (fbox->extent[k] != 1) return NULL;
+    uint64_t off = 0;
+    for (uint32_t k = 0; k < fbox->ndim; k++) off = off * d->extent[k] + (fbox->offset[k] - d->offset[k]);
+    return (uint8_t *)r->dst + off * tsr_dtype_size(r->t->dtype);
+}
+
 static int read_one_frame(void *user, uint64_t k) {
     read_ctx *r = user;
     size_t fi = r->c->frame_first + k;
-    int rc = read_frame(r->ck, fi, r->t->dtype, r->t->name, r->fb, r->codec, r->by_digest, r->err);
-    if (rc) return rc;
     tsr_box fbox, part;
     tsr_frame_box(r->c, k, &fbox);
-    if (tsr_box_intersect(&fbox, r->region, &part)) land(r, &fbox, &part);
+    if (!tsr_box_intersect(&fbox, r->region, &part)) return 0;
+    uint8_t *into = in_place(r, &fbox, &part);
+    int rc = read_frame(r->ck, fi, r->t->dtype, r->t->name, r->fb, into, r->codec, r->by_digest, r->err);
+    if (rc) return rc;
+    land(r, &fbox, &part, into && r->fb->out == into);
     return 0;
 }
 
@@ -632,8 +652,9 @@ int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err) {
     uint64_t off = 0;
     for (uint32_t k = 0; k < b->frame_count && !rc; k++) {
         const tsr_mf_frame *f = &ck->m.frames[b->frame_first + k];
-        rc = read_frame(ck, b->frame_first + k, TSR_U8, owner, &rd->fb, rd->codec, 0, err);
-        if (!rc) memcpy((uint8_t *)dst + off, rd->fb.out, f->raw_size);
+        uint8_t *to = (uint8_t *)dst + off;
+        rc = read_frame(ck, b->frame_first + k, TSR_U8, owner, &rd->fb, to, rd->codec, 0, err);
+        if (!rc && rd->fb.out != to) memcpy(to, rd->fb.out, f->raw_size);
         off += f->raw_size;
     }
     reader_put(ck, rd);
@@ -677,7 +698,7 @@ static void verify_frame(void *ctx, size_t i, int worker) {
     tsr_error e = {0};
     tsr_rfile *rf;
     if (open_file(v->ck, file, &rf, &e)) return; /* reported per file */
-    int rc = read_frame(v->ck, fi, v->dtype[fi], v->owner[fi], &v->bufs[worker], v->codecs[worker], 0, &e);
+    int rc = read_frame(v->ck, fi, v->dtype[fi], v->owner[fi], &v->bufs[worker], NULL, v->codecs[worker], 0, &e);
     if (rc) {
         report(v, e.msg);
         return;
