@@ -7,6 +7,7 @@
 #define TSR_LAUNCH_H
 
 #include <limits.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -25,6 +26,7 @@ typedef struct launch_opts {
     double hang_timeout; /* seconds; 0: 5x the median step time, at least LAUNCH_HANG_FLOOR */
     double backoff;      /* seconds before the first relaunch; doubles, up to 30 s */
     double grace;        /* seconds between SIGTERM and SIGKILL */
+    double preempt_grace; /* --preempt-grace: seconds a preempted job has to commit its state (0: no preemption) */
     double chaos_rate;   /* --chaos: mean seconds between injected faults (0: none) */
     uint64_t chaos_seed;
     unsigned chaos_kinds; /* bit k: fault kind k may be injected (0: every kind) */
@@ -45,6 +47,7 @@ typedef enum launch_outcome {
     OUT_USAGE,     /* mpirun exited 2: the job's arguments are wrong (no retry) */
     OUT_SIGNAL,    /* the supervisor was asked to stop */
     OUT_SDC,       /* the ranks' replica check found copies that differ (TSR_HB_SDC) */
+    OUT_PREEMPTED, /* the supervisor was preempted (--preempt-grace): the job stopped, or its grace ran out */
     OUT_N
 } launch_outcome;
 
@@ -58,6 +61,10 @@ typedef struct rank_state {
     double heard; /* tsr_now() of its last record */
     double win[LAUNCH_WINDOW]; /* its compute times (step time less data-plane waits) */
     int n_win, i_win, straggling;
+    /* its TSR_HB_PREEMPTED record (pre_seen) */
+    int pre_seen;
+    int64_t pre_step, pre_local, pre_durable;
+    double pre_local_s, pre_durable_s;
 } rank_state;
 
 typedef struct conn {
@@ -116,17 +123,21 @@ typedef struct launch {
     double chaos_next; /* tsr_now() of the next fault */
     int chaos_faults;
     int chaos_fatal; /* the launch that got a fault which ends it (0: none yet) */
+    /* preemption (launch_preempt.c) */
+    int preempting, preempt_sig;
+    double preempt_t0, preempt_end; /* tsr_now() of the signal, and of the job's end (0: not yet) */
 } launch;
 
 /* supervise.c ------------------------------------------------------------- */
 
-enum { LAUNCH_FINISHED = 0, LAUNCH_GAVE_UP = 1, LAUNCH_USAGE = 2 };
+enum { LAUNCH_FINISHED = 0, LAUNCH_GAVE_UP = 1, LAUNCH_USAGE = 2, LAUNCH_PREEMPTED = 3 };
 
 /* launch_run(): runs the job of o (job: its config as `tessera train` reads it,
  * before validation) under mpirun and supervises it until it finishes, gives
- * up, or the supervisor is asked to stop (SIGTERM, SIGINT, SIGHUP).
- * @return LAUNCH_FINISHED, LAUNCH_GAVE_UP, or LAUNCH_USAGE when the job's
- * arguments are wrong (mpirun exited 2: no retry). */
+ * up, or the supervisor is asked to stop (SIGTERM, SIGINT, SIGHUP; with
+ * --preempt-grace, SIGTERM and SIGUSR1 preempt the job: launch_preempt.c).
+ * @return LAUNCH_FINISHED, LAUNCH_GAVE_UP, LAUNCH_USAGE when the job's
+ * arguments are wrong (mpirun exited 2: no retry), or LAUNCH_PREEMPTED. */
 int launch_run(const launch_opts *o, const tsr_train_config *job);
 
 /* launch_log.c ------------------------------------------------------------ */
@@ -142,6 +153,10 @@ const char *launch_json(const char *s, char *buf, size_t len);
 
 /* launch_say(): "tessera launch: MSG" on stderr. */
 void launch_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* launch_tell(): a command (kind, arg) to rank `rank`'s connection, or every
+ * rank's (-1); one that does not reach a rank is said, prefixed by `what`. */
+void launch_tell(launch *L, int rank, uint32_t kind, uint64_t arg, const char *what);
 
 /* launch_node_of(): the node (of the --nodes K at the start) that holds rank. */
 static inline int launch_node_of(const launch *L, int rank) {
@@ -202,10 +217,31 @@ int launch_listen(launch *L);
 void launch_unlisten(launch *L);
 
 /* launch_watch(): watches the current launch until it ends; sets L->out,
- * culprit, bad_step and why. `stop` is set by the signal handler. */
-void launch_watch(launch *L, volatile int *stop);
+ * culprit, bad_step and why. `stop` is set by the signal handler, `sig` the
+ * signal it got (with --preempt-grace, SIGTERM and SIGUSR1 preempt the job,
+ * and stop is cleared for a second signal). */
+void launch_watch(launch *L, volatile int *stop, const volatile sig_atomic_t *sig);
 
 /* launch_close_conns(): closes every connection (the ranks' watchdogs then end them). */
 void launch_close_conns(launch *L);
+
+
+/* launch_preempt.c -------------------------------------------------------- */
+
+/* launch_preempt_begin(): the supervisor got SIGTERM or SIGUSR1 (sig) with
+ * --preempt-grace S: every rank is told to stop after its next step and commit
+ * its state within S seconds (TSR_HB_CMD_PREEMPT); a rank that connects later
+ * is told when it does (launch_preempt_rank_up). Logged ("preempt"). */
+void launch_preempt_begin(launch *L, int sig);
+void launch_preempt_rank_up(launch *L, int rank);
+/* launch_preempt_record(): a rank's TSR_HB_PREEMPTED record (checked). */
+void launch_preempt_record(launch *L, int rank, const tsr_hb_record *r);
+/* launch_preempt_tick(): ends the launch (OUT_PREEMPTED) once the grace has
+ * run out. */
+void launch_preempt_tick(launch *L);
+/* launch_preempt_report(): after the launch ended: what the ranks committed,
+ * whether the deadline was met and what the next launch resumes from; logged
+ * ("preempted") and said. */
+void launch_preempt_report(launch *L);
 
 #endif

@@ -48,15 +48,6 @@ static int steady(const launch *L) {
     return 1;
 }
 
-/* A command to every rank's connection. */
-static void tell_all(launch *L, uint32_t kind, uint64_t arg) {
-    uint8_t b[TSR_HB_COMMAND];
-    tsr_hb_command(kind, arg, b);
-    for (int i = 0; i < L->n_conns; i++)
-        if (L->conns[i].rank >= 0 && send(L->conns[i].fd, b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL) != sizeof b)
-            launch_say("chaos: the command did not reach rank %d", L->conns[i].rank);
-}
-
 enum { K_KILL_RANK, K_KILL_NODE, K_STOP_RANK, K_NAN, K_ENOSPC, K_S3, K_BITFLIP, K_N };
 static const char *const KIND[K_N] = {"kill_rank", "kill_node", "stop_rank", "nan", "enospc", "s3", "bitflip"};
 static const int FATAL[K_N] = {1, 1, 1, 1, 0, 0, 1}; /* the kinds that end a launch */
@@ -99,28 +90,23 @@ static void inject(launch *L, int kind) {
     case K_NAN:
         launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"step %lld\", \"step\": %lld", KIND[kind],
                      (long long)s, (long long)s);
-        tell_all(L, TSR_HB_CMD_NAN, (uint64_t)s);
+        launch_tell(L, -1, TSR_HB_CMD_NAN, (uint64_t)s, "chaos");
         break;
     case K_ENOSPC: /* the next write of every rank to the durable tier fails */
         launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"the next checkpoint write\"", KIND[kind]);
-        tell_all(L, TSR_HB_CMD_ENOSPC, 0);
+        launch_tell(L, -1, TSR_HB_CMD_ENOSPC, 0, "chaos");
         break;
     case K_BITFLIP: { /* one rank's weights: its replica check (or its group's) names it */
         uint64_t arg = next_u64(L);
-        uint8_t b[TSR_HB_COMMAND];
-        tsr_hb_command(TSR_HB_CMD_BITFLIP, arg, b);
         launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"rank %d\", \"rank\": %d, \"pid\": %d, \"node\": %d, "
                      "\"step\": %lld", KIND[kind], rank, rank, (int)pid, node, (long long)L->last_step);
-        int sent = 0;
-        for (int i = 0; i < L->n_conns; i++)
-            if (L->conns[i].rank == rank) sent = send(L->conns[i].fd, b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof b;
-        if (!sent) launch_say("chaos: the command did not reach rank %d", rank);
+        launch_tell(L, rank, TSR_HB_CMD_BITFLIP, arg, "chaos");
         break;
     }
     default: /* every S3 request fails for a while: the archiver retries, or gives a push up */
         launch_event(L, "chaos", "\"kind\": \"%s\", \"target\": \"S3 requests\", \"seconds\": %.1f", KIND[kind],
                      LAUNCH_S3_OUTAGE_S);
-        tell_all(L, TSR_HB_CMD_S3, (uint64_t)(LAUNCH_S3_OUTAGE_S * 1000));
+        launch_tell(L, -1, TSR_HB_CMD_S3, (uint64_t)(LAUNCH_S3_OUTAGE_S * 1000), "chaos");
         break;
     }
     L->chaos_faults++;

@@ -1,8 +1,10 @@
-/* launch_log.c: tessera launch's event log (JSON lines) and messages. */
+/* launch_log.c: tessera launch's event log (JSON lines) and messages: to the
+ * operator (launch_say) and to the ranks (launch_tell: their commands). */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "launch.h"
@@ -57,4 +59,17 @@ double launch_median(const launch *L) {
     memcpy(v, L->hist, (size_t)n * sizeof *v);
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void launch_tell(launch *L, int rank, uint32_t kind, uint64_t arg, const char *what) {
+    uint8_t b[TSR_HB_COMMAND];
+    tsr_hb_command(kind, arg, b);
+    int sent = 0;
+    for (int i = 0; i < L->n_conns; i++) {
+        const conn *c = &L->conns[i];
+        if (c->rank < 0 || (rank >= 0 && c->rank != rank)) continue;
+        if (send(c->fd, b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof b) sent = 1;
+        else if (rank < 0) launch_say("%s: the command did not reach rank %d", what, c->rank);
+    }
+    if (rank >= 0 && !sent) launch_say("%s: the command did not reach rank %d", what, rank);
 }

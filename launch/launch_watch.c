@@ -2,6 +2,7 @@
  * launch: records read and checked (refused ones logged with their reason), a
  * rank that leaves, a hang, a NaN, a straggler, mpirun's exit. */
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <poll.h>
 #include <stdio.h>
@@ -90,8 +91,16 @@ static int check_record(const launch *L, const conn *c, const tsr_hb_record *r, 
     if (r->phase < TSR_HB_START || r->phase >= TSR_HB_N_PHASES) return snprintf(why, len, "unknown phase %u", r->phase), -1;
     if ((int)r->world != L->np || r->rank >= r->world)
         return snprintf(why, len, "rank %u of %u: this job has %d ranks", r->rank, r->world, L->np), -1;
-    if (r->phase == TSR_HB_STEP ? !(r->compute_s >= 0 && r->compute_s <= r->step_s) : r->compute_s != 0)
+    if (r->phase == TSR_HB_STEP ? !(r->compute_s >= 0 && r->compute_s <= r->step_s)
+                                : r->phase != TSR_HB_PREEMPTED && r->compute_s != 0)
         return snprintf(why, len, "compute time %g outside 0..the step time %g", r->compute_s, r->step_s), -1;
+    if (r->phase == TSR_HB_PREEMPTED && !L->preempting)
+        return snprintf(why, len, "a preemption record, but this job was not preempted"), -1;
+    if (r->phase == TSR_HB_PREEMPTED && !(r->loss >= -1 && r->loss <= (double)r->step && r->loss == (int64_t)r->loss &&
+                                          r->grad_norm >= -1 && r->grad_norm <= (double)r->step &&
+                                          r->grad_norm == (int64_t)r->grad_norm && r->step_s >= 0 && r->compute_s >= 0))
+        return snprintf(why, len, "a preemption record with steps %g and %g of step %lld", r->loss, r->grad_norm,
+                        (long long)r->step), -1;
     if (r->phase == TSR_HB_SDC && !(r->loss == 0 || r->loss == 1 || r->loss == 2))
         return snprintf(why, len, "a replica check record with verdict %g (not 0, 1 or 2)", r->loss), -1;
     if (r->phase == TSR_HB_SDC && !(r->grad_norm >= 0 && r->grad_norm <= r->world && r->grad_norm == (int)r->grad_norm &&
@@ -229,6 +238,7 @@ static void on_record(launch *L, int i) {
         s->claimed = 1;
         s->pid = c->pid;
         launch_event(L, "rank_up", "\"rank\": %u, \"pid\": %d, \"node\": %d", r.rank, (int)c->pid, launch_node_of(L, c->rank));
+        launch_preempt_rank_up(L, c->rank);
     }
     s->heard = tsr_now();
     s->phase = r.phase;
@@ -236,6 +246,7 @@ static void on_record(launch *L, int i) {
     if (r.phase == TSR_HB_DONE) s->done = 1;
     if (r.phase == TSR_HB_STEP) on_step(L, c->rank, &r);
     if (r.phase == TSR_HB_SDC) on_sdc(L, c->rank, &r);
+    if (r.phase == TSR_HB_PREEMPTED) launch_preempt_record(L, c->rank, &r);
 }
 
 /* End of a connection: a rank that leaves before it is done fails the launch
@@ -330,6 +341,10 @@ static void on_job_exit(launch *L) {
     if ((int)L->out >= 0) return;
     int st = L->mpirun_status;
     int code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    if (L->preempting) {
+        L->preempt_end = tsr_now();
+        decide(L, OUT_PREEMPTED, -1, L->last_step, "the job stopped (mpirun exited with status %d)", code);
+    }
     if (code == 0) decide(L, OUT_FINISHED, -1, L->last_step, "mpirun exited 0");
     else if (code == 2) decide(L, OUT_USAGE, -1, L->last_step, "mpirun exited 2: the train command is wrong");
     else decide(L, OUT_JOB_EXIT, -1, L->last_step, "mpirun exited with status %d", code);
@@ -345,7 +360,7 @@ static int sdc_draining(const launch *L) {
     return 0;
 }
 
-void launch_watch(launch *L, volatile int *stop) {
+void launch_watch(launch *L, volatile int *stop, const volatile sig_atomic_t *sig) {
     L->out = (launch_outcome)-1;
     for (;;) {
         struct pollfd p[2 + 512];
@@ -354,6 +369,10 @@ void launch_watch(launch *L, volatile int *stop) {
         p[1] = (struct pollfd){L->wake_fd, POLLIN, 0};
         for (int i = 0; i < nc; i++) p[np++] = (struct pollfd){L->conns[i].fd, POLLIN, 0};
         poll(p, (nfds_t)np, 100);
+        if (*stop && L->o.preempt_grace > 0 && !L->preempting && (*sig == SIGTERM || *sig == SIGUSR1)) {
+            *stop = 0;
+            launch_preempt_begin(L, *sig);
+        }
         if (*stop) {
             decide(L, OUT_SIGNAL, -1, L->last_step, "the supervisor was asked to stop");
             return;
@@ -371,6 +390,11 @@ void launch_watch(launch *L, volatile int *stop) {
             return;
         }
         if ((int)L->out >= 0) continue; /* reading the other ranks' TSR_HB_SDC records */
+        if (L->preempting) { /* the grace is the only limit now */
+            launch_preempt_tick(L);
+            if ((int)L->out >= 0) return;
+            continue;
+        }
         check_hang(L);
         if ((int)L->out >= 0) return;
         launch_chaos_tick(L);

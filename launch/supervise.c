@@ -241,7 +241,7 @@ static void backoff_wait(launch *L, double s) {
 }
 
 static const char *const OUTCOME[OUT_N] = {"finished", "rank_exit", "hang", "nan", "job_exit", "usage", "signal",
-                                           "sdc"};
+                                           "sdc", "preempted"};
 
 /* Ends a failed launch. @return 1 to relaunch, 0 to give up. */
 static int after_failure(launch *L, const tsr_train_config *pristine, int *counts) {
@@ -275,11 +275,11 @@ static void summary(launch *L, int ok, const int *counts) {
     double wall = tsr_now() - L->t0, train = fmax(0, wall - L->lost_s);
     launch_event(L, "finish", "\"status\": \"%s\", \"restarts\": %d, \"rank_exits\": %d, \"hangs\": %d, \"nans\": %d, "
                  "\"job_exits\": %d, \"sdcs\": %d, \"np\": %d, \"wall_s\": %.3f, \"lost_s\": %.3f, \"train_s\": %.3f, "
-                 "\"chaos_faults\": %d", ok ? "ok" : "failed", L->restarts, counts[OUT_RANK_EXIT], counts[OUT_HANG],
+                 "\"chaos_faults\": %d", ok ? "ok" : L->preempting ? "preempted" : "failed", L->restarts, counts[OUT_RANK_EXIT], counts[OUT_HANG],
                  counts[OUT_NAN], counts[OUT_JOB_EXIT], counts[OUT_SDC], L->np, wall, L->lost_s, train, L->chaos_faults);
     launch_say("%s after %d launch(es): %d restart(s) (%d rank exit(s), %d hang(s), %d NaN rollback(s), %d job "
                "exit(s), %d silent data corruption(s)); %d of %d ranks at the end; %.1f s in all, %.1f s lost to "
-               "failures, %.1f s of training", ok ? "finished" : "gave up", L->attempt, L->restarts,
+               "failures, %.1f s of training", ok ? "finished" : L->preempting ? "preempted" : "gave up", L->attempt, L->restarts,
                counts[OUT_RANK_EXIT], counts[OUT_HANG], counts[OUT_NAN], counts[OUT_JOB_EXIT], counts[OUT_SDC], L->np,
                L->o.np, wall, L->lost_s, train);
 }
@@ -295,12 +295,24 @@ static int supervise(launch *L, const tsr_train_config *pristine) {
     launch_chaos_start(L);
     for (;;) {
         if (start_launch(L)) break;
-        launch_watch(L, &stop_flag);
-        if (L->out == OUT_FINISHED) {
+        launch_watch(L, &stop_flag, &stop_sig);
+        if (L->out == OUT_FINISHED && !L->preempting) {
             ok = 1;
             break;
         }
+        if (L->preempting) { /* no relaunch: the job was asked to stop */
+            if (!L->preempt_end) L->preempt_end = tsr_now();
+            launch_close_conns(L);
+            launch_kill_all(L);
+            launch_preempt_report(L);
+            break;
+        }
         if (!after_failure(L, pristine, counts)) break;
+    }
+    if (!ok && !L->preempting && L->o.preempt_grace > 0 && (stop_sig == SIGTERM || stop_sig == SIGUSR1)) {
+        L->preempting = 1, L->preempt_sig = stop_sig; /* preempted between launches: nothing to stop */
+        L->preempt_t0 = L->preempt_end = tsr_now();
+        launch_preempt_report(L);
     }
     launch_close_conns(L);
     launch_kill_all(L);
@@ -308,16 +320,17 @@ static int supervise(launch *L, const tsr_train_config *pristine) {
     if (ok && L->cfg.checkpoint.local_interval > 0 && !tsr_local_root(L->cfg.checkpoint.local_folder, L->cfg.job.dump_folder, root, sizeof root, NULL))
         tsr_remove_tree(root); /* the run is over: its snapshots in memory are of no more use */
     summary(L, ok, counts);
-    return ok ? LAUNCH_FINISHED : L->out == OUT_USAGE ? LAUNCH_USAGE : LAUNCH_GAVE_UP;
+    return ok ? LAUNCH_FINISHED : L->preempting ? LAUNCH_PREEMPTED : L->out == OUT_USAGE ? LAUNCH_USAGE : LAUNCH_GAVE_UP;
 }
 
-static void on_signals(void) {
+static void on_signals(const launch *L) {
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGHUP, &sa, NULL);
+    if (L->o.preempt_grace > 0) sigaction(SIGUSR1, &sa, NULL); /* Slurm's warning before the end of an allocation */
     signal(SIGPIPE, SIG_IGN);
 }
 
@@ -356,7 +369,7 @@ int launch_run(const launch_opts *o, const tsr_train_config *job) {
     for (int i = 0; i < L->o.nodes; i++) L->alive_nodes[i] = i;
     L->wake_fd = pipefd[0];
     wake_w = pipefd[1];
-    on_signals();
+    on_signals(L);
     prctl(PR_SET_CHILD_SUBREAPER, 1); /* ranks whose mpirun died stay below the supervisor */
     L->t0 = tsr_now();
     int rc = supervise(L, &pristine);

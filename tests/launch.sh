@@ -1,7 +1,18 @@
-# launch.sh: sourced by the tests of tessera launch, after common.sh or mpi.sh,
-# with PY (a python3 with json) set; each test defines sup (its supervisor in the
-# background, pid in SUP) and its job of 24 steps. DIR is a run's folder under
-# TSR_TMP; its supervisor's log is TSR_TMP/DIR.log.
+# launch.sh: sourced by the tests of tessera launch, after common.sh or mpi.sh:
+# PY (the system's python3, with json), CFG (the debug model's config) and a
+# token file of 1M synthetic tokens at TSR_TMP/data for the jobs; each test
+# defines sup (its supervisor in the background, pid in SUP). DIR is a run's
+# folder under TSR_TMP; its supervisor's log is TSR_TMP/DIR.log.
+CFG="$TSR_ROOT/train/configs/debug.toml"
+PY=/usr/bin/python3
+$PY -c 'import json' 2>/dev/null || { echo "FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
+"$T" data prep --out "$TSR_TMP/data" --synthetic 1M >/dev/null || fail "data prep"
+# JOB: 24 steps of the debug model at sequence 32, a checkpoint every 4 steps (a
+# test may define its own); FAST: the supervisor's backoff and grace, short
+JOB="--config $CFG --training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.warmup_steps=2 --training.steps=24 \
+--training.global_batch_size=8 --training.local_batch_size=2 --checkpoint.enable --checkpoint.interval=4 --training.dataset=tokens \
+--training.dataset_path=$TSR_TMP/data"
+FAST="--backoff 0.2 --grace 2"
 
 # ev DIR EXPR [FIELD]: the events e of DIR/launch.jsonl for which EXPR holds;
 # prints FIELD of the last one (or the count); exit 1 when there is none

@@ -16,17 +16,12 @@
 #    as a hang of that rank, a NaN at its step); the final history holds every
 #    step and every sample once, but for the windows the rollbacks skipped.
 . "$TSR_ROOT/tests/mpi.sh"
-CFG="$TSR_ROOT/train/configs/debug.toml"
-PY=/usr/bin/python3
-$PY -c 'import json' 2>/dev/null || { echo "FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
 . "$TSR_ROOT/tests/launch.sh" # compare (its finished is replaced below)
-"$T" data prep --out "$TSR_TMP/data" --synthetic 1M >/dev/null || fail "data prep"
 job() { # STEPS: the job's arguments
     echo "--config $CFG --training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.warmup_steps=2 --training.steps=$1" \
         "--training.global_batch_size=8 --training.local_batch_size=2 --checkpoint.enable --checkpoint.interval=4" \
         "--checkpoint.last_save_model_only=false --training.dataset=tokens --training.dataset_path=$TSR_TMP/data"
 }
-FAST="--backoff 0.2 --grace 2"
 # count DIR EXPR: how many events e of DIR/launch.jsonl EXPR holds for
 count() {
     $PY -c 'import json, sys

@@ -8,21 +8,13 @@
 # whose losses and final checkpoint equal an uninterrupted run's (with the same
 # data skipped for the NaN): bitwise on the same layout, within 1e-4 on fewer
 # ranks. Hostile heartbeats (garbage, a wrong token, a rank claimed twice, a
-# rank out of range, a forged pid) are refused, with their reason in the event
+# rank out of range, a forged pid, a preemption record from a job not
+# preempted) are refused, with their reason in the event
 # log, and do not keep a stopped job alive. A supervisor stopped with SIGTERM
 # ends the job before it exits; one whose job cannot start gives up after
 # --max-restarts.
 . "$TSR_ROOT/tests/mpi.sh"
-CFG="$TSR_ROOT/train/configs/debug.toml"
-PY=/usr/bin/python3
-$PY -c 'import json' 2>/dev/null || { echo "FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
 . "$TSR_ROOT/tests/launch.sh"
-"$T" data prep --out "$TSR_TMP/data" --synthetic 1M >/dev/null || fail "data prep"
-# 24 steps of the debug model at sequence 32, a checkpoint every 4 steps
-JOB="--config $CFG --training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.warmup_steps=2 --training.steps=24 \
---training.global_batch_size=8 --training.local_batch_size=2 --checkpoint.enable --checkpoint.interval=4 --training.dataset=tokens \
---training.dataset_path=$TSR_TMP/data"
-FAST="--backoff 0.2 --grace 2"
 
 # sup DIR NP [OPTIONS...]: the supervisor in the background (its pid in SUP)
 sup() {
@@ -108,11 +100,12 @@ send(rec(token ^ 1, 1, 2, os.getpid()))
 send(rec(token, 1, 2, os.getpid()))
 send(rec(token, 5, 2, os.getpid()))
 send(rec(token, 1, 2, 1))
+send(rec(token, 1, 2, os.getpid())[:6] + struct.pack("<H", 7) + rec(token, 1, 2, os.getpid())[8:])
 EOF
 finished hang 1
 ev hang "e['event']=='hang' and e['rank']==1 and e['state']=='T' and e['timeout_s']==5 and 5 <= e['silent_s'] < 9" >/dev/null ||
     { fail "hang: not detected as rank 1 stopped after the automatic 5 s"; grep hang "$TSR_TMP/hang/launch.jsonl" >&2; }
-for why in "not a heartbeat" "heartbeat version 1" "compute time 0.2 outside" "wrong token" "rank 1 is already held by pid $pid" "rank 5 of 2" "the record says pid 1"; do
+for why in "not a heartbeat" "heartbeat version 1" "compute time 0.2 outside" "wrong token" "rank 1 is already held by pid $pid" "rank 5 of 2" "the record says pid 1" "a preemption record, but this job was not preempted"; do
     ev hang "e['event']=='refused' and e['launch']==1 and '$why' in e['reason']" >/dev/null ||
         fail "hostile: '$why' not refused"
 done

@@ -14,10 +14,7 @@
 cd "$TSR_TMP" || exit 1
 . "$TSR_ROOT/tests/s3.sh"
 s3_start bkt
-CFG="$TSR_ROOT/train/configs/debug.toml"
-PY=/usr/bin/python3
 . "$TSR_ROOT/tests/launch.sh"
-"$T" data prep --out "$TSR_TMP/data" --synthetic 1M >/dev/null || fail "data prep"
 JOB="--config $CFG --training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.warmup_steps=2 --training.steps=24 \
 --training.global_batch_size=8 --training.local_batch_size=2 --checkpoint.enable --checkpoint.interval=4 \
 --checkpoint.last_save_model_only=false --training.dataset=tokens --training.dataset_path=$TSR_TMP/data"

@@ -13,18 +13,13 @@
 # crash. The supervisor removes the tier's
 # folder at the end of a run.
 . "$TSR_ROOT/tests/mpi.sh"
-CFG="$TSR_ROOT/train/configs/debug.toml"
-PY=/usr/bin/python3
-$PY -c 'import json' 2>/dev/null || { echo "FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
 . "$TSR_ROOT/tests/launch.sh"
-"$T" data prep --out "$TSR_TMP/data" --synthetic 1M >/dev/null || fail "data prep"
 SHM=/dev/shm/tessera-test-$$
 trap 'rm -rf "$SHM"-*' EXIT
 JOB="--config $CFG --training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.warmup_steps=2 \
 --training.global_batch_size=8 --training.local_batch_size=2 --checkpoint.enable --checkpoint.interval=4 \
 --training.dataset=tokens --training.dataset_path=$TSR_TMP/data"
 LOCAL="--checkpoint.local_interval=1"
-FAST="--backoff 0.2 --grace 2"
 
 sup() {
     dir=$1 np=$2; shift 2

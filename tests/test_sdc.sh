@@ -24,17 +24,12 @@
 #    training.sdc_check_interval=0, and passes in a clean run on tp=2 (the norm
 #    weights over tp) with dp_replicate=2.
 . "$TSR_ROOT/tests/mpi.sh"
-CFG="$TSR_ROOT/train/configs/debug.toml"
-PY=/usr/bin/python3
-$PY -c 'import json' 2>/dev/null || { echo "FAIL: /usr/bin/python3 is missing" >&2; exit 1; }
 . "$TSR_ROOT/tests/launch.sh" # ev, compare
-"$T" data prep --out "$TSR_TMP/data" --synthetic 1M >/dev/null || fail "data prep"
 job() { # GLOBAL_BATCH: 24 steps of the debug model, a checkpoint every 4, the replica check every 3
     echo "--config $CFG --training.seq_len=32 --metrics.log_freq=1 --lr_scheduler.warmup_steps=2 --training.steps=24" \
         "--training.global_batch_size=$1 --training.local_batch_size=2 --checkpoint.enable --checkpoint.interval=4" \
         "--training.dataset=tokens --training.dataset_path=$TSR_TMP/data --training.sdc_check_interval=3"
 }
-FAST="--backoff 0.2 --grace 2"
 # caught DIR NP INTERVAL BLAMED: every flip of DIR's log is caught by the check
 # of a step less than INTERVAL later, in the same launch, the flipped rank named
 # in an "sdc" event (blamed or not, as BLAMED says) and in the job's errors; each

@@ -11,7 +11,8 @@
 
 static const char USAGE[] =
     "usage: tessera launch -np N [--nodes K] [--min-ranks M] [--max-restarts R] [--hang-timeout S]\n"
-    "                      [--backoff S] [--grace S] [--chaos RATE[,SEED[,KINDS]]] -- train --config FILE [--section.key=value ...]\n"
+    "                      [--backoff S] [--grace S] [--preempt-grace S] [--chaos RATE[,SEED[,KINDS]]]\n"
+    "                      -- train --config FILE [--section.key=value ...]\n"
     "Runs the training job on N ranks under mpirun and keeps it alive. Every rank\n"
     "reports to the supervisor over a Unix socket (step, phase, loss, time); it\n"
     "restarts the job (which resumes from its newest complete state: a snapshot\n"
@@ -48,7 +49,14 @@ static const char USAGE[] =
     "runs and the weights have copies); each is a \"chaos\" event. KINDS\n"
     "(kill_rank, kill_node, stop_rank, nan, enospc, s3, bitflip, joined by '+')\n"
     "keeps to those.\n"
-    "Exit status: 0 finished, 1 gave up, 2 bad usage.\n";
+    "--preempt-grace S: SIGTERM or SIGUSR1 (a scheduler's preemption; Slurm's\n"
+    "warning before the end of an allocation) no longer ends the job at once: every\n"
+    "rank stops after its next step, commits that step's state to the local tier\n"
+    "and, when its last measured checkpoint save fits what is left of S seconds, to\n"
+    "the durable tier; the job is ended when S seconds have passed. The summary says\n"
+    "whether the deadline was met and which step the next launch resumes from\n"
+    "(a \"preempted\" event). A second signal ends the job at once.\n"
+    "Exit status: 0 finished, 1 gave up, 2 bad usage, 3 preempted.\n";
 
 static int num_opt(const char *v, double lo, double *out, const char *name) {
     char *end;
@@ -105,6 +113,8 @@ static int parse_args(int argc, char **argv, launch_opts *o) {
             if (r < 0 || num_opt(v, 0, &o->backoff, "--backoff")) return EXIT_USAGE;
         } else if ((r = tsr_opt(argc, argv, &i, "grace", 1, &v))) {
             if (r < 0 || num_opt(v, 0, &o->grace, "--grace")) return EXIT_USAGE;
+        } else if ((r = tsr_opt(argc, argv, &i, "preempt-grace", 1, &v))) {
+            if (r < 0 || num_opt(v, 0.1, &o->preempt_grace, "--preempt-grace")) return EXIT_USAGE;
         } else if ((r = tsr_opt(argc, argv, &i, "chaos", 1, &v))) {
             if (r < 0 || chaos_opt(v, o)) return EXIT_USAGE;
         } else {

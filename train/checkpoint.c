@@ -350,6 +350,7 @@ static int save_step(train_job *j, int step, tsr_error *err) {
                         "(once)\n", step, pinned);
     j->last_save = step;
     j->last_save_refused = rc != 0;
+    j->save_t0 = rc ? 0 : tsr_now() - tsr_engine_last_stall(j->engine) + tsr_engine_last_wait(j->engine);
     if (rc && err) j->last_save_err = *err;
     if (rc && tsr_engine_broken(j->engine)) {
         /* stop, to be restarted from the last committed checkpoint, rather than
@@ -386,7 +387,8 @@ static int save_due(const train_job *j, int step) {
 }
 
 int tsr_job_ckpt_due(const train_job *j, int step) {
-    return save_due(j, step) || (j->local && step % j->t->cfg.checkpoint.local_interval == 0);
+    return save_due(j, step) || (j->local && step % j->t->cfg.checkpoint.local_interval == 0) ||
+           j->t->stop_agreed; /* preempted after this step: tsr_job_ckpt_preempt saves it */
 }
 
 int tsr_job_ckpt_step(train_job *j, int step, tsr_error *err) {
@@ -404,6 +406,14 @@ int tsr_job_ckpt_step(train_job *j, int step, tsr_error *err) {
     } else if (!rc) {
         tsr_local_poll(j->local); /* the last snapshot's partner copies, once it has committed */
     }
+    /* the time of a save to its commit, as the steps see it (to a step's
+     * length): what a preemption's grace must leave for one */
+    int done = 0;
+    tsr_error pe;
+    if (j->save_t0 > 0 && j->engine && !tsr_engine_poll(j->engine, &done, &pe) && done)
+        j->durable_s = tsr_now() - j->save_t0, j->save_t0 = 0;
+    else if (done)
+        j->save_t0 = 0; /* it failed: no measure */
     return rc;
 }
 
@@ -454,7 +464,8 @@ int tsr_job_ckpt_finish(train_job *j, int rc, tsr_error *err) {
      * training went on after each failed save */
     int final_failed = !rc && last_rc && j->last_save == c->training.steps;
     if (last_rc && j->log && !final_failed) fprintf(j->log, "the last checkpoint failed: %s\n", e2.msg);
-    if (!rc && c->checkpoint.enable && c->checkpoint.last_save_model_only && j->start < c->training.steps) {
+    if (!rc && !j->preempted && c->checkpoint.enable && c->checkpoint.last_save_model_only &&
+        j->start < c->training.steps) {
         fill_blobs(j, c->training.steps, &j->pos);
         rc = save_model_only(j, c->training.steps, err);
         if (!rc && j->log)
@@ -467,6 +478,58 @@ int tsr_job_ckpt_finish(train_job *j, int rc, tsr_error *err) {
         if (tsr_latest_step(j->root, &newest, NULL, 0) == 0) snprintf(held, sizeof held, "step %llu", (unsigned long long)newest);
         rc = tsr_err(err, last_rc, "the checkpoint of the last step (%d) failed; the newest committed checkpoint in %s is %s: %s",
                      j->last_save, j->root, held, e2.msg);
+    }
+    return rc;
+}
+
+#define PREEMPT_MARGIN 1.5 /* a durable save is begun in a preemption's grace if it took at most 1/1.5 of what is left */
+
+int tsr_job_ckpt_preempt(train_job *j, int step, tsr_error *err) {
+    tsr_trainer *t = j->t;
+    double deadline = 0, t0 = tsr_now(), local_s = 0, durable_s = 0;
+    /* the seconds count from the command (from now on a rank that the others'
+     * vote stopped before the command reached it) */
+    int asked = tsr_heartbeat_preempt(&t0, &deadline);
+    int64_t local_at = -1, durable_at = -1; /* the steps each tier committed (-1: none) */
+    j->preempted = 1;
+    tsr_job_ckpt_staged(j); /* the copies in flight */
+    if (j->local) {
+        if (step % t->cfg.checkpoint.local_interval) local_step(j, step);
+        tsr_local_flush(j->local); /* collective: its commit waited for */
+        local_at = step;
+        local_s = tsr_now() - t0;
+    }
+    /* every rank decides alike whether the durable tier's save fits: the least
+     * slack (milliseconds left less the measured save's, with a margin) */
+    int64_t slack = INT64_MAX;
+    if (asked) {
+        double left = deadline - tsr_now();
+        slack = j->durable_s > 0 ? (int64_t)((left - PREEMPT_MARGIN * j->durable_s) * 1000) : INT64_MIN;
+    }
+    int rc = j->engine ? tsr_comm_allreduce_min(t->world, &slack, err) : 0;
+    if (!rc && j->engine && slack >= 0) {
+        if (j->last_save != step) rc = save_step(j, step, err);
+        tsr_error we = {0};
+        if (!rc && !tsr_engine_wait(j->engine, &we) && !j->last_save_refused) {
+            durable_at = step;
+            durable_s = tsr_now() - t0;
+        } else if (!rc && j->log) {
+            fprintf(j->log, "preempted: the checkpoint of step %d failed: %s\n", step,
+                    j->last_save_refused ? j->last_save_err.msg : we.msg);
+        }
+    }
+    tsr_heartbeat_preempted(j->hb, step, local_at, durable_at, local_s, durable_s);
+    if (j->log) {
+        char d[128];
+        if (durable_at >= 0)
+            snprintf(d, sizeof d, "committed it in %.3f s", durable_s);
+        else if (j->durable_s > 0)
+            snprintf(d, sizeof d, "not saved (its last save took %.3f s, more than the grace left)", j->durable_s);
+        else
+            snprintf(d, sizeof d, "not saved (no save of this run measured to fit the grace)");
+        fprintf(j->log, "preempted after step %d: the local tier %s; the durable tier %s\n", step,
+                local_at >= 0 ? "committed it" : "is off", d);
+        fflush(j->log);
     }
     return rc;
 }

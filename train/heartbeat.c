@@ -78,7 +78,7 @@ void tsr_hb_decode(const uint8_t in[TSR_HB_RECORD], tsr_hb_record *r) {
 }
 
 const char *tsr_hb_phase_name(int phase) {
-    static const char *const names[TSR_HB_N_PHASES] = {"?", "start", "load", "step", "save", "done", "sdc"};
+    static const char *const names[TSR_HB_N_PHASES] = {"?", "start", "load", "step", "save", "done", "sdc", "preempted"};
     return phase > 0 && phase < TSR_HB_N_PHASES ? names[phase] : "?";
 }
 
@@ -103,6 +103,17 @@ int tsr_heartbeat_chaos_bitflip(uint64_t *arg) {
     return 1;
 }
 
+static _Atomic int preempt_asked;       /* TSR_HB_CMD_PREEMPT came */
+static _Atomic uint64_t preempt_grace_ms; /* its grace */
+static _Atomic double preempt_heard;      /* tsr_now() when it came */
+
+int tsr_heartbeat_preempt(double *heard, double *deadline) {
+    if (!atomic_load(&preempt_asked)) return 0;
+    if (heard) *heard = atomic_load(&preempt_heard);
+    if (deadline) *deadline = atomic_load(&preempt_heard) + (double)atomic_load(&preempt_grace_ms) / 1000;
+    return 1;
+}
+
 /* A command from the supervisor, whole: carried out (unknown ones are ignored:
  * a newer supervisor's). */
 static void on_command(tsr_heartbeat *h) {
@@ -114,6 +125,11 @@ static void on_command(tsr_heartbeat *h) {
     if (kind == TSR_HB_CMD_BITFLIP) {
         atomic_store(&chaos_flip_arg, tsr_ld64(h->cmd + 8));
         atomic_store(&chaos_flip_pending, 1);
+    }
+    if (kind == TSR_HB_CMD_PREEMPT && !atomic_load(&preempt_asked)) {
+        atomic_store(&preempt_grace_ms, tsr_ld64(h->cmd + 8));
+        atomic_store(&preempt_heard, tsr_now());
+        atomic_store(&preempt_asked, 1);
     }
     h->cmd_have = 0;
 }
@@ -165,6 +181,11 @@ void tsr_heartbeat_step(tsr_heartbeat *h, int64_t step, double loss, double grad
 
 void tsr_heartbeat_sdc(tsr_heartbeat *h, int64_t step, int verdict, int holders, int agree) {
     send_record(h, TSR_HB_SDC, step, verdict, holders, agree, 0);
+}
+
+void tsr_heartbeat_preempted(tsr_heartbeat *h, int64_t step, int64_t local_step, int64_t durable_step,
+                             double local_s, double durable_s) {
+    send_record(h, TSR_HB_PREEMPTED, step, (double)local_step, (double)durable_step, local_s, durable_s);
 }
 
 static int parse_token(const char *s, uint64_t *out) {

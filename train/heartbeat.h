@@ -16,7 +16,9 @@
  * fault-injecting store, tsr_fault_set: the process's next write to a store
  * fails with ENOSPC), TSR_HB_CMD_S3 (an S3 outage: tsr_fault_outage) and
  * TSR_HB_CMD_BITFLIP (arg: which bit of which weight this rank flips, at its
- * next step boundary, on its training thread: tsr_heartbeat_chaos_bitflip).
+ * next step boundary, on its training thread: tsr_heartbeat_chaos_bitflip);
+ * and preemption, TSR_HB_CMD_PREEMPT (arg: the grace in milliseconds:
+ * tsr_heartbeat_preempt).
  * Without TSR_HEARTBEAT every call here is a no-op.
  *
  * Record layout (80 bytes, version 2): magic u32 "TSHB" | version u16 |
@@ -36,6 +38,14 @@
  * hash (itself included); compute_s 0. The ranks of a group that differs send
  * theirs before any rank can leave, so the supervisor learns of the
  * corruption before it sees a rank's end of stream. The layout is version 2's.
+ *
+ * A TSR_HB_PREEMPTED record is sent by every rank of a job that the
+ * supervisor preempted (TSR_HB_CMD_PREEMPT), once it has stopped: step is the
+ * last step it trained; loss the step its local tier committed then (-1:
+ * none); grad_norm the step its durable tier committed then (-1: none, the
+ * save did not fit the grace); step_s and compute_s the seconds from the
+ * command (from the stop, on a rank that the others' vote stopped before the
+ * command reached it) to those commits (0: none). The layout is version 2's.
  */
 #ifndef TSR_HEARTBEAT_H
 #define TSR_HEARTBEAT_H
@@ -53,6 +63,7 @@
 #define TSR_HB_CMD_ENOSPC 2  /* the next write to the durable tier fails: no space */
 #define TSR_HB_CMD_S3 3      /* arg: milliseconds in which every S3 request fails (HTTP 503) */
 #define TSR_HB_CMD_BITFLIP 4 /* arg: selects a bit of a weight that this rank flips (tsr_heartbeat_chaos_bitflip) */
+#define TSR_HB_CMD_PREEMPT 5 /* arg: milliseconds of grace: stop after a step, its state committed (tsr_heartbeat_preempt) */
 #define TSR_HB_ENV "TSR_HEARTBEAT"
 #define TSR_HB_TOKEN_ENV "TSR_HEARTBEAT_TOKEN"
 
@@ -64,6 +75,7 @@ enum {
     TSR_HB_SAVE,      /* a checkpoint of `step` is being staged */
     TSR_HB_DONE,      /* the job finished on this rank */
     TSR_HB_SDC,       /* the replica check of `step` failed: the verdict on this rank (above) */
+    TSR_HB_PREEMPTED, /* preempted: stopped after `step`, what it committed (below) */
     TSR_HB_N_PHASES
 };
 
@@ -109,6 +121,15 @@ void tsr_heartbeat_step(tsr_heartbeat *h, int64_t step, double loss, double grad
  * group whose copies differ and how many of them agree with it (0 and 0 when
  * its groups agree). */
 void tsr_heartbeat_sdc(tsr_heartbeat *h, int64_t step, int verdict, int holders, int agree);
+
+/* tsr_heartbeat_preempt(): 1 once the supervisor's TSR_HB_CMD_PREEMPT came
+ * (tsr_now() when it came into *heard, that plus its grace into *deadline,
+ * each unless NULL), else 0. The training loop asks at each step and stops after the step
+ * at which any rank was asked (train_loop.c). tsr_heartbeat_preempted(): the
+ * TSR_HB_PREEMPTED record (above; h NULL: nothing). */
+int tsr_heartbeat_preempt(double *heard, double *deadline);
+void tsr_heartbeat_preempted(tsr_heartbeat *h, int64_t step, int64_t local_step, int64_t durable_step,
+                             double local_s, double durable_s);
 
 /* tsr_heartbeat_close(): stops the watchdog and closes the connection (the
  * supervisor then sees end of stream). NULL is a no-op. */

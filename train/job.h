@@ -38,6 +38,9 @@ typedef struct train_job {
     int steps_since;
     int last_save, last_save_refused; /* the step of the last save, and whether it was refused at once */
     tsr_error last_save_err;
+    double save_t0;     /* tsr_now() when the save in flight began (0: none seen in flight) */
+    double durable_s;   /* the last save's time to its commit, as the steps saw it (0: none measured) */
+    int preempted;      /* the run stopped early: tsr_job_ckpt_preempt */
     tsr_heartbeat *hb; /* the supervisor's, under tessera launch; NULL otherwise */
     uint64_t first_sample; /* the step's batch: its first sample over the epochs */
     tsr_local_tier *local; /* the local tier (checkpoint.local_interval); NULL when off */
@@ -70,6 +73,12 @@ static inline int tsr_job_join(char *out, size_t len, const char *base, const ch
  * tsr_job_ckpt_finish(): after the last step (rc: the run's status so far): the
  * last save completed, the model-only checkpoint; a failed checkpoint of the
  * last step fails the run.
+ * tsr_job_ckpt_preempt(): collective; after step `step` at which the
+ * supervisor asked the job to stop (tsr_heartbeat_preempt, agreed in the step):
+ * the copies in flight done, `step`'s snapshot committed to the local tier and,
+ * when the last durable save's measured time fits what is left of the grace on
+ * every rank, its checkpoint committed to the durable tier; then the
+ * TSR_HB_PREEMPTED record and a line in the log.
  * tsr_job_ckpt_close(): the local tier and the engine closed, the boxes freed. */
 int tsr_job_ckpt_open(train_job *j, tsr_error *err);
 /* tsr_job_ckpt_due(): whether tsr_job_ckpt_step saves or snapshots after `step`. */
@@ -77,6 +86,7 @@ int tsr_job_ckpt_due(const train_job *j, int step);
 int tsr_job_ckpt_step(train_job *j, int step, tsr_error *err);
 void tsr_job_ckpt_staged(void *ctx);
 int tsr_job_ckpt_finish(train_job *j, int rc, tsr_error *err);
+int tsr_job_ckpt_preempt(train_job *j, int step, tsr_error *err);
 void tsr_job_ckpt_close(train_job *j);
 
 /* sdc.c: the replica check (silent data corruption). tsr_job_sdc_step():

@@ -226,6 +226,9 @@ static void job_close(train_job *j) {
     free(j->config_text);
 }
 
+/* Whether the supervisor asked the job to stop (a preemption). */
+static int stop_asked(void) { return tsr_heartbeat_preempt(NULL, NULL); }
+
 int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
     train_job j = {.t = t, .log = t->rank == 0 ? log : NULL};
     int rc = tsr_heartbeat_open(t->rank, (int)tsr_comm_size(t->world), &j.hb, err);
@@ -234,9 +237,18 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
     rc = all_ready(&j, rc, err);
     if (!rc && j.log) log_start(&j);
     j.t_log = tsr_now();
-    for (int step = j.start + 1; !rc && step <= t->cfg.training.steps; step++) rc = train_step(&j, step, err);
+    t->stop_poll = stop_asked;
+    for (int step = j.start + 1; !rc && step <= t->cfg.training.steps; step++) {
+        t->stop_vote = stop_asked(); /* agreed in the step's first all-reduce, or in its last */
+        rc = train_step(&j, step, err);
+        if (!rc && t->stop_agreed && step < t->cfg.training.steps) {
+            rc = tsr_job_ckpt_preempt(&j, step, err);
+            break;
+        }
+    }
+    t->stop_poll = NULL;
     if (j.engine) rc = tsr_job_ckpt_finish(&j, rc, err);
-    if (!rc && j.log && j.step_time_total > 0) log_done(&j);
+    if (!rc && j.log && j.step_time_total > 0 && !j.preempted) log_done(&j); /* preempted: its own line */
     tsr_trainer_before_update(t, NULL, NULL);
     job_close(&j);
     if (!rc) tsr_heartbeat_send(j.hb, TSR_HB_DONE, t->cfg.training.steps, 0, 0, 0);

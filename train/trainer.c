@@ -352,7 +352,7 @@ static int acts_alloc(tsr_trainer *t, tsr_error *err) {
             return tsr_err(err, TSR_ENOMEM, "out of memory");
     if (!(t->tokens = tsr_kc_alloc(&t->kc, ntok * sizeof *t->tokens, err)) ||
         !(t->tok_map_dev = tsr_kc_alloc(&t->kc, nmap * sizeof *t->tok_map_dev, err)) ||
-        !(t->sums = tsr_kc_alloc(&t->kc, 2 * sizeof *t->sums, err)) ||
+        !(t->sums = tsr_kc_alloc(&t->kc, 3 * sizeof *t->sums, err)) ||
         !(t->act_arena = tsr_kc_alloc(&t->kc, t->act_floats * sizeof(float), err))) {
         tsr_err_prefix(err, "activations");
         return err ? err->code : TSR_ENOMEM;
@@ -585,17 +585,19 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     memcpy(t->tokens_host + bt, targets, bt * sizeof *targets);
     if ((rc = tsr_kc_from_host(&t->kc, t->tokens, t->tokens_host, 2 * bt * sizeof *inputs, err))) return rc;
     /* the global number of counted targets: every rank of one dp index holds the
-     * same ones, so only (pp 0, tp 0) ranks report (a host value: MPI) */
-    double cnt = 0;
+     * same ones, so only (pp 0, tp 0) ranks report (a host value: MPI); in the
+     * same all-reduce, the ranks that ask the job to stop after this step */
+    double cnt[2] = {0, t->stop_vote ? 1 : 0};
     if (t->co.pp == 0 && t->co.tp == 0)
-        for (size_t i = 0; i < bt; i++) cnt += targets[i] >= 0;
-    if ((rc = tsr_data_allreduce_sum(t->world, TSR_F64, &cnt, 1, NULL, err))) return rc;
-    t->inv_count = cnt > 0 ? 1.0 / cnt : 0.0;
+        for (size_t i = 0; i < bt; i++) cnt[0] += targets[i] >= 0;
+    if ((rc = tsr_data_allreduce_sum(t->world, TSR_F64, cnt, 2, NULL, err))) return rc;
+    t->inv_count = cnt[0] > 0 ? 1.0 / cnt[0] : 0.0;
+    t->stop_agreed = cnt[1] > 0;
     /* the gradient shards accumulate the step's micro-batches (with FSDP, each
      * unit's reduced right after its backward); the weights changed since the
      * last gather */
     tsr_kc_fill(&t->kc, t->arena + t->n_shard_elems, t->n_shard_elems, 0);
-    tsr_kc_zero(&t->kc, t->sums, 2 * sizeof *t->sums);
+    tsr_kc_zero(&t->kc, t->sums, 3 * sizeof *t->sums);
     t->w_unit = -1;
     rc = tsr_pipeline_run(t, mb_fwd, mb_bwd, err);
     /* HSDP: the shards' gradients all-reduced over dp_replicate */
@@ -607,10 +609,17 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
      * the world and brought to the host in one copy */
     tsr_kc_sumsq_ranges(&t->kc, &t->sums[1], t->arena + t->n_shard_elems, t->norm_ranges, t->n_norm_ranges,
                         t->norm_total);
-    double red[2];
-    if ((rc = tsr_plane_allreduce_sum(&t->plane, t->world, TSR_F64, t->sums, 2, err)) ||
+    /* and the ranks asked to stop since the step began (sums[2]): a stop
+     * asked during the step ends the job after it, not after the next one */
+    static const double one = 1;
+    if (!t->stop_vote && t->stop_poll && t->stop_poll() &&
+        (rc = tsr_kc_from_host(&t->kc, &t->sums[2], &one, sizeof one, err)))
+        return rc;
+    double red[3];
+    if ((rc = tsr_plane_allreduce_sum(&t->plane, t->world, TSR_F64, t->sums, 3, err)) ||
         (rc = tsr_kc_to_host(&t->kc, red, t->sums, sizeof red, err)))
         return rc;
+    t->stop_agreed |= red[2] > 0;
     *loss = red[0] * t->inv_count;
     *grad_norm = sqrt(red[1]);
     if (!optimize) return 0;

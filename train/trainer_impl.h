@@ -112,7 +112,7 @@ struct tsr_trainer {
     float *rope_cos, *rope_sin;
     int *tokens;        /* inputs (B,T) then targets (B,T), in the trainer's memory */
     int *tokens_host;   /* the same on the host (FSDP gathers them there) */
-    double *sums;       /* in the trainer's memory: the step's loss sum and gradient sum of squares */
+    double *sums;       /* in the trainer's memory: the step's loss sum, gradient sum of squares and stop votes */
     uint64_t *norm_ranges; /* in the trainer's memory: (offset, length) in the gradient block of every
                               parameter the gradient norm counts here, one tsr_kc_sumsq_ranges */
     int n_norm_ranges;
@@ -123,6 +123,9 @@ struct tsr_trainer {
     float *keep_logits;
     void (*before_update)(void *ctx); /* tsr_trainer_before_update */
     void *before_update_ctx;
+    int stop_vote;        /* set before a step: this rank asks the job to stop after it */
+    int (*stop_poll)(void); /* asked again before the step's last all-reduce (NULL: not) */
+    int stop_agreed;      /* after a step: some rank asked (the same on every rank) */
 };
 
 /* mesh.c: the mesh. tsr_mesh_coords(): this rank's place on it from the config
