@@ -101,6 +101,11 @@ echo "   8 ranks as 2 nodes of 4 under tessera launch)"
 sh tools/bench_tier.sh "$T" "$OUT"
 
 echo
+echo "== preemption: tessera launch --preempt-grace 5 and SIGTERM, the small model on 8 ranks as 2 nodes of 4 (a"
+echo "   snapshot every 5 steps, a checkpoint every 10); what each tier committed within the grace, and the next launch"
+sh tools/bench_preempt.sh "$T" "$OUT"
+
+echo
 echo "== s3: push and pull of a 1 GiB checkpoint to an S3 server on loopback (Ceph RGW, made for the run), against aws s3 cp;"
 echo "   the bytes that a push and tessera ckpt compact keep of checkpoints saved raw, against their raw bytes"
 sh tools/bench_s3.sh "$T" "$OUT/s3"
