@@ -229,7 +229,7 @@ void launch_close_conns(launch *L);
 /* launch_preempt.c -------------------------------------------------------- */
 
 /* launch_preempt_begin(): the supervisor got SIGTERM or SIGUSR1 (sig) with
- * --preempt-grace S: every rank is told to stop after its next step and commit
+ * --preempt-grace S: every rank is told to stop after the step under way and commit
  * its state within S seconds (TSR_HB_CMD_PREEMPT); a rank that connects later
  * is told when it does (launch_preempt_rank_up). Logged ("preempt"). */
 void launch_preempt_begin(launch *L, int sig);

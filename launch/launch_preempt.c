@@ -22,7 +22,7 @@ void launch_preempt_begin(launch *L, int sig) {
     L->preempt_t0 = tsr_now();
     launch_event(L, "preempt", "\"signal\": \"%s\", \"grace_s\": %.3f, \"step\": %lld", sig_name(sig),
                  L->o.preempt_grace, (long long)L->last_step);
-    launch_say("%s: preempted: the ranks stop after their next step and commit it within %.1f s", sig_name(sig),
+    launch_say("%s: preempted: the ranks stop after the step under way and commit it within %.1f s", sig_name(sig),
                L->o.preempt_grace);
     launch_tell(L, -1, TSR_HB_CMD_PREEMPT, (uint64_t)llround(L->o.preempt_grace * 1000), "preempt");
 }

@@ -2,9 +2,9 @@
  * launch: records read and checked (refused ones logged with their reason), a
  * rank that leaves, a hang, a NaN, a straggler, mpirun's exit. */
 #include <errno.h>
-#include <signal.h>
 #include <math.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

@@ -300,22 +300,15 @@ static int supervise(launch *L, const tsr_train_config *pristine) {
             ok = 1;
             break;
         }
-        if (L->preempting) { /* no relaunch: the job was asked to stop */
-            if (!L->preempt_end) L->preempt_end = tsr_now();
-            launch_close_conns(L);
-            launch_kill_all(L);
-            launch_preempt_report(L);
-            break;
-        }
+        if (L->preempting) break; /* no relaunch: the job was asked to stop */
         if (!after_failure(L, pristine, counts)) break;
     }
-    if (!ok && !L->preempting && L->o.preempt_grace > 0 && (stop_sig == SIGTERM || stop_sig == SIGUSR1)) {
-        L->preempting = 1, L->preempt_sig = stop_sig; /* preempted between launches: nothing to stop */
-        L->preempt_t0 = L->preempt_end = tsr_now();
-        launch_preempt_report(L);
-    }
+    if (!ok && !L->preempting && L->o.preempt_grace > 0 && (stop_sig == SIGTERM || stop_sig == SIGUSR1))
+        L->preempting = 1, L->preempt_sig = stop_sig, L->preempt_t0 = tsr_now(); /* between launches */
+    if (L->preempting && !L->preempt_end) L->preempt_end = tsr_now(); /* the grace ran out, or a second signal */
     launch_close_conns(L);
     launch_kill_all(L);
+    if (L->preempting) launch_preempt_report(L);
     char root[PATH_MAX];
     if (ok && L->cfg.checkpoint.local_interval > 0 && !tsr_local_root(L->cfg.checkpoint.local_folder, L->cfg.job.dump_folder, root, sizeof root, NULL))
         tsr_remove_tree(root); /* the run is over: its snapshots in memory are of no more use */

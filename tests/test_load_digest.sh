@@ -9,7 +9,7 @@
 # holding its replicas (send) is named by the check of the copies; a frame
 # decoded wrong (decode) or damaged on the disk is named by a read with every
 # checksum after the digest check refused it; a frame its decoder refuses
-# fails its rank's load and the others learn it. tsr-timeout: 300
+# fails its rank's load and the others learn it. tsr-timeout: 450
 . "$TSR_ROOT/tests/mpi.sh"
 
 expect 0 "synth" $T ckpt synth ck --bytes 1M --dtype mix --tensors 7 --frame-bytes 16K

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tsr-timeout: 300
+# tsr-timeout: 400
 # Silent data corruption caught while training (train/sdc.c, README "Keeping a
 # run alive"): the ranks that hold copies of a tensor compare hashes of them
 # every training.sdc_check_interval steps and before every checkpoint.

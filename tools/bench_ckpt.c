@@ -300,7 +300,7 @@ static int timed_save(tsr_engine *eng, const char *dir, uint64_t step, const tsr
  * alternately, the order swapped every round; one warm-up save of each first. */
 #define DIGEST_SAVE_ROUNDS 9 /* the disk's speed moves between saves: a median of several */
 #define DIGEST_SAVE_MAX_ROUNDS 99
-static int digest_saves(const char *dir, int codec, int ROUNDS, model_state *m, digest_cost *out, tsr_error *e) {
+static int digest_saves(const char *dir, int codec, int rounds, model_state *m, digest_cost *out, tsr_error *e) {
     tsr_engine *eng[2] = {NULL, NULL};
     tsr_comm *comm[2] = {NULL, NULL};
     double t[2][DIGEST_SAVE_MAX_ROUNDS], ratio[DIGEST_SAVE_MAX_ROUNDS];
@@ -319,7 +319,7 @@ static int digest_saves(const char *dir, int codec, int ROUNDS, model_state *m, 
         comm[k] = tsr_comm_self();
         if (!comm[k] || !(eng[k] = tsr_engine_new(root[k], comm[k], &o, e))) rc = -1;
     }
-    for (int r = -1; r < ROUNDS && !rc; r++)
+    for (int r = -1; r < rounds && !rc; r++)
         for (int i = 0; i < 2 && !rc; i++) {
             int k = (r + 2 + i) % 2; /* the order alternates */
             double s = 0;
@@ -332,11 +332,11 @@ static int digest_saves(const char *dir, int codec, int ROUNDS, model_state *m, 
     }
     tsr_remove_tree(dir);
     if (rc) return rc;
-    for (int r = 0; r < ROUNDS; r++) ratio[r] = t[0][r] / t[1][r];
-    out->ratio = median(ratio, ROUNDS); /* sorts them */
-    out->lo = ratio[0], out->hi = ratio[ROUNDS - 1];
-    out->with_s = median(t[0], ROUNDS);
-    out->without_s = median(t[1], ROUNDS);
+    for (int r = 0; r < rounds; r++) ratio[r] = t[0][r] / t[1][r];
+    out->ratio = median(ratio, rounds); /* sorts them */
+    out->lo = ratio[0], out->hi = ratio[rounds - 1];
+    out->with_s = median(t[0], rounds);
+    out->without_s = median(t[1], rounds);
     return 0;
 }
 

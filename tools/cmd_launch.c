@@ -51,7 +51,7 @@ static const char USAGE[] =
     "keeps to those.\n"
     "--preempt-grace S: SIGTERM or SIGUSR1 (a scheduler's preemption; Slurm's\n"
     "warning before the end of an allocation) no longer ends the job at once: every\n"
-    "rank stops after its next step, commits that step's state to the local tier\n"
+    "rank stops after the step under way, commits its state to the local tier\n"
     "and, when its last measured checkpoint save fits what is left of S seconds, to\n"
     "the durable tier; the job is ended when S seconds have passed. The summary says\n"
     "whether the deadline was met and which step the next launch resumes from\n"

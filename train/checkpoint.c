@@ -507,7 +507,8 @@ int tsr_job_ckpt_preempt(train_job *j, int step, tsr_error *err) {
         slack = j->durable_s > 0 ? (int64_t)((left - PREEMPT_MARGIN * j->durable_s) * 1000) : INT64_MIN;
     }
     int rc = j->engine ? tsr_comm_allreduce_min(t->world, &slack, err) : 0;
-    if (!rc && j->engine && slack >= 0) {
+    int fits = !rc && j->engine && slack >= 0;
+    if (fits) {
         if (j->last_save != step) rc = save_step(j, step, err);
         tsr_error we = {0};
         if (!rc && !tsr_engine_wait(j->engine, &we) && !j->last_save_refused) {
@@ -523,6 +524,8 @@ int tsr_job_ckpt_preempt(train_job *j, int step, tsr_error *err) {
         char d[128];
         if (durable_at >= 0)
             snprintf(d, sizeof d, "committed it in %.3f s", durable_s);
+        else if (fits)
+            snprintf(d, sizeof d, "did not commit it (above)");
         else if (j->durable_s > 0)
             snprintf(d, sizeof d, "not saved (its last save took %.3f s, more than the grace left)", j->durable_s);
         else

@@ -124,8 +124,9 @@ void tsr_heartbeat_sdc(tsr_heartbeat *h, int64_t step, int verdict, int holders,
 
 /* tsr_heartbeat_preempt(): 1 once the supervisor's TSR_HB_CMD_PREEMPT came
  * (tsr_now() when it came into *heard, that plus its grace into *deadline,
- * each unless NULL), else 0. The training loop asks at each step and stops after the step
- * at which any rank was asked (train_loop.c). tsr_heartbeat_preempted(): the
+ * each unless NULL), else 0. The training loop asks at a step's first and last
+ * all-reduce and stops after the step in which any rank was asked
+ * (tsr_trainer's stop_poll, train_loop.c). tsr_heartbeat_preempted(): the
  * TSR_HB_PREEMPTED record (above; h NULL: nothing). */
 int tsr_heartbeat_preempt(double *heard, double *deadline);
 void tsr_heartbeat_preempted(tsr_heartbeat *h, int64_t step, int64_t local_step, int64_t durable_step,

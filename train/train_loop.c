@@ -237,9 +237,8 @@ int tsr_trainer_run(tsr_trainer *t, FILE *log, tsr_error *err) {
     rc = all_ready(&j, rc, err);
     if (!rc && j.log) log_start(&j);
     j.t_log = tsr_now();
-    t->stop_poll = stop_asked;
+    t->stop_poll = stop_asked; /* agreed in a step's first all-reduce, or in its last */
     for (int step = j.start + 1; !rc && step <= t->cfg.training.steps; step++) {
-        t->stop_vote = stop_asked(); /* agreed in the step's first all-reduce, or in its last */
         rc = train_step(&j, step, err);
         if (!rc && t->stop_agreed && step < t->cfg.training.steps) {
             rc = tsr_job_ckpt_preempt(&j, step, err);

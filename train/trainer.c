@@ -587,7 +587,8 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     /* the global number of counted targets: every rank of one dp index holds the
      * same ones, so only (pp 0, tp 0) ranks report (a host value: MPI); in the
      * same all-reduce, the ranks that ask the job to stop after this step */
-    double cnt[2] = {0, t->stop_vote ? 1 : 0};
+    int voted = t->stop_poll && t->stop_poll();
+    double cnt[2] = {0, voted};
     if (t->co.pp == 0 && t->co.tp == 0)
         for (size_t i = 0; i < bt; i++) cnt[0] += targets[i] >= 0;
     if ((rc = tsr_data_allreduce_sum(t->world, TSR_F64, cnt, 2, NULL, err))) return rc;
@@ -612,7 +613,7 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     /* and the ranks asked to stop since the step began (sums[2]): a stop
      * asked during the step ends the job after it, not after the next one */
     static const double one = 1;
-    if (!t->stop_vote && t->stop_poll && t->stop_poll() &&
+    if (!voted && t->stop_poll && t->stop_poll() &&
         (rc = tsr_kc_from_host(&t->kc, &t->sums[2], &one, sizeof one, err)))
         return rc;
     double red[3];

@@ -123,9 +123,9 @@ struct tsr_trainer {
     float *keep_logits;
     void (*before_update)(void *ctx); /* tsr_trainer_before_update */
     void *before_update_ctx;
-    int stop_vote;        /* set before a step: this rank asks the job to stop after it */
-    int (*stop_poll)(void); /* asked again before the step's last all-reduce (NULL: not) */
-    int stop_agreed;      /* after a step: some rank asked (the same on every rank) */
+    int (*stop_poll)(void); /* 1: this rank asks the job to stop after the step (asked at its first and
+                               last all-reduce; NULL: never) */
+    int stop_agreed;        /* after a step: some rank asked (the same on every rank) */
 };
 
 /* mesh.c: the mesh. tsr_mesh_coords(): this rank's place on it from the config
