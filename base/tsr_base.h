@@ -17,7 +17,7 @@ extern "C" {
 /* The checkpoint format this library writes (FORMAT.md, section 8): 1.1 packs
  * the MANIFEST's CHUNKS and FRAMES; it reads 1.0 and 1.1. */
 #define TSR_FORMAT_MAJOR 1
-#define TSR_FORMAT_MINOR 4
+#define TSR_FORMAT_MINOR 5
 
 /* Format limits (FORMAT.md, "Limits"). */
 #define TSR_MAX_DIMS 8          /* dimensions of a tensor */

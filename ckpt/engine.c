@@ -89,18 +89,24 @@ tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_op
     pthread_cond_init(&e->cv, NULL);
     if (e->rank == 0 && getrandom(e->engine_id, 16, 0) != 16) memset(e->engine_id, 0x5a, 16);
     if (tsr_comm_bcast(comm, 0, e->engine_id, 16, err)) goto fail;
-    if (e->opts.lock_root) {
-        /* rank 0 holds the folder; every rank learns whether it could */
+    int advance = e->opts.fence && !e->opts.write.epoch;
+    if (e->opts.lock_root || advance) {
+        /* rank 0 holds the folder, then fences the writers of earlier launches
+         * out of it; every rank learns whether it could, and the epoch */
         char msg[MSG_LEN] = "";
         tsr_error lerr = {0};
-        int lrc = e->rank == 0 ? tsr_folder_lock_take(e->root, 1, &e->lock, &lerr) : 0;
+        uint64_t epoch = 0;
+        int lrc = e->rank == 0 && e->opts.lock_root ? tsr_folder_lock_take(e->root, 1, &e->lock, &lerr) : 0;
+        if (!lrc && e->rank == 0 && advance && (lrc = tsr_fence_advance(e->root, &epoch, &lerr)))
+            tsr_err_prefix(&lerr, "cannot fence the checkpoint folder");
         if (lrc) snprintf(msg, sizeof msg, "%s", lerr.msg[0] ? lerr.msg : "cannot lock the checkpoint folder");
-        int64_t code = lrc;
-        if (tsr_comm_bcast(comm, 0, &code, sizeof code, err) || tsr_comm_bcast(comm, 0, msg, sizeof msg, err)) goto fail;
-        if (code) {
-            tsr_err(err, (int)code, "%s", msg);
+        int64_t hdr[2] = {lrc, (int64_t)epoch};
+        if (tsr_comm_bcast(comm, 0, hdr, sizeof hdr, err) || tsr_comm_bcast(comm, 0, msg, sizeof msg, err)) goto fail;
+        if (hdr[0]) {
+            tsr_err(err, (int)hdr[0], "%s", msg);
             goto fail;
         }
+        if (advance) e->opts.write.epoch = (uint64_t)hdr[1];
     }
     if (e->opts.archive_url && e->opts.archive_url[0]) {
         snprintf(e->archive_url, sizeof e->archive_url, "%s", e->opts.archive_url);
@@ -174,6 +180,7 @@ int tsr_engine_wait(tsr_engine *e, tsr_error *err) {
 }
 
 double tsr_engine_last_wait(const tsr_engine *e) { return e->last_wait; }
+uint64_t tsr_engine_epoch(const tsr_engine *e) { return e->opts.write.epoch; }
 double tsr_engine_last_stall(const tsr_engine *e) { return e->last_stall; }
 double tsr_engine_pin_seconds(const tsr_engine *e) { return e->pin_seconds; }
 

@@ -12,6 +12,7 @@
  *           engine then refuses to save again, since its background comm may
  *           still deliver the late rank's message. */
 #include "engine_impl.h"
+#include "fence.h"
 
 /* The commit exchange on the background comm: reports to rank 0, its verdict back. */
 #define TAG_REPORT 1
@@ -44,7 +45,25 @@ static void spare_dir(const tsr_engine *e, char *buf, size_t len) { snprintf(buf
  * directories (failed or interrupted saves) older than the newest committed one,
  * or all of them before a save (make_room), when no save of this job is in
  * flight and the folder lock keeps other writers out. */
+/* Whether a newer launch has fenced this engine out of ROOT (FORMAT.md 4.6):
+ * then rank 0 removes and moves nothing there (its saves are refused by the
+ * writer's checks). A FENCE that cannot be read fences it out too. */
+static int fenced_out(tsr_engine *e) {
+    if (!e->opts.write.epoch) return 0;
+    tsr_fence f;
+    tsr_error fe = {0};
+    int rc = tsr_fence_read(e->root, &f, &fe);
+    uint64_t at = rc ? 0 : tsr_fence_epoch(&f);
+    tsr_fence_free(&f);
+    if (rc) tsr_log(0, "%s; nothing is removed from the folder", fe.msg);
+    else if (at > e->opts.write.epoch)
+        tsr_log(0, "fenced: %s: this writer's epoch %llu is older than the folder's fence, epoch %llu: nothing is "
+                "removed from the folder", e->root, (unsigned long long)e->opts.write.epoch, (unsigned long long)at);
+    return rc || at > e->opts.write.epoch;
+}
+
 void engine_retention(tsr_engine *e, int before_save) {
+    if (fenced_out(e)) return;
     tsr_step_info *v = NULL;
     size_t count = 0;
     if (tsr_list_steps(e->root, &v, &count) || count == 0) {
@@ -126,7 +145,7 @@ static void move_aside(tsr_engine *e) {
 
 /* Rank 0, before a save: no save of this job is in flight. */
 static void make_room(tsr_engine *e) {
-    if (e->rewind_pending) {
+    if (e->rewind_pending && !fenced_out(e)) {
         move_aside(e);
         e->rewind_pending = 0;
     }

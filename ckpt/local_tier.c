@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fence.h"
 #include "local_tier.h"
 #include "manifest.h"
 
@@ -75,6 +76,7 @@ struct tsr_local_tier {
     tsr_comm *bg; /* the copy thread's duplicate of the world */
     tsr_comm *world_comm; /* the job's, for the recovery at a start (tsr_local_recover) */
     int rank, world, n_nodes, per_node, node_idx, first_of_node;
+    uint64_t epoch; /* the launch's (tsr_local_opts.epoch) */
     int ids[TSR_LOCAL_MAX_NODES];
     pthread_t thread;
     int have_thread;
@@ -263,7 +265,10 @@ static int swap_with_partner(tsr_local_tier *lt, const char *step_name, const ui
     if (!rc) rc = tsr_comm_irecv(lt->bg, from, TAG_SIZE, &their_size, sizeof their_size, r, err);
     if (!rc) rc = tsr_comm_waitall(lt->bg, r, err);
     int room = 1, their_room = 1; /* the copy's space is there: the receiver tells the sender */
-    if (!rc && their_size != UINT64_MAX && ((e = tsr_mkdir_p(pdir)) || (e = map_write(tmp, spare, their_size, &theirs)))) {
+    /* a fenced writer makes no copy (its partner learns there is no room) */
+    if (!rc && their_size != UINT64_MAX && tsr_fence_admit(pdir, lt->epoch, 0, err)) room = 0;
+    else if (!rc && their_size != UINT64_MAX &&
+             ((e = tsr_mkdir_p(pdir)) || (e = map_write(tmp, spare, their_size, &theirs)))) {
         tsr_err(err, TSR_EIO, "%s: cannot make the partner copy of rank %u: %s", tmp, from, strerror(e));
         room = 0;
     }
@@ -284,6 +289,7 @@ static int swap_with_partner(tsr_local_tier *lt, const char *step_name, const ui
     if (had && !rc && rename(tmp, path) != 0)
         rc = tsr_err(err, TSR_EIO, "%s: cannot write the partner copy of rank %u: %s", path, from, strerror(errno));
     if (had && rc) unlink(tmp);
+    if (!rc && lt->first_of_node) rc = tsr_fence_admit(pdir, lt->epoch, 1, err);
     if (!rc && lt->first_of_node && (e = put_file(pdir, "MANIFEST", mf, mf_len)))
         rc = tsr_err(err, TSR_EIO, "%s/MANIFEST: cannot write: %s", pdir, strerror(e));
     return rc;
@@ -298,7 +304,8 @@ static int copy_step(tsr_local_tier *lt, uint64_t step, tsr_error *err) {
     int rc = share_manifest(lt, name, &mf, &mf_len, err);
     snprintf(dir, sizeof dir, "%s/%s", lt->node_dir, name);
     int e = 0, rc_put = 0;
-    if (!rc && lt->first_of_node && !tsr_ckpt_is_committed(dir) && (e = put_file(dir, "MANIFEST", mf, mf_len)))
+    if (!rc && lt->first_of_node && !tsr_ckpt_is_committed(dir) &&
+        !(rc_put = tsr_fence_admit(dir, lt->epoch, 1, err)) && (e = put_file(dir, "MANIFEST", mf, mf_len)))
         rc_put = tsr_err(err, TSR_EIO, "%s/MANIFEST: cannot write: %s", dir, strerror(e));
     /* every rank exchanges with its partner whatever failed here (a full node
      * memory): one that skipped it would leave its partner waiting for ever */
@@ -353,6 +360,20 @@ static int start_thread(tsr_local_tier *lt, tsr_comm *world, tsr_error *err) {
     return 0;
 }
 
+/* The node's fences (its own folder's and its partner folder's) raised to the
+ * launch's epoch. A failure fails nothing here, where the ranks have not
+ * agreed yet: it is said, and a fenced launch's writes are refused anyway. */
+static void raise_fences(tsr_local_tier *lt) {
+    char pdir[PATH_MAX + 16];
+    snprintf(pdir, sizeof pdir, "%s/partner", lt->node_dir);
+    const char *dirs[2] = {lt->node_dir, pdir};
+    for (int i = 0; i < 2; i++) {
+        tsr_error e = {0};
+        if (tsr_fence_raise(dirs[i], lt->epoch, &e))
+            fprintf(stderr, "tessera: rank %d: local tier: %s\n", lt->rank, e.msg);
+    }
+}
+
 int tsr_local_open(const tsr_local_opts *o, tsr_comm *world, tsr_local_tier **out, tsr_error *err) {
     *out = NULL;
     tsr_local_tier *lt = calloc(1, sizeof *lt);
@@ -370,6 +391,8 @@ int tsr_local_open(const tsr_local_opts *o, tsr_comm *world, tsr_local_tier **ou
     if (!rc) rc = tsr_local_node_dir(lt->root, lt->ids[lt->node_idx], lt->node_dir, sizeof lt->node_dir, err);
     int e = rc ? 0 : tsr_mkdir_p(lt->node_dir);
     if (e) rc = tsr_err(err, TSR_EIO, "%s: cannot create: %s", lt->node_dir, strerror(e));
+    lt->epoch = o->epoch;
+    if (!rc && lt->epoch && lt->first_of_node) raise_fences(lt);
     tsr_engine_opts eo = tsr_engine_opts_default();
     eo.write.codec = TSR_CODEC_RAW; /* memory is cheap to write and read; compression is not */
     eo.keep_latest = TSR_LOCAL_KEEP;
@@ -378,6 +401,7 @@ int tsr_local_open(const tsr_local_opts *o, tsr_comm *world, tsr_local_tier **ou
     eo.overlap_staging = 1; /* the copy overlaps the next step (tsr_local_staged) */
     eo.commit_timeout_s = o->commit_timeout_s;
     eo.quiet = 1; /* its failures are said here, once for a run of them */
+    eo.write.epoch = o->epoch; /* the snapshots are fenced by the node folder's FENCE */
     lt->snapshots.what = "snapshot", lt->copies.what = "partner copy";
     if (!rc && !(lt->engine = tsr_engine_new(lt->node_dir, world, &eo, err))) rc = err ? err->code : TSR_EIO;
     if (!rc && lt->n_nodes > 1) rc = start_thread(lt, world, err);

@@ -18,6 +18,14 @@
  * as every checkpoint is (every rank's part written, then rank 0's MANIFEST).
  * Each node keeps the newest two snapshots, and two partner copies.
  *
+ * Fencing (FORMAT.md 4.6): a launch with an epoch raises ROOT/node-<k>/FENCE
+ * and ROOT/node-<k>/partner/FENCE to it when the tier opens (the node's first
+ * rank; only upward), its snapshots are written as that epoch (refused once a
+ * newer launch has raised the fence), partner copies and the MANIFESTs copied
+ * between nodes are refused the same way, and the recovery passes over (and
+ * logs, naming it) a snapshot or copy that a fenced writer committed after
+ * the fence.
+ *
  * Nodes: checkpoint.local_nodes lists the ids of the nodes the ranks are spread
  * over, evenly and in rank order ("0,1": ranks 0..W/2-1 on node 0, the rest on
  * node 1); empty, every rank is on node 0. tessera launch sets it.
@@ -39,6 +47,7 @@ typedef struct tsr_local_opts {
     const char *dump_folder; /* job.dump_folder: the default folder is named by its hash */
     const char *nodes;       /* checkpoint.local_nodes (below); NULL or "": one node */
     double commit_timeout_s; /* checkpoint.commit_timeout_s of the snapshots' engine */
+    uint64_t epoch;          /* the launch's epoch (tsr_write_opts.epoch); 0: none */
 } tsr_local_opts;
 
 /* tsr_local_root(): the tier's folder: `folder` if set, else

@@ -10,6 +10,7 @@
 
 #include "codec.h"
 #include "common.h"
+#include "fence.h"
 #include "manifest.h"
 #include "pool.h"
 #include "store.h"
@@ -69,12 +70,43 @@ fail:
     return NULL;
 }
 
+/* The reader's rule of FORMAT.md 4.6 on the MANIFEST bytes of step_dir (their
+ * header's step and epoch; the rest is validated when it is parsed). A FENCE
+ * that cannot be read voids nothing (it is logged; writers refuse it). */
+static int check_fence(const char *step_dir, const uint8_t *buf, size_t len, tsr_error *err) {
+    char root[PATH_MAX];
+    if (len < TSR_MF_HEADER_SIZE || memcmp(buf, TSR_MF_MAGIC, 8) != 0 || !tsr_fence_root(step_dir, root, sizeof root))
+        return 0;
+    uint64_t step = tsr_ld64(buf + 24), epoch = tsr_ld64(buf + 88);
+    tsr_fence f;
+    tsr_error e = {0};
+    if (tsr_fence_read(root, &f, &e)) {
+        tsr_log(1, "%s (the fence is not applied to %s)", e.msg, step_dir);
+        return 0;
+    }
+    const tsr_fence_rec *by = tsr_fence_voids(&f, epoch, step);
+    int rc = 0;
+    if (by) {
+        char t[32];
+        tsr_fence_step_text(by, t, sizeof t);
+        rc = tsr_err(err, TSR_EBUSY, "fenced: %s: step %llu of epoch %llu was committed after the fence of epoch %llu, "
+                     "whose newest step was %s (%s/%s): not a valid commit", step_dir, (unsigned long long)step,
+                     (unsigned long long)epoch, (unsigned long long)by->epoch, t, root, TSR_FENCE_NAME);
+    }
+    tsr_fence_free(&f);
+    return rc;
+}
+
 int tsr_ckpt_read_manifest(const char *step_dir, uint8_t **buf, size_t *len, tsr_error *err) {
     tsr_store *st = tsr_store_open(step_dir, 0, err);
     if (!st) return err ? err->code : TSR_ENOTFOUND;
     int rc = tsr_store_get(st, "MANIFEST", TSR_MF_MAX_SIZE, buf, len, err);
     tsr_store_close(st);
     if (rc == TSR_ENOTFOUND) rc = tsr_err(err, TSR_ENOTFOUND, "%s: no MANIFEST (not a committed checkpoint)", step_dir);
+    if (!rc && (rc = check_fence(step_dir, *buf, *len, err))) {
+        free(*buf);
+        *buf = NULL;
+    }
     return rc;
 }
 
@@ -105,6 +137,7 @@ void tsr_ckpt_close(tsr_ckpt *ck) {
 }
 
 uint64_t tsr_ckpt_step(const tsr_ckpt *ck) { return ck->m.step; }
+uint64_t tsr_ckpt_epoch(const tsr_ckpt *ck) { return ck->m.epoch; }
 uint32_t tsr_ckpt_version(const tsr_ckpt *ck) {
     return (uint32_t)ck->m.version_major << 16 | ck->m.version_minor;
 }

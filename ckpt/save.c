@@ -16,6 +16,7 @@
 #include "store.h"
 #include "tsr_ckpt.h"
 #include "encoder.h"
+#include "fence.h"
 #include "save_impl.h"
 
 #define BATCH_PER_THREAD 2 /* frames encoded per thread between writes */
@@ -154,7 +155,7 @@ static int frame_cuts(const tsr_box *box, size_t es, size_t frame_bytes, uint64_
 }
 
 tsr_write_opts tsr_write_opts_default(void) {
-    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0, NULL, 0, 0};
+    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0, NULL, 0, 0, 0};
 }
 
 tsr_save *tsr_save_begin(const char *step_dir, uint32_t file_id, const uint8_t *save_id,
@@ -183,6 +184,9 @@ tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint
         tsr_err(err, TSR_EIO, "cannot draw a random save id");
         goto fail;
     }
+    /* a fenced writer creates nothing: the data file of a step a newer launch
+     * committed is never opened (its commit is checked again) */
+    if (s->opts.epoch && tsr_fence_admit(step_dir, s->opts.epoch, 0, err)) goto fail;
     s->store = tsr_store_open(step_dir, 1, err);
     if (!s->store) goto fail;
     char name[64];
@@ -726,9 +730,13 @@ int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *tab
     }
     uint8_t *bytes = NULL;
     size_t len = 0;
-    int rc = save_merge_tables(tables, table_lens, n, s->save_id, step, layout, s->declared, s->n_declared, &bytes, &len,
-                          err);
+    int rc = save_merge_tables(tables, table_lens, n, s->save_id, step, s->opts.epoch, layout, s->declared,
+                               s->n_declared, &bytes, &len, err);
     if (rc == TSR_ECORRUPT || rc == TSR_EINVAL) tsr_err_prefix(err, "%s: cannot commit", s->dir);
+    /* the fence, read just before the commit point (on S3 a GET before the
+     * MANIFEST's PUT); a fence raised between the two is the readers' to
+     * enforce (FORMAT.md 4.6) */
+    if (!rc) rc = tsr_fence_admit(s->dir, s->opts.epoch, 1, err);
     if (!rc) rc = tsr_store_put_atomic(s->store, "MANIFEST", bytes, len, err);
     free(bytes);
     return rc;

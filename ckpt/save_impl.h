@@ -30,9 +30,10 @@ typedef struct declared {
 /* save_merge_tables(): the MANIFEST of a save (malloc'ed into *bytes) from its
  * writers' tables: the tensors' digests and statistics summed from their
  * shares (known where every writer's is) and the declared ones applied; the
- * header marked poisoned when a tensor holds a non-finite element. */
+ * header marked poisoned when a tensor holds a non-finite element, and its
+ * epoch (FORMAT.md 4.6; 0: none) recorded. */
 int save_merge_tables(const uint8_t *const *tables, const size_t *table_lens, size_t n, const uint8_t save_id[16],
-                      uint64_t step, const tsr_layout *layout, const declared *dec, size_t n_dec, uint8_t **bytes,
+                      uint64_t step, uint64_t epoch, const tsr_layout *layout, const declared *dec, size_t n_dec, uint8_t **bytes,
                       size_t *len, tsr_error *err);
 
 #endif

@@ -155,8 +155,8 @@ static int apply_declared(merger *g, const declared *dec, size_t n_dec, tsr_erro
 }
 
 int save_merge_tables(const uint8_t *const *tables, const size_t *table_lens, size_t n, const uint8_t save_id[16],
-                      uint64_t step, const tsr_layout *layout, const declared *dec, size_t n_dec, uint8_t **bytes,
-                      size_t *len, tsr_error *err) {
+                      uint64_t step, uint64_t epoch, const tsr_layout *layout, const declared *dec, size_t n_dec,
+                      uint8_t **bytes, size_t *len, tsr_error *err) {
     tsr_manifest m;
     tsr_manifest_init(&m);
     merger g = {&m, {NULL, 0}, NULL, 0};
@@ -176,6 +176,7 @@ int save_merge_tables(const uint8_t *const *tables, const size_t *table_lens, si
     free(g.first);
     if (rc) goto out;
     m.step = step;
+    m.epoch = epoch;
     memcpy(m.save_id, save_id, 16);
     m.layout = layout ? *layout : (tsr_layout){1, 1, 1, 1, 0, 0};
     struct timespec ts;
@@ -191,5 +192,5 @@ out:
 
 int tsr_manifest_merge(const uint8_t *const *tables, const size_t *table_lens, size_t n, const uint8_t save_id[16],
                        uint64_t step, const tsr_layout *layout, uint8_t **bytes, size_t *len, tsr_error *err) {
-    return save_merge_tables(tables, table_lens, n, save_id, step, layout, NULL, 0, bytes, len, err);
+    return save_merge_tables(tables, table_lens, n, save_id, step, 0, layout, NULL, 0, bytes, len, err);
 }

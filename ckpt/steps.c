@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fence.h"
 #include "store.h"
 #include "tsr_ckpt.h"
 
@@ -28,17 +29,27 @@ int tsr_ckpt_is_committed(const char *step_dir) {
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-int tsr_step_poisoned(const char *step_dir) {
+/* What the header of step_dir's MANIFEST says (its first 96 bytes: one small
+ * read, also on object storage): *poisoned (FORMAT.md 4.5) and *epoch (4.6).
+ * @return 0, or -1 when there is no MANIFEST with a valid header to say so. */
+static int read_header(const char *step_dir, int *poisoned, uint64_t *epoch) {
     tsr_store *st = tsr_store_open(step_dir, 0, NULL);
     tsr_rfile *f = NULL;
     uint64_t size = 0;
-    uint8_t h[64];
-    int poisoned = st && tsr_store_open_read(st, "MANIFEST", &f, &size, NULL) == 0 && size >= sizeof h &&
-                   tsr_rfile_read(f, h, sizeof h, 0, NULL) == 0 && memcmp(h, "TSRMNFST", 8) == 0 &&
-                   tsr_ld16(h + 8) == TSR_FORMAT_MAJOR && (tsr_ld32(h + 52) & 1u); /* FORMAT.md 4.1: poisoned */
+    uint8_t h[96];
+    int ok = st && tsr_store_open_read(st, "MANIFEST", &f, &size, NULL) == 0 && size >= sizeof h &&
+             tsr_rfile_read(f, h, sizeof h, 0, NULL) == 0 && memcmp(h, "TSRMNFST", 8) == 0 &&
+             tsr_ld16(h + 8) == TSR_FORMAT_MAJOR;
+    if (ok) *poisoned = (tsr_ld32(h + 52) & 1u) != 0, *epoch = tsr_ld64(h + 88);
     if (f) tsr_rfile_close(f);
     tsr_store_close(st);
-    return poisoned;
+    return ok ? 0 : -1;
+}
+
+int tsr_step_poisoned(const char *step_dir) {
+    int poisoned = 0;
+    uint64_t epoch;
+    return read_header(step_dir, &poisoned, &epoch) == 0 && poisoned;
 }
 
 void tsr_step_dir_name(uint64_t step, char *buf, size_t len) {
@@ -127,6 +138,21 @@ static int parse_abandoned_dir(const char *name, uint64_t *step) {
     return tsr_parse_step_dir(head, step);
 }
 
+/* The reader's rule (FORMAT.md 4.6): a step committed by a fenced writer after
+ * its fence is not a valid commit. A FENCE that cannot be read voids nothing
+ * (the listing would otherwise hide every checkpoint): it is logged, and
+ * writers and the supervisor refuse it. */
+static void mark_fenced(const char *root, tsr_step_info *v, size_t n) {
+    tsr_fence f;
+    tsr_error e = {0};
+    if (tsr_fence_read(root, &f, &e)) {
+        tsr_log(1, "%s (the fence is not applied to the steps listed)", e.msg);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) v[i].fenced = v[i].committed && tsr_fence_voids(&f, v[i].epoch, v[i].step);
+    tsr_fence_free(&f);
+}
+
 static int list_steps(const char *root, int abandoned, tsr_step_info **out, size_t *count) {
     *out = NULL;
     *count = 0;
@@ -149,7 +175,9 @@ static int list_steps(const char *root, int abandoned, tsr_step_info **out, size
         snprintf(path, sizeof path, "%s/%s", root, l.v[i]);
         v[n].step = step;
         v[n].committed = tsr_ckpt_is_committed(path);
-        v[n].poisoned = v[n].committed && !abandoned && tsr_step_poisoned(path);
+        v[n].poisoned = v[n].fenced = 0;
+        v[n].epoch = 0;
+        if (v[n].committed && !abandoned) read_header(path, &v[n].poisoned, &v[n].epoch);
         snprintf(v[n].name, sizeof v[n].name, "%s", l.v[i]);
         n++;
     }
@@ -158,6 +186,7 @@ static int list_steps(const char *root, int abandoned, tsr_step_info **out, size
         free(v);
         return rc;
     }
+    if (!abandoned) mark_fenced(root, v, n);
     tsr_sort(v, n, sizeof *v, cmp_steps);
     *out = v;
     *count = n;
@@ -177,13 +206,20 @@ int tsr_latest_step_before(const char *root, uint64_t before, uint64_t *step, ch
     size_t n = 0;
     tsr_list_steps(root, &v, &n);
     int rc = TSR_ENOTFOUND;
-    for (size_t i = n; i-- > 0;)
-        if (v[i].committed && !v[i].poisoned && v[i].step < before) {
-            *step = v[i].step;
-            if (dir) snprintf(dir, len, "%s/%s", root, v[i].name);
-            rc = 0;
-            break;
+    for (size_t i = n; i-- > 0;) {
+        if (!v[i].committed || v[i].step >= before) continue;
+        if (v[i].fenced) {
+            tsr_log(1, "%s/%s: fenced: its MANIFEST (epoch %llu) was committed after a newer launch's fence "
+                    "(%s/FENCE): not a valid commit, passed over", root, v[i].name,
+                    (unsigned long long)v[i].epoch, root);
+            continue;
         }
+        if (v[i].poisoned) continue;
+        *step = v[i].step;
+        if (dir) snprintf(dir, len, "%s/%s", root, v[i].name);
+        rc = 0;
+        break;
+    }
     free(v);
     return rc;
 }
@@ -197,7 +233,7 @@ void tsr_retention_keep(const tsr_step_info *v, size_t n, uint32_t k, int *keep)
     int clean = 0; /* a clean one is kept */
     for (size_t i = n; i-- > 0;) {
         keep[i] = 0;
-        if (!v[i].committed) continue;
+        if (!v[i].committed || v[i].fenced) continue; /* a fenced one is no checkpoint: removed */
         if (k == 0 || seen < k) keep[i] = 1, seen++;
         else if (!clean && !v[i].poisoned) keep[i] = 1; /* the newest clean one, besides the newest k */
         if (keep[i] && !v[i].poisoned) clean = 1;

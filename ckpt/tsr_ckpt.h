@@ -40,6 +40,12 @@ typedef struct tsr_write_opts {
                                 whatever the other writers computed). For measuring
                                 what they cost (tessera bench save --digests), not
                                 for checkpoints to keep */
+    uint64_t epoch;          /* the launch's epoch (FORMAT.md 4.6; TSR_EPOCH_ENV), recorded
+                                in the MANIFEST; a writer of an epoch older than the
+                                folder's fence is refused before it creates its file
+                                and before the commit ("fenced: ..."). 0: a writer
+                                without one (a tool, the library by hand): it is
+                                refused only a commit that readers would void */
 } tsr_write_opts;
 
 /* tsr_write_opts_default(): the defaults above. */
@@ -166,6 +172,12 @@ typedef struct tsr_engine_opts {
     /* 1: tsr_engine_load does not check the tensors' digests (FORMAT.md 4.4)
      * against the data it loaded. */
     int no_digest_check;
+    /* 1: the engine writes ROOT as a launch (FORMAT.md 4.6): when write.epoch
+     * is 0 (no TSR_EPOCH from a supervisor), rank 0 advances the fence of ROOT
+     * in tsr_engine_new (tsr_fence_advance; after taking the lock with
+     * lock_root), before anything is loaded or saved, and every rank writes
+     * as that epoch (tsr_engine_epoch). */
+    int fence;
 } tsr_engine_opts;
 tsr_engine_opts tsr_engine_opts_default(void);
 
@@ -202,6 +214,9 @@ typedef struct tsr_state {
  * on a duplicate of it from its own thread. */
 tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_opts *opts,
                            tsr_error *err);
+/* tsr_engine_epoch(): the epoch the engine's saves record (FORMAT.md 4.6): its
+ * write.epoch, or the one rank 0 advanced the fence to (opts.fence); 0: none. */
+uint64_t tsr_engine_epoch(const tsr_engine *e);
 /* tsr_engine_free(): waits for a save in flight and for the archiving of the
  * committed checkpoints, then releases everything. */
 void tsr_engine_free(tsr_engine *e);
@@ -299,6 +314,9 @@ typedef struct tsr_step_info {
     int committed; /* holds a MANIFEST (not validated) */
     int poisoned;  /* committed, and its MANIFEST's header marks it poisoned (tsr_step_poisoned) */
     char name[64]; /* the directory's name */
+    uint64_t epoch; /* committed: the epoch its MANIFEST's header records (0: none) */
+    int fenced;     /* committed, but by a fenced writer after its fence (FORMAT.md 4.6):
+                       not a valid commit; no resume, rollback or retention counts it */
 } tsr_step_info;
 int tsr_list_steps(const char *root, tsr_step_info **out, size_t *n);
 
@@ -309,8 +327,9 @@ int tsr_list_steps(const char *root, tsr_step_info **out, size_t *n);
 int tsr_step_poisoned(const char *step_dir);
 
 /* tsr_latest_step(): the newest committed step under root that is not
- * poisoned (into *step and, if dir is not NULL, its path): the one a job
- * resumes from. @return 0, or TSR_ENOTFOUND. */
+ * poisoned or fenced (into *step and, if dir is not NULL, its path): the one a
+ * job resumes from; each fenced step newer than it is logged, named, as passed
+ * over. @return 0, or TSR_ENOTFOUND. */
 int tsr_latest_step(const char *root, uint64_t *step, char *dir, size_t len);
 /* tsr_latest_step_before(): the same among the steps below `before`: the
  * step a rollback goes back to. */
@@ -318,7 +337,8 @@ int tsr_latest_step_before(const char *root, uint64_t before, uint64_t *step, ch
 
 /* tsr_retention_keep(): which of the n steps of a listing (tsr_list_steps,
  * sorted by step) retention keeps of the committed ones, into keep[i] (1:
- * kept; uncommitted steps are 0, retention decides on them by itself): the
+ * kept; uncommitted and fenced steps are 0, retention decides on the former by
+ * itself and removes the latter): the
  * newest `k` (every one for k = 0) and, when those are all poisoned, the
  * newest clean one besides, so that a resume always has one. */
 void tsr_retention_keep(const tsr_step_info *v, size_t n, uint32_t k, int *keep);
@@ -354,6 +374,26 @@ int tsr_folder_lock_take(const char *dir, int create, tsr_folder_lock **out, tsr
  * else only checked. */
 int tsr_folder_lock_for_ckpt(const char *ckpt_dir, tsr_folder_lock **out, tsr_error *err);
 void tsr_folder_lock_release(tsr_folder_lock *l);
+
+/* ----------------------------------------------------------------- fencing */
+
+/* Epochs (FORMAT.md 4.6): each launch of a job writes its checkpoint folder as
+ * one epoch, a number that only grows for the folder, so that the ranks of an
+ * earlier launch still running (a host cut off by a network partition) can
+ * never commit over, or damage, the checkpoints of a later one. The supervisor
+ * advances the folder's fence before each launch and gives the ranks the epoch
+ * in the environment variable TSR_EPOCH_ENV (decimal); a trainer started
+ * without it advances the fence itself (rank 0, before any load or save). */
+#define TSR_EPOCH_ENV "TSR_EPOCH"
+
+/* tsr_fence_advance(): raises the fence of the checkpoint folder `root` (a
+ * path or s3://bucket/prefix, made if missing): writes ROOT/FENCE atomically
+ * with a new record, the epoch one above both the fence's (1 when none) and
+ * every epoch a MANIFEST there records, and the newest step committed (and
+ * valid) now; the new epoch into *epoch. From then on writers of older epochs
+ * are refused, and what they commit regardless is void. @return 0, TSR_ECORRUPT
+ * for a damaged FENCE (naming it and the reason), or the store's error. */
+int tsr_fence_advance(const char *root, uint64_t *epoch, tsr_error *err);
 
 /* ----------------------------------------------------------- push and pull */
 
@@ -459,7 +499,10 @@ typedef struct tsr_file_info {
 } tsr_file_info;
 
 /* tsr_ckpt_open(): reads and validates the MANIFEST of a committed checkpoint
- * directory. Data files are opened on first use. */
+ * directory. Data files are opened on first use. A step directory of a root
+ * whose MANIFEST a fenced writer committed after its fence (FORMAT.md 4.6) is
+ * refused (TSR_EBUSY, "fenced: ..." naming it, both epochs and the fence's
+ * step); so is it by tsr_ckpt_read_manifest. */
 tsr_ckpt *tsr_ckpt_open(const char *step_dir, tsr_error *err);
 void tsr_ckpt_close(tsr_ckpt *ck); /* NULL is a no-op */
 /* tsr_ckpt_read_manifest(): the MANIFEST bytes of step_dir (malloc'ed), unparsed;
@@ -469,6 +512,9 @@ int tsr_ckpt_read_manifest(const char *step_dir, uint8_t **buf, size_t *len, tsr
 tsr_ckpt *tsr_ckpt_open_manifest(const char *step_dir, const uint8_t *buf, size_t len, tsr_error *err);
 
 uint64_t tsr_ckpt_step(const tsr_ckpt *ck);
+/* tsr_ckpt_epoch(): the epoch of the launch that wrote it (FORMAT.md 4.6); 0:
+ * none (a writer without one, files before format 1.5). */
+uint64_t tsr_ckpt_epoch(const tsr_ckpt *ck);
 /* tsr_ckpt_version(): the MANIFEST's format version (major << 16 | minor). */
 uint32_t tsr_ckpt_version(const tsr_ckpt *ck);
 const uint8_t *tsr_ckpt_save_id(const tsr_ckpt *ck); /* 16 bytes */

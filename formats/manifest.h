@@ -90,6 +90,7 @@ typedef struct tsr_manifest {
     uint16_t version_major, version_minor;
     uint32_t flags; /* the header's: TSR_MF_POISONED */
     uint64_t step, created;
+    uint64_t epoch; /* the header's (v1.5): the launch that wrote it (FORMAT.md 4.6); 0: none */
     uint8_t save_id[16];
     tsr_layout layout;
     tsr_mf_tensor *tensors;

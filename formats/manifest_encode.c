@@ -140,7 +140,7 @@ static int put_blobs(const tsr_manifest *m, strtab *st, uint8_t *p) {
 
 /* --------------------------------------------------------------- file */
 
-/* The header: magic, version, sizes, step, save id, layout. */
+/* The header: magic, version, sizes, step, save id, layout, epoch. */
 static void put_header(const tsr_manifest *m, uint8_t *buf, size_t total) {
     memcpy(buf, TSR_MF_MAGIC, 8);
     tsr_st16(buf + 8, TSR_FORMAT_MAJOR);
@@ -158,6 +158,7 @@ static void put_header(const tsr_manifest *m, uint8_t *buf, size_t total) {
     tsr_st32(buf + 76, m->layout.tp);
     tsr_st32(buf + 80, m->layout.n_layers);
     tsr_st32(buf + 84, m->layout.flags);
+    tsr_st64(buf + 88, m->epoch);
 }
 
 /* Lays out the header, the section table and the sections (each 8-aligned, of

@@ -26,7 +26,7 @@ static const uint32_t minrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR, TSR_REC_C
 static const uint32_t knownrec[7] = {0, 1, TSR_REC_FILE, TSR_REC_TENSOR_V14, TSR_REC_CHUNK, TSR_REC_FRAME,
                                      TSR_REC_BLOB};
 
-/* The header: magic, size, checksum, version, step, save id, layout. The section
+/* The header: magic, size, checksum, version, step, save id, layout, epoch. The section
  * table's extent: *hsize and *nsec. */
 static int parse_header(const uint8_t *buf, size_t len, const char *path, tsr_manifest *m, uint32_t *hsize,
                         uint32_t *nsec, tsr_error *err) {
@@ -58,6 +58,7 @@ static int parse_header(const uint8_t *buf, size_t len, const char *path, tsr_ma
     m->layout.tp = tsr_ld32(buf + 76);
     m->layout.n_layers = tsr_ld32(buf + 80);
     m->layout.flags = tsr_ld32(buf + 84);
+    m->epoch = tsr_ld64(buf + 88); /* v1.5 (4.6); reserved, zero, before */
     return 0;
 }
 

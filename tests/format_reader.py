@@ -20,6 +20,8 @@ holds a digest (section 4.4, v1.4) has it recomputed from its elements and
 compared, and every tensor whose record holds statistics (section 4.5, v1.3)
 has them recomputed (min, max and the non-finite count exactly, the L2 norm
 within a relative 1e-9), and the header's poisoned bit checked against them.
+A step directory whose folder holds a FENCE (section 4.6) is refused when a
+fenced writer committed it after its fence.
 With --vectors, computes the digests of section 4.4's test vectors and the
 statistics of section 4.5's, read from the tables in FORMAT.md, and compares them
 (and the digests' keys) with the tables'.
@@ -345,11 +347,46 @@ def volume(ext):
     return v
 
 
+def parse_fence(b):
+    """The records (epoch, step or None) of a FENCE's bytes (section 4.6)."""
+    lines = b.split(b"\n")
+    if len(b) > 1 << 20 or lines[0] != b"tessera-fence 1" or lines[-1] != b"" or len(lines) < 3:
+        raise Refused("FENCE: not a FENCE")
+    recs = []
+    for ln in lines[1:-1]:
+        w = ln.split(b" ")
+        num = lambda x: x.isdigit() and (x == b"0" or not x.startswith(b"0")) and int(x) < 1 << 64
+        if len(w) != 4 or w[0] != b"epoch" or w[2] != b"step" or not num(w[1]) or int(w[1]) == 0 or \
+                not (w[3] == b"none" or num(w[3])):
+            raise Refused("FENCE: bad line %r" % ln)
+        e, s = int(w[1]), None if w[3] == b"none" else int(w[3])
+        if recs and e <= recs[-1][0]:
+            raise Refused("FENCE: epochs do not grow")
+        recs.append((e, s))
+    return recs
+
+
+def check_fence(d, epoch, step):
+    """Section 4.6: a step directory (step-N) of a folder with a FENCE is not a
+    valid commit when a fence of a newer epoch recorded an older newest step."""
+    name = os.path.basename(os.path.normpath(d))
+    if not (name.startswith("step-") and name[5:].isdigit() and 8 <= len(name) - 5 <= 20):
+        return
+    path = os.path.join(os.path.dirname(os.path.normpath(d)) or ".", "FENCE")
+    if not os.path.exists(path):
+        return
+    for e, s in parse_fence(open(path, "rb").read()):
+        if e > epoch and (s is None or step > s):
+            raise Refused("fenced: step %d of epoch %d, committed after the fence of epoch %d (newest step %s)" %
+                          (step, epoch, e, "none" if s is None else s))
+
+
 class Checkpoint:
     def __init__(self, d):
         self.dir = d
         m = open(os.path.join(d, "MANIFEST"), "rb").read()
         self.parse_manifest(m)
+        check_fence(d, self.epoch, self.step)
         self.read_files()
 
     # ---------------------------------------------------------------- section 4
@@ -367,6 +404,7 @@ class Checkpoint:
         self.save_id = m[32:48]
         nsec, flags = struct.unpack_from("<II", m, 48)
         self.poisoned = bool(flags & 1)  # section 4.5 (v1.3); other bits ignored
+        self.epoch = struct.unpack_from("<Q", m, 88)[0]  # section 4.6 (v1.5); reserved zero before
         pp, dpr, dps, tp, nl, lflags = struct.unpack_from("<6I", m, 64)
         if 0 in (pp, dpr, dps, tp) or pp * dpr * dps * tp > 1 << 31 or nl > 1 << 31:
             raise Refused("MANIFEST: layout")

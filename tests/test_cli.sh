@@ -40,7 +40,7 @@ json_ok out.txt "info --json"
 python3 - <<'PY' || fail "info --json content"
 import json
 d = json.load(open("out.txt"))
-assert d["step"] == 10 and d["version"] == "1.4", (d["step"], d["version"])
+assert d["step"] == 10 and d["version"] == "1.5", (d["step"], d["version"])
 assert all(len(t["digest"]) == 16 and int(t["digest"], 16) >= 0 for t in d["tensors"]), "a digest per tensor"
 names = [t["name"] for t in d["tensors"]]
 assert names == sorted(names) and "model.norm" in names, names

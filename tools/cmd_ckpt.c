@@ -1,4 +1,4 @@
-/* cmd_ckpt.c: tessera ckpt ls | info | verify | diff | synth | compact. */
+/* cmd_ckpt.c: tessera ckpt ls | info | verify | diff | synth | compact | fence. */
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -76,7 +76,9 @@ static const char ls_help[] =
     "is named at the end of the line), tensor count, raw and stored bytes. A\n"
     "poisoned checkpoint (a NaN or an infinity in its state, FORMAT.md 4.5; no\n"
     "resume, rollback or recovery chooses it) says so at the end of its line\n"
-    "(\"poisoned\": true in --json).\n";
+    "(\"poisoned\": true in --json). A step whose MANIFEST a fenced writer (of an\n"
+    "older launch) committed after its fence is \"fenced\": not a valid commit\n"
+    "(FORMAT.md 4.6; tessera ckpt fence), with the reason at the end of its line.\n";
 
 int tsr_cmd_ckpt_ls(int argc, char **argv) {
     if (wants_help(argc, argv, ls_help)) return EXIT_OK;
@@ -131,7 +133,7 @@ int tsr_cmd_ckpt_ls(int argc, char **argv) {
         size_t nt = 0;
         if (tsr_ckpt_is_committed(path)) {
             ck = tsr_ckpt_open(path, &e);
-            if (!abandoned) status = ck ? "committed" : "damaged";
+            if (!abandoned) status = ck ? "committed" : steps[i].fenced ? "fenced" : "damaged";
         }
         if (ck) {
             totals(ck, &raw, &stored);
@@ -213,8 +215,8 @@ static void info_json(tsr_ckpt *ck) {
     uint32_t ver = tsr_ckpt_version(ck);
     printf("{\"dir\":");
     tsr_json_str(stdout, tsr_ckpt_dir(ck));
-    printf(",\"version\":\"%u.%u\",\"step\":%llu,\"save_id\":\"", ver >> 16, ver & 0xffff,
-           (unsigned long long)tsr_ckpt_step(ck));
+    printf(",\"version\":\"%u.%u\",\"step\":%llu,\"epoch\":%llu,\"save_id\":\"", ver >> 16, ver & 0xffff,
+           (unsigned long long)tsr_ckpt_step(ck), (unsigned long long)tsr_ckpt_epoch(ck));
     for (int i = 0; i < 16; i++) printf("%02x", id[i]);
     printf("\",\"layout\":{\"pp\":%u,\"dp_replicate\":%u,\"dp_shard\":%u,\"tp\":%u,\"n_layers\":%u,\"flat\":%s}",
            l.pp, l.dp_replicate, l.dp_shard, l.tp, l.n_layers, l.flags & TSR_LAYOUT_FLAT ? "true" : "false");
@@ -309,8 +311,8 @@ int tsr_cmd_ckpt_info(int argc, char **argv) {
     tsr_layout l = tsr_ckpt_layout(ck);
     uint32_t ver = tsr_ckpt_version(ck);
     const uint8_t *id = tsr_ckpt_save_id(ck);
-    printf("checkpoint  %s\nformat      %u.%u\nstep        %llu\nsave id     ", tsr_ckpt_dir(ck), ver >> 16,
-           ver & 0xffff, (unsigned long long)tsr_ckpt_step(ck));
+    printf("checkpoint  %s\nformat      %u.%u\nstep        %llu\nepoch       %llu\nsave id     ", tsr_ckpt_dir(ck),
+           ver >> 16, ver & 0xffff, (unsigned long long)tsr_ckpt_step(ck), (unsigned long long)tsr_ckpt_epoch(ck));
     for (int i = 0; i < 16; i++) printf("%02x", id[i]);
     printf("\nlayout      pp=%u,dp_replicate=%u,dp_shard=%u,tp=%u layers=%u%s\n", l.pp, l.dp_replicate,
            l.dp_shard, l.tp, l.n_layers, l.flags & TSR_LAYOUT_FLAT ? " flat" : "");
@@ -802,4 +804,38 @@ int tsr_cmd_ckpt_compact(int argc, char **argv) {
         return EXIT_FAIL;
     }
     return rc;
+}
+
+/* ---------------------------------------------------------------- fence */
+
+static const char fence_help[] =
+    "usage: tessera ckpt fence ROOT\n"
+    "Advances the fence of the checkpoint folder ROOT (a folder or s3://bucket/prefix;\n"
+    "FORMAT.md 4.6) and prints the new epoch: ROOT/FENCE gets a record of the epoch,\n"
+    "one above both the fence's (1 when none) and every epoch a MANIFEST there\n"
+    "records, and of the newest step committed now. From then on a writer of an\n"
+    "older epoch (a launch's rank still running: the epoch is TSR_EPOCH in its\n"
+    "environment) is refused before it creates a file and before it commits, and a\n"
+    "step it commits regardless, after the step the fence recorded, is passed over\n"
+    "by every reader. tessera launch does this before each launch, and tessera train\n"
+    "without TSR_EPOCH at its start; a job run with TSR_EPOCH=N writes as epoch N.\n"
+    "Exit 0: fenced; 1: not (a damaged FENCE names itself and the reason).\n";
+
+int tsr_cmd_ckpt_fence(int argc, char **argv) {
+    if (wants_help(argc, argv, fence_help)) return EXIT_OK;
+    const char *root = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '-') return tsr_usage_error("ckpt fence", "unknown option %s", argv[i]);
+        if (root) return tsr_usage_error("ckpt fence", "one ROOT only");
+        root = argv[i];
+    }
+    if (!root) return tsr_usage_error("ckpt fence", "missing ROOT");
+    tsr_error e = {0};
+    uint64_t epoch = 0;
+    if (tsr_fence_advance(root, &epoch, &e)) {
+        fprintf(stderr, "tessera ckpt fence: %s\n", e.msg);
+        return EXIT_FAIL;
+    }
+    printf("%llu\n", (unsigned long long)epoch);
+    return EXIT_OK;
 }

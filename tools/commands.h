@@ -13,6 +13,7 @@ int tsr_cmd_ckpt_diff(int argc, char **argv);
 int tsr_cmd_ckpt_synth(int argc, char **argv);
 int tsr_cmd_ckpt_check(int argc, char **argv);
 int tsr_cmd_ckpt_compact(int argc, char **argv);
+int tsr_cmd_ckpt_fence(int argc, char **argv);
 int tsr_cmd_bench_codec(int argc, char **argv);
 int tsr_cmd_bench_plan(int argc, char **argv);
 int tsr_cmd_bench_gpu(int argc, char **argv);

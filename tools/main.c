@@ -39,6 +39,7 @@ static const command commands[] = {
     {"ckpt", "synth", tsr_cmd_ckpt_synth, "write a synthetic checkpoint, in any layout"},
     {"ckpt", "check", tsr_cmd_ckpt_check, "load a synthetic checkpoint in any layout and check it"},
     {"ckpt", "compact", tsr_cmd_ckpt_compact, "re-encode a checkpoint's raw frames in place, atomically"},
+    {"ckpt", "fence", tsr_cmd_ckpt_fence, "fence out the writers of earlier launches; print the new epoch"},
     {"bench", "codec", tsr_cmd_bench_codec, "frame codec against plain zstd"},
     {"bench", "plan", tsr_cmd_bench_plan, "resharding planner: 1M stored x 1M needed boxes"},
     {"bench", "scale", tsr_cmd_bench_scale, "save plan, MANIFEST and load plan of a 405B job at 1k-16k ranks, simulated"},

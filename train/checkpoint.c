@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "fence.h"
 #include "job.h"
 
 static const char *const BLOB_NAMES[N_BLOBS] = {"train.step",  "train.data_pos", "train.config",
@@ -288,18 +289,25 @@ static int open_engine(train_job *j, tsr_error *err) {
     eo.archive_keep = (uint32_t)c->checkpoint.archive_keep_latest_k;
     eo.commit_timeout_s = c->checkpoint.commit_timeout_s;
     eo.lock_root = c->checkpoint.enable; /* one writer per checkpoint folder */
+    /* the launch's epoch (FORMAT.md 4.6): the supervisor's, else rank 0 fences
+     * the folder in tsr_engine_new, before anything is loaded or saved, so that
+     * a run by hand fences the writers before it too */
+    eo.fence = c->checkpoint.enable;
+    const char *ep = getenv(TSR_EPOCH_ENV);
+    int rc = ep && *ep ? tsr_epoch_parse(ep, &eo.write.epoch, err) : 0;
     eo.overlap_staging = 1; /* the copy overlaps the next step: tsr_job_ckpt_staged() before its update */
     eo.write.codec = c->checkpoint.codec;
     /* checkpoint.codec = "auto" encodes a frame when encoding keeps ahead of the disk;
      * with no core to spare from training, every frame encoded in the background
      * is paid for in step time, so the frames go raw (a forced codec stays) */
-    int spare = 1, rc = c->checkpoint.codec == TSR_CODEC_AUTO ? core_to_spare(t->world, &spare, err) : 0;
+    int spare = 1;
+    if (!rc && c->checkpoint.codec == TSR_CODEC_AUTO) rc = core_to_spare(t->world, &spare, err);
     if (!rc && !spare) eo.write.codec = TSR_CODEC_RAW;
     if (!rc) j->engine = tsr_engine_new(j->root, t->world, &eo, err);
     if (!rc && !j->engine) rc = err ? err->code : TSR_EIO;
     if (!rc && c->checkpoint.enable && c->checkpoint.local_interval > 0) {
         tsr_local_opts lo = {c->checkpoint.local_folder, c->job.dump_folder, c->checkpoint.local_nodes,
-                             c->checkpoint.commit_timeout_s};
+                             c->checkpoint.commit_timeout_s, tsr_engine_epoch(j->engine)};
         rc = tsr_local_root(lo.folder, lo.dump_folder, j->local_root, sizeof j->local_root, err);
         if (!rc) rc = tsr_local_open(&lo, t->world, &j->local, err);
     }

@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "data.h"
 #include "heartbeat.h"
@@ -51,9 +52,11 @@ typedef struct train_job {
     int sdc_checks;
 } train_job;
 
-/* out = rel if absolute, else base/rel. @return 1 if it does not fit. */
+/* out = rel if absolute or a location with a scheme (s3://bucket/prefix),
+ * else base/rel. @return 1 if it does not fit. */
 static inline int tsr_job_join(char *out, size_t len, const char *base, const char *rel) {
-    int n = rel[0] == '/' || !base[0] ? snprintf(out, len, "%s", rel) : snprintf(out, len, "%s/%s", base, rel);
+    int n = rel[0] == '/' || strstr(rel, "://") || !base[0] ? snprintf(out, len, "%s", rel)
+                                                           : snprintf(out, len, "%s/%s", base, rel);
     return n < 0 || (size_t)n >= len;
 }
 
