@@ -2,7 +2,8 @@
  * options and the job's config): supervise.c the restart policy and the
  * summary; launch_proc.c the job's processes; launch_watch.c the heartbeat
  * socket and what it detects; launch_chaos.c the faults of --chaos;
- * launch_log.c the event log. */
+ * launch_log.c the event log; launch_hosts.c the hosts of a job over
+ * machines. */
 #ifndef TSR_LAUNCH_H
 #define TSR_LAUNCH_H
 
@@ -20,6 +21,9 @@
 #define LAUNCH_WINDOW 8     /* steps of a rank's straggler window */
 #define LAUNCH_STRAGGLER_FLOOR 0.1 /* seconds a straggler's compute time exceeds the median's by, at least */
 #define LAUNCH_HISTORY 64   /* step times behind the median */
+#define LAUNCH_MAX_HOSTS 4096
+#define LAUNCH_HOST_NAME 256
+#define LAUNCH_ALIVE_EVERY 0.5 /* seconds between the supervisor's TSR_HB_CMD_ALIVE */
 
 typedef struct launch_opts {
     int np, nodes, min_ranks, max_restarts;
@@ -32,6 +36,13 @@ typedef struct launch_opts {
     unsigned chaos_kinds; /* bit k: fault kind k may be injected (0: every kind) */
     int train_argc;      /* the command after "--": train --config FILE ... */
     char **train_argv;
+    /* a job over machines (--hostfile, or a Slurm allocation's hosts): each host a node */
+    char (*hosts)[LAUNCH_HOST_NAME];
+    int *slots;          /* each host's slots (0: not said) */
+    int n_hosts;         /* 0: the ranks run on this machine (--nodes) */
+    const char *listen;  /* --listen ADDR: the supervisor's address for the ranks (NULL: the one towards the first host) */
+    double host_timeout; /* seconds without an answer to TSR_HB_CMD_ALIVE after which a host's ranks are lost */
+    double orphan_timeout; /* seconds a rank runs on without hearing from the supervisor (TSR_HEARTBEAT_ORPHAN_S) */
 } launch_opts;
 
 #define LAUNCH_HANG_FLOOR 5.0   /* seconds: the automatic hang timeout's floor */
@@ -48,6 +59,7 @@ typedef enum launch_outcome {
     OUT_SIGNAL,    /* the supervisor was asked to stop */
     OUT_SDC,       /* the ranks' replica check found copies that differ (TSR_HB_SDC) */
     OUT_PREEMPTED, /* the supervisor was preempted (--preempt-grace): the job stopped, or its grace ran out */
+    OUT_HOST,      /* every rank of a host stopped answering (--hostfile): the host is lost, or cut off */
     OUT_N
 } launch_outcome;
 
@@ -58,7 +70,8 @@ typedef struct rank_state {
     pid_t pid;
     int phase;
     int64_t step;
-    double heard; /* tsr_now() of its last record */
+    double heard; /* tsr_now() of its last record from its training thread */
+    double alive; /* tsr_now() of its last record of any kind (its watchdog's TSR_HB_ALIVE too) */
     double win[LAUNCH_WINDOW]; /* its compute times (step time less data-plane waits) */
     int n_win, i_win, straggling;
     /* its TSR_HB_PREEMPTED record (pre_seen) */
@@ -69,12 +82,17 @@ typedef struct rank_state {
 
 typedef struct conn {
     int fd;
-    pid_t pid; /* the peer's, from SO_PEERCRED */
+    pid_t pid; /* the peer's, from SO_PEERCRED (0 over TCP: the record's pid is the rank's word) */
     uid_t uid;
     int rank; /* -1 until its first record is accepted */
     double opened;
+    char peer[64]; /* over TCP: the peer's address */
+    uint8_t nonce[TSR_HB_NONCE];
+    uint64_t seq_in, seq_out; /* the last record's sequence number, and the last command's */
     uint8_t buf[TSR_HB_RECORD];
     size_t have;
+    uint8_t out[TSR_HB_COMMAND]; /* the rest of a command the socket took in part */
+    size_t n_out;
 } conn;
 
 typedef struct launch {
@@ -88,7 +106,10 @@ typedef struct launch {
     /* the socket */
     int listen_fd, wake_fd; /* wake_fd: the read end of the signal pipe */
     char sock_dir[128], sock_path[160];
-    uint64_t token;
+    char hb_addr[200];              /* TSR_HEARTBEAT: the socket's path, or tcp:ADDR:PORT */
+    uint8_t key[TSR_HB_KEY];        /* this launch's */
+    double alive_sent;              /* tsr_now() of the last TSR_HB_CMD_ALIVE */
+    uint64_t alive_n;
     /* the current launch */
     int attempt, np;
     pid_t mpirun;
@@ -155,12 +176,21 @@ const char *launch_json(const char *s, char *buf, size_t len);
 void launch_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* launch_tell(): a command (kind, arg) to rank `rank`'s connection, or every
- * rank's (-1); one that does not reach a rank is said, prefixed by `what`. */
+ * rank's (-1), sealed with the launch's key; one that does not reach a rank is
+ * said, prefixed by `what` (NULL: not said). */
 void launch_tell(launch *L, int rank, uint32_t kind, uint64_t arg, const char *what);
 
-/* launch_node_of(): the node (of the --nodes K at the start) that holds rank. */
+/* launch_node_of(): the node (of the --nodes K at the start, or the host's
+ * index in the host list) that holds rank. */
 static inline int launch_node_of(const launch *L, int rank) {
     return L->per_node > 0 && rank >= 0 && rank / L->per_node < L->n_alive ? L->alive_nodes[rank / L->per_node] : 0;
+}
+
+/* launch_node_name(): "node K", or the host's name. */
+static inline const char *launch_node_name(const launch *L, int node, char *buf, size_t len) {
+    if (L->o.n_hosts > 0 && node >= 0 && node < L->o.n_hosts) snprintf(buf, len, "host %s", L->o.hosts[node]);
+    else snprintf(buf, len, "node %d", node);
+    return buf;
 }
 
 /* launch_median(): the median of the recent step times (0: fewer than 3). */
@@ -187,6 +217,24 @@ int launch_descends(pid_t pid, pid_t ancestor);
 
 /* launch_proc_state(): the state letter of pid (R, S, D, T, Z...; '?' if gone). */
 char launch_proc_state(pid_t pid);
+
+/* launch_hosts.c ---------------------------------------------------------- */
+
+/* launch_hosts_file(): the hosts of Open MPI's hostfile at path ("HOST
+ * [slots=N] [max_slots=N]" a line, # comments) into o->hosts, o->slots.
+ * launch_hosts_slurm(): those of a Slurm host list (SLURM_JOB_NODELIST:
+ * "node[01-03,07],login"). @return 0, or -1 with why (the file and line). */
+int launch_hosts_file(const char *path, launch_opts *o, char *why, size_t len);
+int launch_hosts_slurm(const char *list, launch_opts *o, char *why, size_t len);
+
+/* launch_local_addr(): the numeric address this machine reaches host from
+ * (its route's source) into out. @return 0, or -1 with why. */
+int launch_local_addr(const char *host, char *out, size_t len, char *why, size_t wlen);
+
+/* launch_probe_hosts(): runs `true` on every host left (an mpirun each, at
+ * once; 15 s at most), each logged ("probe"). @return the first host (its
+ * node) that did not run it, or -1. */
+int launch_probe_hosts(launch *L);
 
 /* launch_chaos.c ---------------------------------------------------------- */
 

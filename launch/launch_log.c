@@ -61,15 +61,31 @@ double launch_median(const launch *L) {
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+/* Sends what the socket takes of b (n bytes) to c without blocking; the rest
+ * goes first the next time. @return 1 if the whole of b went (or waits in
+ * c->out), 0 if none of it could. */
+static int send_sealed(conn *c, const uint8_t *b, size_t n) {
+    if (c->n_out) { /* a command the socket took in part: its rest first (a stream) */
+        ssize_t k = send(c->fd, c->out, c->n_out, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (k > 0) memmove(c->out, c->out + k, c->n_out -= (size_t)k);
+        if (c->n_out) return 0;
+    }
+    ssize_t k = send(c->fd, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k <= 0) return 0;
+    if ((size_t)k < n) memcpy(c->out, b + k, c->n_out = n - (size_t)k);
+    return 1;
+}
+
 void launch_tell(launch *L, int rank, uint32_t kind, uint64_t arg, const char *what) {
-    uint8_t b[TSR_HB_COMMAND];
-    tsr_hb_command(kind, arg, b);
     int sent = 0;
     for (int i = 0; i < L->n_conns; i++) {
-        const conn *c = &L->conns[i];
+        conn *c = &L->conns[i];
         if (c->rank < 0 || (rank >= 0 && c->rank != rank)) continue;
-        if (send(c->fd, b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof b) sent = 1;
-        else if (rank < 0) launch_say("%s: the command did not reach rank %d", what, c->rank);
+        uint8_t b[TSR_HB_COMMAND];
+        tsr_hb_command(kind, arg, c->seq_out + 1, b);
+        tsr_hb_seal(L->key, c->nonce, b, TSR_HB_CMD_BODY);
+        if (send_sealed(c, b, sizeof b)) sent = 1, c->seq_out++;
+        else if (rank < 0 && what) launch_say("%s: the command did not reach rank %d", what, c->rank);
     }
-    if (rank >= 0 && !sent) launch_say("%s: the command did not reach rank %d", what, rank);
+    if (rank >= 0 && !sent && what) launch_say("%s: the command did not reach rank %d", what, rank);
 }

@@ -113,18 +113,28 @@ double launch_kill_all(launch *L) {
     return tsr_now() - t0;
 }
 
-static void child_exec(launch *L, char **argv) {
-    char tok[32];
-    snprintf(tok, sizeof tok, "%016llx", (unsigned long long)L->token);
+static void child_exec(char **argv) {
     setpgid(0, 0);
-    setenv(TSR_HB_ENV, L->sock_path, 1);
-    setenv(TSR_HB_TOKEN_ENV, tok, 1);
     int fd = open("/dev/null", O_RDONLY);
     if (fd >= 0) dup2(fd, 0);
     execvp(argv[0], argv);
     fprintf(stderr, "tessera launch: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
 }
+
+/* What mpirun passes on to the ranks (on other hosts, the ranks' environment
+ * is their remote shell's, with these added): tessera's variables (the
+ * heartbeat's, the epoch, the test hooks), OpenMP's, the search paths and the
+ * sanitizers' options. */
+static int forwarded(const char *kv) {
+    static const char *const prefixes[] = {"TSR_", "OMP_", "PATH=", "LD_LIBRARY_PATH=", "ASAN_OPTIONS=",
+                                           "UBSAN_OPTIONS=", "LSAN_OPTIONS="};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++)
+        if (!strncmp(kv, prefixes[i], strlen(prefixes[i]))) return 1;
+    return 0;
+}
+
+extern char **environ;
 
 int launch_spawn(launch *L, char *const *extra, int n_extra) {
     static char self[PATH_MAX];
@@ -134,22 +144,47 @@ int launch_spawn(launch *L, char *const *extra, int n_extra) {
         return -1;
     }
     self[k] = 0;
-    char np[16];
+    /* the heartbeat's address and this launch's key, in the supervisor's own
+     * environment: mpirun inherits it and passes it on (-x) */
+    char key[2 * TSR_HB_KEY + 1], orphan[32];
+    tsr_hb_key_hex(L->key, key);
+    snprintf(orphan, sizeof orphan, "%g", L->o.orphan_timeout);
+    setenv(TSR_HB_ENV, L->hb_addr, 1);
+    setenv(TSR_HB_KEY_ENV, key, 1);
+    setenv(TSR_HB_ORPHAN_ENV, orphan, 1);
+    size_t n_env = 0;
+    for (char **e = environ; *e; e++) n_env += (size_t)forwarded(*e);
+    char np[16], *hosts = NULL;
     snprintf(np, sizeof np, "%d", L->np);
-    char *fixed[] = {"mpirun", "--oversubscribe", "--bind-to", "none", "-x", TSR_HB_ENV, "-x", TSR_HB_TOKEN_ENV,
-                     "-np", np, self};
-    size_t nf = sizeof fixed / sizeof fixed[0], n = 0;
-    char **argv = calloc(nf + 1 + (size_t)L->o.train_argc + (size_t)n_extra + 1, sizeof *argv);
-    if (!argv) return -1;
-    argv[n++] = fixed[0];
+    if (L->o.n_hosts > 0) { /* the hosts left, np / hosts ranks each: rank r on the host of index r / per_node */
+        size_t len = 1;
+        for (int i = 0; i < L->n_alive; i++) len += strlen(L->o.hosts[L->alive_nodes[i]]) + 16;
+        if (!(hosts = malloc(len))) return -1;
+        hosts[0] = 0;
+        for (int i = 0, at = 0; i < L->n_alive; i++)
+            at += snprintf(hosts + at, len - (size_t)at, "%s%s:%d", i ? "," : "", L->o.hosts[L->alive_nodes[i]], L->per_node);
+    }
+    char **argv = calloc(16 + 2 * n_env + (size_t)L->o.train_argc + (size_t)n_extra, sizeof *argv);
+    char **names = calloc(n_env + 1, sizeof *names);
+    if (!argv || !names) {
+        free(argv), free(names), free(hosts);
+        return -1;
+    }
+    size_t n = 0, m = 0;
+    argv[n++] = "mpirun";
     if (geteuid() == 0) argv[n++] = "--allow-run-as-root";
-    for (size_t i = 1; i < nf; i++) argv[n++] = fixed[i];
+    argv[n++] = "--oversubscribe", argv[n++] = "--bind-to", argv[n++] = "none";
+    if (hosts) argv[n++] = "--host", argv[n++] = hosts;
+    for (char **e = environ; *e && m < n_env; e++)
+        if (forwarded(*e) && (names[m] = strndup(*e, strcspn(*e, "=")))) argv[n++] = "-x", argv[n++] = names[m++];
+    argv[n++] = "-np", argv[n++] = np, argv[n++] = self;
     for (int i = 0; i < L->o.train_argc; i++) argv[n++] = L->o.train_argv[i];
     for (int i = 0; i < n_extra; i++) argv[n++] = extra[i];
     fflush(NULL);
     pid_t pid = fork();
-    if (pid == 0) child_exec(L, argv);
-    free(argv);
+    if (pid == 0) child_exec(argv);
+    for (size_t i = 0; i < m; i++) free(names[i]);
+    free(names), free(argv), free(hosts);
     if (pid < 0) {
         launch_say("fork: %s", strerror(errno));
         return -1;

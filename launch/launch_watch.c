@@ -3,11 +3,15 @@
  * rank that leaves, a hang, a NaN, a straggler, mpirun's exit. */
 #include <errno.h>
 #include <math.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -20,7 +24,46 @@
 #define UNCLAIMED_S 10.0 /* seconds a connection may stay silent before its first record */
 #define MAX_REFUSALS_LOGGED 100
 
+/* Over machines: a TCP port on the address the ranks reach this machine by
+ * (--listen ADDR[:PORT], else the one towards the first host), and only there. */
+static int listen_tcp(launch *L) {
+    char addr[160], why[300], port[16] = "0";
+    if (L->o.listen) {
+        snprintf(addr, sizeof addr, "%s", L->o.listen);
+        char *colon = strrchr(addr, ':');
+        if (colon && !strchr(addr, ']') && strchr(addr, ':') == colon) { /* ADDR:PORT (not a bare IPv6 address) */
+            snprintf(port, sizeof port, "%s", colon + 1);
+            *colon = 0;
+        }
+    } else if (launch_local_addr(L->o.hosts[0], addr, sizeof addr, why, sizeof why)) {
+        launch_say("the heartbeat's address: %s (give one with --listen ADDR)", why);
+        return -1;
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV}, *res = NULL;
+    int g = getaddrinfo(addr, port, &hints, &res);
+    if (g) {
+        launch_say("--listen %s: not a numeric address and port: %s", L->o.listen ? L->o.listen : addr, gai_strerror(g));
+        return -1;
+    }
+    int one = 1;
+    L->listen_fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (L->listen_fd >= 0) setsockopt(L->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    int bad = L->listen_fd < 0 || bind(L->listen_fd, res->ai_addr, res->ai_addrlen) || listen(L->listen_fd, 512);
+    freeaddrinfo(res);
+    struct sockaddr_storage a;
+    socklen_t al = sizeof a;
+    char host[80], serv[16];
+    if (bad || getsockname(L->listen_fd, (struct sockaddr *)&a, &al) ||
+        getnameinfo((struct sockaddr *)&a, al, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV)) {
+        launch_say("heartbeat: cannot listen on %s port %s: %s", addr, port, strerror(errno));
+        return -1;
+    }
+    snprintf(L->hb_addr, sizeof L->hb_addr, strchr(host, ':') ? "tcp:[%s]:%s" : "tcp:%s:%s", host, serv);
+    return 0;
+}
+
 int launch_listen(launch *L) {
+    if (L->o.n_hosts > 0) return listen_tcp(L);
     const char *tmp = getenv("TMPDIR");
     if (!tmp || !*tmp || strlen(tmp) > 60) tmp = "/tmp";
     snprintf(L->sock_dir, sizeof L->sock_dir, "%s/tessera-launch-XXXXXX", tmp);
@@ -36,6 +79,7 @@ int launch_listen(launch *L) {
         launch_say("%s: cannot listen: %s", L->sock_path, strerror(errno));
         return -1;
     }
+    snprintf(L->hb_addr, sizeof L->hb_addr, "%s", L->sock_path);
     return 0;
 }
 
@@ -73,9 +117,13 @@ static void refuse(launch *L, int i, const char *why) {
     conn *c = &L->conns[i];
     if (L->n_refused++ < MAX_REFUSALS_LOGGED) {
         char j[320];
-        launch_event(L, "refused", "\"pid\": %d, \"claimed_rank\": %d, \"reason\": %s", (int)c->pid, c->rank,
-                     launch_json(why, j, sizeof j));
-        launch_say("heartbeat refused from pid %d: %s", (int)c->pid, why);
+        char pj[80], from[80];
+        launch_event(L, "refused", "\"pid\": %d, \"claimed_rank\": %d, \"reason\": %s%s%s", (int)c->pid, c->rank,
+                     launch_json(why, j, sizeof j), c->peer[0] ? ", \"peer\": " : "",
+                     c->peer[0] ? launch_json(c->peer, pj, sizeof pj) : "");
+        if (c->peer[0]) snprintf(from, sizeof from, "%s", c->peer);
+        else snprintf(from, sizeof from, "pid %d", (int)c->pid);
+        launch_say("heartbeat refused from %s: %s", from, why);
     }
     if (c->rank >= 0) /* a rank of the job that sends garbage is broken */
         decide(L, OUT_RANK_EXIT, c->rank, L->ranks[c->rank].step, "rank %d sent a bad heartbeat: %s", c->rank, why);
@@ -87,7 +135,11 @@ static int check_record(const launch *L, const conn *c, const tsr_hb_record *r, 
     if (r->magic != TSR_HB_MAGIC) return snprintf(why, len, "not a heartbeat (magic 0x%08x)", r->magic), -1;
     if (r->version != TSR_HB_VERSION)
         return snprintf(why, len, "heartbeat version %u (this supervisor speaks %d)", r->version, TSR_HB_VERSION), -1;
-    if (r->token != L->token) return snprintf(why, len, "wrong token (not this launch's)"), -1;
+    if (!tsr_hb_check(L->key, c->nonce, c->buf, TSR_HB_BODY))
+        return snprintf(why, len, "not signed with this launch's key (a bad tag)"), -1;
+    if (r->seq != c->seq_in + 1)
+        return snprintf(why, len, "sequence number %llu where %llu was due (a replayed record)", (unsigned long long)r->seq,
+                        (unsigned long long)c->seq_in + 1), -1;
     if (r->phase < TSR_HB_START || r->phase >= TSR_HB_N_PHASES) return snprintf(why, len, "unknown phase %u", r->phase), -1;
     if ((int)r->world != L->np || r->rank >= r->world)
         return snprintf(why, len, "rank %u of %u: this job has %d ranks", r->rank, r->world, L->np), -1;
@@ -106,13 +158,13 @@ static int check_record(const launch *L, const conn *c, const tsr_hb_record *r, 
     if (r->phase == TSR_HB_SDC && !(r->grad_norm >= 0 && r->grad_norm <= r->world && r->grad_norm == (int)r->grad_norm &&
                                     r->step_s >= 0 && r->step_s <= r->grad_norm && r->step_s == (int)r->step_s))
         return snprintf(why, len, "a replica check record with %g of %g holders agreeing", r->step_s, r->grad_norm), -1;
-    if ((pid_t)r->pid != c->pid)
+    if (c->pid > 0 && (pid_t)r->pid != c->pid)
         return snprintf(why, len, "the record says pid %u, the sender is pid %d", r->pid, (int)c->pid), -1;
     if (c->rank >= 0 && (int)r->rank != c->rank)
         return snprintf(why, len, "rank %d claims to be rank %u", c->rank, r->rank), -1;
     if (c->rank < 0 && L->ranks[r->rank].claimed)
         return snprintf(why, len, "rank %u is already held by pid %d", r->rank, (int)L->ranks[r->rank].pid), -1;
-    if (c->rank < 0 && !launch_descends(c->pid, L->mpirun))
+    if (c->rank < 0 && c->pid > 0 && !launch_descends(c->pid, L->mpirun))
         return snprintf(why, len, "pid %d is not a process of this job (not below mpirun, pid %d)", (int)c->pid,
                         (int)L->mpirun), -1;
     return 0;
@@ -232,14 +284,20 @@ static void on_record(launch *L, int i) {
         refuse(L, i, why);
         return;
     }
+    c->seq_in = r.seq;
     rank_state *s = &L->ranks[r.rank];
     if (c->rank < 0) {
         c->rank = (int)r.rank;
         s->claimed = 1;
-        s->pid = c->pid;
-        launch_event(L, "rank_up", "\"rank\": %u, \"pid\": %d, \"node\": %d", r.rank, (int)c->pid, launch_node_of(L, c->rank));
+        s->pid = c->pid > 0 ? c->pid : (pid_t)r.pid;
+        char j[80];
+        launch_event(L, "rank_up", "\"rank\": %u, \"pid\": %d, \"node\": %d%s%s", r.rank, (int)s->pid,
+                     launch_node_of(L, c->rank), c->peer[0] ? ", \"peer\": " : "",
+                     c->peer[0] ? launch_json(c->peer, j, sizeof j) : "");
         launch_preempt_rank_up(L, c->rank);
     }
+    s->alive = tsr_now();
+    if (r.phase == TSR_HB_ALIVE) return; /* its watchdog: the rank is there, wherever its training thread is */
     s->heard = tsr_now();
     s->phase = r.phase;
     if (r.phase == TSR_HB_STEP) s->step = r.step;
@@ -256,9 +314,10 @@ static void on_eof(launch *L, int i, const char *how) {
     if (c->rank >= 0 && !L->ranks[c->rank].done && L->out != OUT_SDC) {
         rank_state *s = &L->ranks[c->rank];
         launch_event(L, "rank_exit", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"step\": %lld, \"phase\": \"%s\"",
-                     c->rank, (int)c->pid, launch_node_of(L, c->rank), (long long)s->step, tsr_hb_phase_name(s->phase));
-        decide(L, OUT_RANK_EXIT, c->rank, s->step, "rank %d (pid %d, node %d) left at step %lld (%s)", c->rank,
-               (int)c->pid, launch_node_of(L, c->rank), (long long)s->step, how);
+                     c->rank, (int)s->pid, launch_node_of(L, c->rank), (long long)s->step, tsr_hb_phase_name(s->phase));
+        char nn[LAUNCH_HOST_NAME + 8];
+        decide(L, OUT_RANK_EXIT, c->rank, s->step, "rank %d (pid %d, %s) left at step %lld (%s)", c->rank,
+               (int)s->pid, launch_node_name(L, launch_node_of(L, c->rank), nn, sizeof nn), (long long)s->step, how);
     } else if (c->rank < 0 && c->have) {
         refuse(L, i, "a partial record, then the end of the stream");
         return;
@@ -291,19 +350,42 @@ static int read_conn(launch *L, int i, int ends) {
 
 static void accept_all(launch *L) {
     for (;;) {
-        int fd = accept4(L->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage a;
+        socklen_t al = sizeof a;
+        int fd = accept4(L->listen_fd, (struct sockaddr *)&a, &al, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) return;
-        struct ucred cr = {0};
-        socklen_t cl = sizeof cr;
-        getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl);
-        L->conns[L->n_conns] = (conn){fd, cr.pid, cr.uid, -1, tsr_now(), {0}, 0};
+        conn *c = &L->conns[L->n_conns];
+        *c = (conn){.fd = fd, .uid = getuid(), .rank = -1, .opened = tsr_now()};
+        if (a.ss_family == AF_UNIX) { /* a process of this machine: its pid and user */
+            struct ucred cr = {0};
+            socklen_t cl = sizeof cr;
+            getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl);
+            c->pid = cr.pid, c->uid = cr.uid;
+        } else { /* a rank of another host: its address (the key is its proof) */
+            char h[48], p[8];
+            int one = 1;
+            setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+            if (!getnameinfo((struct sockaddr *)&a, al, h, sizeof h, p, sizeof p, NI_NUMERICHOST | NI_NUMERICSERV))
+                snprintf(c->peer, sizeof c->peer, "%s:%s", h, p);
+        }
         if (L->n_conns == L->max_conns) { /* the spare slot: refused at once */
             L->n_conns++;
             refuse(L, L->n_conns - 1, "too many connections");
             continue;
         }
         L->n_conns++;
-        if (cr.uid != getuid()) refuse(L, L->n_conns - 1, "another user's process");
+        if (c->uid != getuid()) {
+            refuse(L, L->n_conns - 1, "another user's process");
+            continue;
+        }
+        uint8_t hello[TSR_HB_HELLO];
+        if (getrandom(c->nonce, sizeof c->nonce, 0) != sizeof c->nonce) {
+            refuse(L, L->n_conns - 1, "no random nonce for it");
+            continue;
+        }
+        tsr_hb_hello(c->nonce, hello);
+        if (send(fd, hello, sizeof hello, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof hello)
+            refuse(L, L->n_conns - 1, "its hello could not be sent");
     }
 }
 
@@ -321,15 +403,48 @@ static void check_hang(launch *L) {
         if (silent <= allow) continue;
         /* every rank waits for a stopped one: name the stopped one if there is */
         int culprit = r;
-        for (int q = 0; q < L->np; q++)
+        for (int q = 0; q < L->np && L->o.n_hosts == 0; q++) /* (a rank of another host is not in this /proc) */
             if (L->ranks[q].claimed && launch_proc_state(L->ranks[q].pid) == 'T') culprit = q;
         rank_state *cs = &L->ranks[culprit];
-        char st = cs->claimed ? launch_proc_state(cs->pid) : '?';
+        char st = cs->claimed && L->o.n_hosts == 0 ? launch_proc_state(cs->pid) : '?';
         launch_event(L, "hang", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"state\": \"%c\", \"step\": %lld, "
                      "\"silent_s\": %.3f, \"timeout_s\": %.3f", culprit, (int)cs->pid, launch_node_of(L, culprit), st,
                      (long long)cs->step, silent, allow);
         decide(L, OUT_HANG, culprit, cs->step, "no heartbeat from rank %d for %.1f s (timeout %.1f s); rank %d (pid %d) "
                "is in state %c at step %lld", r, silent, allow, culprit, (int)cs->pid, st, (long long)cs->step);
+        return;
+    }
+}
+
+/* Over machines: a rank whose watchdog has not answered TSR_HB_CMD_ALIVE for
+ * host_timeout seconds is gone, or cut off from this machine; when every rank
+ * of its host is, the host is lost (OUT_HOST), else the rank hangs. (A rank
+ * that waits in a collective for others still answers.) */
+static void check_lost(launch *L) {
+    double now = tsr_now();
+    for (int r = 0; r < L->np; r++) {
+        rank_state *s = &L->ranks[r];
+        if (!s->claimed || s->done || now - s->alive <= L->o.host_timeout) continue;
+        /* the newest answer from its host: none for the timeout, the host is
+         * lost; one of late (within half of it), the rank alone is stuck;
+         * else its host-mates are going silent too: wait and see */
+        int node = launch_node_of(L, r);
+        double newest = 0;
+        for (int q = 0; q < L->np; q++)
+            if (launch_node_of(L, q) == node && L->ranks[q].claimed && L->ranks[q].alive > newest) newest = L->ranks[q].alive;
+        int all = now - newest > L->o.host_timeout;
+        if (!all && now - newest > L->o.host_timeout / 2) continue;
+        char nn[LAUNCH_HOST_NAME + 8];
+        launch_node_name(L, node, nn, sizeof nn);
+        launch_event(L, all ? "host_lost" : "hang", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"host\": \"%s\", "
+                     "\"step\": %lld, \"silent_s\": %.3f, \"timeout_s\": %.3f", r, (int)s->pid, node, nn + 5,
+                     (long long)s->step, now - s->alive, L->o.host_timeout);
+        if (all)
+            decide(L, OUT_HOST, r, s->step, "%s lost: none of its ranks answered for %.1f s (--host-timeout %g)", nn,
+                   now - newest, L->o.host_timeout);
+        else
+            decide(L, OUT_HANG, r, s->step, "rank %d (%s) does not answer: silent for %.1f s (--host-timeout %g)", r,
+                   nn, now - s->alive, L->o.host_timeout);
         return;
     }
 }
@@ -378,6 +493,10 @@ void launch_watch(launch *L, volatile int *stop, const volatile sig_atomic_t *si
             return;
         }
         if (p[0].revents) accept_all(L);
+        if (tsr_now() - L->alive_sent >= LAUNCH_ALIVE_EVERY) { /* the ranks' proof that this supervisor is there */
+            L->alive_sent = tsr_now();
+            launch_tell(L, -1, TSR_HB_CMD_ALIVE, ++L->alive_n, NULL);
+        }
         for (int pass = 0; pass < 2; pass++) /* records, then ends of streams */
             for (int i = nc - 1; i >= 0; i--) /* from the end: closing moves the last one into i */
                 if (p[2 + i].revents && i < L->n_conns) read_conn(L, i, pass);
@@ -395,7 +514,8 @@ void launch_watch(launch *L, volatile int *stop, const volatile sig_atomic_t *si
             if ((int)L->out >= 0) return;
             continue;
         }
-        check_hang(L);
+        if (L->o.n_hosts > 0) check_lost(L);
+        if ((int)L->out < 0) check_hang(L);
         if ((int)L->out >= 0) return;
         launch_chaos_tick(L);
     }

@@ -110,7 +110,7 @@ static int extra_args(launch *L, char bufs[LAUNCH_MAX_EXTRA][96], char **extra) 
     return n;
 }
 
-/* A new launch: fresh token, rank table and connections. @return 0 or -1. */
+/* A new launch: fresh key, rank table and connections. @return 0 or -1. */
 static int start_launch(launch *L) {
     L->attempt++;
     free(L->ranks);
@@ -120,15 +120,28 @@ static int start_launch(launch *L) {
     L->conns = calloc((size_t)L->max_conns + 1, sizeof *L->conns);
     L->n_conns = 0;
     L->first_step = L->last_step = -1;
-    if (!L->ranks || !L->conns || getrandom(&L->token, sizeof L->token, 0) != sizeof L->token) {
-        launch_say("cannot start a launch: out of memory or no random token");
+    if (!L->ranks || !L->conns || getrandom(L->key, sizeof L->key, 0) != sizeof L->key) {
+        launch_say("cannot start a launch: out of memory or no random key");
         return -1;
     }
     char bufs[LAUNCH_MAX_EXTRA][96], *extra[LAUNCH_MAX_EXTRA], all[LAUNCH_MAX_EXTRA * 100] = "", j[LAUNCH_MAX_EXTRA * 110];
     int n = extra_args(L, bufs, extra);
     for (int i = 0; i < n; i++) snprintf(all + strlen(all), sizeof all - strlen(all), "%s%s", i ? " " : "", extra[i]);
-    launch_event(L, "launch", "\"np\": %d, \"nodes\": %d, \"extra_args\": %s", L->np, L->n_alive,
-                 launch_json(all, j, sizeof j));
+    /* the launch's epoch (FORMAT.md 4.6): the folder's fence raised before any
+     * rank runs, so that the ranks of an earlier launch still running (cut off
+     * from this machine) can no longer commit there */
+    uint64_t epoch = 0;
+    tsr_error fe = {0};
+    if (L->cfg.checkpoint.enable && tsr_fence_advance(L->root, &epoch, &fe) == 0) {
+        char ep[24];
+        snprintf(ep, sizeof ep, "%llu", (unsigned long long)epoch);
+        setenv(TSR_EPOCH_ENV, ep, 1);
+    } else {
+        unsetenv(TSR_EPOCH_ENV); /* the ranks' rank 0 raises the fence itself */
+        if (L->cfg.checkpoint.enable) launch_say("%s: the fence is not raised here (%s); the job raises it", L->root, fe.msg);
+    }
+    launch_event(L, "launch", "\"np\": %d, \"nodes\": %d, \"epoch\": %llu, \"extra_args\": %s", L->np, L->n_alive,
+                 (unsigned long long)epoch, launch_json(all, j, sizeof j));
     launch_say("launch %d: %d ranks%s%s", L->attempt, L->np, n ? ", with " : "", all);
     return launch_spawn(L, extra, n);
 }
@@ -137,6 +150,11 @@ static int start_launch(launch *L) {
  * machine, the supervisor removes it, as a lost node would lose it). */
 static void forget_node(launch *L, int node) {
     char root[PATH_MAX], dir[PATH_MAX], j[PATH_MAX + 8];
+    if (L->o.n_hosts > 0) { /* another host's memory: gone with it, or never looked at again */
+        if (L->cfg.checkpoint.local_interval > 0)
+            launch_event(L, "node_memory_lost", "\"node\": %d, \"host\": %s", node, launch_json(L->o.hosts[node], j, sizeof j));
+        return;
+    }
     if (L->cfg.checkpoint.local_interval <= 0 || tsr_local_root(L->cfg.checkpoint.local_folder, L->cfg.job.dump_folder, root, sizeof root, NULL) ||
         tsr_local_node_dir(root, node, dir, sizeof dir, NULL))
         return;
@@ -144,15 +162,17 @@ static void forget_node(launch *L, int node) {
     launch_event(L, "node_memory_lost", "\"node\": %d, \"folder\": %s", node, launch_json(dir, j, sizeof j));
 }
 
-/* A node whose ranks failed twice is dropped, if the job still fits: with the
+/* A node whose ranks failed twice, or a host lost at once (its ranks stopped
+ * answering: it is gone, or cut off, and its memory with it), is dropped, if the job still fits: with the
  * shards spread over the ranks left, and where they cannot hold every replica
  * (dp_replicate), with as many replicas as they can (the dropped node's replica
  * goes with it, as in HSDP). */
 static void account_node(launch *L, const tsr_train_config *pristine) {
-    if (L->culprit < 0 || L->o.nodes <= 1 || (L->out != OUT_RANK_EXIT && L->out != OUT_HANG && L->out != OUT_SDC))
+    if (L->culprit < 0 || L->o.nodes <= 1 ||
+        (L->out != OUT_RANK_EXIT && L->out != OUT_HANG && L->out != OUT_SDC && L->out != OUT_HOST))
         return; /* with OUT_SDC, the culprit is a rank its group's majority outvoted */
     int idx = L->culprit / L->per_node, node = L->alive_nodes[idx];
-    if (++L->node_fails[node] < 2) return;
+    if (++L->node_fails[node] < 2 && L->out != OUT_HOST) return;
     int np = L->np - L->per_node;
     tsr_train_config c = *pristine;
     tsr_error e = {0};
@@ -165,8 +185,10 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
         f.parallelism.data_parallel_replicate_degree = r;
         if (!tsr_config_validate(&f, np, NULL)) fits = 1, L->replicate = r, c = f;
     }
+    char nn[LAUNCH_HOST_NAME + 8];
+    launch_node_name(L, node, nn, sizeof nn);
     if (!fits) {
-        launch_say("node %d failed %d times; kept: %s", node, L->node_fails[node],
+        launch_say("%s failed %d time(s); kept: %s", nn, L->node_fails[node],
                    e.msg[0] ? e.msg : "fewer ranks would be below --min-ranks");
         return;
     }
@@ -177,10 +199,10 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
                  L->node_fails[node], np, c.parallelism.data_parallel_replicate_degree);
     forget_node(L, node);
     if (L->replicate > 0)
-        launch_say("node %d failed %d times: dropped; the job goes on with %d ranks, %d replicas (dp_replicate)", node,
+        launch_say("%s failed %d time(s): dropped; the job goes on with %d ranks, %d replicas (dp_replicate)", nn,
                    L->node_fails[node], np, L->replicate);
     else
-        launch_say("node %d failed %d times: dropped; the job goes on with %d ranks", node, L->node_fails[node], np);
+        launch_say("%s failed %d time(s): dropped; the job goes on with %d ranks", nn, L->node_fails[node], np);
 }
 
 /* After a NaN at step s: back to the newest committed checkpoint c before s
@@ -241,7 +263,7 @@ static void backoff_wait(launch *L, double s) {
 }
 
 static const char *const OUTCOME[OUT_N] = {"finished", "rank_exit", "hang", "nan", "job_exit", "usage", "signal",
-                                           "sdc", "preempted"};
+                                           "sdc", "preempted", "host_lost"};
 
 /* Ends a failed launch. @return 1 to relaunch, 0 to give up. */
 static int after_failure(launch *L, const tsr_train_config *pristine, int *counts) {
@@ -250,9 +272,24 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
     if (!L->failed_at) L->failed_at = tsr_now();
     if (L->last_step > L->failed_step) L->failed_step = L->last_step;
     launch_close_conns(L);
+    double grace = L->o.grace;
+    if (L->out == OUT_HOST && L->o.grace > 0.5) L->o.grace = 0.5; /* mpirun waits for a daemon it cannot reach */
     double k = launch_kill_all(L);
+    L->o.grace = grace;
     launch_event(L, "killed", "\"cause\": \"%s\", \"why\": %s, \"seconds\": %.3f", OUTCOME[L->out],
                  launch_json(L->why, j, sizeof j), k);
+    if (L->o.n_hosts > 0 && L->out != OUT_HOST && L->out != OUT_SIGNAL && L->out != OUT_USAGE) {
+        /* over hosts: mpirun may have ended the job for a host it lost before
+         * the ranks' silence showed it, or could not reach one at the start */
+        int lost = launch_probe_hosts(L);
+        for (int i = 0; lost >= 0 && i < L->n_alive; i++)
+            if (L->alive_nodes[i] == lost) {
+                launch_event(L, "host_lost", "\"node\": %d, \"host\": %s, \"probe\": true, \"cause\": \"%s\"", lost,
+                             launch_json(L->o.hosts[lost], j, sizeof j), OUTCOME[L->out]);
+                launch_say("host %s lost: it does not run a probe (the launch failed: %s)", L->o.hosts[lost], OUTCOME[L->out]);
+                L->out = OUT_HOST, L->culprit = i * L->per_node;
+            }
+    }
     counts[L->out]++;
     if (L->out == OUT_SIGNAL || L->out == OUT_USAGE) return 0;
     if (L->restarts >= L->o.max_restarts) {
@@ -274,9 +311,10 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
 static void summary(launch *L, int ok, const int *counts) {
     double wall = tsr_now() - L->t0, train = fmax(0, wall - L->lost_s);
     launch_event(L, "finish", "\"status\": \"%s\", \"restarts\": %d, \"rank_exits\": %d, \"hangs\": %d, \"nans\": %d, "
-                 "\"job_exits\": %d, \"sdcs\": %d, \"np\": %d, \"wall_s\": %.3f, \"lost_s\": %.3f, \"train_s\": %.3f, "
-                 "\"chaos_faults\": %d", ok ? "ok" : L->preempting ? "preempted" : "failed", L->restarts, counts[OUT_RANK_EXIT], counts[OUT_HANG],
-                 counts[OUT_NAN], counts[OUT_JOB_EXIT], counts[OUT_SDC], L->np, wall, L->lost_s, train, L->chaos_faults);
+                 "\"job_exits\": %d, \"sdcs\": %d, \"hosts_lost\": %d, \"np\": %d, \"wall_s\": %.3f, \"lost_s\": %.3f, "
+                 "\"train_s\": %.3f, \"chaos_faults\": %d", ok ? "ok" : L->preempting ? "preempted" : "failed", L->restarts,
+                 counts[OUT_RANK_EXIT], counts[OUT_HANG], counts[OUT_NAN], counts[OUT_JOB_EXIT], counts[OUT_SDC],
+                 counts[OUT_HOST], L->np, wall, L->lost_s, train, L->chaos_faults);
     launch_say("%s after %d launch(es): %d restart(s) (%d rank exit(s), %d hang(s), %d NaN rollback(s), %d job "
                "exit(s), %d silent data corruption(s)); %d of %d ranks at the end; %.1f s in all, %.1f s lost to "
                "failures, %.1f s of training", ok ? "finished" : L->preempting ? "preempted" : "gave up", L->attempt, L->restarts,

@@ -7,9 +7,10 @@
 # outlives it; a new supervisor finishes the run) each end in a finished run
 # whose losses and final checkpoint equal an uninterrupted run's (with the same
 # data skipped for the NaN): bitwise on the same layout, within 1e-4 on fewer
-# ranks. Hostile heartbeats (garbage, a wrong token, a rank claimed twice, a
-# rank out of range, a forged pid, a preemption record from a job not
-# preempted) are refused, with their reason in the event
+# ranks. Hostile heartbeats (garbage, a record not signed with the launch's
+# key, a replayed one, a rank claimed twice, a rank out of range, a forged pid,
+# a preemption record from a job not preempted) are refused, with their reason
+# in the event
 # log, and do not keep a stopped job alive. A supervisor stopped with SIGTERM
 # ends the job before it exits; one whose job cannot start gives up after
 # --max-restarts.
@@ -82,30 +83,38 @@ kill -STOP "$pid"
 # token: refused, and they do not keep the stopped job alive
 pid0=$(rank_pid hang 1 0)
 $PY - "$pid0" <<'EOF' || fail "hostile: the sender failed"
-import os, socket, struct, sys, time
+import hashlib, hmac, os, socket, struct, sys, time
 env = dict(kv.split("=", 1) for kv in open("/proc/%s/environ" % sys.argv[1]).read().split("\0") if "=" in kv)
-path, token = env["TSR_HEARTBEAT"], int(env["TSR_HEARTBEAT_TOKEN"], 16)
-def send(data):
+path, key = env["TSR_HEARTBEAT"], bytes.fromhex(env["TSR_HEARTBEAT_KEY"])
+def send(make):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.connect(path)
-    s.sendall(data)
+    hello = b""
+    while len(hello) < 32:
+        hello += s.recv(32 - len(hello))
+    assert hello[:4] == b"TSHN" and struct.unpack("<I", hello[4:8])[0] == 3, hello
+    s.sendall(make(hello[8:]))
     time.sleep(0.1)
     s.close()
-def rec(tok, rank, world, pid):
-    return struct.pack("<IHHQIIIIqddddd", 0x42485354, 2, 3, tok, rank, world, pid, 0, 50, 1.0, 1.0, time.time(), 0.1, 0.05)
-send(b"garbage!" * 10)
-send(rec(token, 1, 2, os.getpid())[:4] + struct.pack("<H", 1) + rec(token, 1, 2, os.getpid())[6:])
-send(rec(token, 1, 2, os.getpid())[:72] + struct.pack("<d", 0.2))
-send(rec(token ^ 1, 1, 2, os.getpid()))
-send(rec(token, 1, 2, os.getpid()))
-send(rec(token, 5, 2, os.getpid()))
-send(rec(token, 1, 2, 1))
-send(rec(token, 1, 2, os.getpid())[:6] + struct.pack("<H", 7) + rec(token, 1, 2, os.getpid())[8:])
+def rec(rank, world, pid, version=3, phase=3, seq=1, compute=0.05, k=None):
+    body = struct.pack("<IHHQIIIIqddddd", 0x42485354, version, phase, seq, rank, world, pid, 0, 50, 1.0, 1.0,
+                       time.time(), 0.1, compute)
+    return lambda nonce: body + hmac.new(k or key, nonce + body, hashlib.sha256).digest()
+me = os.getpid()
+send(lambda nonce: b"garbage!" * 14)
+send(rec(1, 2, me, version=1))
+send(rec(1, 2, me, compute=0.2))
+send(rec(1, 2, me, k=bytes(x ^ 1 for x in key)))
+send(rec(1, 2, me))
+send(rec(5, 2, me))
+send(rec(1, 2, 1))
+send(rec(1, 2, me, phase=7))
+send(rec(1, 2, me, seq=2))
 EOF
 finished hang 1
 ev hang "e['event']=='hang' and e['rank']==1 and e['state']=='T' and e['timeout_s']==5 and 5 <= e['silent_s'] < 9" >/dev/null ||
     { fail "hang: not detected as rank 1 stopped after the automatic 5 s"; grep hang "$TSR_TMP/hang/launch.jsonl" >&2; }
-for why in "not a heartbeat" "heartbeat version 1" "compute time 0.2 outside" "wrong token" "rank 1 is already held by pid $pid" "rank 5 of 2" "the record says pid 1" "a preemption record, but this job was not preempted"; do
+for why in "not a heartbeat" "heartbeat version 1" "compute time 0.2 outside" "not signed with this launch" "rank 1 is already held by pid $pid" "rank 5 of 2" "the record says pid 1" "a preemption record, but this job was not preempted" "sequence number 2 where 1 was due"; do
     ev hang "e['event']=='refused' and e['launch']==1 and '$why' in e['reason']" >/dev/null ||
         fail "hostile: '$why' not refused"
 done

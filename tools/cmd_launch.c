@@ -10,11 +10,15 @@
 #include "launch.h"
 
 static const char USAGE[] =
-    "usage: tessera launch -np N [--nodes K] [--min-ranks M] [--max-restarts R] [--hang-timeout S]\n"
-    "                      [--backoff S] [--grace S] [--preempt-grace S] [--chaos RATE[,SEED[,KINDS]]]\n"
-    "                      -- train --config FILE [--section.key=value ...]\n"
+    "usage: tessera launch -np N [--nodes K | --hostfile FILE] [--min-ranks M] [--max-restarts R]\n"
+    "                      [--hang-timeout S] [--backoff S] [--grace S] [--preempt-grace S]\n"
+    "                      [--listen ADDR[:PORT]] [--host-timeout S] [--orphan-timeout S]\n"
+    "                      [--chaos RATE[,SEED[,KINDS]]] -- train --config FILE [--section.key=value ...]\n"
     "Runs the training job on N ranks under mpirun and keeps it alive. Every rank\n"
-    "reports to the supervisor over a Unix socket (step, phase, loss, time); it\n"
+    "reports to the supervisor (step, phase, loss, time) over a Unix socket, or TCP\n"
+    "when the ranks are on other hosts, each record signed with a key of the\n"
+    "launch; a rank that hears nothing from the supervisor for --orphan-timeout\n"
+    "seconds (default 10) stops itself. The supervisor\n"
     "restarts the job (which resumes from its newest complete state: a snapshot\n"
     "in node memory, else its newest committed checkpoint) when:\n"
     "  - a rank exits or is killed (seen within 1 s);\n"
@@ -56,6 +60,17 @@ static const char USAGE[] =
     "the durable tier; the job is ended when S seconds have passed. The summary says\n"
     "whether the deadline was met and which step the next launch resumes from\n"
     "(a \"preempted\" event). A second signal ends the job at once.\n"
+    "--hostfile FILE (Open MPI's syntax: \"HOST slots=N\" a line) runs the job over\n"
+    "those hosts, N/hosts ranks each, in rank order; inside a Slurm allocation\n"
+    "(SLURM_JOB_NODELIST) without --hostfile or --nodes, over the allocation's\n"
+    "hosts. Each host is a node: the local tier is in its memory, partner copies\n"
+    "go to the next host. The ranks reach the supervisor at --listen ADDR[:PORT]\n"
+    "(default: this machine's address towards the first host, a free port). A host\n"
+    "whose ranks all stop answering for --host-timeout seconds (default 4; the\n"
+    "ranks' watchdogs answer even while they wait in a collective) is lost: dropped\n"
+    "at once, and the job restarts on the other hosts from their memory and\n"
+    "partner copies, resharded. Each launch has an epoch (TSR_EPOCH): writers of an\n"
+    "older launch, cut off but still running, cannot commit (FORMAT.md).\n"
     "Exit status: 0 finished, 1 gave up, 2 bad usage, 3 preempted.\n";
 
 static int num_opt(const char *v, double lo, double *out, const char *name) {
@@ -87,7 +102,11 @@ static int chaos_opt(const char *v, launch_opts *o) {
 }
 
 static int parse_args(int argc, char **argv, launch_opts *o) {
-    double np = 0, nodes = 1, minr = 0, maxr = 5;
+    double np = 0, nodes = 0, minr = 0, maxr = 5;
+    const char *hostfile = NULL;
+    char why[512];
+    o->host_timeout = 4;
+    o->orphan_timeout = 10;
     o->hang_timeout = 0;
     o->backoff = 1;
     o->grace = 3;
@@ -115,6 +134,16 @@ static int parse_args(int argc, char **argv, launch_opts *o) {
             if (r < 0 || num_opt(v, 0, &o->grace, "--grace")) return EXIT_USAGE;
         } else if ((r = tsr_opt(argc, argv, &i, "preempt-grace", 1, &v))) {
             if (r < 0 || num_opt(v, 0.1, &o->preempt_grace, "--preempt-grace")) return EXIT_USAGE;
+        } else if ((r = tsr_opt(argc, argv, &i, "hostfile", 1, &v))) {
+            if (r < 0) return EXIT_USAGE;
+            hostfile = v;
+        } else if ((r = tsr_opt(argc, argv, &i, "listen", 1, &v))) {
+            if (r < 0) return EXIT_USAGE;
+            o->listen = v;
+        } else if ((r = tsr_opt(argc, argv, &i, "host-timeout", 1, &v))) {
+            if (r < 0 || num_opt(v, 0.5, &o->host_timeout, "--host-timeout")) return EXIT_USAGE;
+        } else if ((r = tsr_opt(argc, argv, &i, "orphan-timeout", 1, &v))) {
+            if (r < 0 || num_opt(v, 1, &o->orphan_timeout, "--orphan-timeout")) return EXIT_USAGE;
         } else if ((r = tsr_opt(argc, argv, &i, "chaos", 1, &v))) {
             if (r < 0 || chaos_opt(v, o)) return EXIT_USAGE;
         } else {
@@ -124,7 +153,23 @@ static int parse_args(int argc, char **argv, launch_opts *o) {
     if (np < 1) return tsr_usage_error("launch", "-np N is required (see --help)");
     if (i + 1 >= argc || strcmp(argv[i + 1], "train") != 0)
         return tsr_usage_error("launch", "the job comes after '--': -- train --config FILE ... (see --help)");
-    o->np = (int)np, o->nodes = (int)nodes, o->min_ranks = minr > 0 ? (int)minr : o->np, o->max_restarts = (int)maxr;
+    o->np = (int)np, o->nodes = nodes > 0 ? (int)nodes : 1, o->min_ranks = minr > 0 ? (int)minr : o->np, o->max_restarts = (int)maxr;
+    const char *slurm = getenv("SLURM_JOB_NODELIST");
+    if (hostfile && nodes > 0) return tsr_usage_error("launch", "--nodes and --hostfile: with hosts, each host is a node");
+    if (hostfile && launch_hosts_file(hostfile, o, why, sizeof why)) return tsr_usage_error("launch", "--hostfile %s", why);
+    if (!hostfile && nodes == 0 && slurm && *slurm && launch_hosts_slurm(slurm, o, why, sizeof why))
+        return tsr_usage_error("launch", "SLURM_JOB_NODELIST=%s: %s", slurm, why);
+    if (o->n_hosts > 0) {
+        if (o->np % o->n_hosts)
+            return tsr_usage_error("launch", "-np %d does not spread evenly over the %d hosts", o->np, o->n_hosts);
+        for (int h = 0; h < o->n_hosts; h++)
+            if (o->slots[h] && o->slots[h] < o->np / o->n_hosts)
+                return tsr_usage_error("launch", "host %s has %d slot(s); the job places %d ranks on each host",
+                                       o->hosts[h], o->slots[h], o->np / o->n_hosts);
+        if (o->chaos_rate > 0) return tsr_usage_error("launch", "--chaos needs the ranks on this machine (not --hostfile)");
+        o->nodes = o->n_hosts;
+    }
+    if (o->listen && o->n_hosts == 0) return tsr_usage_error("launch", "--listen is for ranks on other hosts (--hostfile)");
     if (o->np % o->nodes) return tsr_usage_error("launch", "--nodes %d does not divide -np %d", o->nodes, o->np);
     if (o->min_ranks > o->np) return tsr_usage_error("launch", "--min-ranks %d is above -np %d", o->min_ranks, o->np);
     o->train_argc = argc - i - 1;

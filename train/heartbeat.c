@@ -1,5 +1,11 @@
 /* heartbeat.c: the rank's side of the supervisor's heartbeat (heartbeat.h). */
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,11 +25,21 @@
 struct tsr_heartbeat {
     int fd, stop_fd;
     int rank, world;
-    uint64_t token;
+    char addr[200]; /* TSR_HEARTBEAT */
+    uint8_t key[TSR_HB_KEY], nonce[TSR_HB_NONCE];
+    double orphan_s; /* TSR_HEARTBEAT_ORPHAN_S (0: never) */
     pthread_t watchdog;
     int watching;
-    uint8_t cmd[TSR_HB_COMMAND]; /* a command being read (watchdog) */
+    /* the sending side (the training thread and the watchdog's answers) */
+    pthread_mutex_t send_lock;
+    uint64_t seq_out;
+    uint8_t pending[TSR_HB_RECORD]; /* the rest of a record the socket took in part */
+    size_t n_pending;
+    /* the watchdog's */
+    uint8_t cmd[TSR_HB_COMMAND]; /* a command being read */
     size_t cmd_have;
+    uint64_t seq_in;
+    double heard; /* tsr_now() of the last command */
 };
 
 static uint64_t bits_of(double d) {
@@ -38,11 +54,11 @@ static double double_of(uint64_t u) {
     return d;
 }
 
-void tsr_hb_encode(const tsr_hb_record *r, uint8_t out[TSR_HB_RECORD]) {
+void tsr_hb_encode(const tsr_hb_record *r, uint8_t out[TSR_HB_BODY]) {
     tsr_st32(out, r->magic);
     tsr_st16(out + 4, r->version);
     tsr_st16(out + 6, r->phase);
-    tsr_st64(out + 8, r->token);
+    tsr_st64(out + 8, r->seq);
     tsr_st32(out + 16, r->rank);
     tsr_st32(out + 20, r->world);
     tsr_st32(out + 24, r->pid);
@@ -55,17 +71,59 @@ void tsr_hb_encode(const tsr_hb_record *r, uint8_t out[TSR_HB_RECORD]) {
     tsr_st64(out + 72, bits_of(r->compute_s));
 }
 
-void tsr_hb_command(uint32_t kind, uint64_t arg, uint8_t out[TSR_HB_COMMAND]) {
+void tsr_hb_command(uint32_t kind, uint64_t arg, uint64_t seq, uint8_t out[TSR_HB_CMD_BODY]) {
     tsr_st32(out, TSR_HB_CMD_MAGIC);
     tsr_st32(out + 4, kind);
     tsr_st64(out + 8, arg);
+    tsr_st64(out + 16, seq);
 }
 
-void tsr_hb_decode(const uint8_t in[TSR_HB_RECORD], tsr_hb_record *r) {
+void tsr_hb_hello(const uint8_t nonce[TSR_HB_NONCE], uint8_t out[TSR_HB_HELLO]) {
+    tsr_st32(out, TSR_HB_HELLO_MAGIC);
+    tsr_st32(out + 4, TSR_HB_VERSION);
+    memcpy(out + 8, nonce, TSR_HB_NONCE);
+}
+
+/* HMAC-SHA256 under key of the nonce, then the body. */
+static void tag_of(const uint8_t key[TSR_HB_KEY], const uint8_t nonce[TSR_HB_NONCE], const uint8_t *msg, size_t body,
+                   uint8_t out[TSR_HB_TAG]) {
+    uint8_t in[TSR_HB_NONCE + TSR_HB_BODY];
+    memcpy(in, nonce, TSR_HB_NONCE);
+    memcpy(in + TSR_HB_NONCE, msg, body < TSR_HB_BODY ? body : TSR_HB_BODY);
+    unsigned len = TSR_HB_TAG;
+    if (!HMAC(EVP_sha256(), key, TSR_HB_KEY, in, TSR_HB_NONCE + (body < TSR_HB_BODY ? body : TSR_HB_BODY), out, &len))
+        memset(out, 0, TSR_HB_TAG); /* no tag: every check fails */
+}
+
+void tsr_hb_seal(const uint8_t key[TSR_HB_KEY], const uint8_t nonce[TSR_HB_NONCE], uint8_t *msg, size_t body) {
+    tag_of(key, nonce, msg, body, msg + body);
+}
+
+int tsr_hb_check(const uint8_t key[TSR_HB_KEY], const uint8_t nonce[TSR_HB_NONCE], const uint8_t *msg, size_t body) {
+    uint8_t t[TSR_HB_TAG];
+    tag_of(key, nonce, msg, body, t);
+    return CRYPTO_memcmp(t, msg + body, TSR_HB_TAG) == 0;
+}
+
+void tsr_hb_key_hex(const uint8_t key[TSR_HB_KEY], char out[2 * TSR_HB_KEY + 1]) {
+    for (int i = 0; i < TSR_HB_KEY; i++) snprintf(out + 2 * i, 3, "%02x", key[i]);
+}
+
+int tsr_hb_parse_key(const char *s, uint8_t key[TSR_HB_KEY]) {
+    if (!s || strlen(s) != 2 * TSR_HB_KEY) return -1;
+    for (int i = 0; i < 2 * TSR_HB_KEY; i++) {
+        int c = s[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (d < 0) return -1;
+        key[i / 2] = (uint8_t)(i % 2 ? key[i / 2] << 4 | d : d);
+    }
+    return 0;
+}
+
+void tsr_hb_decode(const uint8_t in[TSR_HB_BODY], tsr_hb_record *r) {
     r->magic = tsr_ld32(in);
     r->version = tsr_ld16(in + 4);
     r->phase = tsr_ld16(in + 6);
-    r->token = tsr_ld64(in + 8);
+    r->seq = tsr_ld64(in + 8);
     r->rank = tsr_ld32(in + 16);
     r->world = tsr_ld32(in + 20);
     r->pid = tsr_ld32(in + 24);
@@ -78,7 +136,8 @@ void tsr_hb_decode(const uint8_t in[TSR_HB_RECORD], tsr_hb_record *r) {
 }
 
 const char *tsr_hb_phase_name(int phase) {
-    static const char *const names[TSR_HB_N_PHASES] = {"?", "start", "load", "step", "save", "done", "sdc", "preempted"};
+    static const char *const names[TSR_HB_N_PHASES] = {"?", "start", "load", "step", "save", "done", "sdc", "preempted",
+                                                        "alive"};
     return phase > 0 && phase < TSR_HB_N_PHASES ? names[phase] : "?";
 }
 
@@ -114,38 +173,59 @@ int tsr_heartbeat_preempt(double *heard, double *deadline) {
     return 1;
 }
 
-/* A command from the supervisor, whole: carried out (unknown ones are ignored:
- * a newer supervisor's). */
+static void send_record(tsr_heartbeat *h, int phase, int64_t step, double loss, double grad_norm, double step_s,
+                        double compute_s);
+
+/* A command from the supervisor, whole: checked (one without the launch's
+ * key, or replayed, is said and ignored) and carried out (unknown kinds are
+ * ignored: a newer supervisor's). */
 static void on_command(tsr_heartbeat *h) {
+    h->cmd_have = 0;
     uint32_t kind = tsr_ld32(h->cmd + 4);
-    if (tsr_ld32(h->cmd) != TSR_HB_CMD_MAGIC) kind = 0;
-    if (kind == TSR_HB_CMD_NAN) atomic_store(&chaos_nan_step, (int64_t)tsr_ld64(h->cmd + 8));
+    uint64_t arg = tsr_ld64(h->cmd + 8), seq = tsr_ld64(h->cmd + 16);
+    const char *bad = tsr_ld32(h->cmd) != TSR_HB_CMD_MAGIC                          ? "not a command"
+                      : !tsr_hb_check(h->key, h->nonce, h->cmd, TSR_HB_CMD_BODY) ? "not signed with the launch's key"
+                      : seq != h->seq_in + 1                                     ? "out of sequence (replayed?)"
+                                                                                 : NULL;
+    if (bad) {
+        fprintf(stderr, "tessera train: rank %d: a heartbeat command refused: %s\n", h->rank, bad);
+        return;
+    }
+    h->seq_in = seq;
+    h->heard = tsr_now();
+    if (kind == TSR_HB_CMD_ALIVE) send_record(h, TSR_HB_ALIVE, (int64_t)arg, 0, 0, 0, 0);
+    if (kind == TSR_HB_CMD_NAN) atomic_store(&chaos_nan_step, (int64_t)arg);
     if (kind == TSR_HB_CMD_ENOSPC) tsr_fault_set("write:1:ENOSPC", NULL);
-    if (kind == TSR_HB_CMD_S3) tsr_fault_outage(NULL, (double)tsr_ld64(h->cmd + 8) / 1000);
+    if (kind == TSR_HB_CMD_S3) tsr_fault_outage(NULL, (double)arg / 1000);
     if (kind == TSR_HB_CMD_BITFLIP) {
-        atomic_store(&chaos_flip_arg, tsr_ld64(h->cmd + 8));
+        atomic_store(&chaos_flip_arg, arg);
         atomic_store(&chaos_flip_pending, 1);
     }
     if (kind == TSR_HB_CMD_PREEMPT && !atomic_load(&preempt_asked)) {
-        atomic_store(&preempt_grace_ms, tsr_ld64(h->cmd + 8));
+        atomic_store(&preempt_grace_ms, arg);
         atomic_store(&preempt_heard, tsr_now());
         atomic_store(&preempt_asked, 1);
     }
-    h->cmd_have = 0;
 }
 
 /* The watchdog: end of stream (or an error) means the supervisor died or gave
- * this job up; bytes are its commands. */
+ * this job up, and silence for orphan_s that it cannot reach this rank (a
+ * network partition); bytes are its commands. */
 static void *watch(void *arg) {
     tsr_heartbeat *h = arg;
+    h->heard = tsr_now();
     for (;;) {
         struct pollfd p[2] = {{h->fd, POLLIN, 0}, {h->stop_fd, POLLIN, 0}};
-        if (poll(p, 2, -1) < 0) {
-            if (errno == EINTR) continue;
-            return NULL;
+        int rc = poll(p, 2, h->orphan_s > 0 ? 200 : -1);
+        if (rc < 0 && errno != EINTR) return NULL;
+        if (rc > 0 && p[1].revents) return NULL;
+        if (h->orphan_s > 0 && tsr_now() - h->heard > h->orphan_s) {
+            char why[96];
+            snprintf(why, sizeof why, "nothing from it for %.1f s, over the %g s of %s", tsr_now() - h->heard,
+                     h->orphan_s, TSR_HB_ORPHAN_ENV);
+            supervisor_gone(h, why);
         }
-        if (p[1].revents) return NULL;
-        if (!p[0].revents) continue;
+        if (rc <= 0 || !p[0].revents) continue;
         ssize_t n = recv(h->fd, h->cmd + h->cmd_have, TSR_HB_COMMAND - h->cmd_have, MSG_DONTWAIT);
         if (n == 0) supervisor_gone(h, "end of its connection");
         if (n < 0 && errno != EAGAIN && errno != EINTR) supervisor_gone(h, strerror(errno));
@@ -153,22 +233,39 @@ static void *watch(void *arg) {
     }
 }
 
+/* Sends what the socket takes of b (n bytes) without blocking. @return the
+ * bytes sent; a supervisor that is gone ends the process. */
+static size_t send_some(tsr_heartbeat *h, const uint8_t *b, size_t n) {
+    ssize_t k;
+    do k = send(h->fd, b, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (k < 0 && errno == EINTR);
+    if (k < 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)) supervisor_gone(h, strerror(errno));
+    return k > 0 ? (size_t)k : 0; /* EAGAIN: the supervisor is behind, or cut off */
+}
+
 static void send_record(tsr_heartbeat *h, int phase, int64_t step, double loss, double grad_norm, double step_s,
                         double compute_s) {
     if (!h) return;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    tsr_hb_record r = {TSR_HB_MAGIC, TSR_HB_VERSION, (uint16_t)phase, h->token, (uint32_t)h->rank,
-                       (uint32_t)h->world, (uint32_t)getpid(), step, loss, grad_norm,
-                       (double)ts.tv_sec + ts.tv_nsec * 1e-9, step_s, compute_s};
-    uint8_t b[TSR_HB_RECORD];
-    tsr_hb_encode(&r, b);
-    ssize_t n;
-    do n = send(h->fd, b, sizeof b, MSG_DONTWAIT | MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
-    if (n < 0 && (errno == EPIPE || errno == ECONNRESET || errno == ENOTCONN)) supervisor_gone(h, strerror(errno));
-    /* EAGAIN: the supervisor is behind (or stopped): this record is dropped. A
-     * partial send cannot happen for 80 bytes on a stream with room for one. */
+    pthread_mutex_lock(&h->send_lock);
+    if (h->n_pending) { /* a record the socket took in part: its rest first (a stream) */
+        size_t k = send_some(h, h->pending, h->n_pending);
+        memmove(h->pending, h->pending + k, h->n_pending - k);
+        h->n_pending -= k;
+    }
+    if (!h->n_pending) { /* else this record is dropped, as one that finds the socket full */
+        tsr_hb_record r = {TSR_HB_MAGIC, TSR_HB_VERSION, (uint16_t)phase, ++h->seq_out, (uint32_t)h->rank,
+                           (uint32_t)h->world, (uint32_t)getpid(), step, loss, grad_norm,
+                           (double)ts.tv_sec + ts.tv_nsec * 1e-9, step_s, compute_s};
+        uint8_t b[TSR_HB_RECORD];
+        tsr_hb_encode(&r, b);
+        tsr_hb_seal(h->key, h->nonce, b, TSR_HB_BODY);
+        size_t k = send_some(h, b, sizeof b);
+        if (k == 0) h->seq_out--; /* nothing of it went: the next record takes its number */
+        else if (k < sizeof b) memcpy(h->pending, b + k, h->n_pending = sizeof b - k);
+    }
+    pthread_mutex_unlock(&h->send_lock);
 }
 
 void tsr_heartbeat_send(tsr_heartbeat *h, int phase, int64_t step, double loss, double grad_norm, double step_s) {
@@ -188,51 +285,106 @@ void tsr_heartbeat_preempted(tsr_heartbeat *h, int64_t step, int64_t local_step,
     send_record(h, TSR_HB_PREEMPTED, step, (double)local_step, (double)durable_step, local_s, durable_s);
 }
 
-static int parse_token(const char *s, uint64_t *out) {
-    if (!s || strlen(s) != 16) return -1;
-    uint64_t v = 0;
-    for (int i = 0; i < 16; i++) {
-        int c = s[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-        if (d < 0) return -1;
-        v = v << 4 | (uint64_t)d;
+/* A connected socket to addr: a Unix socket's path, or "tcp:HOST:PORT". */
+static int dial(const char *addr, tsr_error *err) {
+    if (strncmp(addr, "tcp:", 4) != 0) {
+        struct sockaddr_un a = {.sun_family = AF_UNIX};
+        if (strlen(addr) >= sizeof a.sun_path) return tsr_err(err, TSR_EINVAL, "%s=%s: path too long", TSR_HB_ENV, addr);
+        memcpy(a.sun_path, addr, strlen(addr) + 1);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), rc = -1;
+        if (fd >= 0) do rc = connect(fd, (struct sockaddr *)&a, sizeof a);
+            while (rc < 0 && errno == EINTR);
+        if (rc == 0) return fd;
+        int e = errno;
+        if (fd >= 0) close(fd);
+        return tsr_err(err, TSR_EIO, "%s: cannot reach the supervisor (tessera launch): %s", addr, strerror(e));
     }
-    *out = v;
+    char host[160];
+    const char *colon = strrchr(addr + 4, ':');
+    if (!colon || colon == addr + 4 || (size_t)(colon - addr - 4) >= sizeof host || !colon[1])
+        return tsr_err(err, TSR_EINVAL, "%s=%s: not tcp:HOST:PORT", TSR_HB_ENV, addr);
+    memcpy(host, addr + 4, (size_t)(colon - addr - 4));
+    host[colon - addr - 4] = 0;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    int g = getaddrinfo(host, colon + 1, &hints, &res);
+    if (g) return tsr_err(err, TSR_EIO, "%s: cannot resolve the supervisor's address: %s", addr, gai_strerror(g));
+    int fd = -1, e = 0;
+    for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+        int rc = fd < 0 ? -1 : 0;
+        if (fd >= 0) do rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+            while (rc < 0 && errno == EINTR);
+        if (rc < 0) {
+            e = errno;
+            if (fd >= 0) close(fd);
+            fd = -1;
+        }
+    }
+    freeaddrinfo(res);
+    if (fd < 0) return tsr_err(err, TSR_EIO, "%s: cannot reach the supervisor (tessera launch): %s", addr, strerror(e));
+    int one = 1; /* records are small and each is news */
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    return fd;
+}
+
+#define HELLO_WAIT_S 10.0 /* seconds the supervisor may take to say hello */
+
+/* The supervisor's hello: its version and the connection's nonce. */
+static int read_hello(tsr_heartbeat *h, tsr_error *err) {
+    uint8_t b[TSR_HB_HELLO];
+    size_t have = 0;
+    double t0 = tsr_now();
+    while (have < sizeof b) {
+        struct pollfd p = {h->fd, POLLIN, 0};
+        double left = HELLO_WAIT_S - (tsr_now() - t0);
+        if (left <= 0 || (poll(&p, 1, (int)(left * 1000) + 1) < 0 && errno != EINTR))
+            return tsr_err(err, TSR_EIO, "%s: the supervisor did not say hello within %g s", h->addr, HELLO_WAIT_S);
+        ssize_t n = recv(h->fd, b + have, sizeof b - have, MSG_DONTWAIT);
+        if (n == 0) return tsr_err(err, TSR_EIO, "%s: the supervisor closed the connection before its hello", h->addr);
+        if (n < 0 && errno != EAGAIN && errno != EINTR)
+            return tsr_err(err, TSR_EIO, "%s: reading the supervisor's hello: %s", h->addr, strerror(errno));
+        if (n > 0) have += (size_t)n;
+    }
+    if (tsr_ld32(b) != TSR_HB_HELLO_MAGIC || tsr_ld32(b + 4) != TSR_HB_VERSION)
+        return tsr_err(err, TSR_EIO, "%s: not a tessera launch heartbeat of version %d (hello 0x%08x, version %u)",
+                       h->addr, TSR_HB_VERSION, tsr_ld32(b), tsr_ld32(b + 4));
+    memcpy(h->nonce, b + 8, TSR_HB_NONCE);
     return 0;
 }
 
-static int connect_to(const char *path, tsr_heartbeat *h, tsr_error *err) {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    if (strlen(path) >= sizeof a.sun_path) return tsr_err(err, TSR_EINVAL, "%s=%s: path too long", TSR_HB_ENV, path);
-    memcpy(a.sun_path, path, strlen(path) + 1);
-    h->fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (h->fd < 0) return tsr_err(err, TSR_EIO, "heartbeat socket: %s", strerror(errno));
-    int rc;
-    do rc = connect(h->fd, (struct sockaddr *)&a, sizeof a);
-    while (rc < 0 && errno == EINTR);
-    if (rc < 0)
-        return tsr_err(err, TSR_EIO, "%s: cannot reach the supervisor (tessera launch): %s", path, strerror(errno));
-    h->stop_fd = eventfd(0, EFD_CLOEXEC);
-    if (h->stop_fd < 0) return tsr_err(err, TSR_EIO, "heartbeat eventfd: %s", strerror(errno));
+/* The environment's key and orphan timeout. */
+static int read_env(tsr_heartbeat *h, tsr_error *err) {
+    if (tsr_hb_parse_key(getenv(TSR_HB_KEY_ENV), h->key))
+        return tsr_err(err, TSR_EINVAL, "%s is set but %s is not 64 hex digits", TSR_HB_ENV, TSR_HB_KEY_ENV);
+    const char *o = getenv(TSR_HB_ORPHAN_ENV);
+    char *end = NULL;
+    h->orphan_s = o && *o ? strtod(o, &end) : 0;
+    if (o && *o && (*end || !(h->orphan_s >= 0 && h->orphan_s < 1e6)))
+        return tsr_err(err, TSR_EINVAL, "%s=%s: not a number of seconds", TSR_HB_ORPHAN_ENV, o);
     return 0;
 }
 
 int tsr_heartbeat_open(int rank, int world, tsr_heartbeat **out, tsr_error *err) {
     *out = NULL;
-    const char *path = getenv(TSR_HB_ENV);
-    if (!path || !*path) return 0;
+    const char *addr = getenv(TSR_HB_ENV);
+    if (!addr || !*addr) return 0;
     tsr_heartbeat *h = calloc(1, sizeof *h);
     if (!h) return tsr_err(err, TSR_ENOMEM, "out of memory");
     h->fd = h->stop_fd = -1;
     h->rank = rank;
     h->world = world;
-    int rc = parse_token(getenv(TSR_HB_TOKEN_ENV), &h->token)
-                 ? tsr_err(err, TSR_EINVAL, "%s is set but %s is not 16 hex digits", TSR_HB_ENV, TSR_HB_TOKEN_ENV)
-                 : connect_to(path, h, err);
+    snprintf(h->addr, sizeof h->addr, "%s", addr);
+    pthread_mutex_init(&h->send_lock, NULL);
+    int rc = read_env(h, err);
+    if (!rc && (h->fd = dial(addr, err)) < 0) rc = h->fd;
+    if (!rc) rc = read_hello(h, err);
+    if (!rc && (h->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0) rc = tsr_err(err, TSR_EIO, "heartbeat eventfd: %s", strerror(errno));
     if (!rc && pthread_create(&h->watchdog, NULL, watch, h) != 0)
         rc = tsr_err(err, TSR_EIO, "heartbeat: cannot start the watchdog thread");
     if (rc) {
         if (h->fd >= 0) close(h->fd);
         if (h->stop_fd >= 0) close(h->stop_fd);
+        pthread_mutex_destroy(&h->send_lock);
         free(h);
         return rc;
     }
@@ -251,6 +403,7 @@ void tsr_heartbeat_close(tsr_heartbeat *h) {
     }
     close(h->fd);
     close(h->stop_fd);
+    pthread_mutex_destroy(&h->send_lock);
     free(h);
 }
 
