@@ -1,21 +1,33 @@
 # vcluster.sh: a cluster of K virtual hosts on this machine for the multi-host
 # tests and make bench, reached the way Open MPI reaches real hosts: its
-# remote-shell launcher, with an agent that enters the host instead of ssh.
-# Sourced; needs TSR_TMP, root, iproute2 and util-linux (nsenter, unshare).
+# remote-shell launcher over ssh, to an sshd on each host.
+# Sourced; needs TSR_TMP, root, iproute2, util-linux (nsenter, unshare) and
+# OpenSSH (sshd, ssh, ssh-keygen).
 #   vcluster_up K  makes hosts h1..hK in $TSR_TMP/vc: each its own network
 #       namespace with one address 10.201.N.i on a bridge made for it (the root
 #       namespace holds 10.201.N.254 there; N is chosen so that no route of this
 #       machine overlaps 10.201.N.0/24), its own UTS namespace (hostname hI) and
-#       its own mount namespace with a private /dev/shm (a tmpfs), everything
-#       else shared (the test's folders are every host's). Sets VC_HOSTS ("h1
-#       h2 ..."), VC_HOSTFILE (Open MPI's syntax, slots=VC_SLOTS each, default
-#       2), VC_AGENT (the agent: VC_AGENT HOST COMMAND runs COMMAND there),
-#       VC_MPI (mpirun with the agent and Open MPI's TCP traffic held to the
-#       bridge's subnet; add --hostfile, -np and the command) and VC_MPIRUN
-#       (VC_MPI over every host: add -np and the command).
-#   vcluster_exec HOST COMMAND...  runs COMMAND on HOST.
+#       its own mount namespace with a private /dev/shm and /run (tmpfs),
+#       everything else shared (the test's folders are every host's), and an
+#       sshd listening on its address only, with a host key and an authorized
+#       key made for the cluster. Its processes are the host's: they are not
+#       below the process that started them (as on a real host), so a
+#       supervisor here cannot reach them through /proc. Sets VC_HOSTS ("h1 h2
+#       ..."), VC_HOSTFILE (Open MPI's syntax, slots=VC_SLOTS each, default 2),
+#       VC_AGENT (ssh with the cluster's config: VC_AGENT HOST COMMAND runs
+#       COMMAND there), VC_HEAD (10.201.N.254: this machine's address on the
+#       bridge), VC_MPI (mpirun with the agent and Open MPI's TCP traffic held
+#       to the bridge's subnet; add --hostfile, -np and the command) and
+#       VC_MPIRUN (VC_MPI over every host: add -np and the command), and exports
+#       the same settings as OMPI_MCA_* variables, for an mpirun started by
+#       another program (tessera launch).
+#   vcluster_exec HOST COMMAND...  runs COMMAND on HOST (entering its
+#       namespaces, not over ssh).
 #   vcluster_kill HOST  kills every process on HOST, takes its link down and
 #       empties its /dev/shm: a host lost with its memory.
+#   vcluster_revive HOST  a killed HOST back, with empty memory.
+#   vcluster_cut HOST / vcluster_heal HOST  takes HOST's link down (its
+#       processes run on, cut off: a network partition) and up again.
 #   vcluster_down  kills every process on every host, removes the namespaces,
 #       the links, the bridge and the mounts: nothing is left. Tests call it
 #       from an EXIT trap; it may be called twice.
@@ -34,7 +46,7 @@ _vc_run() { # what command...: the command, or fail saying what
 }
 
 vcluster_up() { # K
-    for _vc_c in ip nsenter unshare mount mpirun; do
+    for _vc_c in ip nsenter unshare mount mpirun ssh ssh-keygen /usr/sbin/sshd; do
         command -v $_vc_c >/dev/null 2>&1 || { echo "FAIL: vcluster: $_vc_c is not on PATH" >&2; exit 1; }
     done
     [ "$(id -u)" = 0 ] || { echo "FAIL: vcluster: needs root (network and mount namespaces)" >&2; exit 1; }
@@ -50,6 +62,7 @@ vcluster_up() { # K
         [ $_vc_tries -lt 250 ] || { echo "FAIL: vcluster: no free 10.201.N.0/24 subnet" >&2; exit 1; }
     done
     VC_NET=10.201.$_vc_n
+    VC_HEAD=$VC_NET.254
     VC_BRIDGE=tsrbr$_vc_n
     _vc_up=1
     # the namespace files need a private mount to be bound on
@@ -71,24 +84,54 @@ vcluster_up() { # K
         _vc_run "loopback of $_vc_h" ip -n "$_vc_ns" link set lo up
         : >"$VC_DIR/ns/$_vc_h.mnt" && : >"$VC_DIR/ns/$_vc_h.uts" || _vc_fail "cannot make $VC_DIR/ns/$_vc_h.*"
         _vc_run "mount and UTS namespaces of $_vc_h" unshare --mount="$VC_DIR/ns/$_vc_h.mnt" \
-            --uts="$VC_DIR/ns/$_vc_h.uts" sh -c "hostname $_vc_h && mount -t tmpfs -o size=4g,mode=1777 tsr-$_vc_h /dev/shm"
+            --uts="$VC_DIR/ns/$_vc_h.uts" sh -c "hostname $_vc_h && mount -t tmpfs -o size=4g,mode=1777 tsr-$_vc_h /dev/shm &&
+mount -t tmpfs -o size=64m,mode=755 tsr-run-$_vc_h /run && mkdir -m 755 /run/sshd"
         VC_HOSTS="$VC_HOSTS${VC_HOSTS:+ }$_vc_h"
         echo "$_vc_h slots=${VC_SLOTS:-2}" >>"$VC_DIR/hostfile"
         _vc_i=$((_vc_i + 1))
     done
-    VC_AGENT=$VC_DIR/agent
-    cat >"$VC_AGENT" <<EOF
-#!/bin/sh
-# agent HOST COMMAND...: COMMAND run on the virtual host HOST (Open MPI's plm_rsh_agent)
-h=\$1; shift
-case \$h in h[0-9]*) ;; *) echo "vcluster agent: no host \$h" >&2; exit 255;; esac
-[ -e "/run/netns/tsr${_vc_n}\$h" ] || { echo "vcluster agent: no host \$h" >&2; exit 255; }
-exec nsenter --net="/run/netns/tsr${_vc_n}\$h" --mount="$VC_DIR/ns/\$h.mnt" --uts="$VC_DIR/ns/\$h.uts" -- sh -c "\$*"
+    # ssh: a host key and a user key of the cluster's own, and a client config
+    # that names the hosts by their addresses (nothing in ~/.ssh or /etc is used)
+    _vc_run "the cluster's keys" sh -c "ssh-keygen -q -t ed25519 -N '' -f '$VC_DIR/host_key' &&
+ssh-keygen -q -t ed25519 -N '' -f '$VC_DIR/id' && cp '$VC_DIR/id.pub' '$VC_DIR/authorized_keys'"
+    cat >"$VC_DIR/sshd_config" <<EOF
+HostKey $VC_DIR/host_key
+AuthorizedKeysFile $VC_DIR/authorized_keys
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+X11Forwarding no
+PrintMotd no
+LogLevel ERROR
 EOF
+    {
+        for _vc_h in $VC_HOSTS; do printf 'Host %s\n  HostName %s.%s\n' $_vc_h $VC_NET ${_vc_h#h}; done
+        printf 'Host *\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n' "$VC_DIR/id"
+        printf '  UserKnownHostsFile /dev/null\n  GlobalKnownHostsFile /dev/null\n  LogLevel ERROR\n  BatchMode yes\n'
+        printf '  ConnectTimeout 5\n  ServerAliveInterval 2\n  ServerAliveCountMax 3\n'
+    } >"$VC_DIR/ssh_config"
+    for _vc_h in $VC_HOSTS; do
+        _vc_run "sshd of $_vc_h" vcluster_exec $_vc_h /usr/sbin/sshd -f "$VC_DIR/sshd_config" \
+            -o "ListenAddress=$VC_NET.${_vc_h#h}" -o "PidFile=/run/sshd.pid"
+    done
+    VC_AGENT=$VC_DIR/vc-ssh
+    printf '#!/bin/sh\n# vc-ssh HOST COMMAND...: COMMAND run on the virtual host HOST over ssh (Open MPI'"'"'s plm_rsh_agent)\nexec ssh -F %s "$@"\n' \
+        "$VC_DIR/ssh_config" >"$VC_AGENT"
     chmod +x "$VC_AGENT"
+    _vc_i=0 # every sshd answers
+    for _vc_h in $VC_HOSTS; do
+        until [ "$("$VC_AGENT" $_vc_h hostname 2>"$VC_DIR/last.err")" = $_vc_h ]; do
+            _vc_i=$((_vc_i + 1))
+            [ $_vc_i -lt 50 ] || _vc_fail "ssh to $_vc_h: $(cat "$VC_DIR/last.err")"
+            sleep 0.1
+        done
+    done
     VC_HOSTFILE=$VC_DIR/hostfile
-    VC_MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none --mca plm_rsh_agent $VC_AGENT \
---mca oob_tcp_if_include $VC_NET.0/24 --mca btl_tcp_if_include $VC_NET.0/24 --mca btl self,vader,tcp -x PATH"
+    export OMPI_MCA_plm_rsh_agent="$VC_AGENT" OMPI_MCA_oob_tcp_if_include="$VC_NET.0/24" \
+        OMPI_MCA_btl_tcp_if_include="$VC_NET.0/24" OMPI_MCA_btl=self,vader,tcp
+    VC_MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none -x PATH"
     VC_MPIRUN="$VC_MPI --hostfile $VC_HOSTFILE"
 }
 
@@ -97,14 +140,27 @@ vcluster_exec() { # HOST COMMAND...
     nsenter --net="/run/netns/tsr${_vc_n}$_vc_h" --mount="$VC_DIR/ns/$_vc_h.mnt" --uts="$VC_DIR/ns/$_vc_h.uts" -- "$@"
 }
 
+vcluster_cut() { # HOST
+    ip link set "v${_vc_n}$1" down
+}
+
+vcluster_heal() { # HOST
+    ip link set "v${_vc_n}$1" up
+}
+
 vcluster_kill() { # HOST
     _vc_ns=tsr${_vc_n}$1
+    ip link set "v${_vc_n}$1" down 2>/dev/null # first: a dead host says nothing more
     ip netns pids "$_vc_ns" 2>/dev/null | xargs -r kill -9 2>/dev/null
-    ip link set "v${_vc_n}$1" down 2>/dev/null
     # its memory goes with it: an empty /dev/shm in its place
     nsenter --mount="$VC_DIR/ns/$1.mnt" -- sh -c "umount -l /dev/shm && mount -t tmpfs -o size=4g,mode=1777 tsr-$1 /dev/shm" \
         2>/dev/null
     return 0
+}
+
+vcluster_revive() { # HOST: a killed host back (empty memory), its sshd started again
+    ip link set "v${_vc_n}$1" up
+    vcluster_exec $1 /usr/sbin/sshd -f "$VC_DIR/sshd_config" -o "ListenAddress=$VC_NET.${1#h}" -o "PidFile=/run/sshd.pid"
 }
 
 vcluster_down() {
@@ -124,6 +180,7 @@ vcluster_down() {
     done
     ip link del "$VC_BRIDGE" 2>/dev/null
     umount "$VC_DIR/ns" 2>/dev/null
+    unset OMPI_MCA_plm_rsh_agent OMPI_MCA_oob_tcp_if_include OMPI_MCA_btl_tcp_if_include OMPI_MCA_btl
     rm -rf "$VC_DIR/ns"
     return 0
 }

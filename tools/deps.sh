@@ -6,8 +6,9 @@
 #          Debian's python3 with numpy and venv (the tests' Python environment,
 #          tests/py_setup.sh, and the package's numpy-only check), CMake, Ninja and
 #          a C++ compiler (llama.cpp from source, tests/llama_setup.sh), Ceph (a
-#          real S3 server on loopback, tests/rgw.sh), GNU time, iproute2 and
-#          util-linux (the virtual cluster's namespaces, tests/vcluster.sh);
+#          real S3 server on loopback, tests/rgw.sh), GNU time, iproute2,
+#          util-linux and OpenSSH (the virtual cluster's namespaces and its
+#          hosts' sshd, tests/vcluster.sh: its own, on its hosts' addresses);
 #   bench  make bench: the run set, Ceph, GNU time and python3.
 set -e
 run="build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libisal-dev libcurl4-openssl-dev libssl-dev
@@ -15,7 +16,7 @@ libxml2-dev libinih-dev libcjson-dev libopenmpi-dev openmpi-bin libopenblas-dev 
 ceph="ceph-mon ceph-mgr ceph-osd radosgw ceph-common"
 case ${1:-run} in
 run) pkgs=$run;;
-test) pkgs="$run clang libclang-rt-14-dev time python3 python3-numpy python3-venv cmake ninja-build g++ $ceph iproute2 util-linux";;
+test) pkgs="$run clang libclang-rt-14-dev time python3 python3-numpy python3-venv cmake ninja-build g++ $ceph iproute2 util-linux openssh-client openssh-server";;
 bench) pkgs="$run time python3 $ceph";;
 *) echo "usage: deps.sh [run|test|bench]" >&2; exit 2;;
 esac
@@ -31,5 +32,11 @@ if [ "$(id -u)" != 0 ]; then
 fi
 echo "installing:$missing"
 export DEBIAN_FRONTEND=noninteractive
+# the virtual cluster runs sshd itself: the package's service is not started
+# (a policy that forbids it, for the install only, where there is none)
+if [ ! -e /usr/sbin/policy-rc.d ] && echo "$missing" | grep -q openssh-server; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    trap 'rm -f /usr/sbin/policy-rc.d' EXIT
+fi
 apt-get update -qq
 apt-get install -y -qq $missing >/dev/null

@@ -1,0 +1,100 @@
+#!/bin/sh
+# tsr-timeout: 600
+# tessera launch over hosts (--hostfile), on the virtual cluster of
+# tests/vcluster.sh (3 hosts, 2 ranks each, reached over ssh; the ranks report
+# over TCP, every record signed with the launch's key; the local tier in each
+# host's own /dev/shm, partner copies on the next host):
+#   - a host killed mid-run (its processes, its link and its memory): the
+#     supervisor finds its ranks silent, drops the host at once and the job
+#     restarts on the 4 ranks of the other hosts from their memory and partner
+#     copies, resharded;
+#   - a host cut off for 30 s while its ranks run on: dropped likewise, the job
+#     goes on without it; the ranks cut off stop themselves (they hear nothing
+#     from the supervisor: --orphan-timeout) and commit nothing;
+#   - the supervisor preempted (SIGTERM) with a 10 s grace: the next launch
+#     resumes from the step the ranks stopped after.
+# Each run trains every step's data exactly once (tests/samples_check.py) and
+# ends with a checkpoint that verifies, as does every step it committed.
+. "$TSR_ROOT/tests/mpi.sh"
+. "$TSR_ROOT/tests/launch.sh"
+. "$TSR_ROOT/tests/vcluster.sh"
+trap vcluster_down EXIT
+trap 'exit 1' INT TERM
+vcluster_up 3
+# 6 ranks, then 4: a global batch of 24 fits both (2 samples a rank, 2 or 3 micro-batches)
+# a snapshot in memory every 4 steps, a durable checkpoint every 6: a fault at
+# step 10 finds snapshot 8 (with its partner copies) newer than checkpoint 6
+JOB="$JOB --training.global_batch_size=24 --checkpoint.interval=6 --checkpoint.local_interval=4"
+sup() {
+    dir=$1; shift
+    "$T" launch -np 6 --hostfile "$VC_HOSTFILE" --listen "$VC_HEAD" --host-timeout 3 --min-ranks 4 $FAST "$@" -- train $JOB \
+        --job.dump_folder="$TSR_TMP/$dir" >>"$TSR_TMP/$dir.log" 2>&1 &
+    SUP=$!
+}
+# tessera processes on HOST
+on_host() { ip netns pids "tsr${VC_NET##*.}$1" 2>/dev/null | while read -r p; do
+    [ "$(cat /proc/$p/comm 2>/dev/null)" = tessera ] && echo $p; done; }
+# checked DIR: every sample once over 24 steps, every committed step verifies
+checked() {
+    $PY "$TSR_ROOT/tests/samples_check.py" "$TSR_TMP/$1/metrics.jsonl" "$TSR_TMP/$1/launch.jsonl" 24 >/dev/null ||
+        fail "$1: samples lost or trained twice"
+    for d in "$TSR_TMP/$1"/checkpoint/step-*; do
+        [ -f "$d/MANIFEST" ] || continue
+        expect 0 "$1: $(basename "$d") verifies" "$T" ckpt verify "$d"
+    done
+    [ -f "$TSR_TMP/$1/checkpoint/step-00000024/MANIFEST" ] || fail "$1: no final checkpoint"
+}
+# the steps take at least 150 ms (rank 0 works longer: TSR_FAULT_SLOW; the
+# values do not change), so that a fault lands mid-run on a fast machine too
+export TSR_FAULT_SLOW=0:150
+
+# a host killed: h3 (ranks 4 and 5, node 2)
+sup kill
+wait_step kill 10
+ev kill "e['event']=='rank_up' and e['launch']==1 and e['rank']==5 and e['peer'].startswith('$VC_NET.3:')" >/dev/null ||
+    fail "kill: rank 5 did not report from h3 ($VC_NET.3) over TCP"
+vcluster_kill h3
+wait_for kill "e['event']=='host_lost' and e['host']=='h3'" &&
+    wait_for kill "e['event']=='node_dropped' and e['node']==2 and e['np']==4" &&
+    wait_for kill "e['event']=='launch' and e['launch']==2 and '--checkpoint.local_nodes=0,1' in e['extra_args']"
+finished kill 1
+grep -q "host h3 lost: none of its ranks answered" "$TSR_TMP/kill.log" || fail "kill: the loss of h3 not said"
+grep -q "resumed from .* (the local tier, step" "$TSR_TMP/kill.log" ||
+    { fail "kill: not resumed from the hosts' memory"; grep "resumed" "$TSR_TMP/kill.log" >&2; }
+down=$(ev kill "e['event']=='recovered'" downtime_s)
+echo "kill: from the host's loss to the next step: ${down} s"
+checked kill
+vcluster_revive h3
+
+# a host cut off for 30 s: h2 (ranks 2 and 3, node 1); its ranks run on
+sup cut
+wait_step cut 10
+vcluster_cut h2
+t0=$(date +%s)
+wait_for cut "e['event']=='host_lost' and e['host']=='h2'" &&
+    wait_for cut "e['event']=='launch' and e['launch']==2 and '--checkpoint.local_nodes=0,2' in e['extra_args']"
+# within the orphan timeout (10 s) and a margin, the ranks cut off are gone
+n=0
+while [ -n "$(on_host h2)" ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
+[ -z "$(on_host h2)" ] || fail "cut: the ranks cut off on h2 still run $(( $(date +%s) - t0 )) s after the cut"
+left=$((30 - ($(date +%s) - t0)))
+[ $left -gt 0 ] && sleep $left
+vcluster_heal h2
+finished cut 1
+checked cut
+
+# preempted with a 10 s grace: the next launch resumes from the step the ranks stopped after
+sup pre --preempt-grace 10
+wait_step pre 9
+kill -TERM $SUP
+wait $SUP
+rc=$?
+[ $rc = 3 ] || { fail "pre: tessera launch exited $rc after SIGTERM, expected 3"; tail -15 "$TSR_TMP/pre.log" >&2; }
+s=$(ev pre "e['event']=='preempted' and e['deadline_met'] and e['local_step']==e['step'] and e['resume_step']==e['step']" step) ||
+    { fail "pre: the local tier did not commit the last step within the grace"; tail -n 2 "$TSR_TMP/pre/launch.jsonl" >&2; }
+[ "$(grep -c '"step": ' "$TSR_TMP/pre/metrics.jsonl")" = "$s" ] || fail "pre: steps trained after step $s"
+sup pre --preempt-grace 10
+finished pre 0
+grep -q "resumed from .* (the local tier, step $s," "$TSR_TMP/pre.log" || fail "pre: not resumed from step $s"
+checked pre
+finish "hosts: a host killed (the job restarted on 4 ranks from the other hosts' memory, ${down} s to the next step), a host cut off 30 s (its ranks stopped themselves), a preemption with a 10 s grace (resumed from step $s)"
