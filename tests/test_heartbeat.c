@@ -171,6 +171,18 @@ static void test_open_errors(const char *dir) {
     close(lfd);
 }
 
+/* A child that opens its heartbeat and waits (30 s at most). */
+static pid_t idle_rank(void) {
+    pid_t child = fork();
+    if (child == 0) {
+        tsr_heartbeat *hc = NULL;
+        if (tsr_heartbeat_open(0, 1, &hc, NULL)) _exit(3);
+        sleep(30);
+        _exit(0);
+    }
+    return child;
+}
+
 /* Records and commands over the listener at addr (a Unix socket or TCP). */
 static void test_records(const char *dir) {
     char addr[256];
@@ -229,13 +241,7 @@ static void test_records(const char *dir) {
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the rank's status 0x%x", st);
     close(c);
     /* the watchdog: a child whose supervisor closes its connection exits 1 */
-    child = fork();
-    if (child == 0) {
-        tsr_heartbeat *hc = NULL;
-        if (tsr_heartbeat_open(0, 1, &hc, NULL)) _exit(3);
-        sleep(30);
-        _exit(0);
-    }
+    child = idle_rank();
     c = accept_hello(lfd);
     CHECK(read_record(c, &r) == 0 && r.pid == (uint32_t)child, "the child's start record");
     double t0 = tsr_now();
@@ -249,13 +255,7 @@ static void test_records(const char *dir) {
     /* cut off: a child that hears nothing (the connection open) for its orphan
      * timeout stops itself; ALIVE commands keep it going until they stop */
     setenv(TSR_HB_ORPHAN_ENV, "1.5", 1);
-    child = fork();
-    if (child == 0) {
-        tsr_heartbeat *hc = NULL;
-        if (tsr_heartbeat_open(0, 1, &hc, NULL)) _exit(3);
-        sleep(30);
-        _exit(0);
-    }
+    child = idle_rank();
     unsetenv(TSR_HB_ORPHAN_ENV);
     c = accept_hello(lfd);
     CHECK(read_record(c, &r) == 0 && r.pid == (uint32_t)child, "the orphan's start record");
