@@ -50,12 +50,12 @@ int launch_hosts_file(const char *path, launch_opts *o, char *why, size_t len) {
     int lineno = 0, rc = 0;
     while (!rc && fgets(line, sizeof line, f)) {
         lineno++;
-        char *hash = strchr(line, '#'), *save = NULL, *tok;
-        if (hash) *hash = 0;
         if (!strchr(line, '\n') && !feof(f)) {
             rc = (snprintf(why, len, "%s:%d: line too long", path, lineno), -1);
             break;
         }
+        char *hash = strchr(line, '#'), *save = NULL, *tok;
+        if (hash) *hash = 0;
         const char *host = NULL;
         int slots = 0;
         for (tok = strtok_r(line, " \t\r\n", &save); tok && !rc; tok = strtok_r(NULL, " \t\r\n", &save)) {
