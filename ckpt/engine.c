@@ -13,6 +13,7 @@
  * This file holds the background thread and runs a save's phases in order; the
  * phase files never call back into it. */
 #include "engine_impl.h"
+#include "fence.h"
 #include "mem.h"
 
 /* Threads per rank when the caller leaves it open: the node's cores shared among
@@ -97,8 +98,20 @@ tsr_engine *tsr_engine_new(const char *root, tsr_comm *comm, const tsr_engine_op
         tsr_error lerr = {0};
         uint64_t epoch = 0;
         int lrc = e->rank == 0 && e->opts.lock_root ? tsr_folder_lock_take(e->root, 1, &e->lock, &lerr) : 0;
-        if (!lrc && e->rank == 0 && advance && (lrc = tsr_fence_advance(e->root, &epoch, &lerr)))
-            tsr_err_prefix(&lerr, "cannot fence the checkpoint folder");
+        if (!lrc && e->rank == 0 && advance && (lrc = tsr_fence_advance(e->root, &epoch, &lerr)) == TSR_ENOSPC) {
+            /* a full disk (a leftover of a failed save, which the first save
+             * removes): this run writes as the fence's epoch, alongside the
+             * launch before it, rather than not at all */
+            tsr_fence f;
+            tsr_error ferr = {0};
+            if (tsr_fence_read(e->root, &f, &ferr) == 0 && (epoch = tsr_fence_epoch(&f)) > 0) {
+                tsr_log(0, "cannot raise the fence of the checkpoint folder: %s; this run writes as its epoch %llu",
+                        lerr.msg, (unsigned long long)epoch);
+                lrc = 0;
+            }
+            tsr_fence_free(&f);
+        }
+        if (lrc && e->rank == 0 && advance) tsr_err_prefix(&lerr, "cannot fence the checkpoint folder");
         if (lrc) snprintf(msg, sizeof msg, "%s", lerr.msg[0] ? lerr.msg : "cannot lock the checkpoint folder");
         int64_t hdr[2] = {lrc, (int64_t)epoch};
         if (tsr_comm_bcast(comm, 0, hdr, sizeof hdr, err) || tsr_comm_bcast(comm, 0, msg, sizeof msg, err)) goto fail;

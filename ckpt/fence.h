@@ -80,13 +80,14 @@ int tsr_fence_root(const char *step_dir, char *out, size_t len);
 
 /* tsr_fence_admit(): the writer's check, before it creates its data file
  * (commit 0) and before it commits (commit 1) the step directory `step_dir`
- * as a writer of `epoch` (0: one without, not a launch's). Refused
- * (TSR_EBUSY, "fenced: ..." naming the folder, the step, both epochs) when the
- * folder's fence is newer than epoch > 0, or, for a commit of a writer without
- * an epoch, when readers would void it (tsr_fence_voids). A step directory
- * outside a root is not checked. @return 0, the refusal, or the FENCE's
- * error (a damaged FENCE refuses every writer). */
-int tsr_fence_admit(const char *step_dir, uint64_t epoch, int commit, tsr_error *err);
+ * as a writer of *epoch (0: one without, not a launch's: an offline tool).
+ * Refused (TSR_EBUSY, "fenced: ..." naming the folder, the step, both epochs)
+ * when the folder's fence is newer than *epoch > 0. A writer without an epoch
+ * commits as the folder's fence epoch of the moment, which goes into *epoch
+ * (the MANIFEST records it; readers then judge it as that epoch's). A step
+ * directory outside a root is not checked. @return 0, the refusal, or the
+ * FENCE's error (a damaged FENCE refuses every writer). */
+int tsr_fence_admit(const char *step_dir, uint64_t *epoch, int commit, tsr_error *err);
 
 /* tsr_fence_raise(): raises the fence of `root` to `epoch` (only upward):
  * appends (epoch, the newest valid committed step) when the fence is older,

@@ -266,7 +266,7 @@ static int swap_with_partner(tsr_local_tier *lt, const char *step_name, const ui
     if (!rc) rc = tsr_comm_waitall(lt->bg, r, err);
     int room = 1, their_room = 1; /* the copy's space is there: the receiver tells the sender */
     /* a fenced writer makes no copy (its partner learns there is no room) */
-    if (!rc && their_size != UINT64_MAX && tsr_fence_admit(pdir, lt->epoch, 0, err)) room = 0;
+    if (!rc && their_size != UINT64_MAX && tsr_fence_admit(pdir, &(uint64_t){lt->epoch}, 0, err)) room = 0;
     else if (!rc && their_size != UINT64_MAX &&
              ((e = tsr_mkdir_p(pdir)) || (e = map_write(tmp, spare, their_size, &theirs)))) {
         tsr_err(err, TSR_EIO, "%s: cannot make the partner copy of rank %u: %s", tmp, from, strerror(e));
@@ -289,7 +289,7 @@ static int swap_with_partner(tsr_local_tier *lt, const char *step_name, const ui
     if (had && !rc && rename(tmp, path) != 0)
         rc = tsr_err(err, TSR_EIO, "%s: cannot write the partner copy of rank %u: %s", path, from, strerror(errno));
     if (had && rc) unlink(tmp);
-    if (!rc && lt->first_of_node) rc = tsr_fence_admit(pdir, lt->epoch, 1, err);
+    if (!rc && lt->first_of_node) rc = tsr_fence_admit(pdir, &(uint64_t){lt->epoch}, 1, err);
     if (!rc && lt->first_of_node && (e = put_file(pdir, "MANIFEST", mf, mf_len)))
         rc = tsr_err(err, TSR_EIO, "%s/MANIFEST: cannot write: %s", pdir, strerror(e));
     return rc;
@@ -305,7 +305,7 @@ static int copy_step(tsr_local_tier *lt, uint64_t step, tsr_error *err) {
     snprintf(dir, sizeof dir, "%s/%s", lt->node_dir, name);
     int e = 0, rc_put = 0;
     if (!rc && lt->first_of_node && !tsr_ckpt_is_committed(dir) &&
-        !(rc_put = tsr_fence_admit(dir, lt->epoch, 1, err)) && (e = put_file(dir, "MANIFEST", mf, mf_len)))
+        !(rc_put = tsr_fence_admit(dir, &(uint64_t){lt->epoch}, 1, err)) && (e = put_file(dir, "MANIFEST", mf, mf_len)))
         rc_put = tsr_err(err, TSR_EIO, "%s/MANIFEST: cannot write: %s", dir, strerror(e));
     /* every rank exchanges with its partner whatever failed here (a full node
      * memory): one that skipped it would leave its partner waiting for ever */

@@ -186,7 +186,7 @@ tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint
     }
     /* a fenced writer creates nothing: the data file of a step a newer launch
      * committed is never opened (its commit is checked again) */
-    if (s->opts.epoch && tsr_fence_admit(step_dir, s->opts.epoch, 0, err)) goto fail;
+    if (s->opts.epoch && tsr_fence_admit(step_dir, &s->opts.epoch, 0, err)) goto fail;
     s->store = tsr_store_open(step_dir, 1, err);
     if (!s->store) goto fail;
     char name[64];
@@ -730,13 +730,15 @@ int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *tab
     }
     uint8_t *bytes = NULL;
     size_t len = 0;
-    int rc = save_merge_tables(tables, table_lens, n, s->save_id, step, s->opts.epoch, layout, s->declared,
-                               s->n_declared, &bytes, &len, err);
-    if (rc == TSR_ECORRUPT || rc == TSR_EINVAL) tsr_err_prefix(err, "%s: cannot commit", s->dir);
     /* the fence, read just before the commit point (on S3 a GET before the
      * MANIFEST's PUT); a fence raised between the two is the readers' to
-     * enforce (FORMAT.md 4.6) */
-    if (!rc) rc = tsr_fence_admit(s->dir, s->opts.epoch, 1, err);
+     * enforce (FORMAT.md 4.6). A writer without an epoch commits as the
+     * folder's epoch of now. */
+    uint64_t epoch = s->opts.epoch;
+    int rc = tsr_fence_admit(s->dir, &epoch, 1, err);
+    if (!rc) rc = save_merge_tables(tables, table_lens, n, s->save_id, step, epoch, layout, s->declared,
+                                    s->n_declared, &bytes, &len, err);
+    if (rc == TSR_ECORRUPT || rc == TSR_EINVAL) tsr_err_prefix(err, "%s: cannot commit", s->dir);
     if (!rc) rc = tsr_store_put_atomic(s->store, "MANIFEST", bytes, len, err);
     free(bytes);
     return rc;
