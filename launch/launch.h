@@ -43,6 +43,7 @@ typedef struct launch_opts {
     const char *listen;  /* --listen ADDR: the supervisor's address for the ranks (NULL: the one towards the first host) */
     double host_timeout; /* seconds without an answer to TSR_HB_CMD_ALIVE after which a host's ranks are lost */
     double orphan_timeout; /* seconds a rank runs on without hearing from the supervisor (TSR_HEARTBEAT_ORPHAN_S) */
+    double readmit_after;  /* seconds a dropped host stays out before a restart probes it again */
 } launch_opts;
 
 #define LAUNCH_HANG_FLOOR 5.0   /* seconds: the automatic hang timeout's floor */
@@ -129,6 +130,7 @@ typedef struct launch {
     double hist[LAUNCH_HISTORY];
     int n_hist;
     int *alive_nodes, n_alive, per_node, *node_fails;
+    double *dropped_at; /* tsr_now() when each node was dropped (0: not dropped) */
     int restarts;
     int quick_fails; /* launches in a row that failed before a step (the backoff's exponent) */
     int skip_after, skip_steps; /* the data window skipped (-1: none) */
@@ -231,10 +233,10 @@ int launch_hosts_slurm(const char *list, launch_opts *o, char *why, size_t len);
  * (its route's source) into out. @return 0, or -1 with why. */
 int launch_local_addr(const char *host, char *out, size_t len, char *why, size_t wlen);
 
-/* launch_probe_hosts(): runs `true` on every host left (an mpirun each, at
- * once; 15 s at most), each logged ("probe"). @return the first host (its
- * node) that did not run it, or -1. */
-int launch_probe_hosts(launch *L);
+/* launch_probe_hosts(): runs `true` on the n hosts of nodes (an mpirun each,
+ * all at once; 15 s at most), each logged ("probe"); ok[i]: 1 when host
+ * nodes[i] ran it. */
+void launch_probe_hosts(launch *L, const int *nodes, int n, int *ok);
 
 /* launch_chaos.c ---------------------------------------------------------- */
 

@@ -150,12 +150,15 @@ int launch_local_addr(const char *host, char *out, size_t len, char *why, size_t
 
 #define PROBE_S 15.0 /* seconds a host may take to run a probe */
 
-int launch_probe_hosts(launch *L) {
-    pid_t pids[LAUNCH_MAX_HOSTS];
-    int n = L->n_alive, lost = -1;
+void launch_probe_hosts(launch *L, const int *nodes, int n, int *ok) {
+    pid_t *pids = calloc((size_t)n, sizeof *pids);
+    if (!pids) {
+        for (int i = 0; i < n; i++) ok[i] = 1; /* no probe: nothing is judged */
+        return;
+    }
     for (int i = 0; i < n; i++) { /* one mpirun a host, each running `true` there, all at once */
         char host[LAUNCH_HOST_NAME + 4];
-        snprintf(host, sizeof host, "%s:1", L->o.hosts[L->alive_nodes[i]]);
+        snprintf(host, sizeof host, "%s:1", L->o.hosts[nodes[i]]);
         fflush(NULL);
         pids[i] = fork();
         if (pids[i] == 0) {
@@ -173,20 +176,21 @@ int launch_probe_hosts(launch *L) {
     while (left > 0) {
         left = 0;
         for (int i = 0; i < n; i++) {
-            int st;
-            if (pids[i] <= 0) continue;
+            int st = -1;
+            if (pids[i] < 0) ok[i] = 0, pids[i] = 0;
+            if (pids[i] == 0) continue;
             pid_t w = waitpid(pids[i], &st, WNOHANG);
             if (w == 0 && tsr_now() - t0 < PROBE_S) {
                 left++;
                 continue;
             }
             if (w == 0) kill(-pids[i], SIGKILL), waitpid(pids[i], &st, 0), st = -1;
-            if (st != 0 && lost < 0) lost = L->alive_nodes[i];
-            launch_event(L, "probe", "\"host\": \"%s\", \"ok\": %s, \"seconds\": %.3f", L->o.hosts[L->alive_nodes[i]],
-                         st == 0 ? "true" : "false", tsr_now() - t0);
+            ok[i] = st == 0;
+            launch_event(L, "probe", "\"host\": \"%s\", \"ok\": %s, \"seconds\": %.3f", L->o.hosts[nodes[i]],
+                         ok[i] ? "true" : "false", tsr_now() - t0);
             pids[i] = 0;
         }
         if (left) usleep(20000);
     }
-    return lost;
+    free(pids);
 }

@@ -194,6 +194,7 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
     }
     memmove(L->alive_nodes + idx, L->alive_nodes + idx + 1, (size_t)(L->n_alive - idx - 1) * sizeof *L->alive_nodes);
     L->n_alive--;
+    L->dropped_at[node] = tsr_now();
     L->np = np;
     launch_event(L, "node_dropped", "\"node\": %d, \"failures\": %d, \"np\": %d, \"dp_replicate\": %d", node,
                  L->node_fails[node], np, c.parallelism.data_parallel_replicate_degree);
@@ -253,6 +254,36 @@ static void plan_sdc_rollback(launch *L) {
                (long long)c, later ? ", passing over the later ones" : "");
 }
 
+/* Over hosts, at a restart: the hosts dropped at least --readmit-after seconds ago
+ * that run a probe again (a host rebooted, a partition healed) come back, with
+ * their ranks, if the job fits them (it resumes resharded onto more ranks). */
+static void readmit_hosts(launch *L, const tsr_train_config *pristine) {
+    int cand[LAUNCH_MAX_HOSTS], ok[LAUNCH_MAX_HOSTS], n = 0;
+    for (int h = 0; h < L->o.n_hosts; h++)
+        if (L->dropped_at[h] > 0 && tsr_now() - L->dropped_at[h] >= L->o.readmit_after) cand[n++] = h;
+    if (n == 0) return;
+    launch_probe_hosts(L, cand, n, ok);
+    for (int i = 0; i < n; i++) {
+        if (!ok[i]) continue;
+        int h = cand[i], np = L->np + L->per_node, replicate = np == L->o.np ? 0 : L->replicate;
+        tsr_train_config c = *pristine;
+        c.training.global_batch_size = L->global_batch;
+        if (np != L->o.np) c.parallelism.data_parallel_shard_degree = -1;
+        if (replicate > 0) c.parallelism.data_parallel_replicate_degree = replicate;
+        if (tsr_config_validate(&c, np, NULL)) continue;
+        int at = L->n_alive; /* in the host list's order */
+        while (at > 0 && L->alive_nodes[at - 1] > h) at--;
+        memmove(L->alive_nodes + at + 1, L->alive_nodes + at, (size_t)(L->n_alive - at) * sizeof *L->alive_nodes);
+        L->alive_nodes[at] = h;
+        L->n_alive++;
+        L->np = np, L->replicate = replicate;
+        L->dropped_at[h] = 0, L->node_fails[h] = 0;
+        char j[LAUNCH_HOST_NAME + 8];
+        launch_event(L, "host_back", "\"node\": %d, \"host\": %s, \"np\": %d", h, launch_json(L->o.hosts[h], j, sizeof j), np);
+        launch_say("host %s answers again: back in the job, which goes on with %d ranks", L->o.hosts[h], np);
+    }
+}
+
 /* Waits `s` seconds unless a stop signal comes first. */
 static void backoff_wait(launch *L, double s) {
     double end = tsr_now() + s;
@@ -281,13 +312,16 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
     if (L->o.n_hosts > 0 && L->out != OUT_HOST && L->out != OUT_SIGNAL && L->out != OUT_USAGE) {
         /* over hosts: mpirun may have ended the job for a host it lost before
          * the ranks' silence showed it, or could not reach one at the start */
-        int lost = launch_probe_hosts(L);
-        for (int i = 0; lost >= 0 && i < L->n_alive; i++)
-            if (L->alive_nodes[i] == lost) {
+        int ok[LAUNCH_MAX_HOSTS];
+        launch_probe_hosts(L, L->alive_nodes, L->n_alive, ok);
+        for (int i = 0; i < L->n_alive; i++)
+            if (!ok[i]) {
+                int lost = L->alive_nodes[i];
                 launch_event(L, "host_lost", "\"node\": %d, \"host\": %s, \"probe\": true, \"cause\": \"%s\"", lost,
                              launch_json(L->o.hosts[lost], j, sizeof j), OUTCOME[L->out]);
                 launch_say("host %s lost: it does not run a probe (the launch failed: %s)", L->o.hosts[lost], OUTCOME[L->out]);
                 L->out = OUT_HOST, L->culprit = i * L->per_node;
+                break;
             }
     }
     counts[L->out]++;
@@ -297,6 +331,7 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
         return 0;
     }
     account_node(L, pristine);
+    if (L->o.n_hosts > 0) readmit_hosts(L, pristine);
     if (L->out == OUT_NAN) plan_rollback(L);
     if (L->out == OUT_SDC) plan_sdc_rollback(L);
     /* the backoff doubles with each launch in a row that trained no step */
@@ -391,9 +426,10 @@ int launch_run(const launch_opts *o, const tsr_train_config *job) {
     L->n_alive = L->o.nodes;
     L->alive_nodes = calloc((size_t)L->o.nodes, sizeof *L->alive_nodes);
     L->node_fails = calloc((size_t)L->o.nodes, sizeof *L->node_fails);
+    L->dropped_at = calloc((size_t)L->o.nodes, sizeof *L->dropped_at);
     int pipefd[2];
     restore_rollback(L);
-    if (!L->alive_nodes || !L->node_fails || pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) || open_events(L) || launch_listen(L)) {
+    if (!L->alive_nodes || !L->node_fails || !L->dropped_at || pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) || open_events(L) || launch_listen(L)) {
         launch_unlisten(L);
         return LAUNCH_GAVE_UP;
     }
@@ -410,5 +446,6 @@ int launch_run(const launch_opts *o, const tsr_train_config *job) {
     free(L->conns);
     free(L->alive_nodes);
     free(L->node_fails);
+    free(L->dropped_at);
     return rc;
 }

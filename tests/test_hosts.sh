@@ -7,7 +7,8 @@
 #   - a host killed mid-run (its processes, its link and its memory): the
 #     supervisor finds its ranks silent, drops the host at once and the job
 #     restarts on the 4 ranks of the other hosts from their memory and partner
-#     copies, resharded;
+#     copies, resharded; the host back, it rejoins at the next restart (a rank
+#     killed), on 6 ranks again;
 #   - a host cut off for 30 s while its ranks run on: dropped likewise, the job
 #     goes on without it; the ranks cut off stop themselves (they hear nothing
 #     from the supervisor: --orphan-timeout) and commit nothing;
@@ -27,7 +28,7 @@ vcluster_up 3
 JOB="$JOB --training.global_batch_size=24 --checkpoint.interval=6 --checkpoint.local_interval=4"
 sup() {
     dir=$1; shift
-    "$T" launch -np 6 --hostfile "$VC_HOSTFILE" --listen "$VC_HEAD" --host-timeout 8 --min-ranks 4 $FAST "$@" -- train $JOB \
+    "$T" launch -np 6 --hostfile "$VC_HOSTFILE" --listen "$VC_HEAD" --host-timeout 8 --min-ranks 4 --readmit-after 0 $FAST "$@" -- train $JOB \
         --job.dump_folder="$TSR_TMP/$dir" >>"$TSR_TMP/$dir.log" 2>&1 &
     SUP=$!
 }
@@ -59,14 +60,22 @@ vcluster_kill h3
 wait_for kill "e['event']=='host_lost' and e['host']=='h3'" &&
     wait_for kill "e['event']=='node_dropped' and e['node']==2 and e['np']==4" &&
     wait_for kill "e['event']=='launch' and e['launch']==2 and '--checkpoint.local_nodes=0,1' in e['extra_args']"
-finished kill 1
 grep -q "host h3 lost: none of its ranks answered" "$TSR_TMP/kill.log" || fail "kill: the loss of h3 not said"
+wait_for kill "e['event']=='recovered' and e['launch']==2"
 grep -q "resumed from .* (the local tier, step" "$TSR_TMP/kill.log" ||
     { fail "kill: not resumed from the hosts' memory"; grep "resumed" "$TSR_TMP/kill.log" >&2; }
 down=$(ev kill "e['event']=='recovered'" downtime_s)
 echo "kill: from the host's loss to the next step: ${down} s"
-checked kill
+# h3 back (rebooted, empty memory); a rank of h1 killed: at that restart h3
+# runs the probe and is back in the job, which resumes on 6 ranks again
 vcluster_revive h3
+s2=$(ev kill "e['event']=='recovered' and e['launch']==2" step)
+wait_step kill $((s2 + 2))
+kill -9 "$(ev kill "e['event']=='rank_up' and e['launch']==2 and e['rank']==1" pid)"
+wait_for kill "e['event']=='host_back' and e['host']=='h3' and e['np']==6" &&
+    wait_for kill "e['event']=='launch' and e['launch']==3 and e['np']==6"
+finished kill 2
+checked kill
 
 # a host cut off for 30 s: h2 (ranks 2 and 3, node 1); its ranks run on
 sup cut

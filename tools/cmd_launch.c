@@ -12,7 +12,7 @@
 static const char USAGE[] =
     "usage: tessera launch -np N [--nodes K | --hostfile FILE] [--min-ranks M] [--max-restarts R]\n"
     "                      [--hang-timeout S] [--backoff S] [--grace S] [--preempt-grace S]\n"
-    "                      [--listen ADDR[:PORT]] [--host-timeout S] [--orphan-timeout S]\n"
+    "                      [--listen ADDR[:PORT]] [--host-timeout S] [--orphan-timeout S] [--readmit-after S]\n"
     "                      [--chaos RATE[,SEED[,KINDS]]] -- train --config FILE [--section.key=value ...]\n"
     "Runs the training job on N ranks under mpirun and keeps it alive. Every rank\n"
     "reports to the supervisor (step, phase, loss, time) over a Unix socket, or TCP\n"
@@ -69,7 +69,9 @@ static const char USAGE[] =
     "whose ranks all stop answering for --host-timeout seconds (default 4; the\n"
     "ranks' watchdogs answer even while they wait in a collective) is lost: dropped\n"
     "at once, and the job restarts on the other hosts from their memory and\n"
-    "partner copies, resharded. Each launch has an epoch (TSR_EPOCH): writers of an\n"
+    "partner copies, resharded. A dropped host that runs a probe again at a restart\n"
+    "at least --readmit-after seconds later (default 60) is back in the job.\n"
+    "Each launch has an epoch (TSR_EPOCH): writers of an\n"
     "older launch, cut off but still running, cannot commit (FORMAT.md).\n"
     "Exit status: 0 finished, 1 gave up, 2 bad usage, 3 preempted.\n";
 
@@ -107,6 +109,7 @@ static int parse_args(int argc, char **argv, launch_opts *o) {
     char why[512];
     o->host_timeout = 4;
     o->orphan_timeout = 10;
+    o->readmit_after = 60;
     o->hang_timeout = 0;
     o->backoff = 1;
     o->grace = 3;
@@ -142,6 +145,8 @@ static int parse_args(int argc, char **argv, launch_opts *o) {
             o->listen = v;
         } else if ((r = tsr_opt(argc, argv, &i, "host-timeout", 1, &v))) {
             if (r < 0 || num_opt(v, 0.5, &o->host_timeout, "--host-timeout")) return EXIT_USAGE;
+        } else if ((r = tsr_opt(argc, argv, &i, "readmit-after", 1, &v))) {
+            if (r < 0 || num_opt(v, 0, &o->readmit_after, "--readmit-after")) return EXIT_USAGE;
         } else if ((r = tsr_opt(argc, argv, &i, "orphan-timeout", 1, &v))) {
             if (r < 0 || num_opt(v, 1, &o->orphan_timeout, "--orphan-timeout")) return EXIT_USAGE;
         } else if ((r = tsr_opt(argc, argv, &i, "chaos", 1, &v))) {
