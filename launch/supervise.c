@@ -185,11 +185,12 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
         f.parallelism.data_parallel_replicate_degree = r;
         if (!tsr_config_validate(&f, np, NULL)) fits = 1, L->replicate = r, c = f;
     }
-    char nn[LAUNCH_HOST_NAME + 8];
+    char nn[LAUNCH_HOST_NAME + 8], what[LAUNCH_HOST_NAME + 40];
     launch_node_name(L, node, nn, sizeof nn);
+    if (L->out == OUT_HOST) snprintf(what, sizeof what, "%s lost", nn);
+    else snprintf(what, sizeof what, "%s failed %d times", nn, L->node_fails[node]);
     if (!fits) {
-        launch_say("%s failed %d time(s); kept: %s", nn, L->node_fails[node],
-                   e.msg[0] ? e.msg : "fewer ranks would be below --min-ranks");
+        launch_say("%s; kept: %s", what, e.msg[0] ? e.msg : "fewer ranks would be below --min-ranks");
         return;
     }
     memmove(L->alive_nodes + idx, L->alive_nodes + idx + 1, (size_t)(L->n_alive - idx - 1) * sizeof *L->alive_nodes);
@@ -200,10 +201,9 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
                  L->node_fails[node], np, c.parallelism.data_parallel_replicate_degree);
     forget_node(L, node);
     if (L->replicate > 0)
-        launch_say("%s failed %d time(s): dropped; the job goes on with %d ranks, %d replicas (dp_replicate)", nn,
-                   L->node_fails[node], np, L->replicate);
+        launch_say("%s: dropped; the job goes on with %d ranks, %d replicas (dp_replicate)", what, np, L->replicate);
     else
-        launch_say("%s failed %d time(s): dropped; the job goes on with %d ranks", nn, L->node_fails[node], np);
+        launch_say("%s: dropped; the job goes on with %d ranks", what, np);
 }
 
 /* After a NaN at step s: back to the newest committed checkpoint c before s
@@ -330,8 +330,8 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
         launch_say("giving up: %d restart(s), the limit (--max-restarts)", L->restarts);
         return 0;
     }
+    if (L->o.n_hosts > 0) readmit_hosts(L, pristine); /* (before this failure's host, if any, is dropped) */
     account_node(L, pristine);
-    if (L->o.n_hosts > 0) readmit_hosts(L, pristine);
     if (L->out == OUT_NAN) plan_rollback(L);
     if (L->out == OUT_SDC) plan_sdc_rollback(L);
     /* the backoff doubles with each launch in a row that trained no step */

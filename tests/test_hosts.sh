@@ -35,6 +35,13 @@ sup() {
 # tessera processes on HOST
 on_host() { ip netns pids "tsr${VC_NET##*.}$1" 2>/dev/null | while read -r p; do
     [ "$(cat /proc/$p/comm 2>/dev/null)" = tessera ] && echo $p; done; }
+# done DIR: the supervisor of DIR exited 0, the run finished (after some restarts:
+# a host lost is found by its silence or, first, by mpirun and then the probe)
+done_ok() {
+    wait $SUP || { fail "$1: tessera launch exited $?"; tail -15 "$TSR_TMP/$1.log" >&2; }
+    ev "$1" "e['event']=='finish' and e['status']=='ok' and e['restarts']>=1" >/dev/null ||
+        { fail "$1: no finish"; tail -3 "$TSR_TMP/$1/launch.jsonl" >&2; }
+}
 # checked DIR: every sample once over 24 steps, every committed step verifies
 checked() {
     $PY "$TSR_ROOT/tests/samples_check.py" "$TSR_TMP/$1/metrics.jsonl" "$TSR_TMP/$1/launch.jsonl" 24 >/dev/null ||
@@ -59,9 +66,10 @@ ev kill "e['event']=='rank_up' and e['launch']==1 and e['rank']==5 and e['peer']
 vcluster_kill h3
 wait_for kill "e['event']=='host_lost' and e['host']=='h3'" &&
     wait_for kill "e['event']=='node_dropped' and e['node']==2 and e['np']==4" &&
-    wait_for kill "e['event']=='launch' and e['launch']==2 and '--checkpoint.local_nodes=0,1' in e['extra_args']"
-grep -q "host h3 lost: none of its ranks answered" "$TSR_TMP/kill.log" || fail "kill: the loss of h3 not said"
-wait_for kill "e['event']=='recovered' and e['launch']==2"
+    wait_for kill "e['event']=='launch' and e['extra_args'].endswith('--checkpoint.local_nodes=0,1')"
+grep -q "host h3 lost: " "$TSR_TMP/kill.log" || fail "kill: the loss of h3 not said"
+l2=$(ev kill "e['event']=='launch' and e['extra_args'].endswith('--checkpoint.local_nodes=0,1')" launch)
+wait_for kill "e['event']=='recovered' and e['launch']==$l2"
 grep -q "resumed from .* (the local tier, step" "$TSR_TMP/kill.log" ||
     { fail "kill: not resumed from the hosts' memory"; grep "resumed" "$TSR_TMP/kill.log" >&2; }
 down=$(ev kill "e['event']=='recovered'" downtime_s)
@@ -69,12 +77,12 @@ echo "kill: from the host's loss to the next step: ${down} s"
 # h3 back (rebooted, empty memory); a rank of h1 killed: at that restart h3
 # runs the probe and is back in the job, which resumes on 6 ranks again
 vcluster_revive h3
-s2=$(ev kill "e['event']=='recovered' and e['launch']==2" step)
+s2=$(ev kill "e['event']=='recovered' and e['launch']==$l2" step)
 wait_step kill $((s2 + 2))
-kill -9 "$(ev kill "e['event']=='rank_up' and e['launch']==2 and e['rank']==1" pid)"
+kill -9 "$(ev kill "e['event']=='rank_up' and e['launch']==$l2 and e['rank']==1" pid)"
 wait_for kill "e['event']=='host_back' and e['host']=='h3' and e['np']==6" &&
-    wait_for kill "e['event']=='launch' and e['launch']==3 and e['np']==6"
-finished kill 2
+    wait_for kill "e['event']=='launch' and e['launch']>$l2 and e['np']==6"
+done_ok kill
 checked kill
 
 # a host cut off for 30 s: h2 (ranks 2 and 3, node 1); its ranks run on
@@ -83,7 +91,7 @@ wait_step cut 10
 vcluster_cut h2
 t0=$(date +%s)
 wait_for cut "e['event']=='host_lost' and e['host']=='h2'" &&
-    wait_for cut "e['event']=='launch' and e['launch']==2 and '--checkpoint.local_nodes=0,2' in e['extra_args']"
+    wait_for cut "e['event']=='launch' and e['extra_args'].endswith('--checkpoint.local_nodes=0,2')"
 # within the orphan timeout (10 s) and a margin, the ranks cut off are gone
 n=0
 while [ -n "$(on_host h2)" ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
@@ -91,7 +99,7 @@ while [ -n "$(on_host h2)" ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
 left=$((30 - ($(date +%s) - t0)))
 [ $left -gt 0 ] && sleep $left
 vcluster_heal h2
-finished cut 1
+done_ok cut
 checked cut
 
 # preempted with a 10 s grace: the next launch resumes from the step the ranks stopped after

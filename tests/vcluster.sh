@@ -25,7 +25,7 @@
 #       namespaces, not over ssh).
 #   vcluster_kill HOST  kills every process on HOST, takes its link down and
 #       empties its /dev/shm: a host lost with its memory.
-#   vcluster_revive HOST  a killed HOST back, with empty memory.
+#   vcluster_revive HOST  a killed HOST back, with empty memory (once ssh reaches it).
 #   vcluster_cut HOST / vcluster_heal HOST  takes HOST's link down (its
 #       processes run on, cut off: a network partition) and up again.
 #   vcluster_down  kills every process on every host, removes the namespaces,
@@ -110,7 +110,7 @@ EOF
         for _vc_h in $VC_HOSTS; do printf 'Host %s\n  HostName %s.%s\n' $_vc_h $VC_NET ${_vc_h#h}; done
         printf 'Host *\n  User root\n  IdentityFile %s\n  IdentitiesOnly yes\n  StrictHostKeyChecking no\n' "$VC_DIR/id"
         printf '  UserKnownHostsFile /dev/null\n  GlobalKnownHostsFile /dev/null\n  LogLevel ERROR\n  BatchMode yes\n'
-        printf '  ConnectTimeout 5\n  ServerAliveInterval 2\n  ServerAliveCountMax 3\n'
+        printf '  ConnectTimeout 5\n'
     } >"$VC_DIR/ssh_config"
     for _vc_h in $VC_HOSTS; do
         _vc_run "sshd of $_vc_h" vcluster_exec $_vc_h /usr/sbin/sshd -f "$VC_DIR/sshd_config" \
@@ -158,9 +158,16 @@ vcluster_kill() { # HOST
     return 0
 }
 
-vcluster_revive() { # HOST: a killed host back (empty memory), its sshd started again
+vcluster_revive() { # HOST: a killed host back (empty memory), its sshd started again; returns once it answers
     ip link set "v${_vc_n}$1" up
+    ip neigh flush dev "$VC_BRIDGE" to "$VC_NET.${1#h}" 2>/dev/null # the failed lookups of its address, forgotten
     vcluster_exec $1 /usr/sbin/sshd -f "$VC_DIR/sshd_config" -o "ListenAddress=$VC_NET.${1#h}" -o "PidFile=/run/sshd.pid"
+    _vc_i=0
+    until [ "$("$VC_AGENT" $1 hostname 2>"$VC_DIR/last.err")" = $1 ]; do
+        _vc_i=$((_vc_i + 1))
+        [ $_vc_i -lt 100 ] || { echo "FAIL: vcluster: $1 revived but ssh fails: $(cat "$VC_DIR/last.err")" >&2; return 1; }
+        sleep 0.1
+    done
 }
 
 vcluster_down() {
