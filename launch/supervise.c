@@ -337,6 +337,7 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
     /* the backoff doubles with each launch in a row that trained no step */
     L->quick_fails = L->first_step >= 0 ? 0 : L->quick_fails + 1;
     double b = fmin(30, L->o.backoff * pow(2, L->quick_fails));
+    if (L->out == OUT_HOST && L->first_step >= 0) b = 0; /* its cause is gone with the host: at once */
     L->restarts++;
     launch_event(L, "relaunch", "\"restart\": %d, \"backoff_s\": %.3f, \"np\": %d", L->restarts, b, L->np);
     backoff_wait(L, b);

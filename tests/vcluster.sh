@@ -20,7 +20,8 @@
 #       to the bridge's subnet; add --hostfile, -np and the command) and
 #       VC_MPIRUN (VC_MPI over every host: add -np and the command), and exports
 #       the same settings as OMPI_MCA_* variables, for an mpirun started by
-#       another program (tessera launch).
+#       another program (tessera launch), with mpi_yield_when_idle (the hosts
+#       share this machine's cores).
 #   vcluster_exec HOST COMMAND...  runs COMMAND on HOST (entering its
 #       namespaces, not over ssh).
 #   vcluster_kill HOST  kills every process on HOST, takes its link down and
@@ -129,8 +130,10 @@ EOF
         done
     done
     VC_HOSTFILE=$VC_DIR/hostfile
+    # the hosts share this machine's cores: a rank that waits in a collective
+    # yields its core (busy polling over TCP made the small model's steps 3x slower)
     export OMPI_MCA_plm_rsh_agent="$VC_AGENT" OMPI_MCA_oob_tcp_if_include="$VC_NET.0/24" \
-        OMPI_MCA_btl_tcp_if_include="$VC_NET.0/24" OMPI_MCA_btl=self,vader,tcp
+        OMPI_MCA_btl_tcp_if_include="$VC_NET.0/24" OMPI_MCA_btl=self,vader,tcp OMPI_MCA_mpi_yield_when_idle=1
     VC_MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none -x PATH"
     VC_MPIRUN="$VC_MPI --hostfile $VC_HOSTFILE"
 }
@@ -187,7 +190,8 @@ vcluster_down() {
     done
     ip link del "$VC_BRIDGE" 2>/dev/null
     umount "$VC_DIR/ns" 2>/dev/null
-    unset OMPI_MCA_plm_rsh_agent OMPI_MCA_oob_tcp_if_include OMPI_MCA_btl_tcp_if_include OMPI_MCA_btl
+    unset OMPI_MCA_plm_rsh_agent OMPI_MCA_oob_tcp_if_include OMPI_MCA_btl_tcp_if_include OMPI_MCA_btl \
+        OMPI_MCA_mpi_yield_when_idle
     rm -rf "$VC_DIR/ns"
     return 0
 }

@@ -101,9 +101,14 @@ echo "   8 ranks as 2 nodes of 4 under tessera launch)"
 sh tools/bench_tier.sh "$T" "$OUT"
 
 echo
-echo "== preemption: tessera launch --preempt-grace 5 and SIGTERM, the small model on 8 ranks as 2 nodes of 4 (a"
-echo "   snapshot every 5 steps, a checkpoint every 10); what each tier committed within the grace, and the next launch"
+echo "== preemption: tessera launch --preempt-grace 5 and SIGTERM, the small model on the virtual cluster, 3 hosts of"
+echo "   2 ranks (a snapshot every 5 steps, a checkpoint every 10); what each tier committed within the grace, and the next launch"
 sh tools/bench_preempt.sh "$T" "$OUT"
+
+echo
+echo "== host lost: the small model on the virtual cluster, 3 hosts of 2 ranks; a host killed: from the kill to the next"
+echo "   training step, on the other hosts, from their memory and partner copies, resharded"
+sh tools/bench_hosts.sh "$T" "$OUT"
 
 echo
 echo "== s3: push and pull of a 1 GiB checkpoint to an S3 server on loopback (Ceph RGW, made for the run), against aws s3 cp;"

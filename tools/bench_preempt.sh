@@ -1,25 +1,30 @@
 #!/bin/sh
-# bench_preempt.sh TESSERA OUT: preemption with a deadline (make bench). The
-# small model on 8 ranks grouped as 2 nodes of 4 under tessera launch
-# --preempt-grace 5, a snapshot in the local tier every 5 steps and a durable
+# bench_preempt.sh TESSERA OUT: preemption with a deadline (make bench), on the
+# virtual cluster of tests/vcluster.sh (3 hosts of 2 ranks, reached over ssh;
+# needs root). The small model on 6 ranks under tessera launch --hostfile
+# --preempt-grace 5, a snapshot in each host's memory every 5 steps and a durable
 # checkpoint every 10: SIGTERM to the supervisor once step 12 is done; from its
 # "preempted" event, the seconds from the signal to the local tier's commit and
 # to the durable tier's, against the 5 s grace (goal: the local tier within it;
 # the durable tier too, its last save measured as fitting), and the time to the
 # job's end; then the next launch resumes from the step reported.
 set -e
-T=$1
-OUT=$2
+T=$(realpath "$1")
+OUT=$(realpath -m "$2")
 PY=python3
+TSR_TMP="$OUT/preempt-cluster"
+rm -rf "$TSR_TMP"
+mkdir -p "$TSR_TMP"
+. tests/vcluster.sh
+trap vcluster_down EXIT
+vcluster_up 3
 d="$OUT/preempt"
-shm=/dev/shm/tessera-bench-preempt-$$ # the local tier, of this run only
 rm -rf "$d"
 mkdir -p "$d"
-trap 'rm -rf "$shm"' EXIT
-JOB="--config train/configs/small.toml --parallelism.data_parallel_shard_degree=8 --metrics.log_freq=1 \
---checkpoint.interval=10 --checkpoint.local_interval=5 --checkpoint.local_folder=$shm --training.steps=40 \
---job.dump_folder=$d"
-$T launch -np 8 --nodes 2 --preempt-grace 5 -- train $JOB >"$d.log" 2>&1 &
+JOB="--config train/configs/small.toml --training.local_batch_size=2 --training.global_batch_size=24 --metrics.log_freq=1 \
+--checkpoint.interval=10 --checkpoint.local_interval=5 --training.steps=40 --job.dump_folder=$d"
+HOSTS="-np 6 --hostfile $VC_HOSTFILE --listen $VC_HEAD"
+$T launch $HOSTS --preempt-grace 5 -- train $JOB >"$d.log" 2>&1 &
 sup=$!
 until grep -q '"step": 12,' "$d/metrics.jsonl" 2>/dev/null; do
     kill -0 $sup 2>/dev/null || { echo "bench preempt: the job ended before step 12 ($d.log)" >&2; exit 1; }
@@ -35,7 +40,7 @@ e = [x for x in map(json.loads, open(sys.argv[1])) if x["event"] == "preempted"]
 g = e["grace_s"]
 local_ok = e["step"] >= 0 and e["local_step"] == e["step"] and e["local_s"] <= g
 durable = e["step"] >= 0 and e["durable_step"] == e["step"]
-print("preemption, small model on 8 ranks as 2 nodes: stopped after step %d; the local tier committed it %.2f s after "
+print("preemption, small model on 3 hosts of 2 ranks: stopped after step %d; the local tier committed it %.2f s after "
       "the command, the durable tier %s; the job ended %.2f s after the signal (grace %.0f s; goal: the local tier "
       "within it)  %s" % (e["step"], e["local_s"], "%.2f s after it" % e["durable_s"] if durable else "did not",
                           e["seconds"], g, "ok" if local_ok and e["deadline_met"] else "MISSED"))
@@ -53,7 +58,7 @@ else:
           "with the 1.5x margin (goal: saved when it fits)  %s" % (m[-1] if m else "?", "ok" if m else "MISSED"))
 EOF
 step=$(sed -n 's/.*"event": "preempted".*"resume_step": \([0-9]*\).*/\1/p' "$d/launch.jsonl")
-$T launch -np 8 --nodes 2 -- train $JOB >>"$d.log" 2>&1 || { echo "bench preempt: the next launch failed ($d.log)" >&2; exit 1; }
+$T launch $HOSTS -- train $JOB >>"$d.log" 2>&1 || { echo "bench preempt: the next launch failed ($d.log)" >&2; exit 1; }
 grep -q "resumed from .* (the local tier, step $step," "$d.log" &&
     echo "preemption: the next launch resumed from step $step, in the local tier" ||
     echo "preemption: the next launch did not resume from step $step  MISSED"

@@ -9,7 +9,8 @@
 #          real S3 server on loopback, tests/rgw.sh), GNU time, iproute2,
 #          util-linux and OpenSSH (the virtual cluster's namespaces and its
 #          hosts' sshd, tests/vcluster.sh: its own, on its hosts' addresses);
-#   bench  make bench: the run set, Ceph, GNU time and python3.
+#   bench  make bench: the run set, Ceph, GNU time, python3 and the virtual
+#          cluster's iproute2, util-linux and OpenSSH.
 set -e
 run="build-essential pkg-config liburing-dev libzstd-dev libxxhash-dev libisal-dev libcurl4-openssl-dev libssl-dev
 libxml2-dev libinih-dev libcjson-dev libopenmpi-dev openmpi-bin libopenblas-dev gnuplot-nox"
@@ -17,7 +18,7 @@ ceph="ceph-mon ceph-mgr ceph-osd radosgw ceph-common"
 case ${1:-run} in
 run) pkgs=$run;;
 test) pkgs="$run clang libclang-rt-14-dev time python3 python3-numpy python3-venv cmake ninja-build g++ $ceph iproute2 util-linux openssh-client openssh-server";;
-bench) pkgs="$run time python3 $ceph";;
+bench) pkgs="$run time python3 $ceph iproute2 util-linux openssh-client openssh-server";;
 *) echo "usage: deps.sh [run|test|bench]" >&2; exit 2;;
 esac
 missing=""
