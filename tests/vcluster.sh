@@ -134,7 +134,12 @@ EOF
     # yields its core (busy polling over TCP made the small model's steps 3x slower)
     export OMPI_MCA_plm_rsh_agent="$VC_AGENT" OMPI_MCA_oob_tcp_if_include="$VC_NET.0/24" \
         OMPI_MCA_btl_tcp_if_include="$VC_NET.0/24" OMPI_MCA_btl=self,vader,tcp OMPI_MCA_mpi_yield_when_idle=1
+    # a remote shell's environment is its own: what the tests set is passed on
+    # (the sanitizers' options, tessera's variables), as tessera launch does
     VC_MPI="mpirun --allow-run-as-root --oversubscribe --bind-to none -x PATH"
+    for _vc_v in ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS LD_LIBRARY_PATH $(env | sed -n 's/^\(TSR_[A-Za-z0-9_]*\)=.*/\1/p'); do
+        [ -n "$(printenv "$_vc_v")" ] && VC_MPI="$VC_MPI -x $_vc_v"
+    done
     VC_MPIRUN="$VC_MPI --hostfile $VC_HOSTFILE"
 }
 
