@@ -162,17 +162,17 @@ static void forget_node(launch *L, int node) {
     launch_event(L, "node_memory_lost", "\"node\": %d, \"folder\": %s", node, launch_json(dir, j, sizeof j));
 }
 
-/* A node whose ranks failed twice, or a host lost at once (its ranks stopped
+/* @return the node dropped, or -1. A node whose ranks failed twice, or a host lost at once (its ranks stopped
  * answering: it is gone, or cut off, and its memory with it), is dropped, if the job still fits: with the
  * shards spread over the ranks left, and where they cannot hold every replica
  * (dp_replicate), with as many replicas as they can (the dropped node's replica
  * goes with it, as in HSDP). */
-static void account_node(launch *L, const tsr_train_config *pristine) {
+static int account_node(launch *L, const tsr_train_config *pristine) {
     if (L->culprit < 0 || L->o.nodes <= 1 ||
         (L->out != OUT_RANK_EXIT && L->out != OUT_HANG && L->out != OUT_SDC && L->out != OUT_HOST))
-        return; /* with OUT_SDC, the culprit is a rank its group's majority outvoted */
+        return -1; /* with OUT_SDC, the culprit is a rank its group's majority outvoted */
     int idx = L->culprit / L->per_node, node = L->alive_nodes[idx];
-    if (++L->node_fails[node] < 2 && L->out != OUT_HOST) return;
+    if (++L->node_fails[node] < 2 && L->out != OUT_HOST) return -1;
     int np = L->np - L->per_node;
     tsr_train_config c = *pristine;
     tsr_error e = {0};
@@ -191,7 +191,7 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
     else snprintf(what, sizeof what, "%s failed %d times", nn, L->node_fails[node]);
     if (!fits) {
         launch_say("%s; kept: %s", what, e.msg[0] ? e.msg : "fewer ranks would be below --min-ranks");
-        return;
+        return -1;
     }
     memmove(L->alive_nodes + idx, L->alive_nodes + idx + 1, (size_t)(L->n_alive - idx - 1) * sizeof *L->alive_nodes);
     L->n_alive--;
@@ -204,6 +204,7 @@ static void account_node(launch *L, const tsr_train_config *pristine) {
         launch_say("%s: dropped; the job goes on with %d ranks, %d replicas (dp_replicate)", what, np, L->replicate);
     else
         launch_say("%s: dropped; the job goes on with %d ranks", what, np);
+    return node;
 }
 
 /* After a NaN at step s: back to the newest committed checkpoint c before s
@@ -257,10 +258,10 @@ static void plan_sdc_rollback(launch *L) {
 /* Over hosts, at a restart: the hosts dropped at least --readmit-after seconds ago
  * that run a probe again (a host rebooted, a partition healed) come back, with
  * their ranks, if the job fits them (it resumes resharded onto more ranks). */
-static void readmit_hosts(launch *L, const tsr_train_config *pristine) {
+static void readmit_hosts(launch *L, const tsr_train_config *pristine, int skip) {
     int cand[LAUNCH_MAX_HOSTS], ok[LAUNCH_MAX_HOSTS], n = 0;
     for (int h = 0; h < L->o.n_hosts; h++)
-        if (L->dropped_at[h] > 0 && tsr_now() - L->dropped_at[h] >= L->o.readmit_after) cand[n++] = h;
+        if (h != skip && L->dropped_at[h] > 0 && tsr_now() - L->dropped_at[h] >= L->o.readmit_after) cand[n++] = h;
     if (n == 0) return;
     launch_probe_hosts(L, cand, n, ok);
     for (int i = 0; i < n; i++) {
@@ -330,8 +331,8 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
         launch_say("giving up: %d restart(s), the limit (--max-restarts)", L->restarts);
         return 0;
     }
-    if (L->o.n_hosts > 0) readmit_hosts(L, pristine); /* (before this failure's host, if any, is dropped) */
-    account_node(L, pristine);
+    int dropped = account_node(L, pristine);
+    if (L->o.n_hosts > 0) readmit_hosts(L, pristine, dropped); /* (not the host this failure dropped) */
     if (L->out == OUT_NAN) plan_rollback(L);
     if (L->out == OUT_SDC) plan_sdc_rollback(L);
     /* the backoff doubles with each launch in a row that trained no step */

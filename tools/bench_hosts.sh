@@ -20,6 +20,7 @@ rm -rf "$TSR_TMP"
 mkdir -p "$TSR_TMP"
 . tests/vcluster.sh
 trap vcluster_down EXIT
+trap 'exit 1' INT TERM # (the EXIT trap then removes the cluster)
 vcluster_up 3
 d="$TSR_TMP/run"
 steps=100000

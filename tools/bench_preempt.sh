@@ -17,6 +17,7 @@ rm -rf "$TSR_TMP"
 mkdir -p "$TSR_TMP"
 . tests/vcluster.sh
 trap vcluster_down EXIT
+trap 'exit 1' INT TERM # (the EXIT trap then removes the cluster)
 vcluster_up 3
 d="$OUT/preempt"
 rm -rf "$d"
