@@ -205,6 +205,11 @@ double launch_median(const launch *L);
  * @return 0, or -1 after saying why. */
 int launch_spawn(launch *L, char *const *extra, int n_extra);
 
+/* launch_exec(): the child's side of starting a command of the supervisor:
+ * its own process group, stdin (and with quiet, stdout and stderr) from
+ * /dev/null, argv run; never returns. */
+void launch_exec(char **argv, int quiet) __attribute__((noreturn));
+
 /* launch_reap(): collects every exited child (mpirun, ranks it left behind);
  * notes mpirun's status in L. */
 void launch_reap(launch *L);
@@ -212,7 +217,7 @@ void launch_reap(launch *L);
 /* launch_kill_all(): ends every process below the supervisor: SIGTERM (and
  * SIGCONT, for stopped ones), up to grace seconds, then SIGKILL; reaps them.
  * @return the seconds it took. */
-double launch_kill_all(launch *L);
+double launch_kill_all(launch *L, double grace);
 
 /* launch_descends(): whether pid is below `ancestor` in the process tree. */
 int launch_descends(pid_t pid, pid_t ancestor);

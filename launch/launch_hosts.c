@@ -4,7 +4,6 @@
  * ranks reach the supervisor by. */
 #include <ctype.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
 #include <stdio.h>
@@ -160,15 +159,10 @@ void launch_probe_hosts(launch *L, const int *nodes, int n, int *ok) {
         char host[LAUNCH_HOST_NAME + 4];
         snprintf(host, sizeof host, "%s:1", L->o.hosts[nodes[i]]);
         fflush(NULL);
+        char *argv[] = {"mpirun", "--host", host, "-np", "1", "true", NULL, NULL};
+        if (geteuid() == 0) memmove(argv + 2, argv + 1, 6 * sizeof *argv), argv[1] = "--allow-run-as-root";
         pids[i] = fork();
-        if (pids[i] == 0) {
-            setpgid(0, 0);
-            int fd = open("/dev/null", O_RDWR);
-            if (fd >= 0) dup2(fd, 0), dup2(fd, 1), dup2(fd, 2);
-            if (geteuid() == 0) execlp("mpirun", "mpirun", "--allow-run-as-root", "--host", host, "-np", "1", "true", (char *)NULL);
-            else execlp("mpirun", "mpirun", "--host", host, "-np", "1", "true", (char *)NULL);
-            _exit(127);
-        }
+        if (pids[i] == 0) launch_exec(argv, 1);
         if (pids[i] > 0) setpgid(pids[i], pids[i]);
     }
     double t0 = tsr_now();

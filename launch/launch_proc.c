@@ -89,7 +89,7 @@ static void nap(double s) {
     nanosleep(&ts, NULL);
 }
 
-double launch_kill_all(launch *L) {
+double launch_kill_all(launch *L, double grace) {
     double t0 = tsr_now();
     if (signal_below(SIGTERM) == 0) {
         launch_reap(L);
@@ -97,14 +97,14 @@ double launch_kill_all(launch *L) {
     }
     signal_below(SIGCONT); /* a stopped process acts on SIGTERM only once continued */
     int left = 1;
-    while (tsr_now() - t0 < L->o.grace && (left = signal_below(0)) > 0) {
+    while (tsr_now() - t0 < grace && (left = signal_below(0)) > 0) {
         launch_reap(L);
         nap(0.02);
     }
     if (left) {
         signal_below(SIGKILL);
         launch_event(L, "sigkill", "\"processes\": %d, \"after_s\": %.3f", left, tsr_now() - t0);
-        while (tsr_now() - t0 < L->o.grace + 10 && signal_below(0) > 0) {
+        while (tsr_now() - t0 < grace + 10 && signal_below(0) > 0) {
             launch_reap(L);
             nap(0.02);
         }
@@ -113,10 +113,11 @@ double launch_kill_all(launch *L) {
     return tsr_now() - t0;
 }
 
-static void child_exec(char **argv) {
+void launch_exec(char **argv, int quiet) {
     setpgid(0, 0);
-    int fd = open("/dev/null", O_RDONLY);
+    int fd = open("/dev/null", O_RDWR);
     if (fd >= 0) dup2(fd, 0);
+    if (fd >= 0 && quiet) dup2(fd, 1), dup2(fd, 2);
     execvp(argv[0], argv);
     fprintf(stderr, "tessera launch: cannot run %s: %s\n", argv[0], strerror(errno));
     _exit(127);
@@ -182,7 +183,7 @@ int launch_spawn(launch *L, char *const *extra, int n_extra) {
     for (int i = 0; i < n_extra; i++) argv[n++] = extra[i];
     fflush(NULL);
     pid_t pid = fork();
-    if (pid == 0) child_exec(argv);
+    if (pid == 0) launch_exec(argv, 0);
     for (size_t i = 0; i < m; i++) free(names[i]);
     free(names), free(argv), free(hosts);
     if (pid < 0) {

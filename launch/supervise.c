@@ -88,6 +88,19 @@ static int rollback_pending(launch *L) {
     return pending;
 }
 
+/* The job's config on np ranks with `replicate` replicas (0: as configured), as
+ * the arguments below make it: on fewer or more ranks than at the start, the
+ * shards spread over them and the global batch kept. */
+static tsr_train_config config_at(const launch *L, const tsr_train_config *pristine, int np, int replicate) {
+    tsr_train_config c = *pristine;
+    if (np != L->o.np) {
+        c.parallelism.data_parallel_shard_degree = -1;
+        c.training.global_batch_size = L->global_batch;
+        if (replicate > 0) c.parallelism.data_parallel_replicate_degree = replicate;
+    }
+    return c;
+}
+
 /* The arguments the supervisor adds to the train command of this launch. */
 static int extra_args(launch *L, char bufs[LAUNCH_MAX_EXTRA][96], char **extra) {
     int n = 0;
@@ -174,11 +187,8 @@ static int account_node(launch *L, const tsr_train_config *pristine) {
     int idx = L->culprit / L->per_node, node = L->alive_nodes[idx];
     if (++L->node_fails[node] < 2 && L->out != OUT_HOST) return -1;
     int np = L->np - L->per_node;
-    tsr_train_config c = *pristine;
+    tsr_train_config c = config_at(L, pristine, np, L->replicate);
     tsr_error e = {0};
-    c.parallelism.data_parallel_shard_degree = -1;
-    c.training.global_batch_size = L->global_batch;
-    if (L->replicate > 0) c.parallelism.data_parallel_replicate_degree = L->replicate;
     int fits = L->n_alive > 1 && np >= L->o.min_ranks && !tsr_config_validate(&c, np, &e);
     for (int r = c.parallelism.data_parallel_replicate_degree - 1; !fits && L->n_alive > 1 && np >= L->o.min_ranks && r >= 1; r--) {
         tsr_train_config f = c;
@@ -267,10 +277,7 @@ static void readmit_hosts(launch *L, const tsr_train_config *pristine, int skip)
     for (int i = 0; i < n; i++) {
         if (!ok[i]) continue;
         int h = cand[i], np = L->np + L->per_node, replicate = np == L->o.np ? 0 : L->replicate;
-        tsr_train_config c = *pristine;
-        c.training.global_batch_size = L->global_batch;
-        if (np != L->o.np) c.parallelism.data_parallel_shard_degree = -1;
-        if (replicate > 0) c.parallelism.data_parallel_replicate_degree = replicate;
+        tsr_train_config c = config_at(L, pristine, np, replicate);
         if (tsr_config_validate(&c, np, NULL)) continue;
         int at = L->n_alive; /* in the host list's order */
         while (at > 0 && L->alive_nodes[at - 1] > h) at--;
@@ -304,10 +311,8 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
     if (!L->failed_at) L->failed_at = tsr_now();
     if (L->last_step > L->failed_step) L->failed_step = L->last_step;
     launch_close_conns(L);
-    double grace = L->o.grace;
-    if (L->out == OUT_HOST && L->o.grace > 0.5) L->o.grace = 0.5; /* mpirun waits for a daemon it cannot reach */
-    double k = launch_kill_all(L);
-    L->o.grace = grace;
+    /* after a host lost, mpirun waits for a daemon it cannot reach: not long */
+    double k = launch_kill_all(L, L->out == OUT_HOST ? fmin(L->o.grace, 0.5) : L->o.grace);
     launch_event(L, "killed", "\"cause\": \"%s\", \"why\": %s, \"seconds\": %.3f", OUTCOME[L->out],
                  launch_json(L->why, j, sizeof j), k);
     if (L->o.n_hosts > 0 && L->out != OUT_HOST && L->out != OUT_SIGNAL && L->out != OUT_USAGE) {
@@ -382,7 +387,7 @@ static int supervise(launch *L, const tsr_train_config *pristine) {
         L->preempting = 1, L->preempt_sig = stop_sig, L->preempt_t0 = tsr_now(); /* between launches */
     if (L->preempting && !L->preempt_end) L->preempt_end = tsr_now(); /* the grace ran out, or a second signal */
     launch_close_conns(L);
-    launch_kill_all(L);
+    launch_kill_all(L, L->o.grace);
     if (L->preempting) launch_preempt_report(L);
     char root[PATH_MAX];
     if (ok && L->cfg.checkpoint.local_interval > 0 && !tsr_local_root(L->cfg.checkpoint.local_folder, L->cfg.job.dump_folder, root, sizeof root, NULL))

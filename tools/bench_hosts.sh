@@ -16,17 +16,11 @@ OUT=$(realpath -m "$2")
 MODE=${3:-}
 PY=python3
 TSR_TMP="$OUT/hosts${MODE:+-$MODE}"
-rm -rf "$TSR_TMP"
-mkdir -p "$TSR_TMP"
-. tests/vcluster.sh
-trap vcluster_down EXIT
-trap 'exit 1' INT TERM # (the EXIT trap then removes the cluster)
-vcluster_up 3
+. tools/bench_cluster.sh
 d="$TSR_TMP/run"
 steps=100000
 [ -n "$MODE" ] || steps=40
-JOB="--config train/configs/small.toml --training.local_batch_size=2 --training.global_batch_size=24 --metrics.log_freq=1 \
---checkpoint.interval=10 --checkpoint.local_interval=5 --training.steps=$steps --job.dump_folder=$d"
+JOB="$JOB_CLUSTER --training.steps=$steps --job.dump_folder=$d"
 $T launch -np 6 --hostfile "$VC_HOSTFILE" --listen "$VC_HEAD" --min-ranks 4 --max-restarts 100 -- train $JOB >"$d.log" 2>&1 &
 sup=$!
 wait_step() { # STEP

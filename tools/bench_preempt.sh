@@ -13,17 +13,11 @@ T=$(realpath "$1")
 OUT=$(realpath -m "$2")
 PY=python3
 TSR_TMP="$OUT/preempt-cluster"
-rm -rf "$TSR_TMP"
-mkdir -p "$TSR_TMP"
-. tests/vcluster.sh
-trap vcluster_down EXIT
-trap 'exit 1' INT TERM # (the EXIT trap then removes the cluster)
-vcluster_up 3
+. tools/bench_cluster.sh
 d="$OUT/preempt"
 rm -rf "$d"
 mkdir -p "$d"
-JOB="--config train/configs/small.toml --training.local_batch_size=2 --training.global_batch_size=24 --metrics.log_freq=1 \
---checkpoint.interval=10 --checkpoint.local_interval=5 --training.steps=40 --job.dump_folder=$d"
+JOB="$JOB_CLUSTER --training.steps=40 --job.dump_folder=$d"
 HOSTS="-np 6 --hostfile $VC_HOSTFILE --listen $VC_HEAD"
 $T launch $HOSTS --preempt-grace 5 -- train $JOB >"$d.log" 2>&1 &
 sup=$!
