@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 
 #include "config.h"
@@ -79,7 +80,21 @@ typedef struct rank_state {
     int pre_seen;
     int64_t pre_step, pre_local, pre_durable;
     double pre_local_s, pre_durable_s;
+    struct sockaddr_storage addr; /* over TCP: the address its connection came from (addr_len 0: none) */
+    socklen_t addr_len;
 } rank_state;
+
+/* A host's reachability, asked while all its ranks are silent
+ * (launch_host_reach): a TCP connection attempt to the address its ranks
+ * connect from, which the host's kernel answers (accepted or refused) while it
+ * runs and is connected, whatever its processes do. */
+typedef struct host_probe {
+    int fd;          /* the attempt in flight (-1: none) */
+    double started;  /* tsr_now() of the last attempt's start */
+    double answered; /* tsr_now() when the host last answered one (0: never) */
+    double failed;   /* tsr_now() when one last went unanswered (0: never) */
+    double said;     /* the silence (its start) already logged as a stall */
+} host_probe;
 
 typedef struct conn {
     int fd;
@@ -88,6 +103,8 @@ typedef struct conn {
     int rank; /* -1 until its first record is accepted */
     double opened;
     char peer[64]; /* over TCP: the peer's address */
+    struct sockaddr_storage sa; /* the same, for launch_host_reach */
+    socklen_t sa_len;
     uint8_t nonce[TSR_HB_NONCE];
     uint64_t seq_in, seq_out; /* the last record's sequence number, and the last command's */
     uint8_t buf[TSR_HB_RECORD];
@@ -131,6 +148,7 @@ typedef struct launch {
     int n_hist;
     int *alive_nodes, n_alive, per_node, *node_fails;
     double *dropped_at; /* tsr_now() when each node was dropped (0: not dropped) */
+    host_probe *probes; /* each node's, over machines */
     int restarts;
     int quick_fails; /* launches in a row that failed before a step (the backoff's exponent) */
     int skip_after, skip_steps; /* the data window skipped (-1: none) */
@@ -242,6 +260,18 @@ int launch_local_addr(const char *host, char *out, size_t len, char *why, size_t
  * all at once; 15 s at most), each logged ("probe"); ok[i]: 1 when host
  * nodes[i] ran it. */
 void launch_probe_hosts(launch *L, const int *nodes, int n, int *ok);
+
+/* launch_host_reach(): whether host `node`, whose ranks are all silent since
+ * `since` (tsr_now()), still answers on the network: it is asked every
+ * host_timeout / 2 at addr (an attempt unanswered for that long fails).
+ * @return 1: it answered since then, and last; 0: the last attempt since then
+ * went unanswered (or there is no address to ask); -1: none has ended since
+ * then. */
+int launch_host_reach(launch *L, int node, const struct sockaddr_storage *addr, socklen_t len, double since);
+
+/* launch_host_probes_reset(): attempts in flight abandoned, history cleared
+ * (a new launch). */
+void launch_host_probes_reset(launch *L);
 
 /* launch_chaos.c ---------------------------------------------------------- */
 

@@ -1,10 +1,12 @@
 /* launch_hosts.c: the hosts of a job that spans machines (tessera launch
  * --hostfile FILE, or the host list of a Slurm allocation): read from Open
  * MPI's hostfile syntax or Slurm's compressed host list, and the address the
- * ranks reach the supervisor by. */
+ * ranks reach the supervisor by; whether a silent host still answers. */
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netdb.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,4 +189,58 @@ void launch_probe_hosts(launch *L, const int *nodes, int n, int *ok) {
         if (left) usleep(20000);
     }
     free(pids);
+}
+
+/* The attempt in flight: its end, if it has one (or has run out of time). */
+static void probe_end(host_probe *p, double every) {
+    struct pollfd q = {p->fd, POLLOUT, 0};
+    double now = tsr_now();
+    int e = 0;
+    socklen_t el = sizeof e;
+    if (poll(&q, 1, 0) > 0) {
+        if (getsockopt(p->fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0) e = errno;
+    } else if (now - p->started <= every) {
+        return;
+    } else {
+        e = ETIMEDOUT;
+    }
+    /* accepted or refused, the host's kernel answered: it runs, and is reached */
+    if (e == 0 || e == ECONNREFUSED) p->answered = now;
+    else p->failed = now;
+    close(p->fd);
+    p->fd = -1;
+}
+
+int launch_host_reach(launch *L, int node, const struct sockaddr_storage *addr, socklen_t len, double since) {
+    if (!L->probes || node < 0 || node >= L->o.nodes) return -1;
+    if (len == 0) return 0; /* no address to ask: silence alone decides */
+    host_probe *p = &L->probes[node];
+    double every = L->o.host_timeout / 2, now = tsr_now();
+    if (p->fd >= 0) probe_end(p, every);
+    if (p->fd < 0 && now - p->started >= every) {
+        p->started = now;
+        /* to the port the rank connects from: no one listens there, so a
+         * host that is up refuses at once */
+        p->fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (p->fd < 0) p->failed = now;
+        else if (connect(p->fd, (const struct sockaddr *)addr, len) == 0 || errno == ECONNREFUSED) {
+            p->answered = now;
+            close(p->fd);
+            p->fd = -1;
+        } else if (errno != EINPROGRESS) {
+            p->failed = now;
+            close(p->fd);
+            p->fd = -1;
+        }
+    }
+    if (p->answered > since && p->answered >= p->failed) return 1;
+    if (p->failed > since && p->failed > p->answered) return 0;
+    return -1;
+}
+
+void launch_host_probes_reset(launch *L) {
+    for (int i = 0; L->probes && i < L->o.nodes; i++) {
+        if (L->probes[i].fd >= 0) close(L->probes[i].fd);
+        L->probes[i] = (host_probe){.fd = -1};
+    }
 }

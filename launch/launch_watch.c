@@ -290,6 +290,7 @@ static void on_record(launch *L, int i) {
         c->rank = (int)r.rank;
         s->claimed = 1;
         s->pid = c->pid > 0 ? c->pid : (pid_t)r.pid;
+        s->addr = c->sa, s->addr_len = c->sa_len;
         char j[80];
         launch_event(L, "rank_up", "\"rank\": %u, \"pid\": %d, \"node\": %d%s%s", r.rank, (int)s->pid,
                      launch_node_of(L, c->rank), c->peer[0] ? ", \"peer\": " : "",
@@ -367,6 +368,7 @@ static void accept_all(launch *L) {
             setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
             if (!getnameinfo((struct sockaddr *)&a, al, h, sizeof h, p, sizeof p, NI_NUMERICHOST | NI_NUMERICSERV))
                 snprintf(c->peer, sizeof c->peer, "%s:%s", h, p);
+            c->sa = a, c->sa_len = al;
         }
         if (L->n_conns == L->max_conns) { /* the spare slot: refused at once */
             L->n_conns++;
@@ -416,35 +418,43 @@ static void check_hang(launch *L) {
     }
 }
 
-/* Over machines: a rank whose watchdog has not answered TSR_HB_CMD_ALIVE for
- * host_timeout seconds is gone, or cut off from this machine; when every rank
- * of its host is, the host is lost (OUT_HOST), else the rank hangs. (A rank
- * that waits in a collective for others still answers.) */
+/* Over machines: a host none of whose ranks' watchdogs has answered
+ * TSR_HB_CMD_ALIVE for host_timeout seconds, and which does not answer on the
+ * network either (launch_host_reach), is gone or cut off from this machine:
+ * lost (OUT_HOST). A host that answers is up and its ranks stalled (a busy
+ * machine can stall a process for seconds; a rank stopped): logged, and left
+ * to the hang timeout (check_hang), as is a rank silent alone. (A rank that
+ * waits in a collective for others still answers.) */
 static void check_lost(launch *L) {
-    double now = tsr_now();
+    double now = tsr_now(), half = L->o.host_timeout / 2;
     for (int r = 0; r < L->np; r++) {
         rank_state *s = &L->ranks[r];
-        if (!s->claimed || s->done || now - s->alive <= L->o.host_timeout) continue;
-        /* the newest answer from its host: none for the timeout, the host is
-         * lost; one of late (within half of it), the rank alone is stuck;
-         * else its host-mates are going silent too: wait and see */
+        if (!s->claimed || s->done) continue;
         int node = launch_node_of(L, r);
-        double newest = 0;
+        double newest = 0; /* the newest answer from its host */
         for (int q = 0; q < L->np; q++)
             if (launch_node_of(L, q) == node && L->ranks[q].claimed && L->ranks[q].alive > newest) newest = L->ranks[q].alive;
-        int all = now - newest > L->o.host_timeout;
-        if (!all && now - newest > L->o.host_timeout / 2) continue;
+        if (now - newest <= half) continue;
+        int reach = launch_host_reach(L, node, &s->addr, s->addr_len, newest);
+        if (now - newest <= L->o.host_timeout || reach < 0) continue;
         char nn[LAUNCH_HOST_NAME + 8];
         launch_node_name(L, node, nn, sizeof nn);
-        launch_event(L, all ? "host_lost" : "hang", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"host\": \"%s\", "
-                     "\"step\": %lld, \"silent_s\": %.3f, \"timeout_s\": %.3f", r, (int)s->pid, node, nn + 5,
-                     (long long)s->step, now - s->alive, L->o.host_timeout);
-        if (all)
-            decide(L, OUT_HOST, r, s->step, "%s lost: none of its ranks answered for %.1f s (--host-timeout %g)", nn,
-                   now - newest, L->o.host_timeout);
-        else
-            decide(L, OUT_HANG, r, s->step, "rank %d (%s) does not answer: silent for %.1f s (--host-timeout %g)", r,
-                   nn, now - s->alive, L->o.host_timeout);
+        host_probe *p = &L->probes[node];
+        if (reach == 1) { /* up: said once a silence */
+            if (p->said != newest) {
+                p->said = newest;
+                launch_event(L, "host_stalled", "\"node\": %d, \"host\": \"%s\", \"step\": %lld, \"silent_s\": %.3f, "
+                             "\"timeout_s\": %.3f", node, nn + 5, (long long)s->step, now - newest, L->o.host_timeout);
+                launch_say("%s: none of its ranks answered for %.1f s, but the host answers on the network: stalled, "
+                           "not lost", nn, now - newest);
+            }
+            continue;
+        }
+        launch_event(L, "host_lost", "\"rank\": %d, \"pid\": %d, \"node\": %d, \"host\": \"%s\", \"step\": %lld, "
+                     "\"silent_s\": %.3f, \"timeout_s\": %.3f", r, (int)s->pid, node, nn + 5, (long long)s->step,
+                     now - newest, L->o.host_timeout);
+        decide(L, OUT_HOST, r, s->step, "%s lost: none of its ranks answered for %.1f s (--host-timeout %g), nor the "
+               "host itself", nn, now - newest, L->o.host_timeout);
         return;
     }
 }

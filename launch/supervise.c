@@ -133,6 +133,7 @@ static int start_launch(launch *L) {
     L->conns = calloc((size_t)L->max_conns + 1, sizeof *L->conns);
     L->n_conns = 0;
     L->first_step = L->last_step = -1;
+    launch_host_probes_reset(L);
     if (!L->ranks || !L->conns || getrandom(L->key, sizeof L->key, 0) != sizeof L->key) {
         launch_say("cannot start a launch: out of memory or no random key");
         return -1;
@@ -434,13 +435,14 @@ int launch_run(const launch_opts *o, const tsr_train_config *job) {
     L->alive_nodes = calloc((size_t)L->o.nodes, sizeof *L->alive_nodes);
     L->node_fails = calloc((size_t)L->o.nodes, sizeof *L->node_fails);
     L->dropped_at = calloc((size_t)L->o.nodes, sizeof *L->dropped_at);
+    L->probes = calloc((size_t)L->o.nodes, sizeof *L->probes);
     int pipefd[2];
     restore_rollback(L);
-    if (!L->alive_nodes || !L->node_fails || !L->dropped_at || pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) || open_events(L) || launch_listen(L)) {
+    if (!L->alive_nodes || !L->node_fails || !L->dropped_at || !L->probes || pipe2(pipefd, O_CLOEXEC | O_NONBLOCK) || open_events(L) || launch_listen(L)) {
         launch_unlisten(L);
         return LAUNCH_GAVE_UP;
     }
-    for (int i = 0; i < L->o.nodes; i++) L->alive_nodes[i] = i;
+    for (int i = 0; i < L->o.nodes; i++) L->alive_nodes[i] = i, L->probes[i].fd = -1;
     L->wake_fd = pipefd[0];
     wake_w = pipefd[1];
     on_signals(L);
@@ -454,5 +456,7 @@ int launch_run(const launch_opts *o, const tsr_train_config *job) {
     free(L->alive_nodes);
     free(L->node_fails);
     free(L->dropped_at);
+    launch_host_probes_reset(L);
+    free(L->probes);
     return rc;
 }

@@ -80,8 +80,10 @@ es = [json.loads(l) for l in open(sys.argv[1])]
 f = [e for e in es if e["event"] == "finish"][-1]
 lost = len([e for e in es if e["event"] == "host_lost"])
 back = len([e for e in es if e["event"] == "host_back"])
+stalled = len([e for e in es if e["event"] == "host_stalled"])
 eff = f["train_s"] / f["wall_s"]
 print("host faults, small model on 3 hosts of 2 ranks, a host killed every 5 minutes for %.0f s: %d host(s) lost, %d "
-      "back, %d restart(s), %.1f s lost to failures: effective training time %.1f%% (goal: at least 95%%)  %s"
-      % (f["wall_s"], lost, back, f["restarts"], f["lost_s"], 100 * eff, "ok" if eff >= 0.95 else "MISSED"))
+      "back, %d stall(s) of a host that answered (not lost), %d restart(s), %.1f s lost to failures: effective "
+      "training time %.1f%% (goal: at least 95%%)  %s"
+      % (f["wall_s"], lost, back, stalled, f["restarts"], f["lost_s"], 100 * eff, "ok" if eff >= 0.95 else "MISSED"))
 PYEOF

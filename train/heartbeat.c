@@ -219,17 +219,18 @@ static void *watch(void *arg) {
         int rc = poll(p, 2, h->orphan_s > 0 ? 200 : -1);
         if (rc < 0 && errno != EINTR) return NULL;
         if (rc > 0 && p[1].revents) return NULL;
+        if (rc > 0 && p[0].revents) { /* what came first: a process stalled for a while finds commands waiting */
+            ssize_t n = recv(h->fd, h->cmd + h->cmd_have, TSR_HB_COMMAND - h->cmd_have, MSG_DONTWAIT);
+            if (n == 0) supervisor_gone(h, "end of its connection");
+            if (n < 0 && errno != EAGAIN && errno != EINTR) supervisor_gone(h, strerror(errno));
+            if (n > 0 && (h->cmd_have += (size_t)n) == TSR_HB_COMMAND) on_command(h);
+        }
         if (h->orphan_s > 0 && tsr_now() - h->heard > h->orphan_s) {
             char why[96];
             snprintf(why, sizeof why, "nothing from it for %.1f s, over the %g s of %s", tsr_now() - h->heard,
                      h->orphan_s, TSR_HB_ORPHAN_ENV);
             supervisor_gone(h, why);
         }
-        if (rc <= 0 || !p[0].revents) continue;
-        ssize_t n = recv(h->fd, h->cmd + h->cmd_have, TSR_HB_COMMAND - h->cmd_have, MSG_DONTWAIT);
-        if (n == 0) supervisor_gone(h, "end of its connection");
-        if (n < 0 && errno != EAGAIN && errno != EINTR) supervisor_gone(h, strerror(errno));
-        if (n > 0 && (h->cmd_have += (size_t)n) == TSR_HB_COMMAND) on_command(h);
     }
 }
 
