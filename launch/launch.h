@@ -25,6 +25,7 @@
 #define LAUNCH_MAX_HOSTS 4096
 #define LAUNCH_HOST_NAME 256
 #define LAUNCH_ALIVE_EVERY 0.5 /* seconds between the supervisor's TSR_HB_CMD_ALIVE */
+#define LAUNCH_STALL_S 2.0 /* seconds a turn of the watch may take before it is logged ("supervisor_stalled") */
 
 typedef struct launch_opts {
     int np, nodes, min_ranks, max_restarts;

@@ -487,7 +487,11 @@ static int sdc_draining(const launch *L) {
 
 void launch_watch(launch *L, volatile int *stop, const volatile sig_atomic_t *sig) {
     L->out = (launch_outcome)-1;
+    double turn = tsr_now(); /* the last turn's start: a supervisor held off the cores says so */
     for (;;) {
+        if (tsr_now() - turn > LAUNCH_STALL_S)
+            launch_event(L, "supervisor_stalled", "\"seconds\": %.3f", tsr_now() - turn);
+        turn = tsr_now();
         struct pollfd p[2 + 512];
         int np = 2, nc = L->n_conns < 512 ? L->n_conns : 512;
         p[0] = (struct pollfd){L->listen_fd, POLLIN, 0};

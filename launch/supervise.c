@@ -337,8 +337,19 @@ static int after_failure(launch *L, const tsr_train_config *pristine, int *count
         launch_say("giving up: %d restart(s), the limit (--max-restarts)", L->restarts);
         return 0;
     }
+    int lost = L->out == OUT_HOST && L->culprit >= 0 ? L->alive_nodes[L->culprit / L->per_node] : -1;
     int dropped = account_node(L, pristine);
-    if (L->o.n_hosts > 0) readmit_hosts(L, pristine, dropped); /* (not the host this failure dropped) */
+    if (L->o.n_hosts > 0) {
+        int before = L->n_alive;
+        readmit_hosts(L, pristine, dropped >= 0 ? dropped : lost); /* (not the host this failure lost) */
+        if (dropped < 0 && lost >= 0 && L->n_alive > before) {
+            /* a lost host kept for --min-ranks goes now that others are back
+             * (kept, it would fail the next launch); its index moved */
+            for (int i = 0; i < L->n_alive; i++)
+                if (L->alive_nodes[i] == lost) L->culprit = i * L->per_node;
+            dropped = account_node(L, pristine);
+        }
+    }
     if (L->out == OUT_NAN) plan_rollback(L);
     if (L->out == OUT_SDC) plan_sdc_rollback(L);
     /* the backoff doubles with each launch in a row that trained no step */

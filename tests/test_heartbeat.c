@@ -6,10 +6,13 @@
  * listening supervisor in order, signed and numbered, over a Unix socket and
  * over TCP; a command is carried out only when it is whole, signed and next in
  * sequence; TSR_HB_CMD_ALIVE is answered; a rank whose supervisor closes the
- * connection exits with status 1 at once, and one that hears nothing for its
- * orphan timeout (a partition) stops itself; the NaN fault hook hits exactly
+ * connection exits with status 1 at once, one that hears nothing for its
+ * orphan timeout from a supervisor that still takes connections (stalled)
+ * waits on, up to 3 times the timeout, and one that cannot reach it (a
+ * partition) stops itself after the timeout; the NaN fault hook hits exactly
  * the batch of its step. */
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -74,6 +77,8 @@ static void test_codec(void) {
 }
 
 /* A listening socket at dir/hb, or (dir NULL) on 127.0.0.1; its TSR_HEARTBEAT into addr. */
+static int listener = -1; /* listen_at's last */
+
 static int listen_at(const char *dir, char *addr, size_t len) {
     int fd;
     if (dir) {
@@ -82,16 +87,16 @@ static int listen_at(const char *dir, char *addr, size_t len) {
         REQUIRE(strlen(addr) < sizeof a.sun_path, "%s: too long", addr);
         memcpy(a.sun_path, addr, strlen(addr) + 1);
         fd = socket(AF_UNIX, SOCK_STREAM, 0);
-        REQUIRE(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 4) == 0, "listen at %s", addr);
-        return fd;
+        REQUIRE(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 64) == 0, "listen at %s", addr);
+        return listener = fd;
     }
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof a;
     fd = socket(AF_INET, SOCK_STREAM, 0);
-    REQUIRE(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 4) == 0 &&
+    REQUIRE(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 64) == 0 &&
                 getsockname(fd, (struct sockaddr *)&a, &al) == 0, "listen on 127.0.0.1");
     snprintf(addr, len, "tcp:127.0.0.1:%d", ntohs(a.sin_port));
-    return fd;
+    return listener = fd;
 }
 
 /* The supervisor's side of a connection: accepted, and its hello sent. */
@@ -175,12 +180,25 @@ static void test_open_errors(const char *dir) {
 static pid_t idle_rank(void) {
     pid_t child = fork();
     if (child == 0) {
+        if (listener >= 0) close(listener); /* the supervisor's, not the rank's: it must not keep it open */
         tsr_heartbeat *hc = NULL;
         if (tsr_heartbeat_open(0, 1, &hc, NULL)) _exit(3);
         sleep(30);
         _exit(0);
     }
     return child;
+}
+
+/* Waits up to `limit` seconds for child to exit: its status in *st (0 while it
+ * runs), and the seconds it took; it is killed after. */
+static double wait_exit(pid_t child, double limit, int *st) {
+    double t0 = tsr_now();
+    *st = 0;
+    while (waitpid(child, st, WNOHANG) == 0 && tsr_now() - t0 < limit) usleep(10000);
+    double took = tsr_now() - t0;
+    kill(child, SIGKILL);
+    waitpid(child, NULL, WNOHANG);
+    return took;
 }
 
 /* Records and commands over the listener at addr (a Unix socket or TCP). */
@@ -244,14 +262,10 @@ static void test_records(const char *dir) {
     child = idle_rank();
     c = accept_hello(lfd);
     CHECK(read_record(c, &r) == 0 && r.pid == (uint32_t)child, "the child's start record");
-    double t0 = tsr_now();
     close(c);
-    st = 0;
-    while (waitpid(child, &st, WNOHANG) == 0 && tsr_now() - t0 < 10) usleep(10000);
+    double took = wait_exit(child, 10, &st);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "the child did not exit 1 (status 0x%x)", st);
-    CHECK(tsr_now() - t0 < 2, "the child took %.2f s to leave", tsr_now() - t0);
-    kill(child, SIGKILL);
-    waitpid(child, NULL, WNOHANG);
+    CHECK(took < 2, "the child took %.2f s to leave", took);
     /* cut off: a child that hears nothing (the connection open) for its orphan
      * timeout stops itself; ALIVE commands keep it going until they stop */
     setenv(TSR_HB_ORPHAN_ENV, "1.5", 1);
@@ -259,22 +273,34 @@ static void test_records(const char *dir) {
     unsetenv(TSR_HB_ORPHAN_ENV);
     c = accept_hello(lfd);
     CHECK(read_record(c, &r) == 0 && r.pid == (uint32_t)child, "the orphan's start record");
-    t0 = tsr_now();
+    double t0 = tsr_now();
     for (uint64_t k = 1; tsr_now() - t0 < 3; k++) { /* 3 s of ALIVE, twice the timeout */
         send_command(c, TSR_HB_CMD_ALIVE, k, k, key, TSR_HB_COMMAND);
         usleep(300000);
     }
     CHECK(waitpid(child, &st, WNOHANG) == 0, "the child left while the supervisor spoke");
-    t0 = tsr_now();
-    st = 0;
-    while (waitpid(child, &st, WNOHANG) == 0 && tsr_now() - t0 < 10) usleep(10000);
+    /* a supervisor silent that still takes connections (stalled): waited for,
+     * up to 3 times the timeout */
+    took = wait_exit(child, 12, &st);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "the orphan did not exit 1 (status 0x%x)", st);
-    CHECK(tsr_now() - t0 >= 1 && tsr_now() - t0 < 4, "the orphan left %.2f s after the last command (timeout 1.5 s)",
-          tsr_now() - t0);
-    kill(child, SIGKILL);
-    waitpid(child, NULL, WNOHANG);
+    CHECK(took >= 3.5 && took < 9, "the rank left a silent supervisor that takes connections %.2f s after its last "
+          "command (timeout 1.5 s: 4.5 s expected)", took);
     close(c);
+    /* cut off (its address takes no connection): the rank leaves after the timeout */
+    int fl = fcntl(lfd, F_GETFL);
+    fcntl(lfd, F_SETFL, fl | O_NONBLOCK);
+    while ((c = accept(lfd, NULL, NULL)) >= 0) close(c); /* the rank's tries of it */
+    fcntl(lfd, F_SETFL, fl);
+    setenv(TSR_HB_ORPHAN_ENV, "1.5", 1);
+    child = idle_rank();
+    unsetenv(TSR_HB_ORPHAN_ENV);
+    c = accept_hello(lfd);
+    CHECK(read_record(c, &r) == 0 && r.pid == (uint32_t)child, "the orphan's start record");
     close(lfd);
+    took = wait_exit(child, 10, &st);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 1, "the orphan did not exit 1 (status 0x%x)", st);
+    CHECK(took >= 1 && took < 4, "the orphan left %.2f s after the last command (timeout 1.5 s)", took);
+    close(c);
     if (dir) unlink(addr);
 }
 

@@ -3,11 +3,12 @@
 # of 2 ranks, up until the script exits (or is interrupted), and JOB_CLUSTER:
 # the small model at a global batch of 24 in micro-batches of 2 (it fits 6
 # ranks and 4), a snapshot in each host's memory every 5 steps and a durable
-# checkpoint every 10; a section adds its steps and its folder.
+# checkpoint every 10; a section adds its steps and its folder, and its
+# supervisor's pid in sup (stopped with the cluster).
 rm -rf "$TSR_TMP"
 mkdir -p "$TSR_TMP"
 . tests/vcluster.sh
-trap vcluster_down EXIT
+trap '[ -n "${sup:-}" ] && kill "$sup" 2>/dev/null; vcluster_down' EXIT
 trap 'exit 1' INT TERM # (the EXIT trap then removes the cluster)
 vcluster_up 3
 JOB_CLUSTER="--config train/configs/small.toml --training.local_batch_size=2 --training.global_batch_size=24 \

@@ -149,6 +149,8 @@ static void supervisor_gone(const tsr_heartbeat *h, const char *why) {
     _exit(1);
 }
 
+#define ORPHAN_STALLED 3 /* a silent supervisor that takes connections: times orphan_s a rank waits for it */
+
 static _Atomic int64_t chaos_nan_step; /* TSR_HB_CMD_NAN's step (0: none) */
 
 int tsr_heartbeat_chaos_nan(int64_t step) { return step > 0 && atomic_load(&chaos_nan_step) == step; }
@@ -208,12 +210,53 @@ static void on_command(tsr_heartbeat *h) {
     }
 }
 
+/* Whether the supervisor's address takes a new connection within a second:
+ * its machine is up and reached, and its process listens (a stalled
+ * supervisor's kernel still accepts). The connection is closed at once. */
+static int supervisor_reachable(const tsr_heartbeat *h) {
+    struct sockaddr_storage a = {0};
+    socklen_t al = 0;
+    if (strncmp(h->addr, "tcp:", 4) != 0) {
+        struct sockaddr_un *u = (struct sockaddr_un *)&a;
+        u->sun_family = AF_UNIX;
+        if (strlen(h->addr) >= sizeof u->sun_path) return 0;
+        memcpy(u->sun_path, h->addr, strlen(h->addr) + 1);
+        al = sizeof *u;
+    } else {
+        char host[160];
+        const char *colon = strrchr(h->addr + 4, ':');
+        if (!colon || (size_t)(colon - h->addr - 4) >= sizeof host) return 0;
+        memcpy(host, h->addr + 4, (size_t)(colon - h->addr - 4));
+        host[colon - h->addr - 4] = 0;
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                                 .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV}, *res = NULL;
+        if (getaddrinfo(host, colon + 1, &hints, &res) || !res) return 0; /* (a name: no lookup from here) */
+        memcpy(&a, res->ai_addr, res->ai_addrlen);
+        al = res->ai_addrlen;
+        freeaddrinfo(res);
+    }
+    int fd = socket(a.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), e = -1;
+    if (fd < 0) return 0;
+    if (connect(fd, (struct sockaddr *)&a, al) == 0) {
+        e = 0;
+    } else if (errno == EINPROGRESS) {
+        struct pollfd p = {fd, POLLOUT, 0};
+        socklen_t el = sizeof e;
+        if (poll(&p, 1, 1000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) != 0) e = -1;
+    }
+    close(fd);
+    return e == 0;
+}
+
 /* The watchdog: end of stream (or an error) means the supervisor died or gave
  * this job up, and silence for orphan_s that it cannot reach this rank (a
- * network partition); bytes are its commands. */
+ * network partition); bytes are its commands. A supervisor silent that still
+ * takes connections is stalled, not cut off: the rank waits on for it, up to
+ * ORPHAN_STALLED times orphan_s in all. */
 static void *watch(void *arg) {
     tsr_heartbeat *h = arg;
     h->heard = tsr_now();
+    double reached_at = 0; /* tsr_now() when a silent supervisor last took a connection */
     for (;;) {
         struct pollfd p[2] = {{h->fd, POLLIN, 0}, {h->stop_fd, POLLIN, 0}};
         int rc = poll(p, 2, h->orphan_s > 0 ? 200 : -1);
@@ -225,10 +268,20 @@ static void *watch(void *arg) {
             if (n < 0 && errno != EAGAIN && errno != EINTR) supervisor_gone(h, strerror(errno));
             if (n > 0 && (h->cmd_have += (size_t)n) == TSR_HB_COMMAND) on_command(h);
         }
-        if (h->orphan_s > 0 && tsr_now() - h->heard > h->orphan_s) {
-            char why[96];
-            snprintf(why, sizeof why, "nothing from it for %.1f s, over the %g s of %s", tsr_now() - h->heard,
-                     h->orphan_s, TSR_HB_ORPHAN_ENV);
+        double silent = tsr_now() - h->heard;
+        if (h->orphan_s > 0 && silent > h->orphan_s) {
+            if (silent <= ORPHAN_STALLED * h->orphan_s && tsr_now() - reached_at < h->orphan_s / 2) continue;
+            if (silent <= ORPHAN_STALLED * h->orphan_s && supervisor_reachable(h)) {
+                if (reached_at < h->heard)
+                    fprintf(stderr, "tessera train: rank %d: nothing from the supervisor for %.1f s (%s %g), but it "
+                            "takes connections: waiting on for it, up to %g s\n", h->rank, silent, TSR_HB_ORPHAN_ENV,
+                            h->orphan_s, ORPHAN_STALLED * h->orphan_s);
+                reached_at = tsr_now();
+                continue;
+            }
+            char why[128];
+            snprintf(why, sizeof why, "nothing from it for %.1f s, over the %g s of %s%s", silent, h->orphan_s,
+                     TSR_HB_ORPHAN_ENV, silent > ORPHAN_STALLED * h->orphan_s ? " (and its stall's allowance)" : "");
             supervisor_gone(h, why);
         }
     }
