@@ -15,6 +15,7 @@
 static const char USAGE[] =
     "usage: tessera export CKPT --format safetensors OUT/ [--dtype f32|bf16|f16] [--shard-size SIZE]\n"
     "       tessera export CKPT --format gguf OUT.gguf [--dtype f32|bf16|f16]\n"
+    "       tessera export CKPT --format dcp OUT/ [--threads N]\n"
     "Writes the model of checkpoint CKPT (any layout, any dtype; only the model's\n"
     "tensors are read) as a Hugging Face LlamaForCausalLM: config.json, the\n"
     "byte-level tokenizer (tokenizer.json, tokenizer_config.json,\n"
@@ -32,7 +33,14 @@ static const char USAGE[] =
     "give the model's context length (max_seq_len of its train.model blob).\n"
     "Files are written under temporary names (a .tessera-tmp-PID directory next to\n"
     "them) and renamed into place only when all are complete and synced: a failed\n"
-    "export leaves nothing, a killed one only that directory.\n";
+    "export leaves nothing, a killed one only that directory.\n"
+    "DCP: the whole checkpoint (model, optimizer, blobs) as a PyTorch Distributed\n"
+    "Checkpoint folder that torch.distributed.checkpoint.load reads with\n"
+    "FileSystemReader in any world size, each tensor under its own name, blobs that\n"
+    "DCP wrote as they were, the trainer's as bytes objects; written by DCP's\n"
+    "FileSystemWriter with N threads (default 1). DCP's metadata is a pickle: this\n"
+    "runs the Python package (tessera.dcp) under $TSR_PYTHON (default python3),\n"
+    "which needs torch.\n";
 
 /* OUT = s3://bucket/prefix: the export is written to a local scratch directory
  * (under TMPDIR), then its files are uploaded, then the scratch is removed. */
@@ -64,6 +72,7 @@ static int export_to_s3(int argc, char **argv, const char *url, int gguf) {
 int tsr_cmd_export(int argc, char **argv) {
     const char *src = NULL, *dir = NULL, *format = NULL, *v;
     int dtype = 0; /* the checkpoint's */
+    const char *threads = NULL;
     uint64_t shard_size = 2ull << 30;
     for (int i = 1; i < argc; i++) {
         int r;
@@ -77,6 +86,11 @@ int tsr_cmd_export(int argc, char **argv) {
         } else if ((r = tsr_opt(argc, argv, &i, "shard-size", 1, &v))) {
             if (r < 0 || tsr_parse_size(v, &shard_size) || shard_size < 1)
                 return tsr_usage_error("export", "--shard-size takes a size");
+        } else if ((r = tsr_opt(argc, argv, &i, "threads", 1, &v))) {
+            uint64_t u;
+            if (r < 0 || tsr_parse_u64(v, &u) || u < 1 || u > 1024)
+                return tsr_usage_error("export", "--threads takes a count (1 to 1024)");
+            threads = v;
         } else if (argv[i][0] == '-') {
             return tsr_usage_error("export", "unknown option %s (see --help)", argv[i]);
         } else if (!src) {
@@ -88,8 +102,13 @@ int tsr_cmd_export(int argc, char **argv) {
         }
     }
     if (!src || !dir || !format) return tsr_usage_error("export", "needs CKPT, --format and OUT (see --help)");
+    if (!strcmp(format, "dcp")) {
+        if (dtype || shard_size != 2ull << 30) return tsr_usage_error("export", "--dtype and --shard-size are not for dcp");
+        return tsr_cmd_dcp("export", src, dir, threads ? "--threads" : NULL, threads);
+    }
+    if (threads) return tsr_usage_error("export", "--threads is for --format dcp");
     int fmt = tsr_export_format_parse(format);
-    if (fmt < 0) return tsr_usage_error("export", "--format %s: safetensors or gguf", format);
+    if (fmt < 0) return tsr_usage_error("export", "--format %s: safetensors, gguf or dcp", format);
     int gguf = fmt == TSR_EXPORT_GGUF;
     if (tsr_s3_is_url(dir)) return export_to_s3(argc, argv, dir, gguf);
     /* a folder or file of its own: of a local store */

@@ -30,6 +30,10 @@ int tsr_cmd_reshard(int argc, char **argv);
 int tsr_cmd_logits(int argc, char **argv);
 int tsr_cmd_export(int argc, char **argv);
 int tsr_cmd_import(int argc, char **argv);
+/* tsr_cmd_dcp(): `tessera import --from dcp SRC DST` (verb "import") and
+ * `tessera export SRC --format dcp DST` ("export") through the Python package
+ * (cmd_dcp.c); opt/val: one option passed on (NULL: none). */
+int tsr_cmd_dcp(const char *verb, const char *src, const char *dst, const char *opt, const char *val);
 int tsr_cmd_verify_export(int argc, char **argv); /* cmd_verify_export.c */
 int tsr_cmd_push(int argc, char **argv);
 int tsr_cmd_pull(int argc, char **argv);

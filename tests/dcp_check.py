@@ -1,0 +1,221 @@
+"""dcp_check.py MODE WORLD LAYOUT PATH PORT (0: a free one): PyTorch Distributed Checkpoint (DCP)
+through tessera.dcp on WORLD processes of the gloo backend on loopback. MODE:
+save, async, load (tessera.dcp's Writer and Reader), dcpsave, dcpload (DCP's own
+FileSystemWriter and FileSystemReader: the other end of the conversions), errors
+(bad input, in one process, under PATH).
+
+The state is a small Llama-like model's parameters, its AdamW moments and step
+counts as TorchTitan lays them out (flattened: "optimizer.state.NAME.exp_avg"),
+a real FSDP2 module (fully_shard) and non-tensor state (a train state and RNG
+bytes), every value a function of its name, so that any process can say what a
+tensor must hold. LAYOUT places the tensors: "fsdp" (DTensors sharded on dim 0
+over all ranks, 1-D ones replicated), "tp" (sharded on dim 1), "2d" (a 2 x N/2
+mesh: dim 0 over the first, dim 1 over the second). save and async write PATH
+with dcp.save / dcp.async_save; load fills a zeroed state of the same shapes in
+LAYOUT with dcp.load and checks every value, then each tensor read whole by the
+C reader (tessera.open). WORLD 1 loads without a process group. Prints "FAIL:
+..." for each failed check; exits 1 if any."""
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.multiprocessing as mp
+from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+import tessera
+import tessera.dcp
+
+# name: (shape, dtype); uneven dims on purpose (30 rows over 4 ranks: 8, 8, 8, 6)
+PARAMS = {
+    "tok_embeddings.weight": ((96, 32), torch.bfloat16),
+    "layers.0.attention.wq.weight": ((32, 32), torch.float32),
+    "layers.0.attention_norm.weight": ((32,), torch.float32),
+    "layers.1.feed_forward.w1.weight": ((48, 32), torch.float32),
+    "norm.weight": ((32,), torch.float32),
+    "output.weight": ((30, 32), torch.float32),
+}
+TRAIN_STATE = {"step": 7, "data_pos": 123456, "note": "tessera.dcp"}
+
+
+def value(name, shape, dtype):
+    """The global tensor `name` holds: a function of its name alone."""
+    g = torch.Generator().manual_seed(sum(ord(c) * (i + 1) for i, c in enumerate(name)))
+    return torch.randn(shape, generator=g).to(dtype)
+
+
+def placements(layout, mesh, ndim):
+    if ndim < 2:
+        return [Replicate()] * mesh.ndim
+    if layout == "2d":
+        return [Shard(0), Shard(1)]
+    return [Shard(0) if layout == "fsdp" else Shard(1)]
+
+
+def fsdp_module():
+    torch.manual_seed(11)
+    return torch.nn.Sequential(torch.nn.Linear(32, 40), torch.nn.ReLU(), torch.nn.Linear(40, 24))
+
+
+def state(layout, world, zero):
+    """The state dict (zeroed with zero) on this rank."""
+    mesh = None
+    if world > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = (init_device_mesh("cpu", (2, world // 2), mesh_dim_names=("dp", "tp")) if layout == "2d"
+                else init_device_mesh("cpu", (world,)))
+
+    def place(name, shape, dtype):
+        t = torch.zeros(shape, dtype=dtype) if zero else value(name, shape, dtype)
+        return distribute_tensor(t, mesh, placements(layout, mesh, len(shape))) if mesh is not None else t
+    sd = {}
+    for name, (shape, dtype) in PARAMS.items():
+        sd[name] = place(name, shape, dtype)
+    sd["optimizer"] = {"state": {name: {"exp_avg": place(name + ".exp_avg", shape, torch.float32),
+                                        "exp_avg_sq": place(name + ".exp_avg_sq", shape, torch.float32),
+                                        "step": torch.tensor(0.0 if zero else 7.0)}
+                                 for name, (shape, _) in PARAMS.items()},
+                       "param_groups": [{"lr": 0.0 if zero else 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.1,
+                                         "params": sorted(PARAMS)}]}
+    # DCP loads the keys the target has: placeholders of the same types
+    sd["train_state"] = {k: type(v)() for k, v in TRAIN_STATE.items()} if zero else dict(TRAIN_STATE)
+    sd["rng"] = torch.zeros(16, dtype=torch.uint8) if zero else torch.arange(16, dtype=torch.uint8)
+    m = fsdp_module()
+    if zero:
+        for p in m.parameters():
+            torch.nn.init.zeros_(p)
+    if mesh is not None:
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(m, mesh=mesh if mesh.ndim == 1 else mesh["dp"])
+    sd["fsdp"] = m.state_dict()
+    return sd
+
+
+def full(t):
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def check_loaded(sd, path, fails):
+    def same(what, got, want):
+        if got.dtype != want.dtype or got.shape != want.shape or not torch.equal(got, want):
+            fails.append("%s: loaded %s %s, expected %s %s" % (what, got.dtype, tuple(got.shape), want.dtype,
+                                                             tuple(want.shape)))
+    for name, (shape, dtype) in PARAMS.items():
+        same(name, full(sd[name]), value(name, shape, dtype))
+        for k in ("exp_avg", "exp_avg_sq"):
+            same(name + "." + k, full(sd["optimizer"]["state"][name][k]),
+                 value(name + "." + k, shape, torch.float32))
+        same(name + ".step", sd["optimizer"]["state"][name]["step"], torch.tensor(7.0))
+    if sd["optimizer"]["param_groups"][0]["lr"] != 3e-4:
+        fails.append("param_groups: lr %r" % sd["optimizer"]["param_groups"][0]["lr"])
+    if sd["train_state"] != TRAIN_STATE:
+        fails.append("train_state: %r" % sd["train_state"])
+    same("rng", sd["rng"], torch.arange(16, dtype=torch.uint8))
+    ref = fsdp_module().state_dict()
+    for k, v in ref.items():
+        same("fsdp." + k, full(sd["fsdp"][k]), v)
+    if path is None:
+        return
+    # the C reader agrees, tensor by tensor
+    with tessera.open(path) as ck:
+        for name, (shape, dtype) in PARAMS.items():
+            same("tessera.open: " + name, ck.read(name, torch=True), value(name, shape, dtype))
+        for k, v in ref.items():
+            same("tessera.open: fsdp." + k, ck.read("fsdp." + k, torch=True), v)
+
+
+def run(rank, mode, world, layout, path, port, q):
+    fails = []
+    try:
+        if world > 1:
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
+        if mode in ("save", "async", "dcpsave"):
+            sd = state(layout, world, zero=False)
+            w = dcp.FileSystemWriter(path) if mode == "dcpsave" else tessera.dcp.Writer(path)
+            if mode == "async":
+                dcp.async_save(sd, storage_writer=w).result()
+            else:
+                dcp.save(sd, storage_writer=w)
+        else:
+            sd = state(layout, world, zero=True)
+            ours = mode == "load"
+            dcp.load(sd, storage_reader=tessera.dcp.Reader(path) if ours else dcp.FileSystemReader(path))
+            check_loaded(sd, path if ours else None, fails)
+        if world > 1:
+            dist.barrier()
+            dist.destroy_process_group()
+    except Exception as e:  # noqa: BLE001 (reported as a failed check, with its type)
+        import traceback
+        traceback.print_exc()
+        fails.append("rank %d: %s: %s" % (rank, type(e).__name__, e))
+    q.put((rank, fails))
+
+
+def errors(path):
+    """Bad input, in one process: a key tessera cannot name, a damaged data
+    file; each fails naming what and why, and commits nothing."""
+    fails = []
+
+    def expect_error(what, fn, *words):
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 (DCP's CheckpointException, which wraps the plug-in's, is one)
+            import traceback
+            msg = "".join(traceback.format_exception(e))
+            if not all(w in msg for w in words):
+                fails.append("%s: the error %r lacks %s" % (what, msg[-400:], words))
+            return
+        fails.append("%s: no error" % what)
+    bad = os.path.join(path, "bad", "step-00000001")
+    expect_error("a key with a space", lambda: dcp.save({"bad key": torch.zeros(3)},
+                                                        storage_writer=tessera.dcp.Writer(bad)), "bad key")
+    if os.path.exists(os.path.join(bad, "MANIFEST")):
+        fails.append("a failed save committed")
+    good = os.path.join(path, "good", "step-00000001")
+    w = torch.randn((64, 64), generator=torch.Generator().manual_seed(1))  # 16 KiB that do not compress
+    dcp.save({"w": w}, storage_writer=tessera.dcp.Writer(good))
+    data = os.path.join(good, "data-00000.tsd")
+    with open(data, "r+b") as f:  # a byte in the middle of w's frame inverted
+        at = os.path.getsize(data) // 2
+        f.seek(at)
+        b = f.read(1)
+        f.seek(at)
+        f.write(bytes([b[0] ^ 0xFF]))
+    expect_error("a damaged data file", lambda: dcp.load({"w": torch.zeros(64, 64)},
+                                                         storage_reader=tessera.dcp.Reader(good)), "data-00000.tsd",
+                 "checksum")
+    for f in fails:
+        print("FAIL: " + f)
+    print("errors: %s" % ("FAILED" if fails else "ok"))
+    sys.exit(1 if fails else 0)
+
+
+def main():
+    if sys.argv[1] == "errors":
+        import warnings
+        warnings.simplefilter("ignore", UserWarning)
+        return errors(sys.argv[4])
+    mode, world, layout, path, port = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+    if port == 0:  # a free port of loopback
+        import socket
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            port = so.getsockname()[1]
+    ctx = mp.get_context("fork")  # torch imported once (the parent has started no thread yet)
+    q = ctx.Queue()
+    ps = [ctx.Process(target=run, args=(r, mode, world, layout, path, port, q)) for r in range(world)]
+    for p in ps:
+        p.start()
+    out = [q.get(timeout=600) for _ in ps]
+    for p in ps:
+        p.join()
+    fails = [f for _, fs in sorted(out) for f in fs]
+    for f in fails:
+        print("FAIL: " + f)
+    print("%s on %d process(es), %s: %s" % (mode, world, layout, "FAILED" if fails else "ok"))
+    sys.exit(1 if fails else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+#!/bin/sh
+# tsr-timeout: 900
+# test_dcp.sh: PyTorch Distributed Checkpoint (DCP) on tessera, with real DCP,
+# DTensors and FSDP2 (fully_shard) on processes of the gloo backend on loopback
+# (tests/dcp_check.py: the state, and the checks of every value):
+#   - the storage plug-in (python/tessera/dcp.py): dcp.save through
+#     tessera.dcp.Writer on 2 processes, checked by `tessera ckpt verify`, loaded
+#     through tessera.dcp.Reader on 4 (a 2 x 2 mesh); dcp.async_save on 4, loaded
+#     on 1 (no process group);
+#   - the conversions: checkpoints saved by DCP's own FileSystemWriter on 2 and 4
+#     processes, `tessera import --from dcp`, verified, loaded through the plug-in
+#     in another world size (sharded on another dim), `tessera export --format
+#     dcp` back, and loaded by DCP's FileSystemReader on 1 or 2: every value equal;
+#   - bad input: a state dict key tessera cannot name (the save fails naming
+#     it, nothing committed), a damaged data file (the load fails naming the
+#     file and the checksum); the conversions' usage errors, a DCP folder that is
+#     not one, an interpreter that is not there.
+. "$TSR_ROOT/tests/common.sh"
+cd "${TSR_TMP:?}" || exit 1
+need_py
+export TSR_PYTHON="$TSR_PY"
+chk() { # MODE WORLD LAYOUT PATH
+    with_lib "$TSR_PY" "$TSR_ROOT/tests/dcp_check.py" "$1" "$2" "$3" "$4" 0 >out.txt 2>&1 ||
+        { fail "dcp_check.py $*"; tail -n 20 out.txt >&2; }
+    tail -n 1 out.txt
+}
+tsr() { with_lib "$T" "$@"; }
+
+# the plug-in
+chk save 2 fsdp "$TSR_TMP/p2/step-00000007"
+expect 0 "a checkpoint written through the plug-in verifies" tsr ckpt verify p2/step-00000007
+[ -f p2/step-00000007/data-00000.tsd ] && [ -f p2/step-00000007/data-00001.tsd ] ||
+    fail "the plug-in on 2 processes: not a data file of each rank"
+chk load 4 2d "$TSR_TMP/p2"
+chk async 4 2d "$TSR_TMP/p4/step-00000003"
+expect 0 "a checkpoint of dcp.async_save verifies" tsr ckpt verify p4/step-00000003
+chk load 1 fsdp "$TSR_TMP/p4/step-00000003"
+
+# the conversions, from DCP's own folders of 2 and 4 processes and back
+for w in 2 4; do
+    lay=fsdp other=4 back=1; [ $w = 4 ] && lay=2d other=2 back=2
+    chk dcpsave $w $lay "$TSR_TMP/titan$w/step-40"
+    expect 0 "import --from dcp of $w processes" tsr import --from dcp titan$w/step-40 imp$w/step-00000040
+    grep -q "imported titan$w/step-40: 29 tensors" out.txt || fail "import of $w: $(cat out.txt)"
+    expect 0 "the import of $w processes verifies" tsr ckpt verify imp$w/step-00000040
+    chk load $other tp "$TSR_TMP/imp$w"
+    expect 0 "export --format dcp of the import of $w" tsr export imp$w --format dcp back$w --threads 2
+    [ -f back$w/.metadata ] || fail "export of $w: no .metadata"
+    chk dcpload $back fsdp "$TSR_TMP/back$w"
+done
+
+# usage and bad input: a key tessera cannot name, a damaged data file
+chk errors 1 - "$TSR_TMP/errs"
+expect 2 "import --from another" tsr import --from xyz a b
+expect 2 "import --from dcp --layout" tsr import --from dcp a b --layout tp=2
+expect 2 "export --format dcp --dtype" tsr export imp2 --format dcp x --dtype bf16
+expect 2 "export --threads without dcp" tsr export imp2 --format gguf x.gguf --threads 2
+expect 1 "import of a folder that is no DCP checkpoint" tsr import --from dcp p2 nowhere
+grep -q "p2: not a DCP checkpoint folder" err.txt || fail "import of no DCP folder: $(cat err.txt)"
+[ ! -e nowhere ] || fail "a failed import left nowhere/"
+env TSR_PYTHON=/nonexistent/python sh -c '"$0" import --from dcp titan2/step-40 x >out.txt 2>err.txt' "$T"
+grep -q "cannot run /nonexistent/python (TSR_PYTHON)" err.txt || fail "a missing interpreter: $(cat err.txt)"
+finish "dcp: the plug-in on 1, 2 and 4 processes (save, async_save, load resharded), DCP folders of 2 and 4 processes imported and exported back, values equal"
