@@ -2,7 +2,7 @@
 through tessera.dcp on WORLD processes of the gloo backend on loopback. MODE:
 save, async, load (tessera.dcp's Writer and Reader), dcpsave, dcpload (DCP's own
 FileSystemWriter and FileSystemReader: the other end of the conversions), errors
-(bad input, in one process, under PATH).
+(bad input, and partial loads, in one process, under PATH).
 
 The state is a small Llama-like model's parameters, its AdamW moments and step
 counts as TorchTitan lays them out (flattened: "optimizer.state.NAME.exp_avg"),
@@ -185,6 +185,17 @@ def errors(path):
     expect_error("a damaged data file", lambda: dcp.load({"w": torch.zeros(64, 64)},
                                                          storage_reader=tessera.dcp.Reader(good)), "data-00000.tsd",
                  "checksum")
+    # a partial load: strict=False loads what is there and says what it skipped
+    part = os.path.join(path, "part", "step-00000001")
+    full_sd = {"a": torch.arange(12.0).reshape(3, 4), "b": torch.ones(64, 64), "c": {"d": torch.full((5,), 7)}}
+    dcp.save(full_sd, storage_writer=tessera.dcp.Writer(part))
+    sd = {"a": torch.zeros(3, 4), "c": {"d": torch.zeros(5, dtype=torch.int64)}, "zz_absent": torch.zeros(2)}
+    r = tessera.dcp.load(sd, part, strict=False)
+    if not (torch.equal(sd["a"], full_sd["a"]) and torch.equal(sd["c"]["d"], full_sd["c"]["d"]) and
+            torch.equal(sd["zz_absent"], torch.zeros(2)) and r.missing_keys == ["zz_absent"] and r.unexpected_keys == ["b"]):
+        fails.append("a partial load: %r, a %s" % (r, sd["a"].tolist()))
+    expect_error("a strict load of a key the checkpoint lacks",
+                 lambda: tessera.dcp.load({"zz_absent": torch.zeros(2)}, part), "zz_absent")
     for f in fails:
         print("FAIL: " + f)
     print("errors: %s" % ("FAILED" if fails else "ok"))

@@ -365,6 +365,17 @@ static void test_errors(void) {
     BAD("[job]\ndescription = \"\"\"multi\nline\"\"\"\n", "bad.toml:2:", "multi-line strings");
     BAD("[job]\ndescription = '''x'''\n", "bad.toml:2:", "multi-line strings");
     BAD("steps = 5\n", "bad.toml:1:", "outside any [section]");
+    /* TorchTitan's exclude_from_loading: only an empty list (tessera would load every part) */
+    BAD("[checkpoint]\nexclude_from_loading = [\"optimizer\", \"dataloader\"]\n", "bad.toml:2:",
+        "exclude_from_loading", "not supported", "only [] is accepted");
+    BAD_OVERRIDE("--checkpoint.exclude_from_loading=optimizer", "exclude_from_loading", "not supported");
+    {
+        tsr_train_config c;
+        tsr_error e;
+        char path[600];
+        CHECK(load_text(&c, "empty.toml", "[checkpoint]\nexclude_from_loading = [ ]\n", &e, path, sizeof path) == 0,
+              "exclude_from_loading = [ ]: %s", e.msg);
+    }
     /* syntax */
     BAD("# c\n\n[job]\n\n# c\ndescription = \"open\n", "bad.toml:6:", "unterminated string");
     BAD("[job]\ndescription = \"bad \\q escape\"\n", "bad.toml:2:", "unknown escape \\q");

@@ -175,6 +175,15 @@ if torch is not None:
     raises(lambda: tt.load_state_dict({"lm_head.weight": torch.zeros(V, C + 1)}, trained), "lm_head.weight",
            "output.weight", "(%d, %d)" % (V, C))
     raises(lambda: tt.load_state_dict({"model.nothing.weight": torch.zeros(2)}, trained), "model.nothing.weight")
+    # strict=False: the rest loaded, and what was skipped said both ways
+    sd = {"norm.weight": torch.zeros(C), "model.nothing.weight": torch.zeros(2)}
+    got = tt.load_state_dict(sd, trained, strict=False)
+    with tessera.open(trained) as ck:
+        rest = sorted(set(ck.tensors) - {"norm.weight"})
+        check(list(got) == ["norm.weight"] and torch.equal(sd["norm.weight"], torch.from_numpy(ck.read("norm.weight")))
+              and got.missing_keys == ["model.nothing.weight"] and got.unexpected_keys == rest,
+              "strict=False: filled %s, missing %s, unexpected %d (expected %d)"
+              % (list(got), got.missing_keys, len(got.unexpected_keys), len(rest)))
     raises(lambda: tt.load_state_dict({"norm.weight": torch.zeros(C, dtype=torch.int32)}, trained), "norm.weight",
            "int32")
     tt.save(model.state_dict(), os.path.join(d, "hf", "step-00000009"), step=9)

@@ -116,6 +116,11 @@ echo "   the bytes that a push and tessera ckpt compact keep of checkpoints save
 sh tools/bench_s3.sh "$T" "$OUT/s3"
 
 echo
+echo "== dcp: tessera beside PyTorch Distributed Checkpoint, 2 gloo processes, the same state and disk: DCP's"
+echo "   FileSystemWriter (thread_count = cores, files synced) against tessera's plug-in (tessera.dcp), alternately"
+PY=$(sh tests/py_setup.sh)
+TESSERA_LIB="$BUILD" PYTHONPATH=python "$PY" tools/bench_dcp.py "$OUT/dcp" 2
+echo
 echo "== gemm: this machine's sgemm throughput on the 124m model's matrix products (the trainer's threads),"
 echo "   measured before and after the training run below; the peak is the better of the two"
 gemm=$($T bench gemm --config train/configs/124m.toml --json)

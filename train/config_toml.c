@@ -438,10 +438,10 @@ int tsr_config_override(tsr_train_config *c, const char *arg, tsr_error *err) {
         const keydef *set;
         char where[TSR_ERROR_MSG / 2];
         snprintf(where, sizeof where, "%s", arg);
-        if (what == T_IGNORED) {
+        if (what == T_IGNORED && !(!strcmp(section, "checkpoint") && !strcmp(key, "exclude_from_loading"))) {
             if (!(v->type == V_BOOL && !v->b))
                 tsr_cfg_warn(c, "command line: ignored on CPU: %s.%s = %s", section, key, v->shown);
-        } else
+        } else /* (exclude_from_loading: its check) */
             rc = tsr_cfg_apply(c, where, section, key, v, &set, err);
     }
     free(v);

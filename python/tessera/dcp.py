@@ -5,6 +5,7 @@
     dcp.save(state_dict, storage_writer=tessera.dcp.Writer("ckpt/step-00000100"))
     dcp.async_save(state_dict, storage_writer=tessera.dcp.Writer(path)).result()
     dcp.load(state_dict, storage_reader=tessera.dcp.Reader("ckpt"))   # a step directory, or a root: its newest
+    r = tessera.dcp.load(state_dict, "ckpt", strict=False)           # what it skipped: r.missing_keys, r.unexpected_keys
 
 Every rank's chunks (the local shards of DTensors, as FSDP2's fully_shard and tensor
 parallelism make them, and whole tensors) are written by libtessera through its
@@ -57,7 +58,7 @@ from . import open as _open
 
 _PICKLE = b"PK\x03\x04"  # torch.save's files are zip archives
 
-__all__ = ["Writer", "Reader", "import_dcp", "export_dcp"]
+__all__ = ["Writer", "Reader", "load", "import_dcp", "export_dcp"]
 
 # tessera dtype codes (tsr_base.h) of torch's dtypes, and back
 _CODE = {torch.float32: 1, torch.float16: 2, torch.bfloat16: 3, torch.float64: 4, torch.int8: 7, torch.int16: 8,
@@ -257,7 +258,7 @@ class Reader(StorageReader):
 
     def read_metadata(self, *args, **kwargs):
         ck = self._open()
-        md = {}
+        md = self.keys = {}
         for name, t in ck.tensors.items():
             code = ck._index[name][1]
             if code not in _DTYPE:
@@ -301,6 +302,34 @@ class Reader(StorageReader):
             target.copy_(data.reshape(ext))
             planner.commit_tensor(req, target)
         return _done(None)
+
+
+class Skipped:
+    """What a load with strict=False left out: .missing_keys (the state dict's
+    keys, flattened, that the checkpoint lacks: left as they were) and
+    .unexpected_keys (the checkpoint's that the state dict has no place for:
+    not read)."""
+
+    def __init__(self, missing, unexpected):
+        self.missing_keys, self.unexpected_keys = missing, unexpected
+
+    def __repr__(self):
+        return "Skipped(missing_keys=%r, unexpected_keys=%r)" % (self.missing_keys, self.unexpected_keys)
+
+
+def load(state_dict, path, strict=True, process_group=None):
+    """dcp.load of state_dict (in place, every rank of process_group) from the
+    tessera checkpoint at path. strict: every key must be in the checkpoint
+    (else DCP fails naming the first missing); strict=False loads those that
+    are and says what it skipped. Only the frames of the tensors loaded are
+    read. @return Skipped."""
+    import torch.distributed.checkpoint as dcp
+    reader = Reader(path)
+    planner = DefaultLoadPlanner(allow_partial_load=not strict)
+    dcp.load(state_dict, storage_reader=reader, planner=planner, process_group=process_group)
+    want = set(planner.state_dict)  # the target's keys, flattened as DCP flattens them
+    have = set(reader.keys)
+    return Skipped(sorted(want - have), sorted(have - want))
 
 
 class _Raw(bytes):

@@ -89,11 +89,13 @@ def load_state_dict(target, path, boxes=None, strict=True):
     extent) of it, where the caller holds a shard. Names as the checkpoint has them
     or Hugging Face's (q and k permuted to its rotary order). Shapes must match;
     floating-point values are converted to the target's dtype, other kinds must
-    match. strict: every target name must be in the checkpoint. @return the names
-    filled."""
+    match. strict: every target name must be in the checkpoint; else those that are
+    not are skipped. @return the names filled (a list), with .missing_keys (target
+    names the checkpoint lacks) and .unexpected_keys (checkpoint tensors no target
+    name took), as torch's Module.load_state_dict says them."""
     sd = target.state_dict() if isinstance(target, torch.nn.Module) else target
     boxes = boxes or {}
-    done, missing = [], []
+    done, missing, taken = Loaded(), [], set()
     with _open(path) as ck:
         heads = None
         for name, dst in sd.items():
@@ -121,10 +123,19 @@ def load_state_dict(target, path, boxes=None, strict=True):
             with torch.no_grad():
                 dst.copy_(src)
             done.append(name)
+            taken.add(tname)
+        done.unexpected_keys = sorted(set(ck.tensors) - taken)
     if strict and missing:
         raise Error(-3, "tessera: %s: no tensor for %d target name(s): %s" % (path, len(missing), ", ".join(missing[:8])
                                                                               + (" ..." if len(missing) > 8 else "")))
+    done.missing_keys = missing
     return done
+
+
+class Loaded(list):
+    """The names load_state_dict filled, with .missing_keys and .unexpected_keys."""
+    missing_keys = ()
+    unexpected_keys = ()
 
 
 def save(state_dict, path, step=0, blobs=None):

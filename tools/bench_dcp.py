@@ -1,0 +1,239 @@
+"""bench_dcp.py OUT [WORLD] [--smoke]: tessera beside PyTorch Distributed Checkpoint (DCP) on
+this machine, in one run, the same state, processes and disk for both: DCP's
+FileSystemWriter at its best settings here (thread_count = the cores, files
+synced, one file per rank) against tessera through its DCP plug-in
+(tessera.dcp.Writer / Reader, the C engine writing). WORLD gloo processes on
+loopback (default 2), each tensor's rows sharded over them (DTensor Shard(0)).
+
+States: the 124m model's parameters with their AdamW moments (f32), and 1 GiB of
+bf16 N(0, 0.02) tensors. Each measure alternates the two, twice, and keeps each
+one's best: save throughput (the global bytes over the time from the first rank's
+start to the last rank's end), bytes on disk, load in the saved layout, load on one
+process (another world size: every tensor whole), dcp.async_save's blocked time,
+and the step cost of a stand-in training loop (a matmul chain per step on one
+thread a process) saving every 5 steps with async_save, against the same loop
+without saves. Prints each figure with its ratio and goal. --smoke: the same on
+tiny states (a check of the script, no figures to quote)."""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import warnings
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch.multiprocessing as mp
+from torch.distributed.tensor import DTensor, Replicate, Shard
+
+import tessera.dcp
+
+warnings.simplefilter("ignore", UserWarning)
+CORES = os.cpu_count() or 1
+SMOKE = "--smoke" in sys.argv
+
+
+def shapes_124m():
+    dim, layers, ffn, vocab = (64, 2, 128, 512) if SMOKE else (768, 12, 2048, 50304)
+    s = {"tok_embeddings.weight": (vocab, dim), "norm.weight": (dim,), "output.weight": (vocab, dim)}
+    for i in range(layers):
+        p = "layers.%d." % i
+        for w in ("wq", "wk", "wv", "wo"):
+            s[p + "attention.%s.weight" % w] = (dim, dim)
+        s[p + "feed_forward.w1.weight"] = (ffn, dim)
+        s[p + "feed_forward.w3.weight"] = (ffn, dim)
+        s[p + "feed_forward.w2.weight"] = (dim, ffn)
+        s[p + "attention_norm.weight"] = (dim,)
+        s[p + "ffn_norm.weight"] = (dim,)
+    return s
+
+
+def local(shape, dtype, rank, world, seed, zero):
+    """This rank's rows of a tensor (all of a 1-D one), N(0, 0.02)."""
+    rows = shape if len(shape) < 2 else (shape[0] // world,) + tuple(shape[1:])
+    if zero:
+        return torch.zeros(rows, dtype=dtype)
+    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    return (torch.randn(rows, generator=g) * 0.02).to(dtype)
+
+
+def state(kind, mesh, rank, world, zero=False):
+    """{name: DTensor} (or plain tensors without a mesh) of `kind`, and its global bytes."""
+    if kind == "124m":
+        items = []
+        for n, sh in shapes_124m().items():
+            items += [(n, sh), ("optimizer.state.%s.exp_avg" % n, sh), ("optimizer.state.%s.exp_avg_sq" % n, sh)]
+        dtype = torch.float32
+    else:  # 1 GiB of bf16: 32 tensors of 4096 x 4096
+        n = 256 if SMOKE else 4096
+        items, dtype = [("synthetic.%02d" % i, (n, n)) for i in range(32)], torch.bfloat16
+    sd, nbytes = {}, 0
+    for i, (n, sh) in enumerate(items):
+        nbytes += torch.Size(sh).numel() * torch.finfo(dtype).bits // 8
+        if mesh is None:
+            sd[n] = torch.zeros(sh, dtype=dtype) if zero else None
+            continue
+        t = local(sh, dtype, rank, world, i, zero)
+        sd[n] = DTensor.from_local(t, mesh, [Shard(0)] if len(sh) > 1 else [Replicate()], run_check=False)
+    return sd, nbytes
+
+
+def writer(backend, path):
+    if backend == "dcp":
+        return dcp.FileSystemWriter(path, thread_count=CORES, sync_files=True, single_file_per_rank=True)
+    return tessera.dcp.Writer(path)
+
+
+def reader(backend, path):
+    return dcp.FileSystemReader(path) if backend == "dcp" else tessera.dcp.Reader(path)
+
+
+def du(path):
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(path) for f in fs)
+
+
+def timed(fn):
+    dist.barrier()
+    t = time.perf_counter()
+    fn()
+    dist.barrier()
+    return time.perf_counter() - t
+
+
+def clean(path, rank):
+    if rank == 0 and os.path.exists(path):
+        shutil.rmtree(path)
+    dist.barrier()
+
+
+def step_loop(sd, backend, path, rank, steps=20, every=5):
+    """Seconds a step of the stand-in loop, saving `sd` every `every` steps with
+    async_save (backend None: no saves)."""
+    g = torch.Generator().manual_seed(rank)
+    a, b = torch.randn(768, 768, generator=g), torch.randn(768, 768, generator=g)
+    fut = None
+    dist.barrier()
+    t = time.perf_counter()
+    for s in range(1, steps + 1):
+        x = a
+        for _ in range(24):  # the step's compute
+            x = torch.tanh(x @ b)
+        dist.all_reduce(x[:1, :8])  # its collective
+        if backend and s % every == 0:
+            if fut is not None:
+                fut.result()  # one save in flight at a time, as a trainer keeps it
+            fut = dcp.async_save(sd, storage_writer=writer(backend, "%s/step-%08d" % (path, s)))
+    if fut is not None:
+        fut.result()
+    dist.barrier()
+    return (time.perf_counter() - t) / steps
+
+
+def worker(rank, world, out, port, q):
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh("cpu", (world,))
+    res = {}
+    for kind in ("124m", "bf16"):
+        sd, nbytes = state(kind, mesh, rank, world)
+        zero, _ = state(kind, mesh, rank, world, zero=True)
+        res[kind, "bytes"] = nbytes
+        for rnd in range(2):
+            for backend in ("dcp", "tessera"):
+                path = "%s/%s/%s" % (out, kind, backend)
+                clean(path, rank)
+                ts = timed(lambda: dcp.save(sd, storage_writer=writer(backend, path)))
+                tl = timed(lambda: dcp.load(zero, storage_reader=reader(backend, path)))
+                res[kind, backend, "save"] = min(ts, res.get((kind, backend, "save"), ts))
+                res[kind, backend, "load"] = min(tl, res.get((kind, backend, "load"), tl))
+                if rank == 0:
+                    res[kind, backend, "disk"] = du(path)
+        if kind == "124m":
+            for rnd in range(2):
+                for backend in ("dcp", "tessera"):
+                    path = "%s/async/%s" % (out, backend)
+                    clean(path, rank)
+                    dist.barrier()
+                    t = time.perf_counter()
+                    fut = dcp.async_save(sd, storage_writer=writer(backend, path))
+                    blocked = time.perf_counter() - t
+                    fut.result()
+                    dist.barrier()
+                    res["async", backend] = min(blocked, res.get(("async", backend), blocked))
+            for rnd in range(2):
+                for backend in (None, "dcp", "tessera"):
+                    path = "%s/loop/%s" % (out, backend)
+                    clean(path, rank)
+                    t = step_loop(sd, backend, path, rank)
+                    res["loop", backend] = min(t, res.get(("loop", backend), t))
+                    clean(path, rank)
+        del sd, zero
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        q.put(res)
+
+
+def main():
+    args = [a for a in sys.argv[1:] if a != "--smoke"]
+    out, world = os.path.abspath(args[0]), int(args[1]) if len(args) > 1 else 2
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=worker, args=(r, world, out, port, q)) for r in range(world)]
+    for p in ps:
+        p.start()
+    res = q.get(timeout=3000)
+    for p in ps:
+        p.join()
+    # another world size: one process loads every tensor whole (twice, alternately)
+    torch.set_num_threads(CORES)
+    for rnd in range(2):
+        for backend in ("dcp", "tessera"):
+            sd, _ = state("124m", None, 0, 1, zero=True)
+            t = time.perf_counter()
+            dcp.load(sd, storage_reader=reader(backend, "%s/124m/%s" % (out, backend)))
+            t = time.perf_counter() - t
+            res["reshard", backend] = min(t, res.get(("reshard", backend), t))
+            del sd
+    gb = 1e9
+    b124, bbf = res["124m", "bytes"], res["bf16", "bytes"]
+
+    def line(what, d, t, _, ratio, goal, ok):
+        print("%s: DCP %s, tessera %s: %.2fx (goal %s)  %s" % (what, d, t, ratio, goal, "ok" if ok else "MISSED"))
+    for kind, b in (("124m", b124), ("bf16", bbf)):
+        d, t = res[kind, "dcp", "save"], res[kind, "tessera", "save"]
+        name = "124m parameters and AdamW moments, f32, %.2f GB" % (b / gb) if kind == "124m" else \
+            "1 GiB of bf16 N(0, 0.02)"
+        line("save, %s, %d processes" % (name, world), "%.2f s (%.0f MB/s)" % (d, b / d / 1e6),
+             "%.2f s (%.0f MB/s)" % (t, b / t / 1e6), "", d / t, ">= 3x DCP's throughput", d / t >= 3)
+        dd, td = res[kind, "dcp", "disk"], res[kind, "tessera", "disk"]
+        line("on disk, %s" % name, "%.1f MB" % (dd / 1e6), "%.1f MB" % (td / 1e6), "", td / dd,
+             "<= 0.75x DCP's bytes" if kind == "bf16" else "none for f32", kind != "bf16" or td / dd <= 0.75)
+        d, t = res[kind, "dcp", "load"], res[kind, "tessera", "load"]
+        line("load in the saved layout, %s" % name, "%.2f s" % d, "%.2f s" % t, "", d / t, "none: for the record",
+             True)
+    d, t = res["reshard", "dcp"], res["reshard", "tessera"]
+    line("load on 1 process of the 124m state saved on %d (every tensor whole)" % world, "%.2f s" % d, "%.2f s" % t,
+         "", d / t, ">= 2x DCP's speed", d / t >= 2)
+    d, t = res["async", "dcp"], res["async", "tessera"]
+    line("dcp.async_save blocked time, 124m state", "%.3f s" % d, "%.3f s" % t, "", t / d,
+         "<= 1x DCP's (the staging is DCP's for both)", t <= d * 1.05)
+    base = res["loop", None]
+    d, t = res["loop", "dcp"] - base, res["loop", "tessera"] - base
+    line("step cost of async saves every 5 steps (stand-in loop, %.3f s a step without)" % base,
+         "+%.3f s a step" % d, "+%.3f s a step" % t, "", t / d if d > 0 else float("inf"), "<= 1x DCP's",
+         t <= d * 1.05)
+    shutil.rmtree(out, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
