@@ -1,4 +1,5 @@
 /* cmd_train.c: tessera train: the training job (train/). */
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -7,6 +8,7 @@
 #include "cli.h"
 #include "commands.h"
 #include "config.h"
+#include "job.h"
 #include "trainer.h"
 
 static const char USAGE[] =
@@ -30,6 +32,36 @@ static void train_log(void *user, int level, const char *msg) {
     (void)user;
     const char *r = getenv("OMPI_COMM_WORLD_RANK");
     if (level <= 1 || !r || !strcmp(r, "0")) fprintf(stderr, "tessera train: %s\n", msg);
+}
+
+/* checkpoint.last_save_in_hf: the model-only last save (ROOT/model-step-N) as
+ * a Hugging Face folder ROOT/hf-step-N (tsr_export: safetensors in the export
+ * dtype, config.json, the tokenizer), written by rank 0 once training is done,
+ * from the model-only save of the last step there (this run's, or an earlier
+ * one's when it resumed at the last step); without one (preempted), none. */
+static int last_save_in_hf(const tsr_train_config *c) {
+    char root[PATH_MAX], src[PATH_MAX + 32], dst[PATH_MAX + 32], m[PATH_MAX + 48];
+    if (tsr_job_join(root, sizeof root, c->job.dump_folder, c->checkpoint.folder)) return EXIT_FAIL;
+    snprintf(src, sizeof src, "%s/model-step-%08d", root, c->training.steps);
+    snprintf(dst, sizeof dst, "%s/hf-step-%08d", root, c->training.steps);
+    snprintf(m, sizeof m, "%s/MANIFEST", src);
+    if (access(m, F_OK) != 0) {
+        printf("checkpoint.last_save_in_hf: no model-only save of step %d (%s): no Hugging Face folder\n",
+               c->training.steps, src);
+        return EXIT_OK;
+    }
+    tsr_export_opts o = tsr_export_opts_default();
+    o.format = TSR_EXPORT_SAFETENSORS;
+    o.dtype = c->checkpoint.export_dtype;
+    tsr_export_info info;
+    tsr_error e = {0};
+    if (tsr_export(src, dst, &o, &info, &e)) {
+        fprintf(stderr, "tessera train: checkpoint.last_save_in_hf: %s\n", e.msg);
+        return EXIT_FAIL;
+    }
+    printf("Hugging Face folder (checkpoint.last_save_in_hf): %s: %zu tensors in %zu file(s)\n", dst, info.n_tensors,
+           info.n_files);
+    return EXIT_OK;
 }
 
 int tsr_cmd_train(int argc, char **argv) {
@@ -107,6 +139,7 @@ int tsr_cmd_train(int argc, char **argv) {
             _exit(EXIT_FAIL);
         }
     }
+    if (rc == EXIT_OK && rank == 0 && cfg.checkpoint.enable && cfg.checkpoint.last_save_in_hf) rc = last_save_in_hf(&cfg);
     tsr_trainer_free(t);
     tsr_comm_free(world);
     return rc;

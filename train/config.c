@@ -122,6 +122,7 @@ static const keydef keys[] = {
     {"checkpoint", "last_save_model_only", K_BOOL, OFF(checkpoint.last_save_model_only), 0, 0, 0, NULL,
      NULL},
     {"checkpoint", "export_dtype", K_CHOICE, OFF(checkpoint.export_dtype), 0, 0, 0, dtype_choices, NULL},
+    {"checkpoint", "last_save_in_hf", K_BOOL, OFF(checkpoint.last_save_in_hf), 0, 0, 0, NULL, NULL},
     {"checkpoint", "initial_load_path", K_STR, OFF(checkpoint.initial_load_path), 0, 0, 0, NULL, NULL},
     {"checkpoint", "initial_load_model_only", K_BOOL, OFF(checkpoint.initial_load_model_only), 0, 0, 0,
      NULL, NULL},
@@ -173,7 +174,7 @@ static const struct {
     {"parallelism", "pipeline_parallel_layers_per_stage"},
     {"parallelism", "pipeline_parallel_schedule_csv"},
     {"parallelism", "context_parallel_rotate_method"}, {"parallelism", "context_parallel_load_balancer"},
-    {"checkpoint", "create_seed_checkpoint"}, {"checkpoint", "last_save_in_hf"},
+    {"checkpoint", "create_seed_checkpoint"},
     {"checkpoint", "initial_load_in_hf"}, {"checkpoint", "exclude_from_loading"},
     {"checkpoint", "enable_first_step_checkpoint"},
 };

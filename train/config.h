@@ -160,6 +160,8 @@ typedef struct tsr_train_config {
         bool last_save_model_only;    /* true: the final save holds the model only */
         int export_dtype;             /* TSR_F32 ("float32") or TSR_BF16 ("bfloat16"): dtype
                                          of the model-only last save */
+        bool last_save_in_hf;         /* true: the model-only last save also as a Hugging Face
+                                         folder (safetensors, config, tokenizer): ROOT/hf-step-N */
         char initial_load_path[TSR_CONFIG_STR]; /* "": a checkpoint to start from when the
                                                    job's own folder has none */
         bool initial_load_model_only; /* true: from initial_load_path take the model only */

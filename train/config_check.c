@@ -121,6 +121,9 @@ int tsr_config_validate(tsr_train_config *c, int world_size, tsr_error *err) {
         tsr_cfg_warn(c, "config: lr_scheduler.warmup_steps (%d) > training.steps (%d): the lr never reaches "
                        "optimizer.lr",
                     c->lr_scheduler.warmup_steps, c->training.steps);
+    if (c->checkpoint.last_save_in_hf && c->checkpoint.enable && !c->checkpoint.last_save_model_only)
+        return tsr_err(err, TSR_EINVAL, "checkpoint.last_save_in_hf needs checkpoint.last_save_model_only = true "
+                       "(the Hugging Face folder is the model only), as TorchTitan's does");
     /* A folder of one's own says checkpoints are wanted; with enable false none is
      * saved there, and the job does not resume from it. */
     if (!c->checkpoint.enable && strcmp(c->checkpoint.folder, TSR_CONFIG_DEFAULT_CKPT_FOLDER) != 0 &&
