@@ -1,7 +1,8 @@
 """dcp_check.py MODE WORLD LAYOUT PATH PORT (0: a free one): PyTorch Distributed Checkpoint (DCP)
 through tessera.dcp on WORLD processes of the gloo backend on loopback. MODE:
 save, async, load (tessera.dcp's Writer and Reader), dcpsave, dcpload (DCP's own
-FileSystemWriter and FileSystemReader: the other end of the conversions), errors
+FileSystemWriter and FileSystemReader: the other end of the conversions), trained
+(the model of a `tessera train` checkpoint at PATH loaded into LAYOUT), errors
 (bad input, and partial loads, in one process, under PATH).
 
 The state is a small Llama-like model's parameters, its AdamW moments and step
@@ -125,12 +126,38 @@ def check_loaded(sd, path, fails):
             same("tessera.open: fsdp." + k, ck.read("fsdp." + k, torch=True), v)
 
 
+def trained(layout, world, path, fails):
+    """The model of a checkpoint of `tessera train` loaded by dcp.load into
+    DTensors of LAYOUT (names as TorchTitan's Llama module has them), and the
+    trainer's blob train.step as bytes: equal to what the C reader reads."""
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = (init_device_mesh("cpu", (2, world // 2)) if layout == "2d" else init_device_mesh("cpu", (world,))) \
+        if world > 1 else None
+    with tessera.open(path) as ck:
+        names = [n for n, t in ck.tensors.items() if t.group == "model"]
+        sd = {}
+        for n in names:
+            z = torch.zeros(ck.tensors[n].shape, dtype=torch.float32 if ck.tensors[n].dtype == "f32" else torch.bfloat16)
+            sd[n] = distribute_tensor(z, mesh, placements(layout, mesh, z.dim())) if mesh is not None else z
+        sd["train.step"] = b""
+        dcp.load(sd, storage_reader=tessera.dcp.Reader(path))
+        for n in names:
+            if not torch.equal(full(sd[n]), ck.read(n, torch=True)):
+                fails.append("trained: %s differs" % n)
+        if sd["train.step"] != ck.blob("train.step"):
+            fails.append("trained: train.step %r, the blob %r" % (sd["train.step"], ck.blob("train.step")))
+        if len(names) < 10:
+            fails.append("trained: only %d model tensors" % len(names))
+
+
 def run(rank, mode, world, layout, path, port, q):
     fails = []
     try:
         if world > 1:
             dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
-        if mode in ("save", "async", "dcpsave"):
+        if mode == "trained":
+            trained(layout, world, path, fails)
+        elif mode in ("save", "async", "dcpsave"):
             sd = state(layout, world, zero=False)
             w = dcp.FileSystemWriter(path) if mode == "dcpsave" else tessera.dcp.Writer(path)
             if mode == "async":

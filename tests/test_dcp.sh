@@ -6,7 +6,8 @@
 #   - the storage plug-in (python/tessera/dcp.py): dcp.save through
 #     tessera.dcp.Writer on 2 processes, checked by `tessera ckpt verify`, loaded
 #     through tessera.dcp.Reader on 4 (a 2 x 2 mesh); dcp.async_save on 4, loaded
-#     on 1 (no process group);
+#     on 1 (no process group); the model of a checkpoint of `tessera train` on 2
+#     ranks (tp=2) loaded into DTensors on 4 processes, the trainer's blob as bytes;
 #   - the conversions: checkpoints saved by DCP's own FileSystemWriter on 2 and 4
 #     processes, `tessera import --from dcp`, verified, loaded through the plug-in
 #     in another world size (sharded on another dim), `tessera export --format
@@ -35,6 +36,15 @@ chk load 4 2d "$TSR_TMP/p2"
 chk async 4 2d "$TSR_TMP/p4/step-00000003"
 expect 0 "a checkpoint of dcp.async_save verifies" tsr ckpt verify p4/step-00000003
 chk load 1 fsdp "$TSR_TMP/p4/step-00000003"
+
+# a checkpoint of tessera train (2 ranks, tp=2) into DTensors of PyTorch on 4 processes
+"$T" data prep --out data --synthetic 64k >/dev/null || fail "data prep"
+. "$TSR_ROOT/tests/mpi.sh"
+run_np 2 "$T" train --config "$TSR_ROOT/train/configs/debug.toml" --job.dump_folder=trained --training.steps=2 \
+    --training.seq_len=32 --training.dataset=tokens --training.dataset_path=data --checkpoint.enable=true \
+    --checkpoint.interval=2 --checkpoint.last_save_model_only=false --parallelism.tensor_parallel_degree=2 \
+    >train.log 2>&1 || { fail "tessera train"; tail -5 train.log >&2; }
+chk trained 4 2d "$TSR_TMP/trained/checkpoint"
 
 # the conversions, from DCP's own folders of 2 and 4 processes and back
 for w in 2 4; do
