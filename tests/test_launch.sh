@@ -32,6 +32,19 @@ expect 2 "launch --nodes 3 of 2" "$T" launch -np 2 --nodes 3 -- train --config "
 expect 2 "launch with a bad key" "$T" launch -np 2 -- train --config "$CFG" --training.stepz=3 --job.dump_folder="$TSR_TMP/u"
 grep -q "did you mean" err.txt || fail "launch with a bad key: no suggestion"
 [ -e "$TSR_TMP/u" ] && fail "launch with a bad key: the job's folder was made"
+# over hosts: each misuse refused, naming it, before anything runs (no host is reached)
+printf 'ha slots=2\nhb slots=1 # one slot\n' >"$TSR_TMP/hosts"
+hosts_bad() { # WANT WHAT ARGS...: exit 2 and WANT in the message
+    hb_want=$1 hb_what=$2; shift 2 # (expect sets want and what)
+    expect 2 "$hb_what" "$T" launch "$@" -- train --config "$CFG"
+    grep -q -- "$hb_want" err.txt || fail "$hb_what: the message lacks '$hb_want': $(cat err.txt)"
+}
+hosts_bad "does not spread evenly over the 2 hosts" "-np not a multiple of the hosts" -np 3 --hostfile "$TSR_TMP/hosts"
+hosts_bad "host hb has 1 slot(s); the job places 2 ranks" "too few slots" -np 4 --hostfile "$TSR_TMP/hosts"
+hosts_bad "--chaos needs the ranks on this machine" "--chaos over hosts" -np 2 --hostfile "$TSR_TMP/hosts" --chaos 30
+hosts_bad "--listen is for ranks on other hosts" "--listen without hosts" -np 2 --listen 127.0.0.1
+hosts_bad "--nodes and --hostfile" "--nodes with --hostfile" -np 2 --nodes 2 --hostfile "$TSR_TMP/hosts"
+hosts_bad "$TSR_TMP/nohosts: cannot open" "a hostfile that is not there" -np 2 --hostfile "$TSR_TMP/nohosts"
 
 # bounded restarts: a job that cannot start is given up after --max-restarts,
 # the backoff (0.2 s) doubling with each launch in a row that trained no step
