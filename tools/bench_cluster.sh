@@ -8,7 +8,7 @@
 rm -rf "$TSR_TMP"
 mkdir -p "$TSR_TMP"
 . tests/vcluster.sh
-trap '[ -n "${sup:-}" ] && kill "$sup" 2>/dev/null; vcluster_down' EXIT
+trap '[ -z "${sup:-}" ] || kill "$sup" 2>/dev/null || true; vcluster_down' EXIT # (set -e holds in the trap)
 trap 'exit 1' INT TERM # (the EXIT trap then removes the cluster)
 vcluster_up 3
 JOB_CLUSTER="--config train/configs/small.toml --training.local_batch_size=2 --training.global_batch_size=24 \

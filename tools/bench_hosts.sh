@@ -10,7 +10,7 @@
 #   long (make bench-long): 30 minutes with a host killed every 5 minutes and
 #     back a minute later (readmitted at the next restart), a snapshot in
 #     memory every step: the effective training time, the finish event's
-#     train_s over its wall_s (goal: 95%), and the mean step time.
+#     train_s over its wall_s (goal: 95%).
 set -e
 T=$(realpath "$1")
 OUT=$(realpath -m "$2")
