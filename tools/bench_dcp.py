@@ -108,9 +108,11 @@ def clean(path, rank):
     dist.barrier()
 
 
-def step_loop(sd, backend, path, rank, steps=20, every=5):
+def step_loop(sd, backend, path, rank, save_pg, steps=20, every=5):
     """Seconds a step of the stand-in loop, saving `sd` every `every` steps with
-    async_save (backend None: no saves)."""
+    async_save (backend None: no saves) over save_pg: the loop's own collectives
+    use the default group, and one group used from two threads at once would
+    interleave their collectives (DCP's advice: a group of its own)."""
     g = torch.Generator().manual_seed(rank)
     a, b = torch.randn(768, 768, generator=g), torch.randn(768, 768, generator=g)
     fut = None
@@ -124,7 +126,8 @@ def step_loop(sd, backend, path, rank, steps=20, every=5):
         if backend and s % every == 0:
             if fut is not None:
                 fut.result()  # one save in flight at a time, as a trainer keeps it
-            fut = dcp.async_save(sd, storage_writer=writer(backend, "%s/step-%08d" % (path, s)))
+            fut = dcp.async_save(sd, storage_writer=writer(backend, "%s/step-%08d" % (path, s)),
+                                 process_group=save_pg)
     if fut is not None:
         fut.result()
     dist.barrier()
@@ -136,6 +139,7 @@ def worker(rank, world, out, port, q):
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
     from torch.distributed.device_mesh import init_device_mesh
     mesh = init_device_mesh("cpu", (world,))
+    save_pg = dist.new_group(backend="gloo")
     res = {}
     for kind in ("124m", "bf16"):
         sd, nbytes = state(kind, mesh, rank, world)
@@ -167,7 +171,7 @@ def worker(rank, world, out, port, q):
                 for backend in (None, "dcp", "tessera"):
                     path = "%s/loop/%s" % (out, backend)
                     clean(path, rank)
-                    t = step_loop(sd, backend, path, rank)
+                    t = step_loop(sd, backend, path, rank, save_pg)
                     res["loop", backend] = min(t, res.get(("loop", backend), t))
                     clean(path, rank)
         del sd, zero
@@ -191,7 +195,7 @@ def main():
     ps = [ctx.Process(target=worker, args=(r, world, out, port, q)) for r in range(world)]
     for p in ps:
         p.start()
-    res = q.get(timeout=3000)
+    res = q.get(timeout=1500)  # (a run stuck in a collective fails here)
     for p in ps:
         p.join()
     # another world size: one process loads every tensor whole (twice, alternately)
