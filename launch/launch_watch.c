@@ -489,15 +489,15 @@ void launch_watch(launch *L, volatile int *stop, const volatile sig_atomic_t *si
     L->out = (launch_outcome)-1;
     double turn = tsr_now(); /* the last turn's start: a supervisor held off the cores says so */
     for (;;) {
-        if (tsr_now() - turn > LAUNCH_STALL_S)
-            launch_event(L, "supervisor_stalled", "\"seconds\": %.3f", tsr_now() - turn);
-        turn = tsr_now();
         struct pollfd p[2 + 512];
         int np = 2, nc = L->n_conns < 512 ? L->n_conns : 512;
         p[0] = (struct pollfd){L->listen_fd, POLLIN, 0};
         p[1] = (struct pollfd){L->wake_fd, POLLIN, 0};
         for (int i = 0; i < nc; i++) p[np++] = (struct pollfd){L->conns[i].fd, POLLIN, 0};
         poll(p, (nfds_t)np, 100);
+        if (tsr_now() - turn > LAUNCH_STALL_S) /* (said before this turn can end the watch) */
+            launch_event(L, "supervisor_stalled", "\"seconds\": %.3f", tsr_now() - turn);
+        turn = tsr_now();
         if (*stop && L->o.preempt_grace > 0 && !L->preempting && (*sig == SIGTERM || *sig == SIGUSR1)) {
             *stop = 0;
             launch_preempt_begin(L, *sig);

@@ -15,7 +15,9 @@
 #   - a host's ranks stopped (SIGSTOP) for 12 s, three times --host-timeout, while the
 #     host runs: it answers on the network, so it is stalled, not lost
 #     ("host_stalled"); once they go on, so does the job, with no restart (the
-#     ranks find the supervisor's commands waiting: not orphans);
+#     ranks find the supervisor's commands waiting: not orphans); then the
+#     supervisor stopped for 12 s: it logs its own stall ("supervisor_stalled"),
+#     and no restart follows;
 #   - the supervisor preempted (SIGTERM) with a 10 s grace: the next launch
 #     resumes from the step the ranks stopped after.
 # Each run trains every step's data exactly once (tests/samples_check.py) and
@@ -115,7 +117,15 @@ kill -STOP $stopped
 wait_for stall "e['event']=='host_stalled' and e['host']=='h2'"
 sleep 8
 kill -CONT $stopped
+# then the supervisor stopped for 12 s: it says its own stall when it goes on,
+# and the run ends with no restart
+wait_step stall 14
+kill -STOP $SUP
+sleep 12
+kill -CONT $SUP
 finished stall 0
+ev stall "e['event']=='supervisor_stalled' and e['seconds'] >= 11" >/dev/null ||
+    fail "stall: the supervisor's own stall not logged"
 ev stall "e['event'] in ('host_lost', 'hang', 'relaunch')" >/dev/null && fail "stall: taken for a fault"
 checked stall
 
@@ -134,4 +144,4 @@ sup pre --preempt-grace 10
 finished pre 0
 grep -q "resumed from .* (the local tier, step $s," "$TSR_TMP/pre.log" || fail "pre: not resumed from step $s"
 checked pre
-finish "hosts: a host killed (the job restarted on 4 ranks from the other hosts' memory, ${down} s to the next step), a host cut off 30 s (its ranks stopped themselves), a host's ranks stopped 12 s (stalled, not lost), a preemption with a 10 s grace (resumed from step $s)"
+finish "hosts: a host killed (the job restarted on 4 ranks from the other hosts' memory, ${down} s to the next step), a host cut off 30 s (its ranks stopped themselves), a host's ranks and then the supervisor stopped 12 s (stalled, not lost), a preemption with a 10 s grace (resumed from step $s)"

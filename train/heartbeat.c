@@ -40,6 +40,8 @@ struct tsr_heartbeat {
     size_t cmd_have;
     uint64_t seq_in;
     double heard; /* tsr_now() of the last command */
+    struct sockaddr_storage peer; /* the supervisor's address as dialed (supervisor_reachable) */
+    socklen_t peer_len;
 };
 
 static uint64_t bits_of(double d) {
@@ -210,34 +212,15 @@ static void on_command(tsr_heartbeat *h) {
     }
 }
 
-/* Whether the supervisor's address takes a new connection within a second:
- * its machine is up and reached, and its process listens (a stalled
- * supervisor's kernel still accepts). The connection is closed at once. */
+/* Whether the supervisor's address (the one this rank's connection reached)
+ * takes a new connection within a second: its machine is up and reached, and
+ * its process listens (a stalled supervisor's kernel still accepts). The
+ * connection is closed at once. */
 static int supervisor_reachable(const tsr_heartbeat *h) {
-    struct sockaddr_storage a = {0};
-    socklen_t al = 0;
-    if (strncmp(h->addr, "tcp:", 4) != 0) {
-        struct sockaddr_un *u = (struct sockaddr_un *)&a;
-        u->sun_family = AF_UNIX;
-        if (strlen(h->addr) >= sizeof u->sun_path) return 0;
-        memcpy(u->sun_path, h->addr, strlen(h->addr) + 1);
-        al = sizeof *u;
-    } else {
-        char host[160];
-        const char *colon = strrchr(h->addr + 4, ':');
-        if (!colon || (size_t)(colon - h->addr - 4) >= sizeof host) return 0;
-        memcpy(host, h->addr + 4, (size_t)(colon - h->addr - 4));
-        host[colon - h->addr - 4] = 0;
-        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                                 .ai_flags = AI_NUMERICHOST | AI_NUMERICSERV}, *res = NULL;
-        if (getaddrinfo(host, colon + 1, &hints, &res) || !res) return 0; /* (a name: no lookup from here) */
-        memcpy(&a, res->ai_addr, res->ai_addrlen);
-        al = res->ai_addrlen;
-        freeaddrinfo(res);
-    }
-    int fd = socket(a.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), e = -1;
+    if (!h->peer_len) return 0;
+    int fd = socket(h->peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), e = -1;
     if (fd < 0) return 0;
-    if (connect(fd, (struct sockaddr *)&a, al) == 0) {
+    if (connect(fd, (const struct sockaddr *)&h->peer, h->peer_len) == 0) {
         e = 0;
     } else if (errno == EINPROGRESS) {
         struct pollfd p = {fd, POLLOUT, 0};
@@ -431,7 +414,11 @@ int tsr_heartbeat_open(int rank, int world, tsr_heartbeat **out, tsr_error *err)
     pthread_mutex_init(&h->send_lock, NULL);
     int rc = read_env(h, err);
     if (!rc && (h->fd = dial(addr, err)) < 0) rc = h->fd;
-    if (!rc) rc = read_hello(h, err);
+    if (!rc) {
+        h->peer_len = sizeof h->peer;
+        if (getpeername(h->fd, (struct sockaddr *)&h->peer, &h->peer_len) != 0) h->peer_len = 0;
+        rc = read_hello(h, err);
+    }
     if (!rc && (h->stop_fd = eventfd(0, EFD_CLOEXEC)) < 0) rc = tsr_err(err, TSR_EIO, "heartbeat eventfd: %s", strerror(errno));
     if (!rc && pthread_create(&h->watchdog, NULL, watch, h) != 0)
         rc = tsr_err(err, TSR_EIO, "heartbeat: cannot start the watchdog thread");
