@@ -105,6 +105,14 @@ void *tsr_alloc_aligned(size_t size) {
     return p;
 }
 
+int tsr_rename_new(const char *from, const char *to) {
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return errno;
+    if (link(from, to) != 0) return errno;
+    unlink(from);
+    return 0;
+}
+
 int tsr_mkdir_p(const char *path) {
     char tmp[PATH_MAX];
     size_t n = strlen(path);

@@ -122,6 +122,11 @@ void tsr_remove_tree(const char *dir);
 /* tsr_mkdir_p(): creates a directory and its missing parents (mode 0755).
  * @return 0, or the errno of the first mkdir that failed. */
 int tsr_mkdir_p(const char *path);
+/* tsr_rename_new(): renames `from` to `to` only where `to` does not exist
+ * (renameat2's RENAME_NOREPLACE; link() and unlink() where the filesystem lacks
+ * it): a name that exists is never replaced. @return 0, or the errno (EEXIST:
+ * `to` exists; nothing moved). */
+int tsr_rename_new(const char *from, const char *to);
 /* tsr_path_base(): the last component of path, trailing slashes dropped
  * ("a/b/" -> "b"), into buf. @return buf. */
 const char *tsr_path_base(const char *path, char *buf, size_t len);

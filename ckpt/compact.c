@@ -344,7 +344,7 @@ static int check_entry(const char *dir, const char *name, void *user) {
 /* The files compact does not rewrite keep their data: hard links. */
 static int link_entry(const char *dir, const char *name, void *user) {
     entries *x = user;
-    if (!strcmp(name, "MANIFEST") || !strcmp(name, "MANIFEST.tmp")) return 0;
+    if (!strcmp(name, "MANIFEST") || !strncmp(name, "MANIFEST.tmp", 12)) return 0; /* and staging names */
     for (size_t i = 0; i < x->n_skip; i++)
         if (!strcmp(name, x->skip[i])) return 0;
     char from[PATH_MAX + 300], to[PATH_MAX + 300];

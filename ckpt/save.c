@@ -155,7 +155,44 @@ static int frame_cuts(const tsr_box *box, size_t es, size_t frame_bytes, uint64_
 }
 
 tsr_write_opts tsr_write_opts_default(void) {
-    return (tsr_write_opts){TSR_CODEC_AUTO, 1, 4u << 20, 0, 0, NULL, 0, 0, 0};
+    return (tsr_write_opts){.codec = TSR_CODEC_AUTO, .level = 1, .frame_bytes = 4u << 20};
+}
+
+/* Creates the writer's data file (s->file_id's). A writer without an epoch
+ * creates it or writes over it. One with an epoch never writes into a file it did
+ * not create (FORMAT.md 4.6): it creates exclusively, and a name taken is
+ * checked against the fence (a newer launch's file: fenced); otherwise it is a
+ * leftover of an earlier attempt, passed over for the id opts.id_stride further
+ * (never removed: it may be another writer's by now), or, without a stride,
+ * removed and the file created once more. A spare file moves in only where the
+ * name is free. */
+static int create_data_file(tsr_save *s, tsr_error *err) {
+    char name[64];
+    for (int tries = 0;; tries++) {
+        tsr_data_file_name(s->file_id, name, sizeof name);
+        int flags = s->opts.epoch ? TSR_CREATE_NEW : 0;
+        if (s->opts.spare_dir && s->opts.spare_dir[0] && (tsr_store_caps(s->dir) & TSR_STORE_RENAME)) {
+            char from[PATH_MAX + 80], to[PATH_MAX + 80];
+            snprintf(from, sizeof from, "%s/%s", s->opts.spare_dir, name);
+            snprintf(to, sizeof to, "%s/%s", s->dir, name);
+            if (s->opts.epoch ? tsr_rename_new(from, to) == 0 : rename(from, to) == 0) flags = TSR_CREATE_OVERWRITE;
+        }
+        tsr_error e = {0};
+        int rc = tsr_store_create(s->store, name, flags, &s->wf, &e);
+        if (rc != TSR_EBUSY || !s->opts.epoch || tries >= 16) {
+            if (rc && err) *err = e;
+            return rc;
+        }
+        if ((rc = tsr_fence_admit(s->dir, &s->opts.epoch, 0, err))) return rc;
+        if (s->opts.id_stride) {
+            if (s->file_id > UINT32_MAX - s->opts.id_stride) return tsr_err(err, TSR_EBUSY, "%s", e.msg);
+            tsr_log(1, "%s: taken (a leftover of an earlier save?): this writer writes %s/data file id %u instead",
+                    e.msg, s->dir, s->file_id + s->opts.id_stride);
+            s->file_id += s->opts.id_stride;
+        } else if (tries > 0 || (rc = tsr_store_remove(s->store, name, err))) {
+            return rc ? rc : tsr_err(err, TSR_EBUSY, "%s", e.msg);
+        }
+    }
 }
 
 tsr_save *tsr_save_begin(const char *step_dir, uint32_t file_id, const uint8_t *save_id,
@@ -189,17 +226,8 @@ tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint
     if (s->opts.epoch && tsr_fence_admit(step_dir, &s->opts.epoch, 0, err)) goto fail;
     s->store = tsr_store_open(step_dir, 1, err);
     if (!s->store) goto fail;
-    char name[64];
-    tsr_data_file_name(file_id, name, sizeof name);
-    int flags = 0;
-    if (s->opts.spare_dir && s->opts.spare_dir[0] && (tsr_store_caps(step_dir) & TSR_STORE_RENAME)) {
-        char from[PATH_MAX + 80], to[PATH_MAX + 80];
-        snprintf(from, sizeof from, "%s/%s", s->opts.spare_dir, name);
-        snprintf(to, sizeof to, "%s/%s", step_dir, name);
-        if (rename(from, to) == 0) flags = TSR_CREATE_OVERWRITE;
-    }
+    if (create_data_file(s, err)) goto fail;
     s->opts.spare_dir = NULL; /* the caller's string is not kept */
-    if (tsr_store_create(s->store, name, flags, &s->wf, err)) goto fail;
     if (s->opts.expected_bytes) tsr_wfile_reserve(s->wf, TSR_DATA_HEADER_SIZE + s->opts.expected_bytes);
     s->enc = enc;
     if (!s->enc) {
@@ -212,7 +240,7 @@ tsr_save *tsr_save_begin_with(const char *step_dir, uint32_t file_id, const uint
         tsr_err(err, TSR_ENOMEM, "out of memory");
         goto fail;
     }
-    tsr_data_header_encode(hdr, file_id, s->save_id);
+    tsr_data_header_encode(hdr, s->file_id, s->save_id);
     int rc = tsr_wfile_write(s->wf, hdr, TSR_DATA_HEADER_SIZE, 0, err);
     free(hdr);
     if (rc) goto fail;
@@ -739,19 +767,23 @@ int tsr_save_commit(tsr_save *s, const uint8_t *const *tables, const size_t *tab
     if (!rc) rc = save_merge_tables(tables, table_lens, n, s->save_id, step, epoch, layout, s->declared,
                                     s->n_declared, &bytes, &len, err);
     if (rc == TSR_ECORRUPT || rc == TSR_EINVAL) tsr_err_prefix(err, "%s: cannot commit", s->dir);
-    if (!rc) rc = tsr_store_put_atomic(s->store, "MANIFEST", bytes, len, err);
+    /* with an epoch the commit never replaces one: a writer whose check just
+     * passed cannot put over a newer launch's commit of the same step */
+    if (!rc) rc = s->opts.epoch ? tsr_store_put_new(s->store, "MANIFEST", bytes, len, err)
+                                : tsr_store_put_atomic(s->store, "MANIFEST", bytes, len, err);
     free(bytes);
     return rc;
 }
 
 void tsr_save_abort(tsr_save *s) {
     if (!s) return;
+    int had = s->wf != NULL; /* its abort removed the file, if still its own */
     if (s->wf) tsr_wfile_abort(s->wf);
     s->wf = NULL;
-    if (s->store) {
+    if (s->store && !s->opts.epoch) { /* with an epoch, a name is removed only by its own writer */
         char name[64];
         tsr_data_file_name(s->file_id, name, sizeof name);
-        tsr_store_remove(s->store, name, NULL);
+        if (!had) tsr_store_remove(s->store, name, NULL);
         tsr_store_remove(s->store, "MANIFEST.tmp", NULL);
     }
     s->failed = 1;

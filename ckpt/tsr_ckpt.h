@@ -45,7 +45,13 @@ typedef struct tsr_write_opts {
                                 folder's fence is refused before it creates its file
                                 and before the commit ("fenced: ..."). 0: a writer
                                 without one (a tool, the library by hand): it is
-                                refused only a commit that readers would void */
+                                refused only a commit that readers would void.
+                                With one, the writer never writes into a file it
+                                did not create, nor commits over a MANIFEST */
+    uint32_t id_stride;      /* with an epoch: the data file's name taken by a
+                                leftover, the writer takes the file id this much
+                                further (the engine: its world size, so that ranks
+                                never meet); 0: the leftover is removed */
 } tsr_write_opts;
 
 /* tsr_write_opts_default(): the defaults above. */

@@ -63,6 +63,9 @@ int tsr_s3_get(tsr_s3 *s, const char *bucket, const char *key, size_t max, uint8
                tsr_error *err);
 /* One PUT with an x-amz-checksum-sha256 and the content hash as metadata. */
 int tsr_s3_put(tsr_s3 *s, const char *bucket, const char *key, const void *buf, size_t len, tsr_error *err);
+/* The same with If-None-Match: *: an object of that key is never replaced (taken:
+ * TSR_EBUSY; a retry that finds this PUT's own object, by its content hash, succeeds). */
+int tsr_s3_put_new(tsr_s3 *s, const char *bucket, const char *key, const void *buf, size_t len, tsr_error *err);
 int tsr_s3_delete(tsr_s3 *s, const char *bucket, const char *key, tsr_error *err);
 /* ListObjectsV2 over every page (continuation tokens): fn gets each object, and
  * with a delimiter each common prefix (is_prefix 1, only key set). A non-zero

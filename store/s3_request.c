@@ -433,7 +433,8 @@ int tsr_s3_get(tsr_s3 *s, const char *bucket, const char *key, size_t max, uint8
 
 void s3_content_hash_hex(uint64_t h, char out[40]) { snprintf(out, 40, "%016llx", (unsigned long long)h); }
 
-int tsr_s3_put(tsr_s3 *s, const char *bucket, const char *key, const void *buf, size_t len, tsr_error *err) {
+static int put_object(tsr_s3 *s, const char *bucket, const char *key, const void *buf, size_t len, int new_only,
+                      tsr_error *err) {
     req r;
     s3_req_init(&r, "PUT", bucket, key);
     r.body = buf;
@@ -445,9 +446,27 @@ int tsr_s3_put(tsr_s3 *s, const char *bucket, const char *key, const void *buf, 
     char hex[40];
     s3_content_hash_hex(tsr_hash(buf, len), hex);
     snprintf(r.extra[0], sizeof r.extra[0], "x-amz-meta-tessera-xxh3: %s", hex);
+    if (new_only) snprintf(r.extra[1], sizeof r.extra[1], "If-None-Match: *");
     int rc = s3_run1(s, &r, err);
     free(r.resp.p);
+    if (rc && new_only && r.status == 412) {
+        /* taken: by another writer, or by this PUT itself when an earlier try
+         * succeeded but its answer was lost (its content hash tells) */
+        tsr_s3_object o;
+        if (r.attempts > 1 && tsr_s3_head(s, bucket, key, &o, NULL) == 0 && o.size == len &&
+            !strcmp(o.content_hash, hex))
+            return 0;
+        rc = tsr_err(err, TSR_EBUSY, "s3://%s/%s: exists: another writer put it first (HTTP 412)", bucket, key);
+    }
     return rc;
+}
+
+int tsr_s3_put(tsr_s3 *s, const char *bucket, const char *key, const void *buf, size_t len, tsr_error *err) {
+    return put_object(s, bucket, key, buf, len, 0, err);
+}
+
+int tsr_s3_put_new(tsr_s3 *s, const char *bucket, const char *key, const void *buf, size_t len, tsr_error *err) {
+    return put_object(s, bucket, key, buf, len, 1, err);
 }
 
 int tsr_s3_delete(tsr_s3 *s, const char *bucket, const char *key, tsr_error *err) {

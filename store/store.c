@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include <sys/random.h>
+
 #include "common.h"
 #include "store.h"
 
@@ -42,7 +44,7 @@ int tsr_store_get(tsr_store *s, const char *name, size_t max, uint8_t **out, siz
 /* ------------------------------------------------------------- writing */
 
 int tsr_store_create(tsr_store *s, const char *name, int flags, tsr_wfile **out, tsr_error *err) {
-    return s->ops->create(s, name, flags & TSR_CREATE_OVERWRITE, out, err);
+    return s->ops->create(s, name, flags & (TSR_CREATE_OVERWRITE | TSR_CREATE_NEW), out, err);
 }
 
 int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err) {
@@ -75,22 +77,33 @@ void tsr_wfile_abort(tsr_wfile *f) {
 /* ---------------------------------------------------------- committing */
 
 int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t len, tsr_error *err) {
-    return s->ops->put ? s->ops->put(s, name, buf, len, err) : tsr_store_put_staged(s, name, buf, len, err);
+    return s->ops->put ? s->ops->put(s, name, buf, len, 0, err) : tsr_store_put_staged(s, name, buf, len, 0, err);
 }
 
-int tsr_store_put_staged(tsr_store *s, const char *name, const void *buf, size_t len, tsr_error *err) {
+int tsr_store_put_new(tsr_store *s, const char *name, const void *buf, size_t len, tsr_error *err) {
+    return s->ops->put ? s->ops->put(s, name, buf, len, TSR_PUT_NEW, err)
+                       : tsr_store_put_staged(s, name, buf, len, TSR_PUT_NEW, err);
+}
+
+int tsr_store_put_staged(tsr_store *s, const char *name, const void *buf, size_t len, int flags, tsr_error *err) {
     char tmp[PATH_MAX];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", name) >= sizeof tmp)
-        return tsr_err(err, TSR_EINVAL, "%s/%s: name too long", s->location, name);
+    /* a put that must not replace stages under a name of its own: two writers
+     * of one name never write into one staging file */
+    uint64_t tag = 0;
+    if ((flags & TSR_PUT_NEW) && getrandom(&tag, sizeof tag, 0) != sizeof tag)
+        return tsr_err(err, TSR_EIO, "%s/%s: cannot draw a random name", s->location, name);
+    int n = tag ? snprintf(tmp, sizeof tmp, "%s.tmp-%016llx", name, (unsigned long long)tag)
+                : snprintf(tmp, sizeof tmp, "%s.tmp", name);
+    if ((size_t)n >= sizeof tmp) return tsr_err(err, TSR_EINVAL, "%s/%s: name too long", s->location, name);
     tsr_wfile *f;
-    int rc = s->ops->create(s, tmp, TSR_CREATE_BUFFERED, &f, err);
+    int rc = s->ops->create(s, tmp, TSR_CREATE_BUFFERED | (tag ? TSR_CREATE_NEW : 0), &f, err);
     if (rc) return rc;
     if ((rc = f->ops->write(f, buf, len, 0, err))) {
         f->ops->abort(f);
         return rc;
     }
     if ((rc = f->ops->finish(f, len, err))) return rc; /* a failed finish removes it */
-    if ((rc = s->ops->rename(s, tmp, name, err))) {
+    if ((rc = s->ops->rename(s, tmp, name, flags, err))) {
         s->ops->remove(s, tmp, NULL);
         return rc;
     }

@@ -120,7 +120,7 @@ int tsr_rfile_read(tsr_rfile *f, void *buf, size_t len, uint64_t off, tsr_error 
 const uint8_t *tsr_rfile_map(tsr_rfile *f, uint64_t off, size_t len);
 void tsr_rfile_close(tsr_rfile *f);
 
-/* Writing. flags: 0 or TSR_CREATE_OVERWRITE. */
+/* Writing. flags: 0, TSR_CREATE_OVERWRITE or TSR_CREATE_NEW. */
 int tsr_store_create(tsr_store *s, const char *name, int flags, tsr_wfile **out, tsr_error *err);
 /* buf aligned to TSR_ALIGN, len and off multiples of TSR_ALIGN. */
 int tsr_wfile_write(tsr_wfile *f, const void *buf, size_t len, uint64_t off, tsr_error *err);
@@ -152,6 +152,12 @@ void tsr_wfile_abort(tsr_wfile *f);
  * renamed to NAME, and the directory synced. */
 int tsr_store_put_atomic(tsr_store *s, const char *name, const void *buf, size_t len,
                          tsr_error *err);
+/* tsr_store_put_new(): the same, but NAME must not exist, and one put meanwhile
+ * is never replaced: on POSIX NAME.tmp-UNIQUE is linked to NAME (renameat2's
+ * RENAME_NOREPLACE, or link() where the filesystem lacks it); on S3 the PUT
+ * carries If-None-Match: *. A name taken: TSR_EBUSY, and nothing of this put
+ * stays. How a commit never replaces another writer's (FORMAT.md 4.6). */
+int tsr_store_put_new(tsr_store *s, const char *name, const void *buf, size_t len, tsr_error *err);
 /* tsr_store_get(): reads a whole object (at most max bytes) into a malloc'ed buffer. */
 int tsr_store_get(tsr_store *s, const char *name, size_t max, uint8_t **out, size_t *len,
                   tsr_error *err);
@@ -211,6 +217,12 @@ tsr_store *tsr_store_fault_wrap(tsr_store *inner, const char *spec, tsr_error *e
  * and zeroing them) and cut to its size at finish. Local files only; other stores
  * ignore it. */
 #define TSR_CREATE_OVERWRITE 2
+/* tsr_store_ops create flag: NAME must not exist: a local file is created
+ * exclusively (O_EXCL), an object is refused when one of that name is there at
+ * the create (its upload still replaces one put meanwhile). A name taken:
+ * TSR_EBUSY, nothing touched. A fenced writer's way never to write into a file
+ * it did not create (FORMAT.md 4.6). */
+#define TSR_CREATE_NEW 4
 
 /* Each store, read file and write file starts with its header below; an
  * implementation extends it (its own struct, with the header first). */
@@ -257,9 +269,10 @@ struct tsr_store_ops {
     void (*abort)(tsr_wfile *f);
     /* committing. put: an atomic put by itself (S3: one PUT). NULL: the store
      * stages one (tsr_store_put_staged), with rename (replaces `to`) and sync
-     * (makes the entry `name` durable: the directory's fsync), used only then. */
-    int (*put)(tsr_store *s, const char *name, const void *buf, size_t len, tsr_error *err);
-    int (*rename)(tsr_store *s, const char *from, const char *to, tsr_error *err);
+     * (makes the entry `name` durable: the directory's fsync), used only then.
+     * flags: 0, or TSR_PUT_NEW: NAME must not exist (tsr_store_put_new). */
+    int (*put)(tsr_store *s, const char *name, const void *buf, size_t len, int flags, tsr_error *err);
+    int (*rename)(tsr_store *s, const char *from, const char *to, int flags, tsr_error *err);
     int (*sync)(tsr_store *s, const char *name, tsr_error *err);
     /* names */
     int (*exists)(tsr_store *s, const char *name, tsr_error *err);
@@ -275,7 +288,9 @@ tsr_store *tsr_store_s3_open(const char *location, int create, tsr_error *err);
  * created (TSR_CREATE_BUFFERED), written and finished, renamed to NAME, and the
  * entry synced; whatever fails, no NAME.tmp stays, and no NAME when the sync
  * failed. For stores without a put of their own. */
-int tsr_store_put_staged(tsr_store *s, const char *name, const void *buf, size_t len, tsr_error *err);
+int tsr_store_put_staged(tsr_store *s, const char *name, const void *buf, size_t len, int flags, tsr_error *err);
+/* put and rename flag: the name put must not exist (its object is never replaced). */
+#define TSR_PUT_NEW 1
 
 /* tsr_store_join(): "LOCATION/NAME" into out (the path of a name in messages
  * and fault filters). */

@@ -437,26 +437,26 @@ static int fault_finish(tsr_wfile *wf, uint64_t size, tsr_error *err) {
 /* A store that puts by itself: its put is the commit, counted as a rename. A
  * store that stages its puts: the staging runs through this store, so that its
  * write, fsync, rename and sync meet the faults. */
-static int fault_put(tsr_store *st, const char *name, const void *buf, size_t len, tsr_error *err) {
+static int fault_put(tsr_store *st, const char *name, const void *buf, size_t len, int flags, tsr_error *err) {
     fault_store *s = (fault_store *)st;
-    if (!s->inner->ops->put) return tsr_store_put_staged(st, name, buf, len, err);
+    if (!s->inner->ops->put) return tsr_store_put_staged(st, name, buf, len, flags, err);
     char path[PATH_MAX + 64];
     tsr_store_join(st, name, path, sizeof path);
     int fault = fault_check(s->plan, F_RENAME, path);
     if (fault > 0) return tsr_err(err, errno_status(fault), "%s: put: %s (injected)", path, strerror(fault));
-    int rc = s->inner->ops->put(s->inner, name, buf, len, err);
+    int rc = s->inner->ops->put(s->inner, name, buf, len, flags, err);
     fault_done();
     return rc;
 }
 
-static int fault_rename(tsr_store *st, const char *from, const char *to, tsr_error *err) {
+static int fault_rename(tsr_store *st, const char *from, const char *to, int flags, tsr_error *err) {
     fault_store *s = (fault_store *)st;
     char path[PATH_MAX + 64];
     tsr_store_join(st, from, path, sizeof path);
     int fault = fault_check(s->plan, F_RENAME, path);
     if (fault > 0)
         return tsr_err(err, errno_status(fault), "%s: rename to %s: %s (injected)", path, to, strerror(fault));
-    int rc = s->inner->ops->rename(s->inner, from, to, err);
+    int rc = s->inner->ops->rename(s->inner, from, to, flags, err);
     fault_done();
     return rc;
 }

@@ -159,7 +159,7 @@ static int posix_create(tsr_store *s, const char *name, int flags, tsr_wfile **o
     tsr_store_join(s, name, f->path, sizeof f->path);
     f->direct = !(flags & TSR_CREATE_BUFFERED);
     f->reserved = !!(flags & TSR_CREATE_OVERWRITE);
-    int mode = O_WRONLY | O_CREAT | O_CLOEXEC | (f->reserved ? 0 : O_TRUNC);
+    int mode = O_WRONLY | O_CREAT | O_CLOEXEC | (flags & TSR_CREATE_NEW ? O_EXCL : f->reserved ? 0 : O_TRUNC);
     f->fd = open(f->path, mode | (f->direct ? O_DIRECT : 0), 0644);
     if (f->fd < 0 && f->direct && errno == EINVAL) { /* the filesystem refuses O_DIRECT */
         f->direct = 0;
@@ -167,7 +167,9 @@ static int posix_create(tsr_store *s, const char *name, int flags, tsr_wfile **o
     }
     if (f->fd < 0) {
         int e = errno;
-        int rc = tsr_err(err, errno_status(e), "%s: cannot create: %s", f->path, strerror(e));
+        int rc = e == EEXIST && (flags & TSR_CREATE_NEW)
+                     ? tsr_err(err, TSR_EBUSY, "%s: cannot create: it exists (another writer's?)", f->path)
+                     : tsr_err(err, errno_status(e), "%s: cannot create: %s", f->path, strerror(e));
         free(f);
         return rc;
     }
@@ -314,6 +316,15 @@ static void posix_reserve(tsr_wfile *wf, uint64_t bytes) {
     if (bytes && fallocate(f->fd, 0, 0, (off_t)tsr_align_up(bytes, TSR_ALIGN)) == 0) f->reserved = 1;
 }
 
+/* Removes the file f wrote, closing it: only while its name is still that file
+ * (the name may be another writer's by now: FORMAT.md 4.6). */
+static void close_unlink_own(posix_wfile *f) {
+    struct stat a, b;
+    int own = fstat(f->fd, &a) == 0 && stat(f->path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+    if (own) unlink(f->path);
+    close(f->fd);
+}
+
 static int posix_finish(tsr_wfile *wf, uint64_t size, tsr_error *err) {
     posix_wfile *f = (posix_wfile *)wf;
     int rc = posix_complete(wf, err);
@@ -321,8 +332,11 @@ static int posix_finish(tsr_wfile *wf, uint64_t size, tsr_error *err) {
     if (!rc && f->reserved && ftruncate(f->fd, (off_t)size) != 0)
         rc = tsr_err(err, TSR_EIO, "%s: truncate to %llu bytes: %s", f->path, (unsigned long long)size, strerror(errno));
     if (!rc && fsync(f->fd) != 0) rc = tsr_err(err, errno_status(errno), "%s: fsync: %s", f->path, strerror(errno));
-    if (close(f->fd) != 0 && !rc) rc = tsr_err(err, TSR_EIO, "%s: close: %s", f->path, strerror(errno));
-    if (rc) unlink(f->path);
+    if (rc) close_unlink_own(f);
+    else if (close(f->fd) != 0) {
+        rc = tsr_err(err, TSR_EIO, "%s: close: %s", f->path, strerror(errno));
+        unlink(f->path);
+    }
     free(f);
     return rc;
 }
@@ -333,18 +347,23 @@ static void posix_abort(tsr_wfile *wf) {
         posix_complete(wf, NULL);
         ring_close(f);
     }
-    close(f->fd);
-    unlink(f->path);
+    close_unlink_own(f);
     free(f);
 }
 
 /* ---------------------------------------------------------- committing */
 
-static int posix_rename(tsr_store *s, const char *from, const char *to, tsr_error *err) {
+static int posix_rename(tsr_store *s, const char *from, const char *to, int flags, tsr_error *err) {
     char a[PATH_MAX + 64], b[PATH_MAX + 64];
     tsr_store_join(s, from, a, sizeof a);
     tsr_store_join(s, to, b, sizeof b);
-    if (rename(a, b) != 0) return tsr_err(err, TSR_EIO, "%s: rename to %s: %s", a, to, strerror(errno));
+    if (!(flags & TSR_PUT_NEW)) {
+        if (rename(a, b) != 0) return tsr_err(err, TSR_EIO, "%s: rename to %s: %s", a, to, strerror(errno));
+        return 0;
+    }
+    int e = tsr_rename_new(a, b);
+    if (e == EEXIST) return tsr_err(err, TSR_EBUSY, "%s: exists: another writer put it first", b);
+    if (e) return tsr_err(err, TSR_EIO, "%s: rename to %s: %s", a, to, strerror(e));
     return 0;
 }
 

@@ -103,6 +103,8 @@ static int s3st_get(tsr_store *st, const char *name, size_t max, uint8_t **out, 
 
 /* ------------------------------------------------------------- writing */
 
+static int s3st_exists(tsr_store *st, const char *name, tsr_error *err);
+
 static int s3st_create(tsr_store *st, const char *name, int flags, tsr_wfile **out, tsr_error *err) {
     s3_store *s = (s3_store *)st;
     char key[TSR_S3_MAX_KEY];
@@ -111,6 +113,12 @@ static int s3st_create(tsr_store *st, const char *name, int flags, tsr_wfile **o
     if (!f) return tsr_err(err, TSR_ENOMEM, "out of memory");
     f->base.ops = st->ops;
     snprintf(f->url, sizeof f->url, "s3://%s/%s", s->bucket, key);
+    int there = flags & TSR_CREATE_NEW ? s3st_exists(st, name, err) : 0;
+    if (there) {
+        if (there > 0) tsr_err(err, TSR_EBUSY, "%s: cannot create: it exists (another writer's?)", f->url);
+        free(f);
+        return there > 0 ? TSR_EBUSY : there;
+    }
     f->w = tsr_s3_writer_new(s->s3, s->bucket, key, err);
     if (!f->w) {
         free(f);
@@ -170,11 +178,13 @@ static void s3st_abort(tsr_wfile *wf) {
 
 /* ---------------------------------------------------------- committing */
 
-static int s3st_put(tsr_store *st, const char *name, const void *buf, size_t len, tsr_error *err) {
+static int s3st_put(tsr_store *st, const char *name, const void *buf, size_t len, int flags, tsr_error *err) {
     s3_store *s = (s3_store *)st;
     char key[TSR_S3_MAX_KEY];
     int rc = key_of(s, name, key, err);
-    return rc ? rc : tsr_s3_put(s->s3, s->bucket, key, buf, len, err);
+    if (rc) return rc;
+    return flags & TSR_PUT_NEW ? tsr_s3_put_new(s->s3, s->bucket, key, buf, len, err)
+                               : tsr_s3_put(s->s3, s->bucket, key, buf, len, err);
 }
 
 /* --------------------------------------------------------------- names */

@@ -97,7 +97,7 @@ for mode in disabled async; do
     rc=$?
     [ $rc = 0 ] || fail "$name: exit $rc after a failed save, not 0"
     ck="$TSR_TMP/$name/checkpoint"
-    grep -q "save of step 2 to .*failed: .*MANIFEST.tmp: rename to MANIFEST" "$TSR_TMP/$name.log" ||
+    grep -q "save of step 2 to .*failed: .*MANIFEST.tmp-[0-9a-f]*: rename to MANIFEST" "$TSR_TMP/$name.log" ||
         fail "$name: the failed save is not reported: $(tail -3 "$TSR_TMP/$name.log")"
     grep -q "^step  *6 " "$TSR_TMP/$name.log" || fail "$name: training stopped after the failed save of step 2"
     "$T" ckpt ls "$ck" >"$TSR_TMP/$name.ls" 2>&1

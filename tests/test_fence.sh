@@ -10,7 +10,8 @@
 # fences the folder itself: epoch 3). A damaged FENCE is refused, named. The
 # same against S3 (moto), and in the local tier's node folder: raised by the
 # launch's epoch, an older launch's snapshots refused, and a planted snapshot
-# of an old epoch passed over by the recovery, named.
+# of an old epoch passed over by the recovery, named. On S3 too, a put that must
+# not replace an object does not (test_fence_writers' store part).
 . "$TSR_ROOT/tests/common.sh"
 cd "${TSR_TMP:?}" || exit 1
 need_py
@@ -104,6 +105,8 @@ grep -q "^4 " out.txt && fail "s3: a fenced writer left step 4: $(cat out.txt)"
 expect 0 "s3 verify step 2" "$T" ckpt verify $S/step-00000002
 TSR_EPOCH=2 train s3new.log 4 --checkpoint.folder=$S || fail "s3 epoch 2: exit $?"
 expect 0 "s3 verify step 4 of epoch 2" "$T" ckpt verify $S/step-00000004
+# a commit never replaces an object: PUT with If-None-Match: *, and the exclusive create
+expect 0 "the store's calls that never replace, on S3" "$TSR_BUILD/tests/test_fence_writers" s3://bkt/never
 
 # --- the local tier: ROOT/node-0/FENCE raised by the launch's epoch
 L="--checkpoint.local_interval=1 --checkpoint.local_folder=$SHM --checkpoint.interval=50 --job.dump_folder=$TSR_TMP/lt"

@@ -297,6 +297,7 @@ static int open_engine(train_job *j, tsr_error *err) {
     int rc = ep && *ep ? tsr_epoch_parse(ep, &eo.write.epoch, err) : 0;
     eo.overlap_staging = 1; /* the copy overlaps the next step: tsr_job_ckpt_staged() before its update */
     eo.write.codec = c->checkpoint.codec;
+    eo.write.id_stride = tsr_comm_size(t->world); /* a leftover file is passed over, never written into */
     /* checkpoint.codec = "auto" encodes a frame when encoding keeps ahead of the disk;
      * with no core to spare from training, every frame encoded in the background
      * is paid for in step time, so the frames go raw (a forced codec stays) */
