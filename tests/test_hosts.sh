@@ -18,8 +18,10 @@
 #     ranks find the supervisor's commands waiting: not orphans); then the
 #     supervisor stopped for 12 s: it logs its own stall ("supervisor_stalled"),
 #     and no restart follows;
-#   - the supervisor preempted (SIGTERM) with a 10 s grace: the next launch
-#     resumes from the step the ranks stopped after.
+#   - the supervisor preempted (SIGTERM) with a 10 s grace: the next launch,
+#     inside a "Slurm allocation" of the same hosts (SLURM_JOB_NODELIST, no
+#     --hostfile), runs a rank on each and resumes from the step the ranks
+#     stopped after.
 # Each run trains every step's data exactly once (tests/samples_check.py) and
 # ends with a checkpoint that verifies, as does every step it committed.
 . "$TSR_ROOT/tests/mpi.sh"
@@ -34,7 +36,7 @@ vcluster_up 3
 JOB="$JOB --training.global_batch_size=24 --checkpoint.interval=6 --checkpoint.local_interval=4"
 sup() {
     dir=$1; shift
-    "$T" launch -np 6 --hostfile "$VC_HOSTFILE" --listen "$VC_HEAD" --min-ranks 4 --readmit-after 0 $FAST "$@" -- train $JOB \
+    "$T" launch -np 6 ${HOSTS---hostfile $VC_HOSTFILE} --listen "$VC_HEAD" --min-ranks 4 --readmit-after 0 $FAST "$@" -- train $JOB \
         --job.dump_folder="$TSR_TMP/$dir" >>"$TSR_TMP/$dir.log" 2>&1 &
     SUP=$!
 }
@@ -140,8 +142,19 @@ s=$(ev pre "e['event']=='preempted' and e['deadline_met'] and e['local_step']==e
     { fail "pre: the local tier did not commit the last step within the grace"; tail -n 2 "$TSR_TMP/pre/launch.jsonl" >&2; }
 last=$(grep -o '"step": [0-9]*' "$TSR_TMP/pre/metrics.jsonl" | tail -n 1)
 [ "$last" = "\"step\": $s" ] || fail "pre: steps trained after step $s ($last)"
+# the relaunch inside a Slurm allocation of the same hosts: no --hostfile, the
+# hosts of SLURM_JOB_NODELIST (the launcher stays ssh: no Slurm here)
+n0=$(wc -l <"$TSR_TMP/pre/launch.jsonl")
+HOSTS= SLURM_JOB_NODELIST="h[1-3]"
+export SLURM_JOB_NODELIST
 sup pre --preempt-grace 10
+unset HOSTS SLURM_JOB_NODELIST
 finished pre 0
+mkdir -p "$TSR_TMP/pre2" && tail -n +$((n0 + 1)) "$TSR_TMP/pre/launch.jsonl" >"$TSR_TMP/pre2/launch.jsonl"
+for h in 1 2 3; do
+    ev pre2 "e['event']=='rank_up' and e['peer'].startswith('$VC_NET.$h:')" >/dev/null ||
+        fail "pre: no rank of the relaunch from SLURM_JOB_NODELIST's h$h ($VC_NET.$h)"
+done
 grep -q "resumed from .* (the local tier, step $s," "$TSR_TMP/pre.log" || fail "pre: not resumed from step $s"
 checked pre
 finish "hosts: a host killed (the job restarted on 4 ranks from the other hosts' memory, ${down} s to the next step), a host cut off 30 s (its ranks stopped themselves), a host's ranks and then the supervisor stopped 12 s (stalled, not lost), a preemption with a 10 s grace (resumed from step $s)"
