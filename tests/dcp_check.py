@@ -150,6 +150,33 @@ def trained(layout, world, path, fails):
             fails.append("trained: only %d model tensors" % len(names))
 
 
+def titan(layout, world, paths, fails):
+    """A checkpoint of `tessera train` (SRC) as PyTorch holds a TorchTitan run's
+    state: the model's DTensors, AdamW's moments and step under TorchTitan's
+    flattened names (optimizer.state.NAME.exp_avg), its param groups and
+    train_state.step (a 0-d int32 tensor, as TorchTitan's TrainState has it),
+    saved by dcp.save through tessera.dcp.Writer into DST (PATH is SRC,DST);
+    without the moments with layout "model"."""
+    from torch.distributed.device_mesh import init_device_mesh
+    src, dst = paths.split(",")
+    mesh = init_device_mesh("cpu", (world,)) if world > 1 else None
+
+    def place(t):
+        return distribute_tensor(t, mesh, [Shard(0)]) if mesh is not None and t.dim() else t
+    with tessera.open(src) as ck:
+        step = int.from_bytes(ck.blob("train.step"), "little")
+        names = [n for n, t in ck.tensors.items() if t.group == "model"]
+        sd = {n: place(ck.read(n, torch=True)) for n in names}
+        if layout != "model":
+            sd["optimizer"] = {
+                "state": {n: {"exp_avg": place(ck.read("optim.exp_avg." + n, torch=True)),
+                              "exp_avg_sq": place(ck.read("optim.exp_avg_sq." + n, torch=True)),
+                              "step": torch.tensor(float(step))} for n in names},
+                "param_groups": [{"lr": 3e-4, "betas": (0.9, 0.95), "weight_decay": 0.1, "params": names}]}
+        sd["train_state"] = {"step": torch.tensor(step, dtype=torch.int32)}
+    dcp.save(sd, storage_writer=tessera.dcp.Writer(dst))
+
+
 def run(rank, mode, world, layout, path, port, q):
     fails = []
     try:
@@ -157,6 +184,8 @@ def run(rank, mode, world, layout, path, port, q):
             dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
         if mode == "trained":
             trained(layout, world, path, fails)
+        elif mode == "titan":
+            titan(layout, world, path, fails)
         elif mode in ("save", "async", "dcpsave"):
             sd = state(layout, world, zero=False)
             w = dcp.FileSystemWriter(path) if mode == "dcpsave" else tessera.dcp.Writer(path)
@@ -181,7 +210,8 @@ def run(rank, mode, world, layout, path, port, q):
 
 def errors(path):
     """Bad input, in one process: a key tessera cannot name, a damaged data
-    file; each fails naming what and why, and commits nothing."""
+    file; each fails naming what and why, and commits nothing. And the options
+    of one process: a partial load, the writer's codec."""
     fails = []
 
     def expect_error(what, fn, *words):
@@ -223,6 +253,23 @@ def errors(path):
         fails.append("a partial load: %r, a %s" % (r, sd["a"].tolist()))
     expect_error("a strict load of a key the checkpoint lacks",
                  lambda: tessera.dcp.load({"zz_absent": torch.zeros(2)}, part), "zz_absent")
+    # the codec: bytegroup stores bf16 N(0, 0.02) in well under its raw bytes, the
+    # values the same, read straight into a contiguous destination and copied into
+    # a strided one; a codec that is none refused, naming it
+    small = os.path.join(path, "bytegroup", "step-00000001")
+    g = torch.Generator().manual_seed(2)
+    bsd = {"h": (torch.randn((256, 512), generator=g) * 0.02).to(torch.bfloat16),
+           "f": torch.randn((96, 40), generator=g)}
+    dcp.save(bsd, storage_writer=tessera.dcp.Writer(small, codec="bytegroup"))
+    with tessera.open(small) as ck:
+        h = ck.tensors["h"]
+        if not h.stored_bytes < 0.8 * h.raw_bytes:
+            fails.append("codec bytegroup: bf16 stored in %d of %d bytes" % (h.stored_bytes, h.raw_bytes))
+    got = {"h": torch.zeros((256, 512), dtype=torch.bfloat16), "f": torch.zeros((40, 96)).t()}
+    dcp.load(got, storage_reader=tessera.dcp.Reader(small))
+    if not (torch.equal(got["h"], bsd["h"]) and torch.equal(got["f"], bsd["f"])):
+        fails.append("codec bytegroup: the values read back differ")
+    expect_error("a codec that is none", lambda: tessera.dcp.Writer(small, codec="lz4"), "lz4", "bytegroup")
     for f in fails:
         print("FAIL: " + f)
     print("errors: %s" % ("FAILED" if fails else "ok"))

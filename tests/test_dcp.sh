@@ -8,6 +8,10 @@
 #     through tessera.dcp.Reader on 4 (a 2 x 2 mesh); dcp.async_save on 4, loaded
 #     on 1 (no process group); the model of a checkpoint of `tessera train` on 2
 #     ranks (tp=2) loaded into DTensors on 4 processes, the trainer's blob as bytes;
+#     a checkpoint saved by PyTorch through the plug-in with TorchTitan's names
+#     (DTensors on 2 processes, optimizer.state.NAME.exp_avg, train_state.step)
+#     resumed by tessera train: the next steps bitwise those of the run whose
+#     state it holds; the model alone without the optimizer's state;
 #   - the conversions: checkpoints saved by DCP's own FileSystemWriter on 2 and 4
 #     processes, `tessera import --from dcp`, verified, loaded through the plug-in
 #     in another world size (sharded on another dim), `tessera export --format
@@ -15,7 +19,10 @@
 #   - bad input: a state dict key tessera cannot name (the save fails naming
 #     it, nothing committed), a damaged data file (the load fails naming the
 #     file and the checksum); the conversions' usage errors, a DCP folder that is
-#     not one, an interpreter that is not there.
+#     not one, an interpreter that is not there;
+#   - in one process: a partial load (strict=False, what it skipped); the writer's
+#     codec (bytegroup: bf16 in under 0.8x its bytes, read back the same into a
+#     contiguous and a strided destination; a codec that is none refused).
 . "$TSR_ROOT/tests/common.sh"
 cd "${TSR_TMP:?}" || exit 1
 need_py
@@ -40,11 +47,32 @@ chk load 1 fsdp "$TSR_TMP/p4/step-00000003"
 # a checkpoint of tessera train (2 ranks, tp=2) into DTensors of PyTorch on 4 processes
 "$T" data prep --out data --synthetic 64k >/dev/null || fail "data prep"
 . "$TSR_ROOT/tests/mpi.sh"
-run_np 2 "$T" train --config "$TSR_ROOT/train/configs/debug.toml" --job.dump_folder=trained --training.steps=2 \
-    --training.seq_len=32 --training.dataset=tokens --training.dataset_path=data --checkpoint.enable=true \
-    --checkpoint.interval=2 --checkpoint.last_save_model_only=false --parallelism.tensor_parallel_degree=2 \
-    >train.log 2>&1 || { fail "tessera train"; tail -5 train.log >&2; }
+train() { # DIR [ARGS]: 4 steps of the debug model on 2 ranks (tp=2), saved every 2
+    d=$1; shift
+    run_np 2 "$T" train --config "$TSR_ROOT/train/configs/debug.toml" --job.dump_folder="$d" --training.steps=4 \
+        --training.seq_len=32 --training.dataset=tokens --training.dataset_path=data --checkpoint.enable=true \
+        --checkpoint.interval=2 --checkpoint.last_save_model_only=false --parallelism.tensor_parallel_degree=2 \
+        --metrics.log_freq=1 "$@" >"$d.log" 2>&1 || { fail "tessera train in $d"; tail -5 "$d.log" >&2; }
+}
+losses() { grep -o '"step": [34], "loss": [^,]*' "$1/metrics.jsonl"; }
+train trained
 chk trained 4 2d "$TSR_TMP/trained/checkpoint"
+
+# a checkpoint saved by PyTorch through the plug-in, TorchTitan's names (step 2
+# of that run as a TorchTitan state on 2 processes), resumed by tessera train:
+# steps 3 and 4 bitwise those of the run that saved it; without the optimizer's
+# state (checkpoint.initial_load_path), the model alone, from step 1
+chk titan 2 fsdp "$TSR_TMP/trained/checkpoint/step-00000002,$TSR_TMP/pt/checkpoint/step-00000002"
+expect 0 "the PyTorch save verifies" tsr ckpt verify pt/checkpoint/step-00000002
+train pt
+grep -q "resumed from .*step-00000002 (the durable tier, step 2, .*PyTorch's names: the data position from the step" \
+    pt.log || { fail "not resumed from PyTorch's step 2"; grep -i "resum\|error" pt.log >&2; }
+[ -n "$(losses trained)" ] && [ "$(losses pt)" = "$(losses trained)" ] ||
+    fail "steps 3 and 4 after PyTorch's checkpoint: $(losses pt), not those of the run that saved it: $(losses trained)"
+chk titan 2 model "$TSR_TMP/trained/checkpoint/step-00000002,$TSR_TMP/ptm0/step-00000002"
+train ptm --checkpoint.initial_load_path="$TSR_TMP/ptm0/step-00000002"
+grep -q "resumed from .*ptm0/step-00000002 (the durable tier, step 0, .*PyTorch's names: no optimizer state in it, model only" ptm.log ||
+    { fail "the model alone of PyTorch's checkpoint"; grep -i "resum\|error" ptm.log >&2; }
 
 # the conversions, from DCP's own folders of 2 and 4 processes and back
 for w in 2 4; do

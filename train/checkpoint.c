@@ -84,10 +84,19 @@ static int read_blob(tsr_ckpt *ck, int i, char **out, size_t *size, tsr_error *e
 
 /* ----------------------------------------------------------------- resume */
 
-/* Refuses a checkpoint of another model shape before any tensor is read. */
-static int check_model(train_job *j, const char *dir, tsr_error *err) {
+/* Refuses a checkpoint of another model shape before any tensor is read. A
+ * checkpoint without the trainer's train.model blob whose tensors carry the
+ * model's names (TorchTitan's, saved by PyTorch through tessera.dcp) is taken as
+ * one in PyTorch's layout: *pytorch set, its shapes checked by the load. */
+static int check_model(train_job *j, const char *dir, int *pytorch, tsr_error *err) {
     tsr_ckpt *ck = tsr_ckpt_open(dir, err);
     if (!ck) return err ? err->code : TSR_EIO;
+    *pytorch = tsr_ckpt_find_blob(ck, BLOB_NAMES[B_MODEL], -1) < 0 &&
+               tsr_ckpt_find(ck, j->t->decls.decls[0].name) >= 0;
+    if (*pytorch) {
+        tsr_ckpt_close(ck);
+        return 0;
+    }
     char *text = NULL;
     int rc = read_blob(ck, B_MODEL, &text, NULL, err);
     char why[600];
@@ -102,6 +111,70 @@ static int check_model(train_job *j, const char *dir, tsr_error *err) {
     free(text);
     tsr_ckpt_close(ck);
     return rc;
+}
+
+/* ------------------------------------------------- a checkpoint of PyTorch */
+
+/* TorchTitan's names of the AdamW moments, flattened as DCP saves them. */
+static const char *const TITAN_MOMENT[2] = {"exp_avg", "exp_avg_sq"};
+
+/* The declarations of the state with the moments under TorchTitan's names
+ * (optimizer.state.NAME.exp_avg, .exp_avg_sq) into *out (freed by the caller,
+ * names with it: one allocation). */
+static int titan_decls(const tsr_model_decls *d, tsr_tensor_decl **out, tsr_error *err) {
+    size_t n = d->n_params, names = 0;
+    for (size_t p = 0; p < n; p++) names += 2 * (strlen(d->decls[p].name) + 40);
+    tsr_tensor_decl *v = malloc(3 * n * sizeof *v + names);
+    if (!v) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    char *at = (char *)(v + 3 * n);
+    memcpy(v, d->decls, 3 * n * sizeof *v);
+    for (int k = 1; k <= 2; k++)
+        for (size_t p = 0; p < n; p++) {
+            int len = sprintf(at, "optimizer.state.%s.%s", d->decls[p].name, TITAN_MOMENT[k - 1]);
+            v[k * n + p].name = at;
+            at += len + 1;
+        }
+    *out = v;
+    return 0;
+}
+
+/* The step of a PyTorch checkpoint: TorchTitan's train_state.step, else AdamW's
+ * own count of the first parameter (optimizer.state.NAME.step): a tensor of one
+ * integer or float element. */
+static int titan_step(tsr_ckpt *ck, const char *first, int *step, tsr_error *err) {
+    char alt[600];
+    snprintf(alt, sizeof alt, "optimizer.state.%s.step", first);
+    const char *names[2] = {"train_state.step", alt};
+    for (int i = 0; i < 2; i++) {
+        long t = tsr_ckpt_find(ck, names[i]);
+        if (t < 0) continue;
+        tsr_tensor_info ti;
+        tsr_ckpt_tensor(ck, (size_t)t, &ti);
+        uint64_t vol = 1;
+        for (uint32_t d = 0; d < ti.ndim; d++) vol *= ti.shape[d];
+        union {
+            int32_t i32;
+            int64_t i64;
+            float f32;
+            double f64;
+            uint8_t b[8];
+        } u = {0};
+        tsr_box box = {ti.ndim, {0}, {0}};
+        for (uint32_t d = 0; d < ti.ndim; d++) box.extent[d] = 1;
+        int ok = vol == 1 && (ti.dtype == TSR_I32 || ti.dtype == TSR_I64 || ti.dtype == TSR_F32 || ti.dtype == TSR_F64);
+        if (!ok)
+            return tsr_err(err, TSR_ECORRUPT, "%s: %s is not one integer or float (%s, %llu elements)",
+                           tsr_ckpt_dir(ck), names[i], tsr_dtype_name(ti.dtype), (unsigned long long)vol);
+        int rc = tsr_ckpt_read(ck, (size_t)t, &box, u.b, err);
+        if (rc) return rc;
+        double v = ti.dtype == TSR_I32 ? u.i32 : ti.dtype == TSR_I64 ? (double)u.i64 : ti.dtype == TSR_F32 ? u.f32 : u.f64;
+        if (!(v >= 0 && v <= INT_MAX && v == (double)(int)v))
+            return tsr_err(err, TSR_ECORRUPT, "%s: %s = %g: not a step", tsr_ckpt_dir(ck), names[i], v);
+        *step = (int)v;
+        return 0;
+    }
+    return tsr_err(err, TSR_ENOTFOUND, "%s: a checkpoint of PyTorch with no step: neither train_state.step nor %s",
+                   tsr_ckpt_dir(ck), alt);
 }
 
 /* A poisoned checkpoint named by checkpoint.load_step: refused, naming the
@@ -212,7 +285,7 @@ static int local_loaded(train_job *j, uint64_t step, tsr_error *err) {
 static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
     char dir[PATH_MAX];
-    int model_only = 0, local = 0;
+    int model_only = 0, local = 0, pytorch = 0, has_moments = 0;
     *start = 0;
     int found = j->local ? local_start(j, dir, sizeof dir, &local, err) : 0;
     if (!found) found = start_checkpoint(c, j->root, dir, sizeof dir, &model_only, err);
@@ -220,12 +293,30 @@ static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_er
         if (!found && tsr_trainer_init_params(j->t, err)) return err ? err->code : TSR_EIO;
         return found; /* a fresh run: nothing will overwrite them */
     }
-    int rc = check_model(j, dir, err);
+    int rc = check_model(j, dir, &pytorch, err);
+    tsr_tensor_decl *titan = NULL;
+    if (!rc && pytorch) {
+        /* a checkpoint of PyTorch (TorchTitan's names through tessera.dcp): the
+         * moments under TorchTitan's names, or the model alone without them */
+        tsr_ckpt *probe = tsr_ckpt_open(dir, err);
+        if (!probe) rc = err ? err->code : TSR_EIO;
+        else {
+            char name[600];
+            snprintf(name, sizeof name, "optimizer.state.%s.exp_avg", j->t->decls.decls[0].name);
+            has_moments = tsr_ckpt_find(probe, name) >= 0;
+            tsr_ckpt_close(probe);
+        }
+        if (!has_moments) model_only = 1;
+        if (!rc && has_moments && !model_only) rc = titan_decls(&j->t->decls, &titan, err);
+    }
     if (!rc) rc = state_boxes(j, model_only, err);
     tsr_state st = make_state(j, model_only);
+    if (titan) st.tensors = titan;
+    if (pytorch) st.n_blobs = 0; /* none of the trainer's */
     tsr_ckpt *ck = NULL;
     double t0 = tsr_now();
     if (!rc) rc = tsr_engine_load(j->engine, dir, &st, &ck, err);
+    free(titan);
     if (rc) {
         tsr_err_prefix(err, "resume from %s", dir);
         return rc;
@@ -234,7 +325,13 @@ static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_er
     char lf[128], lt[128];
     tsr_layout_format(&from, lf, sizeof lf);
     tsr_layout_format(&j->t->layout, lt, sizeof lt);
-    if (!model_only) {
+    if (!model_only && pytorch) {
+        /* the step from the checkpoint; the data position from the step: the
+         * samples of that many global batches, in the order of training.seed */
+        rc = titan_step(ck, j->t->decls.decls[0].name, start, err);
+        uint64_t n = tsr_loader_samples(j->loader), used = (uint64_t)*start * (uint64_t)c->training.global_batch_size;
+        if (!rc && n) *pos = (tsr_data_pos){used / n, used % n, (uint64_t)c->training.seed};
+    } else if (!model_only) {
         char *b = NULL;
         size_t size = 0;
         if (!(rc = read_blob(ck, B_STEP, &b, &size, err))) {
@@ -246,13 +343,17 @@ static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_er
             else rc = tsr_err(err, TSR_ECORRUPT, "%s: blob train.data_pos of %zu bytes", dir, size);
             free(b);
         }
-        if (!rc && (*start < 0 || *start > c->training.steps + 1000000))
-            rc = tsr_err(err, TSR_ECORRUPT, "%s: bad train.step", dir);
     }
+    if (!rc && !model_only && (*start < 0 || *start > c->training.steps + 1000000))
+        rc = tsr_err(err, TSR_ECORRUPT, "%s: bad train.step", dir);
     tsr_ckpt_close(ck);
     if (!rc && log)
-        fprintf(log, "resumed from %s (the %s tier, step %d, saved as %s, loaded as %s%s) in %.3f s\n", dir,
-                local ? "local" : "durable", *start, lf, lt, model_only ? ", model only" : "", tsr_now() - t0);
+        fprintf(log, "resumed from %s (the %s tier, step %d, saved as %s, loaded as %s%s%s) in %.3f s\n", dir,
+                local ? "local" : "durable", *start, lf, lt,
+                pytorch ? (has_moments ? ", PyTorch's names: the data position from the step"
+                                       : ", PyTorch's names: no optimizer state in it")
+                        : "",
+                model_only ? ", model only" : "", tsr_now() - t0);
     if (!rc && j->local) rc = local_loaded(j, (uint64_t)*start, err);
     return rc;
 }

@@ -63,6 +63,27 @@ class _Box(ctypes.Structure):
                 ("extent", ctypes.c_uint64 * MAX_DIMS)]
 
 
+class _WriteOpts(ctypes.Structure):
+    _c_name_ = "tsr_write_opts"
+    _fields_ = [("codec", ctypes.c_int), ("level", ctypes.c_int), ("frame_bytes", ctypes.c_size_t),
+                ("threads", ctypes.c_int), ("expected_bytes", ctypes.c_uint64), ("spare_dir", ctypes.c_char_p),
+                ("encode_share", ctypes.c_double), ("no_digests", ctypes.c_int), ("epoch", ctypes.c_uint64),
+                ("id_stride", ctypes.c_uint32)]
+
+
+# checkpoint.codec's names (tsr_formats.h's TSR_CODEC_*)
+CODECS = {"auto": -1, "raw": 0, "zstd": 1, "bytegroup": 2}
+
+
+def _write_opts(lib, codec):
+    """lib's default write options with codec (a name of CODECS)."""
+    if codec not in CODECS:
+        raise Error(-1, "tessera: codec %r: not one of %s" % (codec, ", ".join(CODECS)))
+    o = lib.tsr_write_opts_default()
+    o.codec = CODECS[codec]
+    return o
+
+
 class _Placement(ctypes.Structure):
     _c_name_ = "tsr_placement"
     _fields_ = [("tp_dim", ctypes.c_int8), ("fsdp", ctypes.c_uint8), ("pp_role", ctypes.c_uint8),
@@ -167,6 +188,7 @@ def library(s3=False):
         "tsr_latest_step": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
                                            ctypes.c_size_t]),
         "tsr_save_begin": (P, [ctypes.c_char_p, ctypes.c_uint32, P, P, E]),
+        "tsr_write_opts_default": (_WriteOpts, []),
         "tsr_save_tensor": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int, ctypes.c_uint32,
                                            ctypes.POINTER(ctypes.c_uint64), P, E]),
         "tsr_save_box": (ctypes.c_int, [P, ctypes.c_char_p, ctypes.POINTER(_Box), P, E]),
@@ -252,13 +274,15 @@ class Checkpoint:
             raise Error(-1, "tessera: %s: the checkpoint is closed" % self.path)
         return self._h
 
-    def read(self, name, offset=None, extent=None, torch=False, bf16="uint16", check_digest=None):
+    def read(self, name, offset=None, extent=None, torch=False, bf16="uint16", check_digest=None, out=None):
         """The box [offset, offset + extent) of tensor `name` (the whole tensor by
         default) as a NumPy array of the box's shape, or a torch.Tensor with
         torch=True. bf16 elements come as their uint16 bits, or as float32 with
         bf16="float32" (a torch tensor is bfloat16 either way). A whole tensor is
         held to its MANIFEST digest (Error naming it and both values) unless
-        check_digest=False (default: the checkpoint's check_digests)."""
+        check_digest=False (default: the checkpoint's check_digests).
+        out: a C-contiguous NumPy array of the box's elements and the stored
+        element size (bf16: uint16) to read into, returned as it is: no copy."""
         lib, h = self._lib, self._handle()
         if name not in self._index:
             raise Error(-3, "tessera: %s: no tensor named '%s'" % (self.path, name))
@@ -275,13 +299,21 @@ class Checkpoint:
         box = _Box(nd)
         for d in range(nd):
             box.offset[d], box.extent[d] = off[d], ext[d]
-        out = np.empty(ext, dtype=_DTYPES[code][1])
+        given = out is not None
+        if not given:
+            out = np.empty(ext, dtype=_DTYPES[code][1])
+        elif (not isinstance(out, np.ndarray) or not out.flags.c_contiguous or
+              out.dtype.itemsize != np.dtype(_DTYPES[code][1]).itemsize or out.size != int(np.prod(ext))):
+            raise Error(-1, "tessera: %s: tensor '%s': out must be a C-contiguous array of %d elements of %d bytes"
+                        % (self.path, name, int(np.prod(ext)), np.dtype(_DTYPES[code][1]).itemsize))
         err = _Err()
         if lib.tsr_ckpt_read(h, i, ctypes.byref(box), out.ctypes.data_as(ctypes.c_void_p), ctypes.byref(err)):
             _raise(err, None if self.path in err.msg.decode("utf-8", "replace") else self.path)
         whole = off == (0,) * nd and ext == shape
         if whole and (self.check_digests if check_digest is None else check_digest):
             self._check_digest(name, i, code, out)
+        if given:
+            return out
         if torch:
             return _to_torch(out, code)
         if code == 3 and bf16 == "float32":

@@ -37,6 +37,7 @@ only checkpoints you would torch.load.
 
 Local paths and s3://bucket/prefix both work (credentials as for the command).
 """
+import concurrent.futures
 import ctypes
 import dataclasses
 import io
@@ -44,6 +45,7 @@ import os
 import re
 import secrets
 
+import numpy as np
 import torch
 from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
                                                    MetadataIndex, StorageMeta, TensorProperties,
@@ -53,7 +55,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from . import MAX_DIMS, Error, _Box, _Err, _raise, library
+from . import CODECS, MAX_DIMS, Error, _Box, _Err, _raise, _write_opts, library
 from . import open as _open
 
 _PICKLE = b"PK\x03\x04"  # torch.save's files are zip archives
@@ -87,12 +89,17 @@ def _done(value):
 class Writer(StorageWriter):
     """DCP's storage writer into the tessera step directory `path` (local or
     s3://), committed as step `step` (default: the number in a path ending in
-    step-N, else 0)."""
+    step-N, else 0). codec: "auto" (the library's adaptive choice: frames
+    encoded while the encoder keeps ahead of the disk, else stored raw),
+    "bytegroup" (every float frame encoded: smaller, bf16 most), "zstd" or "raw"."""
 
-    def __init__(self, path=None, step=None):
+    def __init__(self, path=None, step=None, codec="auto"):
         super().__init__()
         self.path = os.fspath(path) if path is not None else None
         self._step = step
+        self._codec = codec
+        if codec not in CODECS:
+            raise Error(-1, "tessera.dcp.Writer: codec %r: not one of %s" % (codec, ", ".join(CODECS)))
         self._s = None  # the coordinator's writer, from write_data to finish
 
     def reset(self, checkpoint_id=None):
@@ -128,7 +135,8 @@ class Writer(StorageWriter):
             return _done(results)  # nothing of this rank's: no data file
         err = _Err()
         sid = ctypes.create_string_buffer(save_id, 16)
-        s = lib.tsr_save_begin(self.path.encode(), file_id, sid, None, ctypes.byref(err))
+        opts = _write_opts(lib, self._codec)
+        s = lib.tsr_save_begin(self.path.encode(), file_id, sid, ctypes.byref(opts), ctypes.byref(err))
         if not s:
             _raise(err)
         ok = False
@@ -283,6 +291,7 @@ class Reader(StorageReader):
 
     def read_data(self, plan, planner):
         ck = self._open()
+        boxes = []
         for req in plan.items:
             name = req.storage_index.fqn
             if req.type == LoadItemType.BYTE_IO:
@@ -298,10 +307,31 @@ class Reader(StorageReader):
             if tuple(target.shape) != ext:
                 raise Error(-1, "tessera.dcp: %s: tensor %s: the box at %s is %s, its destination %s"
                             % (ck.path, name, off, ext, tuple(target.shape)))
-            data = ck.read(name, off, ext, torch=True)
-            target.copy_(data.reshape(ext))
+            boxes.append((req, name, off, ext, target))
+
+        def one(job):  # the library decodes with the GIL released: the boxes are read side by side
+            req, name, off, ext, target = job
+            dst = _in_place(target, ck._index[name][1])
+            if dst is not None:
+                ck.read(name, off, ext, out=dst)  # straight into the destination's memory
+            else:
+                target.copy_(ck.read(name, off, ext, torch=True).reshape(ext))
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
+            for _ in pool.map(one, boxes):
+                pass
+        for req, _, _, _, target in boxes:
             planner.commit_tensor(req, target)
         return _done(None)
+
+
+def _in_place(t, code):
+    """A NumPy view of tensor t's memory to read the stored dtype `code` into, when
+    t is a contiguous CPU tensor of that dtype; else None (read, then copied)."""
+    if t.device.type != "cpu" or not t.is_contiguous() or _CODE.get(t.dtype) != code:
+        return None
+    if t.dtype == torch.bfloat16:
+        return t.view(torch.int16).numpy().view(np.uint16).reshape(-1)
+    return t.numpy().reshape(-1)
 
 
 class Skipped:
