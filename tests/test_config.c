@@ -365,16 +365,30 @@ static void test_errors(void) {
     BAD("[job]\ndescription = \"\"\"multi\nline\"\"\"\n", "bad.toml:2:", "multi-line strings");
     BAD("[job]\ndescription = '''x'''\n", "bad.toml:2:", "multi-line strings");
     BAD("steps = 5\n", "bad.toml:1:", "outside any [section]");
-    /* TorchTitan's exclude_from_loading: only an empty list (tessera would load every part) */
-    BAD("[checkpoint]\nexclude_from_loading = [\"optimizer\", \"dataloader\"]\n", "bad.toml:2:",
-        "exclude_from_loading", "not supported", "only [] is accepted");
-    BAD_OVERRIDE("--checkpoint.exclude_from_loading=optimizer", "exclude_from_loading", "not supported");
+    /* TorchTitan's exclude_from_loading: a list of the parts a load leaves fresh */
+    BAD("[checkpoint]\nexclude_from_loading = [\"optimizer\", \"weights\"]\n", "bad.toml:2:",
+        "exclude_from_loading", "\"weights\" is not a part of the state", "lr_scheduler");
+    BAD("[checkpoint]\nexclude_from_loading = [\"model\"]\n", "bad.toml:2:", "\"model\" cannot be left out");
+    BAD("[checkpoint]\nexclude_from_loading = [\"dataloader\", \"dataloader\"]\n", "bad.toml:2:", "twice");
+    BAD_OVERRIDE("--checkpoint.exclude_from_loading=optimizer,meteor", "exclude_from_loading", "\"meteor\"");
     {
         tsr_train_config c;
         tsr_error e;
-        char path[600];
-        CHECK(load_text(&c, "empty.toml", "[checkpoint]\nexclude_from_loading = [ ]\n", &e, path, sizeof path) == 0,
+        char path[600], names[128];
+        CHECK(load_text(&c, "empty.toml", "[checkpoint]\nexclude_from_loading = [ ]\n", &e, path, sizeof path) == 0 &&
+                  c.checkpoint.exclude_from_loading == 0,
               "exclude_from_loading = [ ]: %s", e.msg);
+        CHECK(load_text(&c, "ex.toml", "[checkpoint]\nexclude_from_loading = [\n  \"optimizer\", # c\n  'train_state',\n]\n",
+                        &e, path, sizeof path) == 0 &&
+                  c.checkpoint.exclude_from_loading == (TSR_EXCLUDE_OPTIMIZER | TSR_EXCLUDE_TRAIN_STATE),
+              "exclude_from_loading over lines: %d %s", c.checkpoint.exclude_from_loading, e.msg);
+        CHECK(!strcmp(tsr_exclude_names(c.checkpoint.exclude_from_loading, names, sizeof names),
+                      "optimizer, train_state"), "names: %s", names);
+        CHECK_OK(tsr_config_load(&c, NULL, &e));
+        CHECK(tsr_config_override(&c, "--checkpoint.exclude_from_loading=lr_scheduler,dataloader", &e) == 0 &&
+                  c.checkpoint.exclude_from_loading == (TSR_EXCLUDE_LR_SCHEDULER | TSR_EXCLUDE_DATALOADER),
+              "--checkpoint.exclude_from_loading=lr_scheduler,dataloader: %d %s", c.checkpoint.exclude_from_loading,
+              e.msg);
     }
     /* syntax */
     BAD("# c\n\n[job]\n\n# c\ndescription = \"open\n", "bad.toml:6:", "unterminated string");

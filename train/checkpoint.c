@@ -48,7 +48,8 @@ static void fill_blobs(train_job *j, int step, const tsr_data_pos *pos) {
     tsr_st64(j->step_le, (uint64_t)step);
     tsr_data_pos_encode(pos, j->pos_bytes);
     tsr_st64(j->rng_le, (uint64_t)j->t->cfg.training.seed);
-    snprintf(j->sched_text, sizeof j->sched_text, "last_step=%d last_lr=%.9g", step, (double)j->t->last_lr);
+    snprintf(j->sched_text, sizeof j->sched_text, "last_step=%d last_lr=%.9g opt_origin=%d lr_origin=%d", step,
+             (double)j->t->last_lr, j->t->opt_origin, j->t->lr_origin);
     const void *data[N_BLOBS] = {j->step_le, j->pos_bytes, j->config_text, j->model_text, j->rng_le, j->sched_text};
     size_t size[N_BLOBS] = {8, TSR_DATA_POS_BYTES, strlen(j->config_text), strlen(j->model_text), 8,
                             strlen(j->sched_text)};
@@ -282,10 +283,24 @@ static int local_loaded(train_job *j, uint64_t step, tsr_error *err) {
 
 /* Resume from the checkpoint the job starts from, if any. *start is the step
  * it holds (0: none). */
+/* The origins of AdamW's count and of the schedule that train.lr_scheduler
+ * records ("... opt_origin=N lr_origin=N"; 0 where it records none: an older
+ * checkpoint). */
+static void saved_origins(tsr_ckpt *ck, int *opt, int *lr) {
+    char *text = NULL;
+    *opt = *lr = 0;
+    if (read_blob(ck, B_SCHED, &text, NULL, NULL)) return;
+    const char *o = strstr(text, "opt_origin="), *l = strstr(text, "lr_origin=");
+    if (o) *opt = atoi(o + 11);
+    if (l) *lr = atoi(l + 10);
+    free(text);
+}
+
 static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_error *err) {
     const tsr_train_config *c = &j->t->cfg;
+    const int ex = c->checkpoint.exclude_from_loading;
     char dir[PATH_MAX];
-    int model_only = 0, local = 0, pytorch = 0, has_moments = 0;
+    int model_only = 0, local = 0, pytorch = 0, has_moments = 1;
     *start = 0;
     int found = j->local ? local_start(j, dir, sizeof dir, &local, err) : 0;
     if (!found) found = start_checkpoint(c, j->root, dir, sizeof dir, &model_only, err);
@@ -294,7 +309,6 @@ static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_er
         return found; /* a fresh run: nothing will overwrite them */
     }
     int rc = check_model(j, dir, &pytorch, err);
-    tsr_tensor_decl *titan = NULL;
     if (!rc && pytorch) {
         /* a checkpoint of PyTorch (TorchTitan's names through tessera.dcp): the
          * moments under TorchTitan's names, or the model alone without them */
@@ -307,10 +321,14 @@ static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_er
             tsr_ckpt_close(probe);
         }
         if (!has_moments) model_only = 1;
-        if (!rc && has_moments && !model_only) rc = titan_decls(&j->t->decls, &titan, err);
     }
-    if (!rc) rc = state_boxes(j, model_only, err);
-    tsr_state st = make_state(j, model_only);
+    /* the moments, unless the model alone is loaded or the optimizer left out
+     * (checkpoint.exclude_from_loading: they stay zero, as a fresh AdamW's) */
+    int moments = !model_only && !(ex & TSR_EXCLUDE_OPTIMIZER);
+    tsr_tensor_decl *titan = NULL;
+    if (!rc && pytorch && moments) rc = titan_decls(&j->t->decls, &titan, err);
+    if (!rc) rc = state_boxes(j, !moments, err);
+    tsr_state st = make_state(j, !moments);
     if (titan) st.tensors = titan;
     if (pytorch) st.n_blobs = 0; /* none of the trainer's */
     tsr_ckpt *ck = NULL;
@@ -325,17 +343,18 @@ static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_er
     char lf[128], lt[128];
     tsr_layout_format(&from, lf, sizeof lf);
     tsr_layout_format(&j->t->layout, lt, sizeof lt);
+    int saved = 0, opt_origin = 0, lr_origin = 0;
     if (!model_only && pytorch) {
         /* the step from the checkpoint; the data position from the step: the
          * samples of that many global batches, in the order of training.seed */
-        rc = titan_step(ck, j->t->decls.decls[0].name, start, err);
-        uint64_t n = tsr_loader_samples(j->loader), used = (uint64_t)*start * (uint64_t)c->training.global_batch_size;
+        rc = titan_step(ck, j->t->decls.decls[0].name, &saved, err);
+        uint64_t n = tsr_loader_samples(j->loader), used = (uint64_t)saved * (uint64_t)c->training.global_batch_size;
         if (!rc && n) *pos = (tsr_data_pos){used / n, used % n, (uint64_t)c->training.seed};
     } else if (!model_only) {
         char *b = NULL;
         size_t size = 0;
         if (!(rc = read_blob(ck, B_STEP, &b, &size, err))) {
-            *start = size == 8 ? (int)tsr_ld64((uint8_t *)b) : -1;
+            saved = size == 8 ? (int)tsr_ld64((uint8_t *)b) : -1;
             free(b);
         }
         if (!rc && !(rc = read_blob(ck, B_POS, &b, &size, err))) {
@@ -343,18 +362,38 @@ static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_er
             else rc = tsr_err(err, TSR_ECORRUPT, "%s: blob train.data_pos of %zu bytes", dir, size);
             free(b);
         }
+        saved_origins(ck, &opt_origin, &lr_origin);
     }
-    if (!rc && !model_only && (*start < 0 || *start > c->training.steps + 1000000))
+    if (!rc && !model_only && (saved < 0 || saved > c->training.steps + 1000000))
         rc = tsr_err(err, TSR_ECORRUPT, "%s: bad train.step", dir);
+    if (!rc && !model_only) {
+        /* what checkpoint.exclude_from_loading leaves out starts afresh here: the
+         * step count (train_state), the data (dataloader), AdamW's count with
+         * its zero moments (optimizer), the schedule (lr_scheduler); the counts
+         * of what is loaded go on from where they were */
+        *start = ex & TSR_EXCLUDE_TRAIN_STATE ? 0 : saved;
+        if (ex & TSR_EXCLUDE_DATALOADER) *pos = (tsr_data_pos){0, 0, (uint64_t)c->training.seed};
+        j->t->opt_origin = *start - (ex & TSR_EXCLUDE_OPTIMIZER ? 0 : saved - opt_origin);
+        j->t->lr_origin = *start - (ex & TSR_EXCLUDE_LR_SCHEDULER ? 0 : saved - lr_origin);
+    }
     tsr_ckpt_close(ck);
+    char left[96] = "";
+    if (!model_only && ex) {
+        char names[80];
+        snprintf(left, sizeof left, ", left out: %s", tsr_exclude_names(ex, names, sizeof names));
+    }
     if (!rc && log)
-        fprintf(log, "resumed from %s (the %s tier, step %d, saved as %s, loaded as %s%s%s) in %.3f s\n", dir,
+        fprintf(log, "resumed from %s (the %s tier, step %d, saved as %s, loaded as %s%s%s%s) in %.3f s\n", dir,
                 local ? "local" : "durable", *start, lf, lt,
                 pytorch ? (has_moments ? ", PyTorch's names: the data position from the step"
                                        : ", PyTorch's names: no optimizer state in it")
                         : "",
-                model_only ? ", model only" : "", tsr_now() - t0);
+                model_only ? ", model only" : "", left, tsr_now() - t0);
     if (!rc && j->local) rc = local_loaded(j, (uint64_t)*start, err);
+    /* the step count from 0 again: the folder's steps are another run's future,
+     * moved aside by the first save (kept, and no longer the newest) */
+    if (!rc && !model_only && (ex & TSR_EXCLUDE_TRAIN_STATE) && c->checkpoint.enable)
+        tsr_engine_continue_from(j->engine, 0);
     return rc;
 }
 

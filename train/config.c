@@ -553,11 +553,47 @@ static int store(tsr_train_config *c, const keydef *k, const value *v, char *why
     return -1;
 }
 
-/* Whether a value as written is an empty list ("[]", "[ ]", or "" from the command line). */
-static int empty_list(const char *shown) {
-    for (const char *p = shown; *p; p++)
-        if (*p != '[' && *p != ']' && *p != ' ' && *p != '\t' && *p != '"' && *p != '\'') return 0;
-    return 1;
+static const char *const EXCLUDE_NAMES[] = {"optimizer", "lr_scheduler", "dataloader", "train_state"};
+#define N_EXCLUDE (sizeof EXCLUDE_NAMES / sizeof EXCLUDE_NAMES[0])
+
+const char *tsr_exclude_names(int bits, char *buf, size_t len) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (size_t i = 0; i < N_EXCLUDE; i++)
+        if (bits & (1 << i)) at += (size_t)snprintf(buf + at, at < len ? len - at : 0, "%s%s", at ? ", " : "", EXCLUDE_NAMES[i]);
+    return buf;
+}
+
+/* checkpoint.exclude_from_loading: TorchTitan's list of names, as a TOML array
+ * of strings (its text in v->str) or from the command line a comma-separated
+ * list; each name once. */
+static int exclude_list(tsr_train_config *c, const char *where, const value *v, tsr_error *err) {
+    const char *s = v->type == V_STRING || v->type == V_COMPOUND ? v->str : v->shown;
+    int bits = 0;
+    for (const char *p = s; *p;) {
+        while (*p && strchr("[], \t\n\r\"'", *p)) p++;
+        if (*p == '#') { /* a comment in the array, to its line's end */
+            p += strcspn(p, "\n");
+            continue;
+        }
+        if (!*p) break;
+        size_t n = strcspn(p, "[], \t\n\r\"'");
+        size_t i = 0;
+        while (i < N_EXCLUDE && !(strlen(EXCLUDE_NAMES[i]) == n && !strncmp(p, EXCLUDE_NAMES[i], n))) i++;
+        if (n == 5 && !strncmp(p, "model", 5))
+            return tsr_err(err, TSR_EINVAL, "%s: checkpoint.exclude_from_loading: \"model\" cannot be left out "
+                           "(the model is what a load is for)", where);
+        if (i == N_EXCLUDE)
+            return tsr_err(err, TSR_EINVAL, "%s: checkpoint.exclude_from_loading: \"%.*s\" is not a part of the "
+                           "state (optimizer, lr_scheduler, dataloader, train_state)", where, (int)n, p);
+        if (bits & (1 << i))
+            return tsr_err(err, TSR_EINVAL, "%s: checkpoint.exclude_from_loading: \"%s\" twice", where,
+                           EXCLUDE_NAMES[i]);
+        bits |= 1 << i;
+        p += n;
+    }
+    c->checkpoint.exclude_from_loading = bits;
+    return 0;
 }
 
 int tsr_cfg_classify(const char *section, const char *key, const keydef **k) {
@@ -596,9 +632,8 @@ int tsr_cfg_apply(tsr_train_config *c, const char *where, const char *section, c
                            section, key, v->shown);
         return 0;
     case T_IGNORED:
-        if (!strcmp(section, "checkpoint") && !strcmp(key, "exclude_from_loading") && !empty_list(v->shown))
-            return tsr_err(err, TSR_EINVAL, "%s: checkpoint.exclude_from_loading = %s: not supported by tessera yet "
-                           "(every part of the checkpoint would be loaded; only [] is accepted)", where, v->shown);
+        if (!strcmp(section, "checkpoint") && !strcmp(key, "exclude_from_loading"))
+            return exclude_list(c, where, v, err);
         /* A disabled feature that is ignored changes nothing: no warning. */
         if (!(v->type == V_BOOL && !v->b)) tsr_cfg_warn(c, "%s: ignored on CPU: %s.%s = %s", where, section, key, v->shown);
         return 0;

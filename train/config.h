@@ -165,6 +165,8 @@ typedef struct tsr_train_config {
         char initial_load_path[TSR_CONFIG_STR]; /* "": a checkpoint to start from when the
                                                    job's own folder has none */
         bool initial_load_model_only; /* true: from initial_load_path take the model only */
+        int exclude_from_loading;     /* TSR_EXCLUDE_* bits (TorchTitan's list): the parts of
+                                         the state a load leaves fresh; 0: load all */
         /* tessera's own: archiving of committed checkpoints to object storage */
         char archive_url[TSR_CONFIG_STR]; /* "": none; s3://bucket/prefix */
         int archive_interval;             /* 1: archive every Nth checkpoint (step multiple of
@@ -195,6 +197,17 @@ typedef struct tsr_train_config {
     char warnings[TSR_CONFIG_WARNINGS];
     int n_warnings;
 } tsr_train_config;
+
+/* checkpoint.exclude_from_loading: TorchTitan's names of the parts of a
+ * checkpoint's state, as bits. The model cannot be left out. */
+enum {
+    TSR_EXCLUDE_OPTIMIZER = 1,    /* "optimizer": AdamW's moments zero, its step count from the load */
+    TSR_EXCLUDE_LR_SCHEDULER = 2, /* "lr_scheduler": the schedule from its start at the load */
+    TSR_EXCLUDE_DATALOADER = 4,   /* "dataloader": the data from its first sample */
+    TSR_EXCLUDE_TRAIN_STATE = 8,  /* "train_state": the step count from 0 */
+};
+/* tsr_exclude_names(): bits as "optimizer, dataloader" into buf. @return buf. */
+const char *tsr_exclude_names(int bits, char *buf, size_t len);
 
 /* The seed used when training.seed is unset (-1). */
 #define TSR_CONFIG_DEFAULT_SEED 42

@@ -187,7 +187,10 @@ static int read_value(reader *r, value *v, int allow_compound) {
         if (!allow_compound)
             return rerr(r, "%s are not supported", ch == '[' ? "arrays" : "inline tables");
         if (skip_compound(r)) return -1;
-        v->type = V_COMPOUND;
+        v->type = V_COMPOUND; /* its text, cut, in str (exclude_from_loading reads its names) */
+        size_t n = (size_t)(r->p - start) < MAX_STRING - 1 ? (size_t)(r->p - start) : MAX_STRING - 1;
+        memcpy(v->str, start, n);
+        v->str[n] = 0;
     } else {
         const char *e = r->p;
         while (e < r->end && *e != ' ' && *e != '\t' && *e != '\n' && *e != '\r' && *e != '#') e++;

@@ -627,7 +627,7 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     if (t->before_update) t->before_update(t->before_update_ctx);
     const tsr_train_config *c = &t->cfg;
     double clip = c->training.max_norm / (*grad_norm + 1e-6);
-    float lr = (float)tsr_config_lr_at(c, step);
+    float lr = (float)tsr_config_lr_at(c, step - t->lr_origin);
     t->last_lr = lr;
     /* every parameter at once: the weight, gradient and moment blocks are in
      * the same parameter order, and the hyper-parameters shared */
@@ -635,7 +635,7 @@ int tsr_trainer_step(tsr_trainer *t, int step, const int *inputs, const int *tar
     if (S)
         tsr_kc_adamw(&t->kc, t->arena, t->arena + S, clip < 1.0 ? (float)clip : 1.0f, t->arena + 2 * S,
                      t->arena + 3 * S, S, lr, (float)c->optimizer.beta1, (float)c->optimizer.beta2,
-                     (float)c->optimizer.eps, (float)c->optimizer.weight_decay, step);
+                     (float)c->optimizer.eps, (float)c->optimizer.weight_decay, step - t->opt_origin);
     /* done before the step returns: a save that follows copies the state on
      * streams of its own, ordered after nothing */
     return tsr_kc_sync(&t->kc, err);

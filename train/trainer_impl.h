@@ -120,6 +120,11 @@ struct tsr_trainer {
     tsr_comm_reqs *reqs;
     double inv_count;
     float last_lr;
+    /* the steps before which AdamW's count and the learning rate schedule began:
+     * step t is the optimizer's (t - opt_origin)th and the schedule's
+     * (t - lr_origin)th (0 but after a load that left them out:
+     * checkpoint.exclude_from_loading; kept in train.lr_scheduler) */
+    int opt_origin, lr_origin;
     float *keep_logits;
     void (*before_update)(void *ctx); /* tsr_trainer_before_update */
     void *before_update_ctx;
