@@ -20,8 +20,9 @@
 #     and no restart follows;
 #   - the supervisor preempted (SIGTERM) with a 10 s grace: the next launch,
 #     inside a "Slurm allocation" of the same hosts (SLURM_JOB_NODELIST, no
-#     --hostfile), runs a rank on each and resumes from the step the ranks
-#     stopped after.
+#     --hostfile) of which h3 is dead from the start (mpirun fails, the probe
+#     finds h3 dead), runs on h1 and h2 and resumes from the step the ranks
+#     stopped after, h3's part from its partner copy.
 # Each run trains every step's data exactly once (tests/samples_check.py) and
 # ends with a checkpoint that verifies, as does every step it committed.
 . "$TSR_ROOT/tests/mpi.sh"
@@ -143,15 +144,21 @@ s=$(ev pre "e['event']=='preempted' and e['deadline_met'] and e['local_step']==e
 last=$(grep -o '"step": [0-9]*' "$TSR_TMP/pre/metrics.jsonl" | tail -n 1)
 [ "$last" = "\"step\": $s" ] || fail "pre: steps trained after step $s ($last)"
 # the relaunch inside a Slurm allocation of the same hosts: no --hostfile, the
-# hosts of SLURM_JOB_NODELIST (the launcher stays ssh: no Slurm here)
+# hosts of SLURM_JOB_NODELIST (the launcher stays ssh: no Slurm here), and h3
+# dead from the start: mpirun cannot reach it, the probe finds it dead, and the
+# job goes on over h1 and h2 from their memory (h3's snapshot from its partner copy)
 n0=$(wc -l <"$TSR_TMP/pre/launch.jsonl")
+vcluster_kill h3
 HOSTS= SLURM_JOB_NODELIST="h[1-3]"
 export SLURM_JOB_NODELIST
 sup pre --preempt-grace 10
 unset HOSTS SLURM_JOB_NODELIST
-finished pre 0
+finished pre 1
 mkdir -p "$TSR_TMP/pre2" && tail -n +$((n0 + 1)) "$TSR_TMP/pre/launch.jsonl" >"$TSR_TMP/pre2/launch.jsonl"
-for h in 1 2 3; do
+ev pre2 "e['event']=='host_lost' and e['host']=='h3' and e['probe']" >/dev/null ||
+    fail "pre: h3, dead from the start, not found by the probe"
+ev pre2 "e['event']=='launch' and e['np']==4" >/dev/null || fail "pre: no launch on the 4 ranks of h1 and h2"
+for h in 1 2; do
     ev pre2 "e['event']=='rank_up' and e['peer'].startswith('$VC_NET.$h:')" >/dev/null ||
         fail "pre: no rank of the relaunch from SLURM_JOB_NODELIST's h$h ($VC_NET.$h)"
 done
