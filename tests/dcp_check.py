@@ -16,6 +16,7 @@ with dcp.save / dcp.async_save; load fills a zeroed state of the same shapes in
 LAYOUT with dcp.load and checks every value, then each tensor read whole by the
 C reader (tessera.open). WORLD 1 loads without a process group. Prints "FAIL:
 ..." for each failed check; exits 1 if any."""
+import datetime
 import os
 import sys
 
@@ -181,7 +182,10 @@ def run(rank, mode, world, layout, path, port, q):
     fails = []
     try:
         if world > 1:
-            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
+            # a rank that fails leaves the others in a collective: they give up
+            # after 2 minutes (gloo's default is 30), and the test says why
+            dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world,
+                                    timeout=datetime.timedelta(seconds=120))
         if mode == "trained":
             trained(layout, world, path, fails)
         elif mode == "titan":
@@ -292,7 +296,7 @@ def main():
     ps = [ctx.Process(target=run, args=(r, mode, world, layout, path, port, q)) for r in range(world)]
     for p in ps:
         p.start()
-    out = [q.get(timeout=600) for _ in ps]
+    out = [q.get(timeout=300) for _ in ps]
     for p in ps:
         p.join()
     fails = [f for _, fs in sorted(out) for f in fs]

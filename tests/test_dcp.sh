@@ -16,6 +16,8 @@
 #     processes, `tessera import --from dcp`, verified, loaded through the plug-in
 #     in another world size (sharded on another dim), `tessera export --format
 #     dcp` back, and loaded by DCP's FileSystemReader on 1 or 2: every value equal;
+#   - in a bucket (moto): the plug-in's save on 2 and load on 4, an import into
+#     the bucket and an export from it, read back by DCP;
 #   - bad input: a state dict key tessera cannot name (the save fails naming
 #     it, nothing committed), a damaged data file (the load fails naming the
 #     file and the checksum); the conversions' usage errors, a DCP folder that is
@@ -86,6 +88,20 @@ for w in 2 4; do
     [ -f back$w/.metadata ] || fail "export of $w: no .metadata"
     chk dcpload $back fsdp "$TSR_TMP/back$w"
 done
+
+# object storage (moto on loopback): the plug-in saves on 2 processes into a
+# bucket and loads on 4; a DCP folder imported into the bucket, verified there,
+# and exported from it back to a DCP folder that DCP reads
+. "$TSR_ROOT/tests/s3.sh"
+s3_start bkt
+chk save 2 fsdp s3://bkt/p/step-00000007
+expect 0 "the plug-in's save in a bucket verifies" tsr ckpt verify s3://bkt/p/step-00000007
+chk load 4 2d s3://bkt/p
+expect 0 "import --from dcp into a bucket" tsr import --from dcp titan2/step-40 s3://bkt/imp/step-00000040
+expect 0 "the import in the bucket verifies" tsr ckpt verify s3://bkt/imp/step-00000040
+expect 0 "export --format dcp from a bucket" tsr export s3://bkt/imp/step-00000040 --format dcp backs3
+chk dcpload 2 fsdp "$TSR_TMP/backs3"
+s3_stop
 
 # usage and bad input: a key tessera cannot name, a damaged data file
 chk errors 1 - "$TSR_TMP/errs"

@@ -236,8 +236,10 @@ class Checkpoint:
         lib = library(s3=p.startswith("s3://"))
         err = _Err()
         step_dir = p
-        manifest_here = p.startswith("s3://") or os.path.exists(os.path.join(p, "MANIFEST"))
-        if not manifest_here:  # a root: its newest committed step
+        # a root: its newest committed step (on S3 a listing tells: a step
+        # directory holds no step directories)
+        manifest_here = not p.startswith("s3://") and os.path.exists(os.path.join(p, "MANIFEST"))
+        if not manifest_here:
             step = ctypes.c_uint64()
             buf = ctypes.create_string_buffer(4096 + 64)
             if lib.tsr_latest_step(p.encode(), ctypes.byref(step), buf, len(buf)) == 0:
