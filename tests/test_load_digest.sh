@@ -3,8 +3,8 @@
 # conversion gone wrong, which every frame checksum passes: with a bug planted in
 # what each rank reads (TSR_FAULT_LOAD, ckpt/load_fault.h) - every box read one
 # row off (shift), ranks 0 and 1 reading each other's boxes (swap), every rank
-# reading rank 0's box (bcast) - a load in an FSDP, a TP, a PP and a flat layout
-# fails, naming a tensor and both digests, before the caller sees the data; the
+# reading rank 0's box (bcast) - a load fails, naming a tensor and both digests
+# (every bug in an FSDP layout, one each in a TP, a PP and a flat layout), before the caller sees the data; the
 # same load without the bug passes; a box read right but sent wrong to the ranks
 # holding its replicas (send) is named by the check of the copies; a frame
 # decoded wrong (decode) or damaged on the disk is named by a read with every
@@ -13,11 +13,13 @@
 . "$TSR_ROOT/tests/mpi.sh"
 
 expect 0 "synth" $T ckpt synth ck --bytes 1M --dtype mix --tensors 7 --frame-bytes 16K
-for L in dp_shard=4 tp=4 pp=2,dp_shard=2 dp_shard=3,flat; do
+# every bug in the FSDP layout, one in each other (each bug in two layouts or more)
+for L in dp_shard=4:shift,swap,bcast tp=4:swap pp=2,dp_shard=2:bcast dp_shard=3,flat:shift; do
+    bugs=$(echo "${L#*:}" | tr ',' ' ') L=${L%:*}
     n=$(echo "$L" | tr ',=' '  ' | awk '{ n = 1; for (i = 2; i <= NF; i += 2) n *= $i; print n }')
     # without the bug (one layout here: test_reshard.sh loads many, each checked)
     [ "$L" = pp=2,dp_shard=2 ] && expect 0 "load in $L" run_np "$n" $T ckpt check ck --layout "$L"
-    for f in shift swap bcast; do
+    for f in $bugs; do
         export TSR_FAULT_LOAD=$f # the ranks inherit it from mpirun
         expect 1 "load in $L with the bug '$f' planted" run_np "$n" $T ckpt check ck --layout "$L"
         unset TSR_FAULT_LOAD
