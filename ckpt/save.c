@@ -186,8 +186,8 @@ static int create_data_file(tsr_save *s, tsr_error *err) {
         if ((rc = tsr_fence_admit(s->dir, &s->opts.epoch, 0, err))) return rc;
         if (s->opts.id_stride) {
             if (s->file_id > UINT32_MAX - s->opts.id_stride) return tsr_err(err, TSR_EBUSY, "%s", e.msg);
-            tsr_log(1, "%s: taken (a leftover of an earlier save?): this writer writes %s/data file id %u instead",
-                    e.msg, s->dir, s->file_id + s->opts.id_stride);
+            tsr_log(1, "%s/%s: taken (a leftover of an earlier attempt at this step): written as file id %u instead",
+                    s->dir, name, s->file_id + s->opts.id_stride);
             s->file_id += s->opts.id_stride;
         } else if (tries > 0 || (rc = tsr_store_remove(s->store, name, err))) {
             return rc ? rc : tsr_err(err, TSR_EBUSY, "%s", e.msg);

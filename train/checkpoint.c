@@ -390,9 +390,10 @@ static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_er
                         : "",
                 model_only ? ", model only" : "", left, tsr_now() - t0);
     if (!rc && j->local) rc = local_loaded(j, (uint64_t)*start, err);
-    /* the step count from 0 again: the folder's steps are another run's future,
-     * moved aside by the first save (kept, and no longer the newest) */
-    if (!rc && !model_only && (ex & TSR_EXCLUDE_TRAIN_STATE) && c->checkpoint.enable)
+    /* the step count from 0 again (train_state left out, or a PyTorch model
+     * alone): the folder's steps are another run's future, moved aside by the
+     * first save (kept, and no longer the newest) */
+    if (!rc && ((!model_only && (ex & TSR_EXCLUDE_TRAIN_STATE)) || (pytorch && !has_moments)) && c->checkpoint.enable)
         tsr_engine_continue_from(j->engine, 0);
     return rc;
 }
