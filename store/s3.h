@@ -100,9 +100,11 @@ int tsr_s3_download_file(tsr_s3 *s, const char *bucket, const char *key, const c
 
 /* A streaming upload: bytes appended in order, sent as parts of the client's
  * part size, several in flight; finish completes it, abort removes it. An object
- * under one part is sent with one PUT at finish. */
+ * under one part is sent with one PUT at finish. new_only: the completion (or
+ * the PUT) carries If-None-Match: *, so that an object put meanwhile under the
+ * key is never replaced (finish: TSR_EBUSY). */
 typedef struct tsr_s3_writer tsr_s3_writer;
-tsr_s3_writer *tsr_s3_writer_new(tsr_s3 *s, const char *bucket, const char *key, tsr_error *err);
+tsr_s3_writer *tsr_s3_writer_new(tsr_s3 *s, const char *bucket, const char *key, int new_only, tsr_error *err);
 int tsr_s3_writer_append(tsr_s3_writer *w, const void *buf, size_t len, tsr_error *err);
 uint64_t tsr_s3_writer_size(const tsr_s3_writer *w);
 int tsr_s3_writer_finish(tsr_s3_writer *w, tsr_error *err); /* frees w */

@@ -104,8 +104,25 @@ static int upload_parts(tsr_s3 *s, const char *bucket, const char *key, const ch
     return rc;
 }
 
+/* 1 when the upload `upload_id` is gone (ListParts: NoSuchUpload): completed or
+ * aborted; nobody but its writer completes it. */
+static int upload_gone(tsr_s3 *s, const char *bucket, const char *key, const char *upload_id) {
+    req r;
+    s3_req_init(&r, "GET", bucket, key);
+    r.resp_max = MAX_XML;
+    r.what = "(ListParts)";
+    tsr_sbuf q = {0};
+    s3_query_add(&q, "uploadId", upload_id);
+    int rc = s3_set_query(&r, &q, NULL);
+    if (!rc) rc = s3_run1(s, &r, NULL);
+    free(r.resp.p);
+    return rc == TSR_ENOTFOUND;
+}
+
+/* new_only: with If-None-Match: *, so that an object put meanwhile is never
+ * replaced (TSR_EBUSY; a retry that finds its own upload completed succeeds). */
 static int complete_upload(tsr_s3 *s, const char *bucket, const char *key, const char *upload_id, const part *parts,
-                           size_t n, tsr_error *err) {
+                           size_t n, int new_only, tsr_error *err) {
     tsr_sbuf b = {0};
     tsr_sb_printf(&b, "<CompleteMultipartUpload xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">");
     for (size_t i = 0; i < n; i++) {
@@ -131,7 +148,16 @@ static int complete_upload(tsr_s3 *s, const char *bucket, const char *key, const
     r.body_len = b.n;
     r.what = "(CompleteMultipartUpload)";
     r.resp_max = MAX_XML;
+    if (new_only) snprintf(r.extra[0], sizeof r.extra[0], "If-None-Match: *");
     if (!rc) rc = s3_run1(s, &r, err); /* an <Error> in a 200 answer is a failure too (judge) */
+    if (rc && new_only && r.status == 412) {
+        if (r.attempts > 1 && upload_gone(s, bucket, key, upload_id)) { /* this completion's own object */
+            free(r.resp.p);
+            free(b.p);
+            return 0;
+        }
+        rc = tsr_err(err, TSR_EBUSY, "s3://%s/%s: exists: another writer put it first (HTTP 412)", bucket, key);
+    }
     if (!rc && !tsr_s3_xml_complete_ok(r.resp.p, r.resp.n))
         rc = tsr_err(err, TSR_EIO, "s3://%s/%s: CompleteMultipartUpload: unexpected answer", bucket, key);
     free(r.resp.p);
@@ -362,7 +388,7 @@ int tsr_s3_upload_file(tsr_s3 *s, const char *path, const char *bucket, const ch
             for (size_t i = 0; i < n; i++)
                 if (parts[i].have) t->progress(t->user, parts[i].len);
         rc = upload_parts(s, bucket, key, upload_id, parts, n, 0, NULL, fd, t, err);
-        if (!rc) rc = complete_upload(s, bucket, key, upload_id, parts, n, err);
+        if (!rc) rc = complete_upload(s, bucket, key, upload_id, parts, n, 0, err);
         if (rc) {
             abort_upload(s, bucket, key, upload_id);
             break;
@@ -556,12 +582,14 @@ struct tsr_s3_writer {
     size_t *fill;
     part *parts;        /* every part sent so far */
     size_t n_parts, cap_parts;
+    int new_only;       /* the object must not exist: never replace one put meanwhile */
 };
 
-tsr_s3_writer *tsr_s3_writer_new(tsr_s3 *s, const char *bucket, const char *key, tsr_error *err) {
+tsr_s3_writer *tsr_s3_writer_new(tsr_s3 *s, const char *bucket, const char *key, int new_only, tsr_error *err) {
     tsr_s3_writer *w = calloc(1, sizeof *w);
     if (!w) goto nomem;
     w->s = s;
+    w->new_only = new_only;
     snprintf(w->bucket, sizeof w->bucket, "%s", bucket);
     snprintf(w->key, sizeof w->key, "%s", key);
     w->psz = s->part_size;
@@ -633,10 +661,11 @@ int tsr_s3_writer_finish(tsr_s3_writer *w, tsr_error *err) {
     int rc = 0;
     int k = w->cur + (w->fill[w->cur] > 0);
     if (!w->upload_id[0] && k <= 1) {
-        rc = tsr_s3_put(w->s, w->bucket, w->key, w->bufs[0] ? w->bufs[0] : (const uint8_t *)"", w->fill[0], err);
+        rc = (w->new_only ? tsr_s3_put_new : tsr_s3_put)(w->s, w->bucket, w->key,
+                                                         w->bufs[0] ? w->bufs[0] : (const uint8_t *)"", w->fill[0], err);
     } else {
         rc = writer_flush(w, k, err);
-        if (!rc) rc = complete_upload(w->s, w->bucket, w->key, w->upload_id, w->parts, w->n_parts, err);
+        if (!rc) rc = complete_upload(w->s, w->bucket, w->key, w->upload_id, w->parts, w->n_parts, w->new_only, err);
         if (rc && w->upload_id[0]) abort_upload(w->s, w->bucket, w->key, w->upload_id);
     }
     writer_free(w);

@@ -218,9 +218,9 @@ tsr_store *tsr_store_fault_wrap(tsr_store *inner, const char *spec, tsr_error *e
  * ignore it. */
 #define TSR_CREATE_OVERWRITE 2
 /* tsr_store_ops create flag: NAME must not exist: a local file is created
- * exclusively (O_EXCL), an object is refused when one of that name is there at
- * the create (its upload still replaces one put meanwhile). A name taken:
- * TSR_EBUSY, nothing touched. A fenced writer's way never to write into a file
+ * exclusively (O_EXCL); an object is refused when one of that name is there at
+ * the create, and its upload completes with If-None-Match: * (one put meanwhile
+ * fails the finish). A name taken: TSR_EBUSY, nothing touched. A fenced writer's way never to write into a file
  * it did not create (FORMAT.md 4.6). */
 #define TSR_CREATE_NEW 4
 

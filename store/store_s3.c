@@ -119,7 +119,7 @@ static int s3st_create(tsr_store *st, const char *name, int flags, tsr_wfile **o
         free(f);
         return there > 0 ? TSR_EBUSY : there;
     }
-    f->w = tsr_s3_writer_new(s->s3, s->bucket, key, err);
+    f->w = tsr_s3_writer_new(s->s3, s->bucket, key, !!(flags & TSR_CREATE_NEW), err);
     if (!f->w) {
         free(f);
         return err ? err->code : TSR_ENOMEM;

@@ -13,7 +13,9 @@
  *    saved anew: the newer writer's file of the same name stays;
  *  - a leftover of a failed save, without a stride: removed, and the save commits;
  *  - tsr_store_put_new never replaces an object, an exclusive create never opens
- *    one, tsr_rename_new never replaces a name.
+ *    one, and of two exclusive writers of one name at most one finishes (on S3
+ *    the other's completion is refused: one PUT, or a multipart upload);
+ *    tsr_rename_new never replaces a name.
  *
  *   test_fence_writers LOCATION: the store's part alone, at LOCATION (s3://...:
  *   test_fence.sh, on its S3 server). */
@@ -91,6 +93,40 @@ static int exists(const char *dir, const char *name) {
 
 static int count_tmp(void *user, const char *name, uint64_t size);
 
+/* Two writers create the object `name` of `size` bytes, both exclusively: at
+ * most one of them finishes (a local file: the second create is refused; an
+ * object: the second upload's completion is, If-None-Match), and the object
+ * holds that writer's bytes. */
+static void race(tsr_store *st, const char *name, size_t size) {
+    uint8_t *buf[2];
+    tsr_wfile *f[2] = {NULL, NULL};
+    int made[2], done[2] = {-1, -1};
+    for (int k = 0; k < 2; k++) {
+        REQUIRE(posix_memalign((void **)&buf[k], 4096, size) == 0, "memory");
+        memset(buf[k], 'A' + k, size);
+        made[k] = tsr_store_create(st, name, TSR_CREATE_NEW, &f[k], &e);
+    }
+    CHECK(made[0] == 0, "%s: the first exclusive create: %s", name, e.msg);
+    for (int k = 1; k >= 0; k--) /* the second writer finishes first */
+        if (made[k] == 0) {
+            done[k] = tsr_wfile_write(f[k], buf[k], size, 0, &e);
+            if (!done[k]) done[k] = tsr_wfile_finish(f[k], size, &e);
+            else tsr_wfile_abort(f[k]);
+        } else
+            CHECK(made[k] == TSR_EBUSY, "%s: the second create: %d %s", name, made[k], e.msg);
+    int winner = done[1] == 0 ? 1 : 0;
+    CHECK((done[0] == 0) + (done[1] == 0) == 1, "%s: %d writers finished (%d, %d)", name,
+          (done[0] == 0) + (done[1] == 0), done[0], done[1]);
+    CHECK(done[!winner] == -1 || done[!winner] == TSR_EBUSY, "%s: the loser: %d %s", name, done[!winner], e.msg);
+    uint8_t *got = NULL;
+    size_t len = 0;
+    CHECK_OK(tsr_store_get(st, name, size + 1, &got, &len, &e));
+    CHECK(got && len == size && !memcmp(got, buf[winner], size), "%s: not the finished writer's bytes", name);
+    free(got);
+    CHECK_OK(tsr_store_remove(st, name, &e));
+    free(buf[0]), free(buf[1]);
+}
+
 /* The store's calls that never replace, at loc (a folder, or s3://). */
 static void store_checks(const char *loc) {
     tsr_store *st = tsr_store_open(loc, 1, &e);
@@ -106,6 +142,8 @@ static void store_checks(const char *loc) {
     tsr_wfile *f = NULL;
     rc = tsr_store_create(st, "obj", TSR_CREATE_NEW, &f, &e);
     CHECK(rc == TSR_EBUSY && !f, "an exclusive create over an object: %d %s", rc, e.msg);
+    race(st, "small", 4096);
+    if (!strncmp(loc, "s3://", 5)) race(st, "large", 11u << 20); /* several parts (TSR_S3_PART_SIZE=5M) */
     long left = 0;
     CHECK_OK(tsr_store_list(st, count_tmp, &left, &e));
     CHECK(left == 0, "%ld staging file(s) left", left);
