@@ -3,7 +3,6 @@
  * stores build on it; store_open.c chooses one. */
 #include <stdio.h>
 #include <string.h>
-
 #include <sys/random.h>
 
 #include "common.h"
@@ -89,14 +88,15 @@ int tsr_store_put_staged(tsr_store *s, const char *name, const void *buf, size_t
     char tmp[PATH_MAX];
     /* a put that must not replace stages under a name of its own: two writers
      * of one name never write into one staging file */
+    int unique = flags & TSR_PUT_NEW;
     uint64_t tag = 0;
-    if ((flags & TSR_PUT_NEW) && getrandom(&tag, sizeof tag, 0) != sizeof tag)
+    if (unique && getrandom(&tag, sizeof tag, 0) != sizeof tag)
         return tsr_err(err, TSR_EIO, "%s/%s: cannot draw a random name", s->location, name);
-    int n = tag ? snprintf(tmp, sizeof tmp, "%s.tmp-%016llx", name, (unsigned long long)tag)
-                : snprintf(tmp, sizeof tmp, "%s.tmp", name);
+    int n = unique ? snprintf(tmp, sizeof tmp, "%s.tmp-%016llx", name, (unsigned long long)tag)
+                   : snprintf(tmp, sizeof tmp, "%s.tmp", name);
     if ((size_t)n >= sizeof tmp) return tsr_err(err, TSR_EINVAL, "%s/%s: name too long", s->location, name);
     tsr_wfile *f;
-    int rc = s->ops->create(s, tmp, TSR_CREATE_BUFFERED | (tag ? TSR_CREATE_NEW : 0), &f, err);
+    int rc = s->ops->create(s, tmp, TSR_CREATE_BUFFERED | (unique ? TSR_CREATE_NEW : 0), &f, err);
     if (rc) return rc;
     if ((rc = f->ops->write(f, buf, len, 0, err))) {
         f->ops->abort(f);

@@ -220,8 +220,8 @@ tsr_store *tsr_store_fault_wrap(tsr_store *inner, const char *spec, tsr_error *e
 /* tsr_store_ops create flag: NAME must not exist: a local file is created
  * exclusively (O_EXCL); an object is refused when one of that name is there at
  * the create, and its upload completes with If-None-Match: * (one put meanwhile
- * fails the finish). A name taken: TSR_EBUSY, nothing touched. A fenced writer's way never to write into a file
- * it did not create (FORMAT.md 4.6). */
+ * fails the finish). A name taken: TSR_EBUSY, nothing touched. A fenced
+ * writer's way never to write into a file it did not create (FORMAT.md 4.6). */
 #define TSR_CREATE_NEW 4
 
 /* Each store, read file and write file starts with its header below; an

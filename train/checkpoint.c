@@ -88,13 +88,17 @@ static int read_blob(tsr_ckpt *ck, int i, char **out, size_t *size, tsr_error *e
 /* Refuses a checkpoint of another model shape before any tensor is read. A
  * checkpoint without the trainer's train.model blob whose tensors carry the
  * model's names (TorchTitan's, saved by PyTorch through tessera.dcp) is taken as
- * one in PyTorch's layout: *pytorch set, its shapes checked by the load. */
-static int check_model(train_job *j, const char *dir, int *pytorch, tsr_error *err) {
+ * one in PyTorch's layout: *pytorch set, its shapes checked by the load, and
+ * *moments set when it holds AdamW's moments under TorchTitan's names. */
+static int check_model(train_job *j, const char *dir, int *pytorch, int *moments, tsr_error *err) {
     tsr_ckpt *ck = tsr_ckpt_open(dir, err);
     if (!ck) return err ? err->code : TSR_EIO;
-    *pytorch = tsr_ckpt_find_blob(ck, BLOB_NAMES[B_MODEL], -1) < 0 &&
-               tsr_ckpt_find(ck, j->t->decls.decls[0].name) >= 0;
+    const char *first = j->t->decls.decls[0].name;
+    *pytorch = tsr_ckpt_find_blob(ck, BLOB_NAMES[B_MODEL], -1) < 0 && tsr_ckpt_find(ck, first) >= 0;
     if (*pytorch) {
+        char name[600];
+        snprintf(name, sizeof name, "optimizer.state.%s.exp_avg", first);
+        *moments = tsr_ckpt_find(ck, name) >= 0;
         tsr_ckpt_close(ck);
         return 0;
     }
@@ -308,20 +312,10 @@ static int resume(train_job *j, tsr_data_pos *pos, int *start, FILE *log, tsr_er
         if (!found && tsr_trainer_init_params(j->t, err)) return err ? err->code : TSR_EIO;
         return found; /* a fresh run: nothing will overwrite them */
     }
-    int rc = check_model(j, dir, &pytorch, err);
-    if (!rc && pytorch) {
-        /* a checkpoint of PyTorch (TorchTitan's names through tessera.dcp): the
-         * moments under TorchTitan's names, or the model alone without them */
-        tsr_ckpt *probe = tsr_ckpt_open(dir, err);
-        if (!probe) rc = err ? err->code : TSR_EIO;
-        else {
-            char name[600];
-            snprintf(name, sizeof name, "optimizer.state.%s.exp_avg", j->t->decls.decls[0].name);
-            has_moments = tsr_ckpt_find(probe, name) >= 0;
-            tsr_ckpt_close(probe);
-        }
-        if (!has_moments) model_only = 1;
-    }
+    /* a checkpoint of PyTorch (TorchTitan's names through tessera.dcp): the
+     * moments under TorchTitan's names, or the model alone without them */
+    int rc = check_model(j, dir, &pytorch, &has_moments, err);
+    if (!rc && pytorch && !has_moments) model_only = 1;
     /* the moments, unless the model alone is loaded or the optimizer left out
      * (checkpoint.exclude_from_loading: they stay zero, as a fresh AdamW's) */
     int moments = !model_only && !(ex & TSR_EXCLUDE_OPTIMIZER);

@@ -75,12 +75,17 @@ class _WriteOpts(ctypes.Structure):
 CODECS = {"auto": -1, "raw": 0, "zstd": 1, "bytegroup": 2}
 
 
+def _codec(codec, who="tessera"):
+    """The TSR_CODEC_* of a name of CODECS; Error naming it otherwise."""
+    if codec not in CODECS:
+        raise Error(-1, "%s: codec %r: not one of %s" % (who, codec, ", ".join(CODECS)))
+    return CODECS[codec]
+
+
 def _write_opts(lib, codec):
     """lib's default write options with codec (a name of CODECS)."""
-    if codec not in CODECS:
-        raise Error(-1, "tessera: codec %r: not one of %s" % (codec, ", ".join(CODECS)))
     o = lib.tsr_write_opts_default()
-    o.codec = CODECS[codec]
+    o.codec = _codec(codec)
     return o
 
 

@@ -55,7 +55,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from . import CODECS, MAX_DIMS, Error, _Box, _Err, _raise, _write_opts, library
+from . import MAX_DIMS, Error, _Box, _Err, _codec, _raise, _write_opts, library
 from . import open as _open
 
 _PICKLE = b"PK\x03\x04"  # torch.save's files are zip archives
@@ -98,8 +98,7 @@ class Writer(StorageWriter):
         self.path = os.fspath(path) if path is not None else None
         self._step = step
         self._codec = codec
-        if codec not in CODECS:
-            raise Error(-1, "tessera.dcp.Writer: codec %r: not one of %s" % (codec, ", ".join(CODECS)))
+        _codec(codec, "tessera.dcp.Writer")  # a name that is none: now, not at the save
         self._s = None  # the coordinator's writer, from write_data to finish
 
     def reset(self, checkpoint_id=None):
