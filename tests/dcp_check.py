@@ -178,6 +178,106 @@ def titan(layout, world, paths, fails):
     dcp.save(sd, storage_writer=tessera.dcp.Writer(dst))
 
 
+def brief(v):
+    if isinstance(v, torch.Tensor) and v.numel() > 1:
+        return "%s %s (sum %.6g)" % (v.dtype, tuple(v.shape), float(v.double().sum()))
+    return repr(v)
+
+
+def titan_state(parts):
+    """The whole state of TorchTitan's components (model, optimizer, lr
+    schedulers, train state), as plain tensors and values: what a manager's
+    save holds and its load must give back."""
+    model, opt, lrs, ts = parts
+    out = {"model." + k: full(v).clone() for k, v in model.state_dict().items()}
+    for k, v in opt.state_dict().items():
+        out["optimizer." + k] = full(v).clone() if isinstance(v, torch.Tensor) else v
+    out["lr_scheduler"] = lrs.state_dict()
+    out["train_state.step"] = ts.step
+    return out
+
+
+def manager(mode, layout, world, paths, fails):
+    """TorchTitan's own CheckpointManager (the torchtitan package) with its
+    OptimizersContainer (AdamW) and LRSchedulersContainer over an FSDP2 module
+    (30 rows: uneven over 4 ranks) on WORLD processes; PATHS is FOLDER,REF[,OUT]:
+      ttsave: 3 training steps; TorchTitan's stock manager saves step 3 into
+        FOLDER (DCP's FileSystemWriter); rank 0 keeps the whole state in REF;
+      ttload: the stock manager, over a module of other values, loads FOLDER's
+        newest step: every value equal to REF's;
+      ttplug: tessera.titan's manager (async_mode LAYOUT) loads FOLDER's newest
+        tessera step the same way, takes one more step and saves it through the
+        plug-in, its state kept in OUT."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torchtitan.components.checkpoint import CheckpointManager
+    from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
+    from torchtitan.components.optimizer.optimizer import OptimizersContainer, ParamGroupConfig
+    folder, ref, out = (paths.split(",") + [None])[:3]
+    rank = dist.get_rank()
+    torch.manual_seed(3 if mode == "ttsave" else 99)  # a load starts from other values
+    model = torch.nn.Sequential(torch.nn.Linear(32, 30), torch.nn.ReLU(), torch.nn.Linear(30, 24))
+    fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+    opt = OptimizersContainer.Config(
+        param_groups=[ParamGroupConfig(pattern=".*", optimizer_name="AdamW",
+                                       optimizer_kwargs={"lr": 1e-2, "betas": (0.9, 0.95), "weight_decay": 0.1})],
+        implementation="for-loop").build(model_parts=[model])
+    lrs = LRSchedulersContainer.Config(warmup_steps=2).build(optimizers=opt, training_steps=10)
+
+    class TrainState:  # as TorchTitan's trainer keeps its step
+        step = 0
+
+        def state_dict(self):
+            return {"step": torch.tensor(self.step, dtype=torch.int32)}
+
+        def load_state_dict(self, sd):
+            self.step = int(sd["step"])
+    ts = TrainState()
+
+    def train_step():
+        x = torch.randn((8, 32), generator=torch.Generator().manual_seed(100 * ts.step + rank))
+        model(x).square().mean().backward()
+        opt.step()
+        lrs.step()
+        opt.zero_grad()
+        ts.step += 1
+    kind = CheckpointManager
+    cfg = {}
+    if mode == "ttplug":
+        import tessera.titan
+        kind, cfg = tessera.titan.CheckpointManager, {"async_mode": layout}
+    mgr = kind.Config(enable=True, folder=folder, interval=1, keep_latest_k=0, last_save_model_only=False,
+                      **cfg).build(dataloader=None, model_parts=[model], optimizers=opt, lr_schedulers=lrs,
+                                   states={"train_state": ts}, sd_adapter=None)
+    parts = (model, opt, lrs, ts)
+    if mode == "ttsave":
+        for _ in range(3):
+            train_step()
+        mgr.save(curr_step=ts.step)
+        out = ref
+    else:
+        if not mgr.load():
+            fails.append("%s: nothing loaded from %s" % (mode, folder))
+            return
+        want = torch.load(ref, weights_only=False)
+        got = titan_state(parts)
+        for k in sorted(set(want) | set(got)):
+            a, b = got.get(k), want.get(k)
+            same = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype and
+                    torch.equal(a, b)) if isinstance(b, torch.Tensor) else a == b
+            if not same:
+                fails.append("%s on %d: %s: loaded %s, saved %s" % (mode, world, k, brief(a), brief(b)))
+        if mode == "ttplug":
+            train_step()
+            mgr.save(curr_step=ts.step)
+            mgr.maybe_wait_for_saving()
+    if out is not None:
+        st = titan_state(parts)
+        if rank == 0:
+            torch.save(st, out)
+    mgr.close()
+
+
 def run(rank, mode, world, layout, path, port, q):
     fails = []
     try:
@@ -190,6 +290,8 @@ def run(rank, mode, world, layout, path, port, q):
             trained(layout, world, path, fails)
         elif mode == "titan":
             titan(layout, world, path, fails)
+        elif mode in ("ttsave", "ttload", "ttplug"):
+            manager(mode, layout, world, path, fails)
         elif mode in ("save", "async", "dcpsave"):
             sd = state(layout, world, zero=False)
             w = dcp.FileSystemWriter(path) if mode == "dcpsave" else tessera.dcp.Writer(path)

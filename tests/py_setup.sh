@@ -2,8 +2,10 @@
 # py_setup.sh: the tests' Python environment, a virtual environment of Debian's
 # python3 with exactly the packages pinned (versions and SHA-256) in
 # tests/requirements.txt: PyTorch 2.x on the CPU, numpy, safetensors, transformers,
-# gguf. It lives in the cache outside the repository, keyed by the hash of what
-# decides its contents, so later runs reuse it and a changed file makes a new one:
+# gguf, torchtitan, s3torchconnector's client; then tests/requirements-sdist.txt,
+# what PyPI has as source only, built by the setuptools just installed. It lives
+# in the cache outside the repository, keyed by the hash of what decides its
+# contents, so later runs reuse it and a changed file makes a new one:
 #   ${TSR_CACHE:-/var/cache/tessera}/pyenv-KEY/
 # torch's wheel asks for NVIDIA's CUDA libraries; where the dynamic linker finds
 # the CUDA Toolkit's (/usr/local/cuda), only the four it lacks are installed (2.3 GB,
@@ -26,7 +28,8 @@ for lib in libcudart.so.13 libcublas.so.13 libcublasLt.so.13 libcudnn.so.9 libcu
     libnvrtc.so.13 libnvJitLink.so.13 libcupti.so.13; do
     ldconfig -p 2>/dev/null | grep -q "^[[:space:]]*$lib " || { REQS="$REQS $HERE/requirements-cuda.txt"; break; }
 done
-KEY=$( { "$BASE" -V; cat $REQS; } | sha256sum | cut -c1-16)
+SDIST=$HERE/requirements-sdist.txt
+KEY=$( { "$BASE" -V; cat $REQS "$SDIST"; } | sha256sum | cut -c1-16)
 DIR=$CACHE/pyenv-$KEY
 if [ -f "$DIR/ok" ]; then
     echo "$DIR/bin/python"
@@ -48,7 +51,11 @@ for r in $REQS; do args="$args -r $r"; done
 # unpinned comes in
 "$DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-deps --require-hashes $args >&2 ||
     { rm -rf "$DIR"; die "pip could not install $REQS (is PyPI reachable?)"; }
-"$DIR/bin/python" -c 'import torch, numpy, safetensors, transformers, gguf; torch.ones(2) @ torch.ones(2)' >&2 ||
+# source-only packages, built by the setuptools just pinned
+"$DIR/bin/python" -m pip install --quiet --disable-pip-version-check --no-cache-dir --no-deps --require-hashes \
+    --no-build-isolation -r "$SDIST" >&2 ||
+    { rm -rf "$DIR"; die "pip could not build $SDIST"; }
+"$DIR/bin/python" -c 'import torch, numpy, safetensors, transformers, gguf, torchtitan.components.checkpoint, s3torchconnector.dcp; torch.ones(2) @ torch.ones(2)' >&2 ||
     { rm -rf "$DIR"; die "the packages installed but do not import"; }
 echo "$REQS" >"$DIR/ok"
 echo "$DIR/bin/python"

@@ -16,6 +16,9 @@
 #     processes, `tessera import --from dcp`, verified, loaded through the plug-in
 #     in another world size (sharded on another dim), `tessera export --format
 #     dcp` back, and loaded by DCP's FileSystemReader on 1 or 2: every value equal;
+#   - TorchTitan's own CheckpointManager (torchtitan from PyPI) and tessera's
+#     (tessera.titan): TorchTitan's DCP save imported, resumed by tessera.titan
+#     on 4 processes and 2, exported back and loaded by TorchTitan's manager;
 #   - in a bucket (moto): the plug-in's save on 2 and load on 4, an import into
 #     the bucket and an export from it, read back by DCP;
 #   - bad input: a state dict key tessera cannot name (the save fails naming
@@ -89,6 +92,21 @@ for w in 2 4; do
     chk dcpload $back fsdp "$TSR_TMP/back$w"
 done
 
+# TorchTitan's own checkpoint manager (the torchtitan package; its AdamW and lr
+# schedule over an FSDP2 module): its DCP save on 2 processes imported; tessera's
+# manager (tessera.titan) resumes it on 4 (async saves through the plug-in) and
+# that on 2; the last exported to a DCP folder that TorchTitan's stock manager
+# loads on 4. Every load: the model, the moments, AdamW's and the schedule's
+# steps and the train state equal to what the saving processes held
+chk ttsave 2 - "$TSR_TMP/tt/checkpoint,$TSR_TMP/tt3.pt"
+expect 0 "import of TorchTitan's step 3" tsr import --from dcp tt/checkpoint/step-3 ttt/step-00000003
+expect 0 "TorchTitan's step 3 imported verifies" tsr ckpt verify ttt/step-00000003
+chk ttplug 4 async "$TSR_TMP/ttt,$TSR_TMP/tt3.pt,$TSR_TMP/tt4.pt"
+expect 0 "tessera.titan's async save verifies" tsr ckpt verify ttt/step-00000004
+chk ttplug 2 disabled "$TSR_TMP/ttt,$TSR_TMP/tt4.pt,$TSR_TMP/tt5.pt"
+expect 0 "export of tessera.titan's step 5 for TorchTitan" tsr export ttt --format dcp ttb/checkpoint/step-5
+chk ttload 4 - "$TSR_TMP/ttb/checkpoint,$TSR_TMP/tt5.pt"
+
 # object storage (moto on loopback): the plug-in saves on 2 processes into a
 # bucket and loads on 4; a DCP folder imported into the bucket, verified there,
 # and exported from it back to a DCP folder that DCP reads
@@ -114,4 +132,4 @@ grep -q "p2: not a DCP checkpoint folder" err.txt || fail "import of no DCP fold
 [ ! -e nowhere ] || fail "a failed import left nowhere/"
 env TSR_PYTHON=/nonexistent/python sh -c '"$0" import --from dcp titan2/step-40 x >out.txt 2>err.txt' "$T"
 grep -q "cannot run /nonexistent/python (TSR_PYTHON)" err.txt || fail "a missing interpreter: $(cat err.txt)"
-finish "dcp: the plug-in on 1, 2 and 4 processes (save, async_save, load resharded), DCP folders of 2 and 4 processes imported and exported back, values equal"
+finish "dcp: the plug-in on 1, 2 and 4 processes (save, async_save, load resharded), DCP folders of 2 and 4 processes imported and exported back, TorchTitan's checkpoint manager and tessera.titan across them, values equal"

@@ -6,6 +6,7 @@
                                                     # held to the tensor's MANIFEST digest (FORMAT.md 4.4)
     part = ck.read(name, offset=(0, 64), extent=(128, 64), torch=True)   # a torch.Tensor
     ck.blobs, ck.blob("train.step"), ck.verify()
+    tessera.latest("runs/small/checkpoint")         # (step, its directory): the newest committed, or None
     tessera.save("out/step-00000001", {"w": array}, step=1, blobs={"note": b"..."})
 
 Local paths and s3://bucket/prefix both work (S3 credentials as for the command).
@@ -36,7 +37,7 @@ from collections import namedtuple
 
 import numpy as np
 
-__all__ = ["open", "save", "Checkpoint", "Tensor", "Error", "library"]
+__all__ = ["open", "latest", "save", "Checkpoint", "Tensor", "Error", "library"]
 
 MAX_DIMS = 8
 ERROR_MSG = 1024
@@ -243,12 +244,10 @@ class Checkpoint:
         step_dir = p
         # a root: its newest committed step (on S3 a listing tells: a step
         # directory holds no step directories)
-        manifest_here = not p.startswith("s3://") and os.path.exists(os.path.join(p, "MANIFEST"))
-        if not manifest_here:
-            step = ctypes.c_uint64()
-            buf = ctypes.create_string_buffer(4096 + 64)
-            if lib.tsr_latest_step(p.encode(), ctypes.byref(step), buf, len(buf)) == 0:
-                step_dir = buf.value.decode()
+        if p.startswith("s3://") or not os.path.exists(os.path.join(p, "MANIFEST")):
+            newest = latest(p)
+            if newest is not None:
+                step_dir = newest[1]
         h = lib.tsr_ckpt_open(step_dir.encode(), ctypes.byref(err))
         if not h:
             _raise(err)
@@ -390,6 +389,20 @@ class Checkpoint:
             self.close()
         except Exception:
             pass
+
+
+def latest(root):
+    """The step a job resumes from under the checkpoint root `root` (local or
+    s3://): the newest committed one that is neither poisoned nor fenced, as
+    (step, its directory); None where there is none. A step directory whose
+    MANIFEST was never written (a save that died) does not count."""
+    p = os.fspath(root)
+    lib = library(s3=p.startswith("s3://"))
+    step = ctypes.c_uint64()
+    buf = ctypes.create_string_buffer(4096 + 64)
+    if lib.tsr_latest_step(p.encode(), ctypes.byref(step), buf, len(buf)) != 0:
+        return None
+    return int(step.value), buf.value.decode()
 
 
 def open(path, check_digests=True):  # noqa: A001 (the package's verb, as tessera.open)
