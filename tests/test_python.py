@@ -63,6 +63,27 @@ with tessera.open(os.path.join(d, "np")) as ck:  # a root: its newest step
     raises(lambda: ck.read("f32", offset=(4, 0), extent=(2, 7)), "f32", "outside")
     raises(lambda: ck.read("f32", offset=(0,), extent=(1,)), "f32", "2 dims")
     raises(lambda: ck.blob("note", rank=3), "no blob 'note' of rank 3")
+    # out=: read in place into an array of the box's elements and element size
+    # (any dtype of that size, any shape), returned as it is; any other refused,
+    # naming the tensor, and left as it was
+    dst = np.full(7 * 5, -1, dtype=np.int32)
+    got = ck.read("f32", out=dst)
+    check(got is dst and np.array_equal(dst.view(np.float32).reshape(5, 7), arrays["f32"]), "out=: not read in place")
+    dst = np.zeros((2, 4, 3), dtype=np.float16)
+    check(np.array_equal(ck.read("f16", offset=(1, 0, 2), extent=(2, 4, 3), out=dst), arrays["f16"][1:3, 0:4, 2:5]),
+          "out=: a box read in place differs")
+    for what, bad in (("too few elements", np.full(34, 9, np.float32)),
+                      ("elements of 8 bytes", np.full(35, 9, np.float64)),
+                      ("not C-contiguous", np.full((7, 5), 9, np.float32).T),
+                      ("read-only", np.full(35, 9, np.float32)),
+                      ("not an array", bytearray(140))):
+        if what == "read-only":
+            bad.flags.writeable = False
+        before = bytes(bad) if isinstance(bad, bytearray) else bad.copy()
+        raises(lambda: ck.read("f32", out=bad), "f32", "out must be a writable C-contiguous array of 35 elements "
+               "of 4 bytes")
+        check(bytes(bad) == before if isinstance(bad, bytearray) else np.array_equal(bad, before),
+              "out= %s: written although refused" % what)
 # the independent reader agrees, bit for bit
 ref = format_reader.Checkpoint(step_dir)
 with tessera.open(step_dir) as ck:

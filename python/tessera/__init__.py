@@ -287,8 +287,9 @@ class Checkpoint:
         bf16="float32" (a torch tensor is bfloat16 either way). A whole tensor is
         held to its MANIFEST digest (Error naming it and both values) unless
         check_digest=False (default: the checkpoint's check_digests).
-        out: a C-contiguous NumPy array of the box's elements and the stored
-        element size (bf16: uint16) to read into, returned as it is: no copy."""
+        out: a writable C-contiguous NumPy array of the box's elements and the
+        stored element size (bf16: uint16) to read into, returned as it is: no
+        copy. Any other is refused (Error naming the tensor), left untouched."""
         lib, h = self._lib, self._handle()
         if name not in self._index:
             raise Error(-3, "tessera: %s: no tensor named '%s'" % (self.path, name))
@@ -308,10 +309,10 @@ class Checkpoint:
         given = out is not None
         if not given:
             out = np.empty(ext, dtype=_DTYPES[code][1])
-        elif (not isinstance(out, np.ndarray) or not out.flags.c_contiguous or
+        elif (not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable or
               out.dtype.itemsize != np.dtype(_DTYPES[code][1]).itemsize or out.size != int(np.prod(ext))):
-            raise Error(-1, "tessera: %s: tensor '%s': out must be a C-contiguous array of %d elements of %d bytes"
-                        % (self.path, name, int(np.prod(ext)), np.dtype(_DTYPES[code][1]).itemsize))
+            raise Error(-1, "tessera: %s: tensor '%s': out must be a writable C-contiguous array of %d elements "
+                        "of %d bytes" % (self.path, name, int(np.prod(ext)), np.dtype(_DTYPES[code][1]).itemsize))
         err = _Err()
         if lib.tsr_ckpt_read(h, i, ctypes.byref(box), out.ctypes.data_as(ctypes.c_void_p), ctypes.byref(err)):
             _raise(err, None if self.path in err.msg.decode("utf-8", "replace") else self.path)
