@@ -30,6 +30,12 @@ eligible; with one connection at a time a run is exactly reproducible):
   --only-path RE   faults only for request targets (path?query) matching RE
 The rates are shares of the eligible requests and add up to at most 1.
 
+--etag-header: no fault. An answer to CompleteMultipartUpload that has no ETag
+header gets one, the ETag of its XML body. Ceph RGW 16 and moto give it in the
+body only; the client of s3torchconnector (Mountpoint's) fails every upload
+without the header, so the DCP comparison in make bench runs both clients through
+this proxy.
+
 One chosen fault, for the first --inject-count eligible requests (default 1;
 0: every eligible request), before any of the above:
   --inject STATUS:CODE  answered by the proxy, not forwarded, with that HTTP
@@ -56,6 +62,7 @@ Python 3 standard library only. The proxy listens on 127.0.0.1 and forwards only
 to a loopback upstream.
 """
 import argparse
+import html
 import random
 import re
 import select
@@ -119,6 +126,16 @@ class Sink:
             if not self.tolerant:
                 raise
             self.broken = True
+
+
+class Held:
+    """A sink that keeps what is written."""
+
+    def __init__(self):
+        self.data = bytearray()
+
+    def write(self, data):
+        self.data.extend(data)
 
 
 class Head:
@@ -303,7 +320,7 @@ class Faults:
         self.path_re = re.compile(args.only_path) if args.only_path else None
         self.seq = self.eligible = self.connections = 0
         self.counts = dict.fromkeys(("requests", "forwarded", "fail500", "fail503",
-                                     "reset", "stall", "upstream_errors", "injected"), 0)
+                                     "reset", "stall", "upstream_errors", "injected", "etag_added"), 0)
         self.injected = 0                           # eligible requests given --inject
         self.log = open(args.log, "a", buffering=1) if args.log else None
 
@@ -518,10 +535,21 @@ class Handler(socketserver.BaseRequestHandler):
                                         "upstream", seq, method, True)
             return False
         rbody = framing(resp, method, status)
+        held, extra = None, b""
+        if self.server.args.etag_header and method == "POST" and "uploadId=" in target and status == 200 \
+                and resp.get("etag") is None and rbody[0] in ("length", "chunked"):
+            # a CompleteMultipartUpload's answer: its ETag, which the body has,
+            # also as a header (held whole: a few hundred bytes)
+            held = Held()
+            copy_body(self.urfile, rbody, held)
+            m = re.search(rb"<ETag>([^<]*)</ETag>", bytes(held.data))
+            if m:
+                extra = b"ETag: " + html.unescape(m.group(1).decode("latin-1")).encode("latin-1") + b"\r\n"
+                faults.count("etag_added")
         up_keep = "close" not in resp.tokens("connection") and rbody[0] != "eof" and \
             not resp.start.startswith("HTTP/1.0") and not to_up.broken
         keep = keep and rbody[0] != "eof"
-        head = resp.without(("connection", "keep-alive")) + \
+        head = resp.without(("connection", "keep-alive")) + extra + \
             (b"" if keep else b"Connection: close\r\n") + b"\r\n"
         st["status"] = status
 
@@ -544,7 +572,10 @@ class Handler(socketserver.BaseRequestHandler):
                 sink.budget = 1 + int(frac * (len(head) - 2))
         try:
             sink.write(head)
-            copy_body(self.urfile, rbody, sink)
+            if held is None:
+                copy_body(self.urfile, rbody, sink)
+            else:
+                sink.write(bytes(held.data))
         except Cut:
             self.drop_upstream()
             self.reset_client()
@@ -588,6 +619,8 @@ def main():
                    help="eligible requests given --inject (0: all)")
     p.add_argument("--only-method", default="", help="e.g. PUT or PUT,POST")
     p.add_argument("--only-path", default="", help="regular expression on path?query")
+    p.add_argument("--etag-header", action="store_true",
+                   help="a CompleteMultipartUpload answer without an ETag header gets one, from its body")
     p.add_argument("--log", default="", help="one line per request goes here")
     p.add_argument("--timeout", type=float, default=300.0,
                    help="socket timeout, seconds (idle keep-alive included)")

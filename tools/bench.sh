@@ -121,6 +121,10 @@ echo "   FileSystemWriter (thread_count = cores, files synced) against tessera's
 PY=$(sh tests/py_setup.sh)
 TESSERA_LIB="$BUILD" PYTHONPATH=python "$PY" tools/bench_dcp.py "$OUT/dcp" 2
 echo
+echo "== dcp to S3: the same 124m state to Ceph RGW on loopback (a cluster made for the run), 2 gloo processes:"
+echo "   DCP with s3torchconnector against tessera's plug-in, both through tests/s3proxy.py --etag-header"
+TESSERA_LIB="$BUILD" sh tools/bench_dcp_s3.sh "$OUT/dcp-s3" 2
+echo
 echo "== gemm: this machine's sgemm throughput on the 124m model's matrix products (the trainer's threads),"
 echo "   measured before and after the training run below; the peak is the better of the two"
 gemm=$($T bench gemm --config train/configs/124m.toml --json)

@@ -1,9 +1,10 @@
-"""bench_dcp.py OUT [WORLD] [--smoke]: tessera beside PyTorch Distributed Checkpoint (DCP) on
-this machine, in one run, the same state, processes and disk for both: DCP's
-FileSystemWriter at its best settings here (thread_count = the cores, files
-synced, one file per rank) against tessera through its DCP plug-in
-(tessera.dcp.Writer / Reader, the C engine writing). WORLD gloo processes on
-loopback (default 2), each tensor's rows sharded over them (DTensor Shard(0)).
+"""bench_dcp.py OUT [WORLD] [--smoke], bench_dcp.py --s3 s3://BUCKET/PREFIX [WORLD] [--smoke]:
+tessera beside PyTorch Distributed Checkpoint (DCP) on this machine, in one run,
+the same state, processes and disk for both: DCP's FileSystemWriter at its best
+settings here (thread_count = the cores, files synced, one file per rank) against
+tessera through its DCP plug-in (tessera.dcp.Writer / Reader, the C engine
+writing). WORLD gloo processes on loopback (default 2), each tensor's rows sharded
+over them (DTensor Shard(0)).
 
 States: the 124m model's parameters with their AdamW moments (f32), and 1 GiB of
 bf16 N(0, 0.02) tensors (tessera.dcp.Writer's codec "bytegroup" for these:
@@ -18,7 +19,13 @@ thread a process) saving every 5 steps with async_save, against the same loop
 without saves; and the save through tessera's library alone (the writer protocol
 the plug-in uses, without DCP's planning and metadata). Prints each figure with its
 ratio and goal. --smoke: the same on
-tiny states (a check of the script, no figures to quote)."""
+tiny states (a check of the script, no figures to quote).
+
+--s3: the same 124m state to the S3 server at AWS_ENDPOINT_URL (tools/bench_dcp_s3.sh
+starts Ceph RGW): DCP with s3torchconnector's S3StorageWriter and S3StorageReader
+against tessera's plug-in to s3://, save and load in the saved layout on WORLD
+processes (alternately, the best of two, every load's values checked) and load on
+one process."""
 import os
 import shutil
 import socket
@@ -60,7 +67,7 @@ def local(shape, dtype, rank, world, seed, zero):
     rows = shape if len(shape) < 2 else (shape[0] // world,) + tuple(shape[1:])
     if zero:
         return torch.zeros(rows, dtype=dtype)
-    g = torch.Generator().manual_seed(seed * 1000 + rank)
+    g = torch.Generator().manual_seed(seed * 1000 + (rank if len(shape) >= 2 else 0))  # replicated: the same
     return (torch.randn(rows, generator=g) * 0.02).to(dtype)
 
 
@@ -261,8 +268,127 @@ def worker(rank, world, out, port, q):
         q.put(res)
 
 
+def s3_client_config():
+    from s3torchconnector import S3ClientConfig
+    return S3ClientConfig(force_path_style=True)  # a server on loopback: no bucket host names
+
+
+def s3_fs():
+    """s3torchconnector's file system on AWS_ENDPOINT_URL (its DCP classes take no
+    endpoint; their client does)."""
+    from s3torchconnector._s3client import S3Client
+    from s3torchconnector.dcp import S3FileSystem
+    region = os.environ["AWS_REGION"]
+    return S3FileSystem(region, s3_client=S3Client(region, endpoint=os.environ["AWS_ENDPOINT_URL"],
+                                                   s3client_config=s3_client_config()))
+
+
+def s3_storage(backend, path, write):
+    """DCP with s3torchconnector (S3StorageWriter at thread_count = the cores, the
+    Reader's default dcp_optimized reads) or tessera's plug-in, at s3:// path."""
+    if backend == "tessera":
+        return tessera.dcp.Writer(path) if write else tessera.dcp.Reader(path)
+    from s3torchconnector.dcp import S3StorageReader, S3StorageWriter
+    region = os.environ["AWS_REGION"]
+    st = S3StorageWriter(region, path, s3client_config=s3_client_config(), thread_count=CORES) if write else \
+        S3StorageReader(region, path, s3client_config=s3_client_config())
+    st.fs = s3_fs()
+    return st
+
+
+def same_values(got, want, what):
+    for k, v in want.items():
+        a, b = got[k], v
+        if isinstance(b, DTensor):
+            a, b = a.to_local(), b.to_local()
+        if not torch.equal(a, b):
+            raise SystemExit("bench dcp: %s: %s loaded differs from what was saved" % (what, k))
+
+
+def s3_worker(rank, world, url, port, q):
+    """Save (the best of two, alternately) and load in the saved layout of the
+    124m state to the bucket, each load's values checked against the saved ones."""
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % port, rank=rank, world_size=world)
+    from torch.distributed.device_mesh import init_device_mesh
+    mesh = init_device_mesh("cpu", (world,))
+    sd, nbytes = state("124m", mesh, rank, world)
+    res = {"bytes": nbytes}
+    for rnd in range(2):
+        for backend in ("dcp", "tessera"):
+            zero, _ = state("124m", mesh, rank, world, zero=True)
+            path = "%s/%s/r%d/step-00000001" % (url, backend, rnd)
+            ts = timed(lambda: dcp.save(sd, storage_writer=s3_storage(backend, path, True)))
+            tl = timed(lambda: dcp.load(zero, storage_reader=s3_storage(backend, path, False)))
+            same_values(zero, sd, "s3 %s, %s" % (backend, path))
+            res[backend, "save"] = min(ts, res.get((backend, "save"), ts))
+            res[backend, "load"] = min(tl, res.get((backend, "load"), tl))
+            del zero
+    dist.barrier()
+    dist.destroy_process_group()
+    if rank == 0:
+        q.put(res)
+
+
+def s3_main(url, world, port, ctx):
+    """The S3 comparison (--s3 URL): DCP with s3torchconnector against tessera's
+    plug-in, both to the server at AWS_ENDPOINT_URL."""
+    q = ctx.Queue()
+    ps = [ctx.Process(target=s3_worker, args=(r, world, url, port, q)) for r in range(world)]
+    for p in ps:
+        p.start()
+    res = results(ps, q)
+    torch.set_num_threads(CORES)
+    for rnd in range(2):  # one process loads every tensor whole
+        for backend in ("dcp", "tessera"):
+            sd, _ = state("124m", None, 0, 1, zero=True)
+            t = time.perf_counter()
+            dcp.load(sd, storage_reader=s3_storage(backend, "%s/%s/r1/step-00000001" % (url, backend), False))
+            t = time.perf_counter() - t
+            res["reshard", backend] = min(t, res.get(("reshard", backend), t))
+            del sd
+    b = res["bytes"]
+    for what, key, goal, want in (("save", "save", ">= 3x DCP's throughput", 3),
+                                  ("load in the saved layout", "load", "none: for the record", 0),
+                                  ("load on 1 process (every tensor whole)", "reshard", ">= 2x DCP's speed", 2)):
+        d = res[key, "dcp"] if key == "reshard" else res["dcp", key]
+        t = res[key, "tessera"] if key == "reshard" else res["tessera", key]
+        print("s3 %s, 124m parameters and AdamW moments, f32, %.2f GB, %d processes: DCP with s3torchconnector "
+              "%.2f s (%.0f MB/s), tessera %.2f s (%.0f MB/s): %.2fx (goal %s)  %s" %
+              (what, b / 1e9, world if key != "reshard" else 1, d, b / d / 1e6, t, b / t / 1e6, d / t, goal,
+               "ok" if d / t >= want else "MISSED"))
+
+
+def results(ps, q):
+    """Rank 0's results; a rank that died ends the run at once, saying so (the
+    others are left in a collective: they are stopped)."""
+    import queue
+    while True:
+        try:
+            res = q.get(timeout=2)
+            break
+        except queue.Empty:
+            dead = [p for p in ps if p.exitcode not in (None, 0)]
+            if dead:
+                for p in ps:
+                    p.kill()
+                raise SystemExit("bench dcp: a process failed (exit %s); its error is above" % dead[0].exitcode)
+    for p in ps:
+        p.join()
+    return res
+
+
 def main():
     args = [a for a in sys.argv[1:] if a != "--smoke"]
+    if "--s3" in args:
+        i = args.index("--s3")
+        url = args[i + 1]
+        del args[i:i + 2]
+        world = int(args[0]) if args else 2
+        with socket.socket() as so:
+            so.bind(("127.0.0.1", 0))
+            port = so.getsockname()[1]
+        return s3_main(url.rstrip("/"), world, port, mp.get_context("fork"))
     out, world = os.path.abspath(args[0]), int(args[1]) if len(args) > 1 else 2
     if os.path.exists(out):
         shutil.rmtree(out)
@@ -275,9 +401,7 @@ def main():
     ps = [ctx.Process(target=worker, args=(r, world, out, port, q)) for r in range(world)]
     for p in ps:
         p.start()
-    res = q.get(timeout=1500)  # (a run stuck in a collective fails here)
-    for p in ps:
-        p.join()
+    res = results(ps, q)
     # another world size: one process loads every tensor whole (twice, alternately)
     torch.set_num_threads(CORES)
     for rnd in range(2):

@@ -71,6 +71,10 @@ for _name, _code in (("float8_e4m3fn", 5), ("float8_e5m2", 6), ("uint16", 12), (
 _DTYPE = {code: dt for dt, code in _CODE.items()}
 
 _STEP_DIR = re.compile(r"step-(\d+)$")
+# boxes a rank reads side by side: the library reads a box's frames one after
+# another, so this is the depth of I/O a load keeps (a disk's queue, an object
+# store's requests in flight); the decoding shares the cores
+_READS_IN_FLIGHT = 16
 
 
 def _step_of(path, step):
@@ -315,7 +319,7 @@ class Reader(StorageReader):
                 ck.read(name, off, ext, out=dst)  # straight into the destination's memory
             else:
                 target.copy_(ck.read(name, off, ext, torch=True).reshape(ext))
-        with concurrent.futures.ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1))) as pool:
+        with concurrent.futures.ThreadPoolExecutor(max(1, min(_READS_IN_FLIGHT, len(boxes)))) as pool:
             for _ in pool.map(one, boxes):
                 pass
         for req, _, _, _, target in boxes:
