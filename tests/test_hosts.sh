@@ -9,7 +9,7 @@
 #     restarts on the 4 ranks of the other hosts from their memory and partner
 #     copies, resharded; the host back, it rejoins at the next restart (a rank
 #     killed), on 6 ranks again;
-#   - a host cut off for 30 s while its ranks run on: dropped likewise, the job
+#   - a host cut off for 20 s while its ranks run on: dropped likewise, the job
 #     goes on without it; the ranks cut off stop themselves (they hear nothing
 #     from the supervisor: --orphan-timeout) and commit nothing;
 #   - a host's ranks stopped (SIGSTOP) for 12 s, three times --host-timeout, while the
@@ -92,7 +92,7 @@ wait_for kill "e['event']=='host_back' and e['host']=='h3' and e['np']==6" &&
 done_ok kill
 checked kill
 
-# a host cut off for 30 s: h2 (ranks 2 and 3, node 1); its ranks run on
+# a host cut off for 20 s: h2 (ranks 2 and 3, node 1); its ranks run on
 sup cut
 wait_step cut 10
 vcluster_cut h2
@@ -103,7 +103,7 @@ wait_for cut "e['event']=='host_lost' and e['host']=='h2'" &&
 n=0
 while [ -n "$(on_host h2)" ] && [ $n -lt 300 ]; do sleep 0.1; n=$((n + 1)); done
 [ -z "$(on_host h2)" ] || fail "cut: the ranks cut off on h2 still run $(( $(date +%s) - t0 )) s after the cut"
-left=$((30 - ($(date +%s) - t0)))
+left=$((20 - ($(date +%s) - t0)))
 [ $left -gt 0 ] && sleep $left
 vcluster_heal h2
 done_ok cut
@@ -164,4 +164,4 @@ for h in 1 2; do
 done
 grep -q "resumed from .* (the local tier, step $s," "$TSR_TMP/pre.log" || fail "pre: not resumed from step $s"
 checked pre
-finish "hosts: a host killed (the job restarted on 4 ranks from the other hosts' memory, ${down} s to the next step), a host cut off 30 s (its ranks stopped themselves), a host's ranks and then the supervisor stopped 12 s (stalled, not lost), a preemption with a 10 s grace (resumed from step $s)"
+finish "hosts: a host killed (the job restarted on 4 ranks from the other hosts' memory, ${down} s to the next step), a host cut off 20 s (its ranks stopped themselves), a host's ranks and then the supervisor stopped 12 s (stalled, not lost), a preemption with a 10 s grace (resumed from step $s)"
