@@ -13,7 +13,7 @@ module needs installed), with DCP's FileSystemWriter and Reader swapped for
 tessera.dcp's: the same state in the same names (the model flattened,
 "optimizer.state.NAME.exp_avg", "lr_scheduler.last_epoch", "train_state", the
 data loader's), the same options (interval, async_mode "async" and
-"async_with_pinned_mem", keep_latest_k, exclude_from_loading, initial_load_path,
+"async_with_pinned_mem" (a GPU's: TorchTitan's staging), keep_latest_k, exclude_from_loading, initial_load_path,
 last_save_model_only with export_dtype). What changes is the storage: each step is
 a tessera step directory, step-00000100, written by libtessera (one data file a
 rank, compressed and checksummed) and committed by its MANIFEST, and the step
