@@ -330,23 +330,11 @@ def s3_worker(rank, world, url, port, q):
         q.put(res)
 
 
-def s3_main(url, world, port, ctx):
+def s3_main(url, world):
     """The S3 comparison (--s3 URL): DCP with s3torchconnector against tessera's
     plug-in, both to the server at AWS_ENDPOINT_URL."""
-    q = ctx.Queue()
-    ps = [ctx.Process(target=s3_worker, args=(r, world, url, port, q)) for r in range(world)]
-    for p in ps:
-        p.start()
-    res = results(ps, q)
-    torch.set_num_threads(CORES)
-    for rnd in range(2):  # one process loads every tensor whole
-        for backend in ("dcp", "tessera"):
-            sd, _ = state("124m", None, 0, 1, zero=True)
-            t = time.perf_counter()
-            dcp.load(sd, storage_reader=s3_storage(backend, "%s/%s/r1/step-00000001" % (url, backend), False))
-            t = time.perf_counter() - t
-            res["reshard", backend] = min(t, res.get(("reshard", backend), t))
-            del sd
+    res = run_ranks(s3_worker, world, url)
+    whole_loads(res, lambda backend: s3_storage(backend, "%s/%s/r1/step-00000001" % (url, backend), False))
     b = res["bytes"]
     for what, key, goal, want in (("save", "save", ">= 3x DCP's throughput", 3),
                                   ("load in the saved layout", "load", "none: for the record", 0),
@@ -378,41 +366,50 @@ def results(ps, q):
     return res
 
 
+def run_ranks(target, world, *args):
+    """target(rank, world, *args, port, q) on `world` forked processes of one
+    gloo group on loopback; rank 0's results."""
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    ctx = mp.get_context("fork")
+    q = ctx.Queue()
+    ps = [ctx.Process(target=target, args=(r, world) + args + (port, q)) for r in range(world)]
+    for p in ps:
+        p.start()
+    return results(ps, q)
+
+
+def whole_loads(res, storage_of, cold=False):
+    """Another world size: this process alone loads every tensor of the 124m
+    state whole from storage_of(backend), twice, alternately (cold: the page
+    cache emptied before each); the best of each into res["reshard", backend]."""
+    torch.set_num_threads(CORES)
+    for rnd in range(2):
+        for backend in ("dcp", "tessera"):
+            sd, _ = state("124m", None, 0, 1, zero=True)
+            if cold:
+                res["cold"] = drop_cache() and res["cold"]
+            t = time.perf_counter()
+            dcp.load(sd, storage_reader=storage_of(backend))
+            t = time.perf_counter() - t
+            res["reshard", backend] = min(t, res.get(("reshard", backend), t))
+            del sd
+
+
 def main():
     args = [a for a in sys.argv[1:] if a != "--smoke"]
     if "--s3" in args:
         i = args.index("--s3")
         url = args[i + 1]
         del args[i:i + 2]
-        world = int(args[0]) if args else 2
-        with socket.socket() as so:
-            so.bind(("127.0.0.1", 0))
-            port = so.getsockname()[1]
-        return s3_main(url.rstrip("/"), world, port, mp.get_context("fork"))
+        return s3_main(url.rstrip("/"), int(args[0]) if args else 2)
     out, world = os.path.abspath(args[0]), int(args[1]) if len(args) > 1 else 2
     if os.path.exists(out):
         shutil.rmtree(out)
     os.makedirs(out)
-    with socket.socket() as so:
-        so.bind(("127.0.0.1", 0))
-        port = so.getsockname()[1]
-    ctx = mp.get_context("fork")
-    q = ctx.Queue()
-    ps = [ctx.Process(target=worker, args=(r, world, out, port, q)) for r in range(world)]
-    for p in ps:
-        p.start()
-    res = results(ps, q)
-    # another world size: one process loads every tensor whole (twice, alternately)
-    torch.set_num_threads(CORES)
-    for rnd in range(2):
-        for backend in ("dcp", "tessera"):
-            sd, _ = state("124m", None, 0, 1, zero=True)
-            res["cold"] = drop_cache() and res["cold"]
-            t = time.perf_counter()
-            dcp.load(sd, storage_reader=reader(backend, "%s/124m/%s" % (out, backend)))
-            t = time.perf_counter() - t
-            res["reshard", backend] = min(t, res.get(("reshard", backend), t))
-            del sd
+    res = run_ranks(worker, world, out)
+    whole_loads(res, lambda backend: reader(backend, "%s/124m/%s" % (out, backend)), cold=True)
     gb = 1e9
     print("loads: %s" % ("from disk (the page cache emptied before each)" if res["cold"] else
                          "the page cache could not be emptied (not root?): DCP's files may load from memory"))
