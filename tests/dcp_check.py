@@ -205,9 +205,9 @@ def manager(mode, layout, world, paths, fails):
         FOLDER (DCP's FileSystemWriter); rank 0 keeps the whole state in REF;
       ttload: the stock manager, over a module of other values, loads FOLDER's
         newest step: every value equal to REF's;
-      ttplug: tessera.titan's manager (async_mode LAYOUT) loads FOLDER's newest
-        tessera step the same way, takes one more step and saves it through the
-        plug-in, its state kept in OUT."""
+      ttplug: tessera.titan's manager (async_mode LAYOUT, keep_latest_k 2) loads
+        FOLDER's newest tessera step the same way, takes one more step and saves
+        it through the plug-in, its state kept in OUT."""
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
     from torchtitan.components.checkpoint import CheckpointManager
@@ -245,9 +245,9 @@ def manager(mode, layout, world, paths, fails):
     cfg = {}
     if mode == "ttplug":
         import tessera.titan
-        kind, cfg = tessera.titan.CheckpointManager, {"async_mode": layout}
-    mgr = kind.Config(enable=True, folder=folder, interval=1, keep_latest_k=0, last_save_model_only=False,
-                      **cfg).build(dataloader=None, model_parts=[model], optimizers=opt, lr_schedulers=lrs,
+        kind, cfg = tessera.titan.CheckpointManager, {"async_mode": layout, "keep_latest_k": 2}
+    mgr = kind.Config(**dict(dict(enable=True, folder=folder, interval=1, keep_latest_k=0, last_save_model_only=False),
+                             **cfg)).build(dataloader=None, model_parts=[model], optimizers=opt, lr_schedulers=lrs,
                                    states={"train_state": ts}, sd_adapter=None)
     parts = (model, opt, lrs, ts)
     if mode == "ttsave":

@@ -103,7 +103,14 @@ expect 0 "import of TorchTitan's step 3" tsr import --from dcp tt/checkpoint/ste
 expect 0 "TorchTitan's step 3 imported verifies" tsr ckpt verify ttt/step-00000003
 chk ttplug 4 async "$TSR_TMP/ttt,$TSR_TMP/tt3.pt,$TSR_TMP/tt4.pt"
 expect 0 "tessera.titan's async save verifies" tsr ckpt verify ttt/step-00000004
+# keep_latest_k = 2 counts committed steps: the save of 5 removes 3 and a step
+# directory older than 5 that was never committed (a save that died), not a
+# newer one (a save in flight, as far as any manager can tell), which no load
+# takes either
+mkdir ttt/step-00000002 ttt/step-00000009
 chk ttplug 2 disabled "$TSR_TMP/ttt,$TSR_TMP/tt4.pt,$TSR_TMP/tt5.pt"
+[ "$(ls ttt | tr '\n' ' ')" = "step-00000004 step-00000005 step-00000009 " ] ||
+    fail "tessera.titan's keep_latest_k = 2: $(ls ttt)"
 expect 0 "export of tessera.titan's step 5 for TorchTitan" tsr export ttt --format dcp ttb/checkpoint/step-5
 chk ttload 4 - "$TSR_TMP/ttb/checkpoint,$TSR_TMP/tt5.pt"
 

@@ -13,7 +13,8 @@ module needs installed), with DCP's FileSystemWriter and Reader swapped for
 tessera.dcp's: the same state in the same names (the model flattened,
 "optimizer.state.NAME.exp_avg", "lr_scheduler.last_epoch", "train_state", the
 data loader's), the same options (interval, async_mode "async" and
-"async_with_pinned_mem" (a GPU's: TorchTitan's staging), keep_latest_k, exclude_from_loading, initial_load_path,
+"async_with_pinned_mem" (a GPU's: TorchTitan's staging), keep_latest_k (counting
+committed steps only), exclude_from_loading, initial_load_path,
 last_save_model_only with export_dtype). What changes is the storage: each step is
 a tessera step directory, step-00000100, written by libtessera (one data file a
 rank, compressed and checksummed) and committed by its MANIFEST, and the step
@@ -29,6 +30,7 @@ stock manager loads (tessera export --format dcp); a DCP folder of TorchTitan's
 comes in through tessera import --from dcp.
 """
 import os
+import re
 from dataclasses import dataclass
 
 import torch.distributed.checkpoint as dcp
@@ -42,6 +44,8 @@ from .dcp import Reader, Writer
 
 __all__ = ["CheckpointManager"]
 
+_STEP_DIR = re.compile(r"step-(\d{8,})")
+
 
 class CheckpointManager(_TitanManager):
     """TorchTitan's CheckpointManager over tessera checkpoints (see the module's text)."""
@@ -54,6 +58,27 @@ class CheckpointManager(_TitanManager):
     def __init__(self, config, **kwargs):
         super().__init__(config, **kwargs)
         self.codec = config.codec
+
+    def _purge_stale_checkpoints(self):
+        # keep_latest_k counts committed steps: a save still in flight (an async
+        # one, committed later) is not one of them, so the step a crash would
+        # resume from is never removed for it. A step goes uncommitted at once
+        # (its MANIFEST first, as tessera removes steps), the rest of it in
+        # TorchTitan's purge thread; a step directory older than the newest
+        # committed one and never committed (a save that died) goes as well.
+        if not self._should_purge():
+            return
+        steps = sorted((int(m.group(1)), e.path, os.path.exists(os.path.join(e.path, "MANIFEST")))
+                       for e in os.scandir(self.folder) if e.is_dir() and (m := _STEP_DIR.fullmatch(e.name)))
+        committed = [path for _, path, done in steps if done]
+        if not committed:
+            return
+        newest = max(step for step, _, done in steps if done)
+        stale = committed[:-self.keep_latest_k] + [path for step, path, done in steps if not done and step < newest]
+        for path in stale:
+            if os.path.exists(os.path.join(path, "MANIFEST")):
+                os.remove(os.path.join(path, "MANIFEST"))
+            self.purge_queue.put(path)
 
     def _create_checkpoint_id(self, step, folder=""):
         return os.path.join(folder or self.folder, "step-%08d" % step)
