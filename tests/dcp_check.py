@@ -129,22 +129,42 @@ def check_loaded(sd, path, fails):
 
 def trained(layout, world, path, fails):
     """The model of a checkpoint of `tessera train` loaded by dcp.load into
-    DTensors of LAYOUT (names as TorchTitan's Llama module has them), and the
-    trainer's blob train.step as bytes: equal to what the C reader reads."""
+    DTensors of LAYOUT (names as TorchTitan's Llama module has them), AdamW's
+    moments under TorchTitan's names (optimizer.state.NAME.exp_avg: the trainer
+    keeps optim.exp_avg.NAME), and the trainer's blob train.step as bytes: equal
+    to what the C reader reads."""
     from torch.distributed.device_mesh import init_device_mesh
     mesh = (init_device_mesh("cpu", (2, world // 2)) if layout == "2d" else init_device_mesh("cpu", (world,))) \
         if world > 1 else None
     with tessera.open(path) as ck:
         names = [n for n, t in ck.tensors.items() if t.group == "model"]
         sd = {}
+
+        def zeros(n, dtype):
+            z = torch.zeros(ck.tensors[n].shape, dtype=dtype)
+            return distribute_tensor(z, mesh, placements(layout, mesh, z.dim())) if mesh is not None else z
         for n in names:
-            z = torch.zeros(ck.tensors[n].shape, dtype=torch.float32 if ck.tensors[n].dtype == "f32" else torch.bfloat16)
-            sd[n] = distribute_tensor(z, mesh, placements(layout, mesh, z.dim())) if mesh is not None else z
+            sd[n] = zeros(n, torch.float32 if ck.tensors[n].dtype == "f32" else torch.bfloat16)
+            for k in ("exp_avg", "exp_avg_sq"):  # the trainer's moments, under TorchTitan's names
+                sd["optimizer.state.%s.%s" % (n, k)] = zeros("optim.%s.%s" % (k, n), torch.float32)
         sd["train.step"] = b""
         dcp.load(sd, storage_reader=tessera.dcp.Reader(path))
         for n in names:
             if not torch.equal(full(sd[n]), ck.read(n, torch=True)):
                 fails.append("trained: %s differs" % n)
+            for k in ("exp_avg", "exp_avg_sq"):
+                alias, real = "optimizer.state.%s.%s" % (n, k), "optim.%s.%s" % (k, n)
+                if not torch.equal(full(sd[alias]), ck.read(real, torch=True)):
+                    fails.append("trained: optimizer.state.%s.%s is not the trainer's optim.%s.%s" % (n, k, k, n))
+        # a partial load through an alias: the tensor is not also unexpected
+        # under its own name, and an alias left unread is not named
+        first = "optimizer.state.%s.exp_avg" % names[0]
+        r = tessera.dcp.load({first: zeros("optim.exp_avg." + names[0], torch.float32)}, path, strict=False)
+        if r.missing_keys or "optim.exp_avg." + names[0] not in ck.tensors or \
+                "optim.exp_avg." + names[0] in r.unexpected_keys or \
+                "optim.exp_avg_sq." + names[0] not in r.unexpected_keys or \
+                any(k.startswith("optimizer.state.") for k in r.unexpected_keys):
+            fails.append("trained: a partial load of %s: %r" % (first, r))
         if sd["train.step"] != ck.blob("train.step"):
             fails.append("trained: train.step %r, the blob %r" % (sd["train.step"], ck.blob("train.step")))
         if len(names) < 10:

@@ -23,7 +23,9 @@ unpickles it on load, as it does from its own files; a blob that is no such pick
 (the trainer's train.step, ...) is handed to DCP as bytes. Names are the flattened
 state dict's keys (DCP's "optimizer.state.layers.0.attention.wq.weight.exp_avg");
 tessera's rules apply to them (1..255 bytes of [A-Za-z0-9_.:+-]); a key outside
-them fails the save, naming it.
+them fails the save, naming it. A checkpoint of tessera train offers its AdamW
+moments (optim.exp_avg.NAME) under TorchTitan's names too
+(optimizer.state.NAME.exp_avg).
 
 Conversion both ways, in one process (python -m tessera.dcp, or tessera import
 --from dcp and tessera export --format dcp, which run it):
@@ -245,6 +247,7 @@ class Reader(StorageReader):
         self.path = os.fspath(path) if path is not None else None
         self.check_digests = check_digests
         self._ck = None
+        self._alias = {}  # tessera train's moments under TorchTitan's names (_trainer_aliases)
 
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
@@ -260,6 +263,7 @@ class Reader(StorageReader):
             if self.path is None:
                 raise Error(-1, "tessera.dcp.Reader: no path (give one, or a checkpoint_id to dcp.load)")
             self._ck = _open(self.path, check_digests=self.check_digests)
+            self._alias = _trainer_aliases(self._ck)
         return self._ck
 
     def _close(self):
@@ -270,8 +274,9 @@ class Reader(StorageReader):
     def read_metadata(self, *args, **kwargs):
         ck = self._open()
         md = self.keys = {}
-        for name, t in ck.tensors.items():
-            code = ck._index[name][1]
+        for name in list(ck.tensors) + list(self._alias):
+            t = ck.tensors[self._alias.get(name, name)]
+            code = ck._index[t.name][1]
             if code not in _DTYPE:
                 raise Error(-1, "tessera.dcp: %s: tensor %s: dtype %s has no torch dtype" % (ck.path, name, t.dtype))
             size = torch.Size(t.shape)
@@ -296,7 +301,7 @@ class Reader(StorageReader):
         ck = self._open()
         boxes = []
         for req in plan.items:
-            name = req.storage_index.fqn
+            name = self._alias.get(req.storage_index.fqn, req.storage_index.fqn)
             if req.type == LoadItemType.BYTE_IO:
                 b = ck.blob(name)
                 if not isinstance(planner, _RawLoadPlanner) and not b.startswith(_PICKLE):
@@ -325,6 +330,25 @@ class Reader(StorageReader):
         for req, _, _, _, target in boxes:
             planner.commit_tensor(req, target)
         return _done(None)
+
+
+_TRAINER_MOMENT = re.compile(r"optim\.(exp_avg|exp_avg_sq)\.(.+)")
+
+
+def _trainer_aliases(ck):
+    """A checkpoint of tessera train (its train.model blob) keeps AdamW's moments
+    as optim.exp_avg.NAME and optim.exp_avg_sq.NAME; the Reader also offers them
+    under TorchTitan's flattened names, optimizer.state.NAME.exp_avg(_sq), so a
+    PyTorch state dict laid out as TorchTitan's loads them. {alias: name}."""
+    if not any(name == "train.model" for name, _ in ck.blobs):
+        return {}
+    out = {}
+    for name in ck.tensors:
+        m = _TRAINER_MOMENT.fullmatch(name)
+        alias = m and "optimizer.state.%s.%s" % (m.group(2), m.group(1))
+        if alias and alias not in ck.tensors:
+            out[alias] = name
+    return out
 
 
 def _in_place(t, code):
@@ -362,7 +386,11 @@ def load(state_dict, path, strict=True, process_group=None):
     dcp.load(state_dict, storage_reader=reader, planner=planner, process_group=process_group)
     want = set(planner.state_dict)  # the target's keys, flattened as DCP flattens them
     have = set(reader.keys)
-    return Skipped(sorted(want - have), sorted(have - want))
+    # a tensor offered under two names (_trainer_aliases) is one: left unread, it
+    # is named once, by its own name; read under either, it is not unexpected
+    alias = reader._alias
+    read_by_alias = {alias[a] for a in want if a in alias}
+    return Skipped(sorted(want - have), sorted(have - want - set(alias) - read_by_alias))
 
 
 class _Raw(bytes):
