@@ -20,7 +20,8 @@
 #     (tessera.titan): TorchTitan's DCP save imported, resumed by tessera.titan
 #     on 4 processes and 2, exported back and loaded by TorchTitan's manager;
 #   - in a bucket (moto): the plug-in's save on 2 and load on 4, an import into
-#     the bucket and an export from it, read back by DCP;
+#     the bucket and an export from it, read back by DCP; make bench's S3
+#     comparison (DCP with s3torchconnector beside the plug-in) on tiny states;
 #   - bad input: a state dict key tessera cannot name (the save fails naming
 #     it, nothing committed), a damaged data file (the load fails naming the
 #     file and the checksum); the conversions' usage errors, a DCP folder that is
@@ -126,6 +127,16 @@ expect 0 "import --from dcp into a bucket" tsr import --from dcp titan2/step-40 
 expect 0 "the import in the bucket verifies" tsr ckpt verify s3://bkt/imp/step-00000040
 expect 0 "export --format dcp from a bucket" tsr export s3://bkt/imp/step-00000040 --format dcp backs3
 chk dcpload 2 fsdp "$TSR_TMP/backs3"
+# the S3 comparison of make bench, on tiny states: DCP with s3torchconnector and
+# the plug-in, 2 processes, through s3proxy.py --etag-header (s3torchconnector's
+# client wants CompleteMultipartUpload's ETag as a header), every load's values
+# checked by the script
+proxy_start --etag-header
+with_lib env AWS_ENDPOINT_URL="$PROXY_URL" "$TSR_PY" "$TSR_ROOT/tools/bench_dcp.py" --s3 s3://bkt/bench 2 --smoke \
+    >bench.txt 2>&1 || { fail "bench_dcp.py --s3 --smoke"; tail -n 20 bench.txt >&2; }
+[ "$(grep -c '^s3 .*DCP with s3torchconnector .*, tessera ' bench.txt)" = 3 ] || fail "bench_dcp.py --s3: $(tail -3 bench.txt)"
+proxy_stop
+grep -q "etag_added=[1-9]" "$PROXY_LOG" || fail "s3proxy.py --etag-header added no ETag: $(tail -1 "$PROXY_LOG")"
 s3_stop
 
 # usage and bad input: a key tessera cannot name, a damaged data file
