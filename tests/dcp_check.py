@@ -262,13 +262,13 @@ def manager(mode, layout, world, paths, fails):
         opt.zero_grad()
         ts.step += 1
     kind = CheckpointManager
-    cfg = {}
+    opts = dict(enable=True, folder=folder, interval=1, keep_latest_k=0, last_save_model_only=False)
     if mode == "ttplug":
         import tessera.titan
-        kind, cfg = tessera.titan.CheckpointManager, {"async_mode": layout, "keep_latest_k": 2}
-    mgr = kind.Config(**dict(dict(enable=True, folder=folder, interval=1, keep_latest_k=0, last_save_model_only=False),
-                             **cfg)).build(dataloader=None, model_parts=[model], optimizers=opt, lr_schedulers=lrs,
-                                   states={"train_state": ts}, sd_adapter=None)
+        kind = tessera.titan.CheckpointManager
+        opts.update(async_mode=layout, keep_latest_k=2)
+    mgr = kind.Config(**opts).build(dataloader=None, model_parts=[model], optimizers=opt, lr_schedulers=lrs,
+                                    states={"train_state": ts}, sd_adapter=None)
     parts = (model, opt, lrs, ts)
     if mode == "ttsave":
         for _ in range(3):

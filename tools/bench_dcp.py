@@ -321,8 +321,8 @@ def s3_worker(rank, world, url, port, q):
             ts = timed(lambda: dcp.save(sd, storage_writer=s3_storage(backend, path, True)))
             tl = timed(lambda: dcp.load(zero, storage_reader=s3_storage(backend, path, False)))
             same_values(zero, sd, "s3 %s, %s" % (backend, path))
-            res[backend, "save"] = min(ts, res.get((backend, "save"), ts))
-            res[backend, "load"] = min(tl, res.get((backend, "load"), tl))
+            res["save", backend] = min(ts, res.get(("save", backend), ts))
+            res["load", backend] = min(tl, res.get(("load", backend), tl))
             del zero
     dist.barrier()
     dist.destroy_process_group()
@@ -339,12 +339,11 @@ def s3_main(url, world):
     for what, key, goal, want in (("save", "save", ">= 3x DCP's throughput", 3),
                                   ("load in the saved layout", "load", "none: for the record", 0),
                                   ("load on 1 process (every tensor whole)", "reshard", ">= 2x DCP's speed", 2)):
-        d = res[key, "dcp"] if key == "reshard" else res["dcp", key]
-        t = res[key, "tessera"] if key == "reshard" else res["tessera", key]
-        print("s3 %s, 124m parameters and AdamW moments, f32, %.2f GB, %d processes: DCP with s3torchconnector "
+        d, t = res[key, "dcp"], res[key, "tessera"]
+        print("s3 %s, 124m parameters and AdamW moments, f32, %.2f GB, %s: DCP with s3torchconnector "
               "%.2f s (%.0f MB/s), tessera %.2f s (%.0f MB/s): %.2fx (goal %s)  %s" %
-              (what, b / 1e9, world if key != "reshard" else 1, d, b / d / 1e6, t, b / t / 1e6, d / t, goal,
-               "ok" if d / t >= want else "MISSED"))
+              (what, b / 1e9, "1 process" if key == "reshard" else "%d processes" % world, d, b / d / 1e6, t,
+               b / t / 1e6, d / t, goal, "ok" if d / t >= want else "MISSED"))
 
 
 def results(ps, q):

@@ -68,17 +68,17 @@ class CheckpointManager(_TitanManager):
         # committed one and never committed (a save that died) goes as well.
         if not self._should_purge():
             return
-        steps = sorted((int(m.group(1)), e.path, os.path.exists(os.path.join(e.path, "MANIFEST")))
-                       for e in os.scandir(self.folder) if e.is_dir() and (m := _STEP_DIR.fullmatch(e.name)))
-        committed = [path for _, path, done in steps if done]
+        steps = sorted((int(m.group(1)), e.path) for e in os.scandir(self.folder)
+                       if e.is_dir() and (m := _STEP_DIR.fullmatch(e.name)))
+        committed = [(step, path) for step, path in steps if os.path.exists(os.path.join(path, "MANIFEST"))]
         if not committed:
             return
-        newest = max(step for step, _, done in steps if done)
-        stale = committed[:-self.keep_latest_k] + [path for step, path, done in steps if not done and step < newest]
-        for path in stale:
-            if os.path.exists(os.path.join(path, "MANIFEST")):
-                os.remove(os.path.join(path, "MANIFEST"))
+        for _, path in committed[:-self.keep_latest_k]:
+            os.remove(os.path.join(path, "MANIFEST"))
             self.purge_queue.put(path)
+        for step, path in steps:
+            if step < committed[-1][0] and (step, path) not in committed:
+                self.purge_queue.put(path)
 
     def _create_checkpoint_id(self, step, folder=""):
         return os.path.join(folder or self.folder, "step-%08d" % step)
