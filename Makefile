@@ -82,7 +82,7 @@ SHLIB := $(BUILD)/libtessera.so.$(VERSION)
 CORE_SRC := base/box.c base/common.c base/dtype.c base/pool.c kernels/casts.c kernels/planes.c \
   formats/codec.c formats/datafile.c formats/digest.c formats/stats.c $(wildcard formats/manifest*.c) reshard/layout.c reshard/plan.c \
   store/store.c store/store_fault.c store/store_posix.c \
-  ckpt/fence.c ckpt/fence_write.c ckpt/lock.c ckpt/read.c ckpt/save.c ckpt/save_merge.c ckpt/steps.c ckpt/synth.c
+  ckpt/fence.c ckpt/fence_write.c ckpt/lock.c ckpt/read.c ckpt/verify.c ckpt/save.c ckpt/save_merge.c ckpt/steps.c ckpt/synth.c
 CORE_S3_SRC := store/store_s3.c $(wildcard store/s3*.c)
 CORE_LIBS := -lzstd -lxxhash -lisal -luring -lm -pthread
 CORE_S3_LIBS := -lcurl -lxml2 -linih -lcrypto

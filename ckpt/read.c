@@ -1,5 +1,5 @@
-/* read.c: the reader of format v1: open and validate a MANIFEST, read boxes and
- * blobs frame by frame, verify a whole checkpoint. */
+/* read.c: the reader of format v1: open and validate a MANIFEST, read boxes,
+ * whole tensors and blobs frame by frame (verify.c checks a whole checkpoint). */
 #include <limits.h>
 #include <math.h>
 #include <pthread.h>
@@ -16,27 +16,10 @@
 #include "store.h"
 #include "load_fault.h"
 #include "tsr_ckpt.h"
+#include "read_impl.h"
 
-typedef struct data_file {
-    pthread_mutex_t mu;
-    tsr_rfile *rf;
-    int state; /* 0 unopened, 1 open and checked, <0 the tsr_status it failed with */
-    tsr_error err;
-} data_file;
-
-struct reader;
 static void reader_free(struct reader *r);
 
-struct tsr_ckpt {
-    char dir[PATH_MAX];
-    tsr_store *store;
-    tsr_manifest m;
-    data_file *files; /* parallel to m.files */
-    uint64_t *tensor_stored;
-    pthread_mutex_t codec_mu;
-    struct reader **free_codecs; /* idle readers (codec and buffers) */
-    size_t n_free_codecs, cap_free_codecs;
-};
 
 tsr_ckpt *tsr_ckpt_open_manifest(const char *step_dir, const uint8_t *buf, size_t len, tsr_error *err) {
     tsr_ckpt *ck = calloc(1, sizeof *ck);
@@ -232,7 +215,7 @@ long tsr_ckpt_find_blob(const tsr_ckpt *ck, const char *name, int32_t rank) {
 
 /* ----------------------------------------------------------- frames */
 
-static size_t file_index(const tsr_ckpt *ck, uint32_t id) {
+size_t ckpt_file_index(const tsr_ckpt *ck, uint32_t id) {
     size_t lo = 0, hi = ck->m.n_files;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -243,7 +226,7 @@ static size_t file_index(const tsr_ckpt *ck, uint32_t id) {
 }
 
 /* Opens data file `fi` on first use and checks its size and header. */
-static int open_file(tsr_ckpt *ck, size_t fi, tsr_rfile **out, tsr_error *err) {
+int ckpt_open_file(tsr_ckpt *ck, size_t fi, tsr_rfile **out, tsr_error *err) {
     data_file *df = &ck->files[fi];
     pthread_mutex_lock(&df->mu);
     if (df->state == 0) {
@@ -272,16 +255,8 @@ static int open_file(tsr_ckpt *ck, size_t fi, tsr_rfile **out, tsr_error *err) {
     return rc;
 }
 
-/* Buffers reused across the frames one thread reads. */
-typedef struct frame_buf {
-    uint8_t *stored; /* aligned */
-    size_t stored_cap;
-    uint8_t *raw;
-    size_t raw_cap;
-    const uint8_t *out; /* the frame's elements: raw, or stored for a raw frame */
-} frame_buf;
 
-static void frame_buf_free(frame_buf *b) {
+void ckpt_frame_buf_free(frame_buf *b) {
     free(b->stored);
     free(b->raw);
 }
@@ -296,7 +271,7 @@ typedef struct reader {
 static void reader_free(struct reader *r) {
     if (!r) return;
     tsr_codec_free(r->codec);
-    frame_buf_free(&r->fb);
+    ckpt_frame_buf_free(&r->fb);
     free(r);
 }
 
@@ -391,11 +366,11 @@ static int decode_frame(const tsr_ckpt *ck, size_t fi, int dtype, const char *ow
  * the store maps it), or with `into` an encoded frame straight into that memory
  * (raw_size bytes; b->out is then into). `dtype` is its tensor's dtype (TSR_U8
  * for a blob). */
-static int read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame_buf *b, uint8_t *into,
+int ckpt_read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame_buf *b, uint8_t *into,
                       tsr_codec *codec, int by_digest, tsr_error *err) {
     const tsr_mf_frame *f = &ck->m.frames[fi];
     tsr_rfile *rf;
-    int rc = open_file(ck, file_index(ck, f->file_id), &rf, err);
+    int rc = ckpt_open_file(ck, ckpt_file_index(ck, f->file_id), &rf, err);
     if (rc) return rc;
     size_t padded = tsr_align_up(f->stored_size, TSR_ALIGN);
     const uint8_t *st = tsr_rfile_map(rf, f->offset, padded); /* a file in memory: no read */
@@ -422,7 +397,7 @@ int tsr_ckpt_read_stored(tsr_ckpt *ck, size_t fi, void *dst, tsr_error *err) {
     if (fi >= ck->m.n_frames) return tsr_err(err, TSR_EINVAL, "%s: no frame %zu", ck->dir, fi);
     const tsr_mf_frame *f = &ck->m.frames[fi];
     tsr_rfile *rf;
-    int rc = open_file(ck, file_index(ck, f->file_id), &rf, err);
+    int rc = ckpt_open_file(ck, ckpt_file_index(ck, f->file_id), &rf, err);
     if (rc) return rc;
     size_t padded = tsr_align_up(f->stored_size, TSR_ALIGN);
     const uint8_t *st = tsr_rfile_map(rf, f->offset, padded);
@@ -546,7 +521,7 @@ static int read_one_frame(void *user, uint64_t k) {
     tsr_frame_box(r->c, k, &fbox);
     if (!tsr_box_intersect(&fbox, r->region, &part)) return 0;
     uint8_t *into = in_place(r, &fbox, &part);
-    int rc = read_frame(r->ck, fi, r->t->dtype, r->t->name, r->fb, into, r->codec, r->by_digest, r->err);
+    int rc = ckpt_read_frame(r->ck, fi, r->t->dtype, r->t->name, r->fb, into, r->codec, r->by_digest, r->err);
     if (rc) return rc;
     land(r, &fbox, &part, into && r->fb->out == into);
     return 0;
@@ -674,6 +649,32 @@ int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, ts
     return rc;
 }
 
+int tsr_ckpt_read_whole(tsr_ckpt *ck, size_t tensor, void *dst, tsr_error *err) {
+    if (tensor >= ck->m.n_tensors) return tsr_err(err, TSR_EINVAL, "%s: no tensor %zu", ck->dir, tensor);
+    const tsr_mf_tensor *t = &ck->m.tensors[tensor];
+    tsr_box box = {.ndim = t->ndim};
+    for (uint32_t d = 0; d < t->ndim; d++) box.extent[d] = t->shape[d];
+    uint64_t want;
+    if (tsr_ckpt_tensor_digest(ck, tensor, &want) != 1) return tsr_ckpt_read(ck, tensor, &box, dst, err);
+    if (tsr_box_volume(&box) == 0) return 0;
+    reader *rd = reader_get(ck);
+    if (!rd) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    uint64_t got = tsr_digest_key(t->name, t->dtype), share = 0;
+    int rc = 0;
+    for (uint32_t ci = t->chunk_first; ci < t->chunk_first + t->chunk_count && !rc; ci++) {
+        const tsr_mf_chunk *c = &ck->m.chunks[ci];
+        rc = read_region(ck, c, &c->box, dst, &box, &rd->fb, rd->codec, &box, 1, &share, err);
+        got ^= share;
+    }
+    reader_put(ck, rd);
+    if (rc || got == want) return rc;
+    /* refused: read again with every frame's checksums, so that a frame stored
+     * or decoded wrong is named */
+    if ((rc = tsr_ckpt_read(ck, tensor, &box, dst, err))) return rc;
+    return tsr_err(err, TSR_ECORRUPT, "%s: tensor %s: the data read has digest %016llx, its MANIFEST records %016llx",
+                   ck->dir, t->name, (unsigned long long)got, (unsigned long long)want);
+}
+
 int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err) {
     if (i >= ck->m.n_blobs) return tsr_err(err, TSR_EINVAL, "%s: no blob %zu", ck->dir, i);
     const tsr_mf_blob *b = &ck->m.blobs[i];
@@ -686,207 +687,10 @@ int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err) {
     for (uint32_t k = 0; k < b->frame_count && !rc; k++) {
         const tsr_mf_frame *f = &ck->m.frames[b->frame_first + k];
         uint8_t *to = (uint8_t *)dst + off;
-        rc = read_frame(ck, b->frame_first + k, TSR_U8, owner, &rd->fb, to, rd->codec, 0, err);
+        rc = ckpt_read_frame(ck, b->frame_first + k, TSR_U8, owner, &rd->fb, to, rd->codec, 0, err);
         if (!rc && rd->fb.out != to) memcpy(to, rd->fb.out, f->raw_size);
         off += f->raw_size;
     }
     reader_put(ck, rd);
-    return rc;
-}
-
-/* ------------------------------------------------------------- verify */
-
-typedef struct verify_ctx {
-    tsr_ckpt *ck;
-    uint32_t *order;        /* frames sorted by (file, offset) */
-    const char **owner;     /* name of each frame's tensor or blob */
-    int *dtype;             /* dtype of each frame */
-    frame_buf *bufs;        /* per worker */
-    tsr_codec **codecs;     /* per worker */
-    pthread_mutex_t mu;
-    tsr_problem_fn problem;
-    void *user;
-    long problems;
-    int *file_bad;          /* per file: 1 when open/size/header failed (reported once) */
-    uint32_t *chunk_of;     /* each frame's chunk, or UINT32_MAX for a blob's */
-    uint64_t *keys;         /* each tensor's digest key */
-    uint64_t *share;        /* each frame's share of its tensor's digest, once read */
-    tsr_stats *stats;       /* each frame's statistics, once read (a tensor with TSR_MF_STATS) */
-    uint8_t *read_ok;       /* each frame: 1 once read, checked and decoded */
-} verify_ctx;
-
-static void report(verify_ctx *v, const char *msg) {
-    pthread_mutex_lock(&v->mu);
-    v->problems++;
-    if (v->problem) v->problem(v->user, msg);
-    pthread_mutex_unlock(&v->mu);
-}
-
-static void verify_frame(void *ctx, size_t i, int worker) {
-    verify_ctx *v = ctx;
-    size_t fi = v->order[i];
-    const tsr_mf_frame *f = &v->ck->m.frames[fi];
-    size_t file = file_index(v->ck, f->file_id);
-    if (v->file_bad[file]) return;
-    tsr_error e = {0};
-    tsr_rfile *rf;
-    if (open_file(v->ck, file, &rf, &e)) return; /* reported per file */
-    int rc = read_frame(v->ck, fi, v->dtype[fi], v->owner[fi], &v->bufs[worker], NULL, v->codecs[worker], 0, &e);
-    if (rc) {
-        report(v, e.msg);
-        return;
-    }
-    v->read_ok[fi] = 1;
-    uint32_t ci = v->chunk_of[fi];
-    if (ci == UINT32_MAX) return;
-    const tsr_mf_chunk *c = &v->ck->m.chunks[ci];
-    const tsr_mf_tensor *t = &v->ck->m.tensors[c->tensor];
-    tsr_box fb;
-    tsr_frame_box(c, fi - c->frame_first, &fb);
-    const uint8_t *raw = v->bufs[worker].out;
-    int dig = (t->digest_flags & TSR_MF_DIGEST) != 0, st = (t->digest_flags & TSR_MF_STATS) && tsr_stats_dtype(t->dtype);
-    if (st) tsr_stats_init(&v->stats[fi]);
-    if (dig && st) v->share[fi] = tsr_digest_stats_box(t->dtype, t->shape, &fb, raw, &v->stats[fi]);
-    else if (dig) v->share[fi] = tsr_digest_box(tsr_dtype_size(t->dtype), t->shape, &fb, raw);
-    else if (st) tsr_stats_run(t->dtype, raw, tsr_box_volume(&fb), &v->stats[fi]);
-}
-
-/* The statistics recomputed (acc, the sum of squares in l2) against the
- * MANIFEST's (FORMAT.md 4.5): min, max and the count exactly, l2 within a
- * relative 1e-9 (the sums' order is free). @return 1 when they agree. */
-static int stats_agree(tsr_stats acc, const tsr_stats *rec, char *why, size_t len) {
-    tsr_stats_finish(&acc);
-    double tol = 1e-9 * (rec->l2 > acc.l2 ? rec->l2 : acc.l2);
-    if (acc.nonfinite != rec->nonfinite)
-        snprintf(why, len, "%llu non-finite elements, the MANIFEST says %llu", (unsigned long long)acc.nonfinite,
-                 (unsigned long long)rec->nonfinite);
-    else if (acc.min != rec->min || acc.max != rec->max)
-        snprintf(why, len, "min %.9g and max %.9g, the MANIFEST says %.9g and %.9g", acc.min, acc.max, rec->min,
-                 rec->max);
-    else if (!(fabs(acc.l2 - rec->l2) <= tol) && !(isinf(acc.l2) && acc.l2 == rec->l2))
-        snprintf(why, len, "L2 norm %.17g, the MANIFEST says %.17g", acc.l2, rec->l2);
-    else
-        return 1;
-    return 0;
-}
-
-/* Each recorded digest against its key and its frames' shares (xor), and the recorded
- * statistics against its frames'; a tensor with a frame that could not be read
- * is reported already. */
-static void verify_digests(verify_ctx *v) {
-    const tsr_manifest *m = &v->ck->m;
-    for (size_t ti = 0; ti < m->n_tensors; ti++) {
-        const tsr_mf_tensor *t = &m->tensors[ti];
-        int dig = (t->digest_flags & TSR_MF_DIGEST) != 0, st = (t->digest_flags & TSR_MF_STATS) && tsr_stats_dtype(t->dtype);
-        if (!dig && !st) continue;
-        uint64_t sum = v->keys[ti];
-        tsr_stats acc;
-        tsr_stats_init(&acc);
-        int whole = 1;
-        for (uint32_t c = t->chunk_first; c < t->chunk_first + t->chunk_count; c++)
-            for (uint32_t k = 0; k < m->chunks[c].frame_count; k++) {
-                size_t fi = m->chunks[c].frame_first + k;
-                whole &= v->read_ok[fi];
-                sum ^= v->share[fi];
-                if (st) tsr_stats_merge(&acc, &v->stats[fi]);
-            }
-        if (!whole) continue;
-        char msg[PATH_MAX + 700], why[300];
-        if (dig && sum != t->digest) {
-            snprintf(msg, sizeof msg,
-                     "%s: tensor %s: its data's digest is %016llx, the MANIFEST's %016llx (the frames' checksums hold: "
-                     "the data is not the tensor that was saved)",
-                     v->ck->dir, t->name, (unsigned long long)sum, (unsigned long long)t->digest);
-            report(v, msg);
-        } else if (st && !stats_agree(acc, &t->stats, why, sizeof why)) {
-            snprintf(msg, sizeof msg, "%s: tensor %s: its data's statistics differ from the MANIFEST's: %s", v->ck->dir,
-                     t->name, why);
-            report(v, msg);
-        }
-    }
-}
-
-/* Every byte of a data file is header (checked by open_file), frame bytes (stored
- * hash) or padding after a frame (checked zero by read_frame): the manifest's
- * packing rule and exact file size leave no other bytes. */
-long tsr_ckpt_verify(tsr_ckpt *ck, tsr_problem_fn problem, void *user, int threads, tsr_error *err) {
-    const tsr_manifest *m = &ck->m;
-    verify_ctx v = {.ck = ck, .problem = problem, .user = user};
-    pthread_mutex_init(&v.mu, NULL);
-    tsr_pool *pool = tsr_pool_new(threads);
-    long rc = 0;
-    v.order = malloc((m->n_frames + 1) * sizeof *v.order);
-    v.owner = malloc((m->n_frames + 1) * sizeof *v.owner);
-    v.dtype = malloc((m->n_frames + 1) * sizeof *v.dtype);
-    v.file_bad = calloc(m->n_files + 1, sizeof *v.file_bad);
-    v.chunk_of = malloc((m->n_frames + 1) * sizeof *v.chunk_of);
-    v.keys = malloc((m->n_tensors + 1) * sizeof *v.keys);
-    v.share = calloc(m->n_frames + 1, sizeof *v.share);
-    v.stats = calloc(m->n_frames + 1, sizeof *v.stats);
-    v.read_ok = calloc(m->n_frames + 1, 1);
-    char **blob_owner = calloc(m->n_blobs + 1, sizeof *blob_owner);
-    int nw = pool ? tsr_pool_size(pool) : 0;
-    v.bufs = calloc((size_t)nw + 1, sizeof *v.bufs);
-    v.codecs = calloc((size_t)nw + 1, sizeof *v.codecs);
-    if (!pool || !v.order || !v.owner || !v.dtype || !v.file_bad || !blob_owner || !v.bufs || !v.codecs ||
-        !v.chunk_of || !v.keys || !v.share || !v.stats || !v.read_ok) {
-        rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-        goto out;
-    }
-    for (int w = 0; w < nw; w++)
-        if (!(v.codecs[w] = tsr_codec_new())) {
-            rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-            goto out;
-        }
-    for (size_t i = 0; i < m->n_chunks; i++) {
-        const tsr_mf_chunk *c = &m->chunks[i];
-        for (uint32_t k = 0; k < c->frame_count; k++) {
-            v.owner[c->frame_first + k] = m->tensors[c->tensor].name;
-            v.dtype[c->frame_first + k] = m->tensors[c->tensor].dtype;
-            v.chunk_of[c->frame_first + k] = (uint32_t)i;
-        }
-    }
-    for (size_t i = 0; i < m->n_tensors; i++) v.keys[i] = tsr_digest_key(m->tensors[i].name, m->tensors[i].dtype);
-    for (size_t i = 0; i < m->n_blobs; i++) {
-        const tsr_mf_blob *b = &m->blobs[i];
-        size_t len = strlen(b->name) + 32;
-        blob_owner[i] = malloc(len);
-        if (!blob_owner[i]) {
-            rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-            goto out;
-        }
-        snprintf(blob_owner[i], len, "blob %s (rank %d)", b->name, b->rank);
-        for (uint32_t k = 0; k < b->frame_count; k++) {
-            v.owner[b->frame_first + k] = blob_owner[i];
-            v.dtype[b->frame_first + k] = TSR_U8;
-            v.chunk_of[b->frame_first + k] = UINT32_MAX;
-        }
-    }
-    /* Each file: presence, size, header (once). */
-    for (size_t fi = 0; fi < m->n_files; fi++) {
-        tsr_error e = {0};
-        tsr_rfile *rf;
-        if (open_file(ck, fi, &rf, &e)) {
-            v.file_bad[fi] = 1;
-            report(&v, e.msg);
-        }
-    }
-    for (size_t i = 0; i < m->n_frames; i++) v.order[i] = (uint32_t)i;
-    tsr_sort_ctx(v.order, m->n_frames, sizeof *v.order, tsr_mf_cmp_frame_pos, (void *)m);
-    tsr_pool_for(pool, m->n_frames, verify_frame, &v);
-    verify_digests(&v);
-    rc = v.problems;
-out:
-    if (v.codecs)
-        for (int w = 0; w < nw; w++) tsr_codec_free(v.codecs[w]);
-    if (v.bufs)
-        for (int w = 0; w < nw; w++) frame_buf_free(&v.bufs[w]);
-    if (blob_owner)
-        for (size_t i = 0; i < m->n_blobs; i++) free(blob_owner[i]);
-    free(blob_owner);
-    free(v.codecs), free(v.bufs), free(v.order), free(v.owner), free(v.dtype), free(v.file_bad);
-    free(v.chunk_of), free(v.keys), free(v.share), free(v.stats), free(v.read_ok);
-    tsr_pool_free(pool);
-    pthread_mutex_destroy(&v.mu);
     return rc;
 }

@@ -565,6 +565,15 @@ long tsr_ckpt_find_blob(const tsr_ckpt *ck, const char *name, int32_t rank);
 int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst,
                   tsr_error *err);
 
+/* tsr_ckpt_read_whole(): all of tensor `tensor` into dst (row-major). When the
+ * MANIFEST records its digest (FORMAT.md 4.4), what lands is held to it, each
+ * frame's share taken while in cache, instead of the frames' checksums (the
+ * digest proves the bytes end to end); a mismatch reads again with every
+ * checksum, to name a frame stored or decoded wrong, else fails TSR_ECORRUPT
+ * naming the tensor and both digests. Without a digest, tsr_ckpt_read of the
+ * whole tensor. Thread-safe on one tsr_ckpt. */
+int tsr_ckpt_read_whole(tsr_ckpt *ck, size_t tensor, void *dst, tsr_error *err);
+
 /* tsr_ckpt_read_chunk(): reads `region` of stored chunk `chunk` into dst, the
  * memory of dst_box; region must lie inside both. Decodes only the frames of the
  * chunk that overlap the region. With tsr_ckpt_plan_read, the way to read many

@@ -4,12 +4,14 @@
  * verify from disk; in each data file, byte positions spread over the whole file
  * (the new value cycling through all 255 changes across positions) for a time
  * budget with a floor, every one under make test-long (TSR_LONG), by
- * tsr_ckpt_verify and by reading every tensor and blob; the data files once more in
+ * tsr_ckpt_verify and by reading every tensor and blob (frame by frame, and whole
+ * held to its digest: tsr_ckpt_read_whole); the data files once more in
  * memory (/dev/shm), where they are read through a mapping.
  * Then each of a frame's two checksums on its own: a frame whose stored bytes
  * changed but decode to bytes that match raw_hash is caught by stored_hash alone,
  * and one whose stored bytes match stored_hash but decode to other bytes (a
- * coder's fault) by raw_hash alone. */
+ * coder's fault) by raw_hash alone; a whole read, held to the digest instead,
+ * refuses both and names the frame by the checksum. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +78,9 @@ static int verify_ok(const char *dir) {
     return n == 0;
 }
 
-static int read_ok(const char *dir) {
+/* Reads every tensor (tsr_ckpt_read, or with `whole` tsr_ckpt_read_whole: held
+ * to its digest in place of the frames' checksums) and every blob. */
+static int read_ok(const char *dir, int whole) {
     tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
     if (!ck) return 0;
     int ok = 1;
@@ -86,7 +90,7 @@ static int read_ok(const char *dir) {
         tsr_ckpt_tensor(ck, i, &t);
         tsr_box b = {.ndim = t.ndim};
         for (uint32_t d = 0; d < t.ndim; d++) b.extent[d] = t.shape[d];
-        ok = tsr_ckpt_read(ck, i, &b, buf, &e) == 0;
+        ok = (whole ? tsr_ckpt_read_whole(ck, i, buf, &e) : tsr_ckpt_read(ck, i, &b, buf, &e)) == 0;
     }
     for (size_t i = 0; ok && i < tsr_ckpt_n_blobs(ck); i++) ok = tsr_ckpt_read_blob(ck, i, buf, &e) == 0;
     tsr_ckpt_close(ck);
@@ -141,14 +145,15 @@ static void data_files(const char *dir, int all) {
             size_t pos = n * step % len;
             poke(path, pos, (uint8_t)(d[pos] ^ (1 + pos % 255)));
             if (verify_ok(dir) && v_missed++ < 5) CHECK(0, "%s byte %zu: verify passed", path, pos);
-            if (read_ok(dir) && r_missed++ < 5) CHECK(0, "%s byte %zu: read passed", path, pos);
+            if (read_ok(dir, 0) && r_missed++ < 5) CHECK(0, "%s byte %zu: read passed", path, pos);
+            if (read_ok(dir, 1) && r_missed++ < 5) CHECK(0, "%s byte %zu: whole read passed", path, pos);
             poke(path, pos, d[pos]);
         }
         CHECK(v_missed == 0 && r_missed == 0, "%s: %ld corruptions missed by verify, %ld by read", path, v_missed,
               r_missed);
         /* truncated and extended */
         CHECK(truncate(path, (off_t)len - 1) == 0, "truncate");
-        CHECK(!verify_ok(dir) && !read_ok(dir), "%s truncated by one byte: not detected", path);
+        CHECK(!verify_ok(dir) && !read_ok(dir, 0) && !read_ok(dir, 1), "%s truncated by one byte: not detected", path);
         CHECK(truncate(path, (off_t)len + 1) == 0, "extend");
         CHECK(!verify_ok(dir), "%s extended by one byte: not detected", path);
         CHECK(truncate(path, (off_t)len) == 0, "restore");
@@ -233,7 +238,8 @@ static void one_checksum(const char *base, int keep_raw_hash) {
     char dir[700];
     snprintf(dir, sizeof dir, "%s/%s", base, keep_raw_hash ? "raw-hash-only" : "stored-hash-only");
     write_zstd(dir);
-    REQUIRE(verify_ok(dir) && read_ok(dir), "%s: the pristine checkpoint is sound: %s", dir, e.msg);
+    REQUIRE(verify_ok(dir) && read_ok(dir, 0) && read_ok(dir, 1), "%s: the pristine checkpoint is sound: %s", dir,
+            e.msg);
     swap_frame(dir, keep_raw_hash);
     tsr_ckpt *ck = tsr_ckpt_open(dir, &e);
     REQUIRE(ck, "%s: the rewritten MANIFEST opens: %s", dir, e.msg);
@@ -243,9 +249,14 @@ static void one_checksum(const char *base, int keep_raw_hash) {
     int verified = n == 1 && strstr(problems, want);
     CHECK(verified, "%s: verify found %ld problems, want one '%s': %s", dir, n, want, problems);
     e = (tsr_error){0};
-    int read = !read_ok(dir) && strstr(e.msg, want);
+    int read = !read_ok(dir, 0) && strstr(e.msg, want);
     CHECK(read, "%s: read: want '%s', got: %s", dir, want, e.msg);
-    if (verified && read) printf("%s: caught by %s alone\n", dir, keep_raw_hash ? "raw_hash" : "stored_hash");
+    /* the whole read: the digest refuses it, the read again with the checksums
+     * names the frame */
+    e = (tsr_error){0};
+    int whole = !read_ok(dir, 1) && strstr(e.msg, want) && strstr(e.msg, "data-00000.tsd: frame 0 ");
+    CHECK(whole, "%s: whole read: want %s naming data-00000.tsd: frame 0, got: %s", dir, want, e.msg);
+    if (verified && read && whole) printf("%s: caught by %s alone\n", dir, keep_raw_hash ? "raw_hash" : "stored_hash");
 }
 
 int main(void) {
@@ -253,7 +264,7 @@ int main(void) {
     char dir[600];
     snprintf(dir, sizeof dir, "%s/corrupt", t ? t : "/tmp");
     write_small(dir);
-    REQUIRE(verify_ok(dir) && read_ok(dir), "the pristine checkpoint is sound: %s", e.msg);
+    REQUIRE(verify_ok(dir) && read_ok(dir, 0) && read_ok(dir, 1), "the pristine checkpoint is sound: %s", e.msg);
 
     /* MANIFEST, in memory: every position, every other value. */
     char mpath[700];
@@ -287,7 +298,7 @@ int main(void) {
     for (size_t pos = 0; pos < mlen; pos++) {
         poke(mpath, pos, (uint8_t)(m[pos] ^ (1 + pos % 255)));
         CHECK(!verify_ok(dir), "MANIFEST byte %zu corrupted: verify passed", pos);
-        CHECK(!read_ok(dir), "MANIFEST byte %zu corrupted: read passed", pos);
+        CHECK(!read_ok(dir, 0), "MANIFEST byte %zu corrupted: read passed", pos);
         poke(mpath, pos, m[pos]);
     }
     free(m);
@@ -315,7 +326,7 @@ int main(void) {
     printf("data files in memory: %.1f s\n", tsr_now() - t0);
     snprintf(cmd, sizeof cmd, "rm -rf %s", shm);
     CHECK(system(cmd) == 0, "%s", cmd);
-    CHECK(verify_ok(dir) && read_ok(dir), "restored checkpoint is sound again: %s", e.msg);
+    CHECK(verify_ok(dir) && read_ok(dir, 0) && read_ok(dir, 1), "restored checkpoint is sound again: %s", e.msg);
     if (!check_failures) printf("MANIFEST: %zu positions x 255 values, all detected\n", mlen);
     one_checksum(t ? t : "/tmp", 0);
     one_checksum(t ? t : "/tmp", 1);

@@ -6,10 +6,9 @@ of one tensor altered consistently - a checkpoint whose tensor w holds other
 values, its frames hashed for them, under the original's digest
 (tests/set_digest.py) - is refused naming w and both digests, while its other
 tensors, a part of w and reads with the check off go through, and ck.verify()
-reports it too; and a reader bug planted under the package (every row of a
-read shifted by one, as the engine's TSR_FAULT_LOAD=shift does) is refused the
-same way. Prints "FAIL: ..." for each failed check, exits 1 if any."""
-import ctypes
+reports it too. The check is the library's (tsr_ckpt_read_whole; a frame
+stored or decoded wrong, and data landed in the wrong place, are
+tests/test_corrupt.c's and test_load_digest.sh's). Prints "FAIL: ..." for each failed check, exits 1 if any."""
 import os
 import shutil
 import sys
@@ -61,7 +60,7 @@ with tessera.open(A) as ck:
 new = set_digest.set_digest(B, "w", original)
 check(new != original, "the altered w has the original's digest")
 with tessera.open(B) as ck:
-    raises(lambda: ck.read("w"), "tensor w", "%016x" % new, "%016x" % original)
+    raises(lambda: ck.read("w"), "tensor w", "%016x" % new, "%016x" % original, "check_digest=False) skips")
     raises(lambda: ck.read("w", bf16="float32"), "tensor w")
     check(np.array_equal(ck.read("w", check_digest=False), altered["w"]), "check_digest=False does not read w")
     check(np.array_equal(ck.read("w", offset=(0, 0), extent=(4, 24)), altered["w"][:4]), "a part of w is refused")
@@ -76,33 +75,6 @@ with tessera.open(B, check_digests=False) as ck:
     check(np.array_equal(ck.read("w"), altered["w"]), "open(check_digests=False) does not read w")
     raises(lambda: ck.read("w", check_digest=True), "tensor w")
 
-
-# 3. a reader bug planted under the package: rows of every read shifted by one
-class ShiftingLib:
-    def __init__(self, lib):
-        self._lib = lib
-
-    def __getattr__(self, name):
-        return getattr(self._lib, name)
-
-    def tsr_ckpt_read(self, h, i, box, dst, err):
-        rc = self._lib.tsr_ckpt_read(h, i, box, dst, err)
-        b = box._obj
-        if rc == 0 and b.ndim == 2 and b.extent[0] > 1:
-            size = b.extent[0] * b.extent[1]
-            row = b.extent[1]
-            item = ctypes.sizeof(ctypes.c_float)  # w is f32
-            buf = (ctypes.c_char * (size * item)).from_address(dst.value)
-            data = bytes(buf)
-            ctypes.memmove(dst.value, data[row * item:] + data[:row * item], size * item)
-        return rc
-
-
-with tessera.open(A) as ck:
-    ck._lib = ShiftingLib(ck._lib)
-    raises(lambda: ck.read("w"), "tensor w", "%016x" % original)
-    shifted = ck.read("w", check_digest=False)
-    check(not np.array_equal(shifted, arrays["w"]), "the planted bug changed nothing")
 
 shutil.rmtree(os.path.join(d, "A")), shutil.rmtree(os.path.join(d, "B"))
 print("python digests: %d checks failed" % len(fails) if fails else "python digests: every check passed")

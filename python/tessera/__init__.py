@@ -14,12 +14,13 @@ Every error is a tessera.Error carrying the library's message, which names the
 file, tensor or request and the reason.
 
 A read of a whole tensor whose MANIFEST records its digest (FORMAT.md 4.4: every
-checkpoint of format 1.4 on) recomputes the digest of the elements read, through
-the library's tsr_digest_key and tsr_digest_tensor, and raises Error naming the
-tensor and both values when they differ: the frames' checksums prove the bytes
-of each file, the digest that the elements are the tensor that was saved, each
-in its place. tessera.open(path, check_digests=False), or read(...,
-check_digest=False), skips it; a read of part of a tensor cannot check it.
+checkpoint of format 1.4 on) is held to it (the library's tsr_ckpt_read_whole:
+the digest of the elements that land, taken frame by frame while they are in
+cache, in place of the frames' checksums), and raises Error naming the tensor
+and both values when they differ: the elements are the tensor that was saved,
+each in its place, from the file through the decoder. tessera.open(path,
+check_digests=False), or read(..., check_digest=False), reads with the frames'
+checksums only; a read of part of a tensor cannot be held to the digest.
 
 The library is the core, libtessera-core.so.0: the checkpoint reader and writer
 over local files, without MPI, BLAS or libcurl; an s3:// location is read and
@@ -186,11 +187,10 @@ def library(s3=False):
         "tsr_ckpt_find": (ctypes.c_long, [P, ctypes.c_char_p]),
         "tsr_ckpt_find_blob": (ctypes.c_long, [P, ctypes.c_char_p, ctypes.c_int32]),
         "tsr_ckpt_read": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(_Box), P, E]),
+        "tsr_ckpt_read_whole": (ctypes.c_int, [P, ctypes.c_size_t, P, E]),
         "tsr_ckpt_read_blob": (ctypes.c_int, [P, ctypes.c_size_t, P, E]),
         "tsr_ckpt_verify": (ctypes.c_long, [P, _PROBLEM, P, ctypes.c_int, E]),
         "tsr_ckpt_tensor_digest": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]),
-        "tsr_digest_key": (ctypes.c_uint64, [ctypes.c_char_p, ctypes.c_int]),
-        "tsr_digest_tensor": (ctypes.c_uint64, [ctypes.c_uint64, ctypes.c_size_t, P, ctypes.c_uint64]),
         "tsr_latest_step": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
                                            ctypes.c_size_t]),
         "tsr_save_begin": (P, [ctypes.c_char_p, ctypes.c_uint32, P, P, E]),
@@ -314,11 +314,15 @@ class Checkpoint:
             raise Error(-1, "tessera: %s: tensor '%s': out must be a writable C-contiguous array of %d elements "
                         "of %d bytes" % (self.path, name, int(np.prod(ext)), np.dtype(_DTYPES[code][1]).itemsize))
         err = _Err()
-        if lib.tsr_ckpt_read(h, i, ctypes.byref(box), out.ctypes.data_as(ctypes.c_void_p), ctypes.byref(err)):
-            _raise(err, None if self.path in err.msg.decode("utf-8", "replace") else self.path)
-        whole = off == (0,) * nd and ext == shape
-        if whole and (self.check_digests if check_digest is None else check_digest):
-            self._check_digest(name, i, code, out)
+        dst = out.ctypes.data_as(ctypes.c_void_p)
+        whole = off == (0,) * nd and ext == shape and (self.check_digests if check_digest is None else check_digest)
+        if lib.tsr_ckpt_read_whole(h, i, dst, ctypes.byref(err)) if whole else \
+                lib.tsr_ckpt_read(h, i, ctypes.byref(box), dst, ctypes.byref(err)):
+            msg = err.msg.decode("utf-8", "replace")
+            if "the data read has digest" in msg:
+                raise Error(err.code, msg + " (it is not the tensor that was saved; read(..., check_digest=False) "
+                                            "skips the check)")
+            _raise(err, None if self.path in msg else self.path)
         if given:
             return out
         if torch:
@@ -335,19 +339,6 @@ class Checkpoint:
         d = ctypes.c_uint64()
         return int(d.value) if self._lib.tsr_ckpt_tensor_digest(self._handle(), self._index[name][0],
                                                                 ctypes.byref(d)) == 1 else None
-
-    def _check_digest(self, name, i, code, out):
-        """The elements of a whole tensor, as read, against its MANIFEST digest."""
-        lib, h = self._lib, self._handle()
-        want = ctypes.c_uint64()
-        if lib.tsr_ckpt_tensor_digest(h, i, ctypes.byref(want)) != 1:
-            return
-        key = lib.tsr_digest_key(name.encode(), code)
-        got = lib.tsr_digest_tensor(key, out.dtype.itemsize, out.ctypes.data_as(ctypes.c_void_p), out.size)
-        if got != want.value:
-            raise Error(-3, "tessera: %s: tensor %s: the data read has digest %016x, its MANIFEST records %016x "
-                            "(it is not the tensor that was saved; read(..., check_digest=False) skips the check)"
-                        % (self.path, name, got, want.value))
 
     def blob(self, name, rank=-1):
         """Blob (name, rank) as bytes (rank -1: a global blob)."""
