@@ -359,27 +359,34 @@ static int decode_frame(const tsr_ckpt *ck, size_t fi, int dtype, const char *ow
     return 0;
 }
 
-/* Reads frame fi, checks its padding and both checksums (with by_digest
- * neither: the caller's digest check of the whole tensor proves the bytes that
- * land, from the file through the decoder), and decodes it into b->out (b->raw,
- * or the stored bytes for a raw frame: b->stored, or the file's own pages where
- * the store maps it), or with `into` an encoded frame straight into that memory
- * (raw_size bytes; b->out is then into). `dtype` is its tensor's dtype (TSR_U8
- * for a blob). */
-int ckpt_read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame_buf *b, uint8_t *into,
-                      tsr_codec *codec, int by_digest, tsr_error *err) {
-    const tsr_mf_frame *f = &ck->m.frames[fi];
+/* The stored bytes [off, off + len) of the data file of id file_id: the file's
+ * own pages where the store maps it (a file in memory: no read), else read into
+ * b->stored. */
+static int fetch_stored(tsr_ckpt *ck, uint32_t file_id, uint64_t off, size_t len, frame_buf *b, const uint8_t **st,
+                        tsr_error *err) {
     tsr_rfile *rf;
-    int rc = ckpt_open_file(ck, ckpt_file_index(ck, f->file_id), &rf, err);
+    int rc = ckpt_open_file(ck, ckpt_file_index(ck, file_id), &rf, err);
     if (rc) return rc;
-    size_t padded = tsr_align_up(f->stored_size, TSR_ALIGN);
-    const uint8_t *st = tsr_rfile_map(rf, f->offset, padded); /* a file in memory: no read */
-    if (!st && b->stored_cap < padded) {
+    if ((*st = tsr_rfile_map(rf, off, len))) return 0;
+    if (b->stored_cap < len) {
         free(b->stored);
-        b->stored = tsr_alloc_aligned(padded);
-        b->stored_cap = b->stored ? padded : 0;
+        b->stored = tsr_alloc_aligned(len);
+        b->stored_cap = b->stored ? len : 0;
         if (!b->stored) return tsr_err(err, TSR_ENOMEM, "out of memory");
     }
+    *st = b->stored;
+    return tsr_rfile_read(rf, b->stored, len, off, err);
+}
+
+/* Frame fi's stored bytes st: its padding and both checksums checked (with
+ * by_digest neither: the caller's digest check of the whole tensor proves the
+ * bytes that land, from the file through the decoder), and decoded into b->out
+ * (b->raw, or st itself for a raw frame), or with `into` an encoded frame
+ * straight into that memory (raw_size bytes; b->out is then into). `dtype` is
+ * its tensor's dtype (TSR_U8 for a blob). */
+static int decode_stored(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame_buf *b, const uint8_t *st,
+                         uint8_t *into, tsr_codec *codec, int by_digest, tsr_error *err) {
+    const tsr_mf_frame *f = &ck->m.frames[fi];
     int as_is = f->codec == TSR_CODEC_RAW && f->stored_size == f->raw_size; /* no decoding copy */
     if (!as_is && !into && b->raw_cap < f->raw_size) {
         free(b->raw);
@@ -387,10 +394,16 @@ int ckpt_read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame
         b->raw_cap = b->raw ? f->raw_size : 0;
         if (!b->raw) return tsr_err(err, TSR_ENOMEM, "out of memory");
     }
-    if (!st && (rc = tsr_rfile_read(rf, b->stored, padded, f->offset, err))) return rc;
-    if (!st) st = b->stored;
-    if ((rc = check_stored(ck, fi, owner, st, by_digest, err))) return rc;
-    return decode_frame(ck, fi, dtype, owner, st, into ? into : b->raw, codec, by_digest, &b->out, err);
+    int rc = check_stored(ck, fi, owner, st, by_digest, err);
+    return rc ? rc : decode_frame(ck, fi, dtype, owner, st, into ? into : b->raw, codec, by_digest, &b->out, err);
+}
+
+int ckpt_read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame_buf *b, uint8_t *into,
+                    tsr_codec *codec, int by_digest, tsr_error *err) {
+    const tsr_mf_frame *f = &ck->m.frames[fi];
+    const uint8_t *st;
+    int rc = fetch_stored(ck, f->file_id, f->offset, tsr_align_up(f->stored_size, TSR_ALIGN), b, &st, err);
+    return rc ? rc : decode_stored(ck, fi, dtype, owner, b, st, into, codec, by_digest, err);
 }
 
 int tsr_ckpt_read_stored(tsr_ckpt *ck, size_t fi, void *dst, tsr_error *err) {
@@ -649,30 +662,186 @@ int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, ts
     return rc;
 }
 
+/* ------------------------------------------------------ many reads at once */
+
+#define EXTENT_MAX (8u << 20) /* bytes of neighbouring frames read at once */
+
+/* One frame's part of one read. */
+typedef struct many_item {
+    uint32_t req, chunk, frame;
+    tsr_box region; /* global indices: in the read's box, the chunk and the frame */
+    uint64_t share; /* of the read's digest, once landed (a read held to it) */
+} many_item;
+
+typedef struct many_ctx {
+    tsr_ckpt *ck;
+    const tsr_read_req *reqs;
+    const uint8_t *by_digest; /* each read: held to its tensor's digest */
+    many_item *items;         /* by (file, offset) */
+    size_t *ext;              /* extent e: items [ext[e], ext[e + 1]) */
+    reader **readers;         /* per worker */
+    pthread_mutex_t mu;
+    int rc;
+    tsr_error err;
+} many_ctx;
+
+static int item_order(const void *a, const void *b, void *ctx) {
+    const tsr_mf_frame *fr = ctx, *x = &fr[((const many_item *)a)->frame], *y = &fr[((const many_item *)b)->frame];
+    if (x->file_id != y->file_id) return x->file_id < y->file_id ? -1 : 1;
+    if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
+    return ((const many_item *)a)->req < ((const many_item *)b)->req ? -1 : 1;
+}
+
+/* Items [a, b) of one frame, its stored bytes at st: checked and decoded once,
+ * each item's part landed in its read's memory. */
+static int land_items(many_ctx *m, many_item *a, many_item *b, const uint8_t *st, reader *rd, tsr_error *err) {
+    tsr_ckpt *ck = m->ck;
+    const tsr_mf_chunk *c = &ck->m.chunks[a->chunk];
+    const tsr_mf_tensor *t = &ck->m.tensors[c->tensor];
+    int by_digest = 1; /* the checksums are skipped when every read of the frame is held to the digest */
+    for (many_item *it = a; it < b; it++) by_digest &= m->by_digest[it->req];
+    tsr_box fbox;
+    tsr_frame_box(c, a->frame - c->frame_first, &fbox);
+    read_ctx r = {ck, t, c, NULL, NULL, NULL, &rd->fb, rd->codec, err, NULL, by_digest, 0};
+    uint8_t *into = NULL;
+    if (b - a == 1) {
+        r.box = &m->reqs[a->req].box, r.dst = m->reqs[a->req].dst;
+        into = in_place(&r, &fbox, &a->region);
+    }
+    int rc = decode_stored(ck, a->frame, t->dtype, t->name, &rd->fb, st, into, rd->codec, by_digest, err);
+    for (many_item *it = a; !rc && it < b; it++) {
+        const tsr_read_req *q = &m->reqs[it->req];
+        r.box = &q->box, r.dst = q->dst, r.share_box = m->by_digest[it->req] ? &q->box : NULL, r.share = 0;
+        land(&r, &fbox, &it->region, into && rd->fb.out == into);
+        it->share = r.share;
+    }
+    return rc;
+}
+
+/* Extent e: its neighbouring frames read at once, then each decoded and landed. */
+static void read_extent(void *ctx, size_t e, int worker) {
+    many_ctx *m = ctx;
+    if (__atomic_load_n(&m->rc, __ATOMIC_RELAXED)) return; /* a read failed: the rest is not needed */
+    tsr_ckpt *ck = m->ck;
+    many_item *a = m->items + m->ext[e], *end = m->items + m->ext[e + 1];
+    const tsr_mf_frame *f0 = &ck->m.frames[a->frame], *fl = &ck->m.frames[end[-1].frame];
+    uint64_t off = f0->offset;
+    tsr_error er = {0};
+    reader *rd = m->readers[worker];
+    const uint8_t *st = NULL;
+    int rc = fetch_stored(ck, f0->file_id, off, fl->offset + tsr_align_up(fl->stored_size, TSR_ALIGN) - off, &rd->fb,
+                          &st, &er);
+    while (!rc && a < end) {
+        many_item *b = a;
+        while (b < end && b->frame == a->frame) b++;
+        rc = land_items(m, a, b, st + (ck->m.frames[a->frame].offset - off), rd, &er);
+        a = b;
+    }
+    if (rc) {
+        pthread_mutex_lock(&m->mu);
+        if (!m->rc) m->err = er, __atomic_store_n(&m->rc, rc, __ATOMIC_RELAXED);
+        pthread_mutex_unlock(&m->mu);
+    }
+}
+
+/* The items of the reads, sorted, and their extents: runs of items whose frames
+ * follow each other in one file, EXTENT_MAX bytes at most (a frame larger alone). */
+static int plan_many(many_ctx *m, size_t n, size_t *n_items, size_t *n_ext, tsr_error *err) {
+    tsr_ckpt *ck = m->ck;
+    size_t ni = 0, cap = 0;
+    for (size_t q = 0; q < n; q++) {
+        tsr_read_piece *pc;
+        size_t np;
+        int rc = tsr_ckpt_plan_read(ck, m->reqs[q].tensor, &m->reqs[q].box, 1, &pc, &np, err);
+        for (size_t i = 0; !rc && i < np; i++) {
+            if (tsr_grow((void **)&m->items, &cap, ni, sizeof *m->items)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+            else m->items[ni++] = (many_item){(uint32_t)q, pc[i].chunk, pc[i].frame, pc[i].region, 0};
+        }
+        free(pc);
+        if (rc) return rc;
+    }
+    tsr_sort_ctx(m->items, ni, sizeof *m->items, item_order, ck->m.frames);
+    if (!(m->ext = malloc((ni + 1) * sizeof *m->ext))) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    size_t ne = 0;
+    uint64_t start = 0, next = 0;
+    for (size_t i = 0; i < ni; i++) {
+        const tsr_mf_frame *f = &ck->m.frames[m->items[i].frame];
+        if (i && m->items[i].frame == m->items[i - 1].frame) continue;
+        uint64_t end = f->offset + tsr_align_up(f->stored_size, TSR_ALIGN);
+        if (!i || f->file_id != ck->m.frames[m->items[i - 1].frame].file_id || f->offset != next ||
+            end - start > EXTENT_MAX)
+            m->ext[ne++] = i, start = f->offset;
+        next = end;
+    }
+    m->ext[ne] = ni;
+    *n_items = ni, *n_ext = ne;
+    return 0;
+}
+
+/* A read held to its tensor's digest was refused: read again with every
+ * frame's checksums, so that a frame stored or decoded wrong is named, else the
+ * digests named. */
+static int digest_refused(tsr_ckpt *ck, const tsr_read_req *q, uint64_t got, uint64_t want, tsr_error *err) {
+    int rc = tsr_ckpt_read(ck, q->tensor, &q->box, q->dst, err);
+    if (rc) return rc;
+    return tsr_err(err, TSR_ECORRUPT, "%s: tensor %s: the data read has digest %016llx, its MANIFEST records %016llx",
+                   ck->dir, ck->m.tensors[q->tensor].name, (unsigned long long)got, (unsigned long long)want);
+}
+
+int tsr_ckpt_read_many(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, int check_digest, int threads,
+                       tsr_error *err) {
+    many_ctx m = {.ck = ck, .reqs = reqs};
+    uint8_t *by_digest = calloc(n + 1, 1);
+    uint64_t *want = calloc(n + 1, sizeof *want);
+    size_t ni = 0, ne = 0;
+    int rc = by_digest && want ? 0 : tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t q = 0; !rc && q < n; q++) {
+        if (reqs[q].tensor >= ck->m.n_tensors) {
+            rc = tsr_err(err, TSR_EINVAL, "%s: no tensor %zu", ck->dir, reqs[q].tensor);
+            break;
+        }
+        const tsr_mf_tensor *t = &ck->m.tensors[reqs[q].tensor];
+        int whole = reqs[q].box.ndim == t->ndim;
+        for (uint32_t d = 0; whole && d < t->ndim; d++)
+            whole = reqs[q].box.offset[d] == 0 && reqs[q].box.extent[d] == t->shape[d];
+        by_digest[q] = check_digest && whole && tsr_box_volume(&reqs[q].box) &&
+                       tsr_ckpt_tensor_digest(ck, reqs[q].tensor, &want[q]) == 1;
+    }
+    m.by_digest = by_digest;
+    if (!rc) rc = plan_many(&m, n, &ni, &ne, err); /* checks each box against its tensor's shape */
+    tsr_pool *pool = NULL;
+    int nw = 0;
+    if (!rc && ne && (!(pool = tsr_pool_new(threads < 1 ? 1 : (size_t)threads > ne ? (int)ne : threads)) ||
+                      !(m.readers = calloc((size_t)(nw = tsr_pool_size(pool)), sizeof *m.readers))))
+        rc = tsr_err(err, TSR_ENOMEM, "cannot start reader threads");
+    for (int w = 0; !rc && ne && w < nw; w++)
+        if (!(m.readers[w] = reader_get(ck))) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    if (!rc && ne) {
+        pthread_mutex_init(&m.mu, NULL);
+        tsr_pool_for(pool, ne, read_extent, &m);
+        pthread_mutex_destroy(&m.mu);
+        if ((rc = m.rc) && err) *err = m.err;
+    }
+    for (int w = 0; m.readers && w < nw; w++) reader_put(ck, m.readers[w]);
+    tsr_pool_free(pool);
+    uint64_t *got = rc ? NULL : calloc(n + 1, sizeof *got);
+    if (!rc && !got) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < ni; i++) got[m.items[i].req] ^= m.items[i].share;
+    for (size_t q = 0; !rc && q < n; q++) {
+        const tsr_mf_tensor *t = &ck->m.tensors[reqs[q].tensor];
+        uint64_t d = got[q] ^ tsr_digest_key(t->name, t->dtype);
+        if (by_digest[q] && d != want[q]) rc = digest_refused(ck, &reqs[q], d, want[q], err);
+    }
+    free(got), free(m.readers), free(m.items), free(m.ext), free(by_digest), free(want);
+    return rc;
+}
+
 int tsr_ckpt_read_whole(tsr_ckpt *ck, size_t tensor, void *dst, tsr_error *err) {
     if (tensor >= ck->m.n_tensors) return tsr_err(err, TSR_EINVAL, "%s: no tensor %zu", ck->dir, tensor);
     const tsr_mf_tensor *t = &ck->m.tensors[tensor];
-    tsr_box box = {.ndim = t->ndim};
-    for (uint32_t d = 0; d < t->ndim; d++) box.extent[d] = t->shape[d];
-    uint64_t want;
-    if (tsr_ckpt_tensor_digest(ck, tensor, &want) != 1) return tsr_ckpt_read(ck, tensor, &box, dst, err);
-    if (tsr_box_volume(&box) == 0) return 0;
-    reader *rd = reader_get(ck);
-    if (!rd) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    uint64_t got = tsr_digest_key(t->name, t->dtype), share = 0;
-    int rc = 0;
-    for (uint32_t ci = t->chunk_first; ci < t->chunk_first + t->chunk_count && !rc; ci++) {
-        const tsr_mf_chunk *c = &ck->m.chunks[ci];
-        rc = read_region(ck, c, &c->box, dst, &box, &rd->fb, rd->codec, &box, 1, &share, err);
-        got ^= share;
-    }
-    reader_put(ck, rd);
-    if (rc || got == want) return rc;
-    /* refused: read again with every frame's checksums, so that a frame stored
-     * or decoded wrong is named */
-    if ((rc = tsr_ckpt_read(ck, tensor, &box, dst, err))) return rc;
-    return tsr_err(err, TSR_ECORRUPT, "%s: tensor %s: the data read has digest %016llx, its MANIFEST records %016llx",
-                   ck->dir, t->name, (unsigned long long)got, (unsigned long long)want);
+    tsr_read_req q = {.tensor = tensor, .box = {.ndim = t->ndim}, .dst = dst};
+    for (uint32_t d = 0; d < t->ndim; d++) q.box.extent[d] = t->shape[d];
+    return tsr_ckpt_read_many(ck, &q, 1, 1, 1, err);
 }
 
 int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err) {

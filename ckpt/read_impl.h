@@ -45,7 +45,8 @@ void ckpt_frame_buf_free(frame_buf *b);
 size_t ckpt_file_index(const tsr_ckpt *ck, uint32_t id);
 /* Data file fi, opened on first use, its size and header checked. */
 int ckpt_open_file(tsr_ckpt *ck, size_t fi, tsr_rfile **out, tsr_error *err);
-/* Reads frame fi, checks it and decodes it (read.c). */
+/* Reads frame fi, checks its padding and both checksums (with by_digest
+ * neither) and decodes it into b->out, or with `into` straight there. */
 int ckpt_read_frame(tsr_ckpt *ck, size_t fi, int dtype, const char *owner, frame_buf *b, uint8_t *into,
                     tsr_codec *codec, int by_digest, tsr_error *err);
 

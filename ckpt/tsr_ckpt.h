@@ -565,13 +565,29 @@ long tsr_ckpt_find_blob(const tsr_ckpt *ck, const char *name, int32_t rank);
 int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst,
                   tsr_error *err);
 
-/* tsr_ckpt_read_whole(): all of tensor `tensor` into dst (row-major). When the
- * MANIFEST records its digest (FORMAT.md 4.4), what lands is held to it, each
- * frame's share taken while in cache, instead of the frames' checksums (the
- * digest proves the bytes end to end); a mismatch reads again with every
- * checksum, to name a frame stored or decoded wrong, else fails TSR_ECORRUPT
- * naming the tensor and both digests. Without a digest, tsr_ckpt_read of the
- * whole tensor. Thread-safe on one tsr_ckpt. */
+/* One read of tsr_ckpt_read_many: box `box` of tensor `tensor` (inside its
+ * shape) into dst, the memory of the box (row-major). */
+typedef struct tsr_read_req {
+    size_t tensor;
+    tsr_box box;
+    void *dst;
+} tsr_read_req;
+
+/* tsr_ckpt_read_many(): the n reads, side by side on `threads` threads: the
+ * frames they need (only those), each read and decoded once, neighbouring ones
+ * of a data file read at once, up to 8 MiB (one GET from a bucket instead of
+ * one a frame). With check_digest, a read of a whole tensor whose MANIFEST
+ * records its digest (FORMAT.md 4.4) is held to it, each frame's share taken
+ * while in cache, in place of the frames' checksums (the digest proves the
+ * bytes end to end); a mismatch reads that tensor again with every checksum, to
+ * name a frame stored or decoded wrong, else fails TSR_ECORRUPT naming the
+ * tensor and both digests. Every other read is checked by the frames'
+ * checksums, as tsr_ckpt_read. Thread-safe on one tsr_ckpt. */
+int tsr_ckpt_read_many(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, int check_digest, int threads,
+                       tsr_error *err);
+/* tsr_ckpt_read_whole(): all of tensor `tensor` into dst (row-major), held to
+ * its digest where the MANIFEST records one: tsr_ckpt_read_many of one read
+ * with check_digest, on the calling thread. */
 int tsr_ckpt_read_whole(tsr_ckpt *ck, size_t tensor, void *dst, tsr_error *err);
 
 /* tsr_ckpt_read_chunk(): reads `region` of stored chunk `chunk` into dst, the

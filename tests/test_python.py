@@ -84,6 +84,29 @@ with tessera.open(os.path.join(d, "np")) as ck:  # a root: its newest step
                "of 4 bytes")
         check(bytes(bad) == before if isinstance(bad, bytearray) else np.array_equal(bad, before),
               "out= %s: written although refused" % what)
+# read_many: boxes of several tensors in one call, frames that neighbour each
+# other read at once, a frame two reads need (big's rows 1000:1100 cross its
+# first two frames of 1024 rows, both also in the whole read) decoded for both;
+# given arrays filled in place, the others made and returned; one bad read
+# refuses them all before any is read
+big = rng.standard_normal((2600, 1024)).astype(np.float32)  # 3 frames of 4 MiB at most
+many_dir = os.path.join(d, "many", "step-00000001")
+tessera.save(many_dir, dict(arrays, big=big, bf16=(bf16_bits, "bf16")), step=1)
+with tessera.open(many_dir) as ck:
+    given = np.full(35, -1, np.float32)
+    got = ck.read_many([("big", None, None, None), ("big", (1000, 3), (100, 1000), None), ("f32", None, None, given),
+                        ("f16", (1, 0, 2), (2, 4, 3), None), ("empty", None, None, None), ("bf16", None, None, None),
+                        ("i64", (2,), (3,), None)], threads=3)
+    want = [big, big[1000:1100, 3:1003], arrays["f32"], arrays["f16"][1:3, 0:4, 2:5], arrays["empty"], bf16_bits,
+            arrays["i64"][2:5]]
+    check(len(got) == len(want) and got[2] is given, "read_many: not the arrays read into")
+    for k, (g, w) in enumerate(zip(got, want)):
+        check(np.array_equal(g.reshape(np.shape(w)), w), "read_many: read %d differs" % k)
+    given = np.full(35, -1, np.float32)
+    raises(lambda: ck.read_many([("f32", None, None, given), ("big", (2599, 0), (2, 1024), None)]), "big", "outside")
+    raises(lambda: ck.read_many([("f32", None, None, given), ("nope", None, None, None)]), "no tensor named 'nope'")
+    check(np.all(given == -1), "read_many: a read done although another was refused")
+    check(ck.read_many([]) == [], "read_many of nothing")
 # the independent reader agrees, bit for bit
 ref = format_reader.Checkpoint(step_dir)
 with tessera.open(step_dir) as ck:

@@ -62,6 +62,9 @@ check(new != original, "the altered w has the original's digest")
 with tessera.open(B) as ck:
     raises(lambda: ck.read("w"), "tensor w", "%016x" % new, "%016x" % original, "check_digest=False) skips")
     raises(lambda: ck.read("w", bf16="float32"), "tensor w")
+    raises(lambda: ck.read_many([("h", None, None, None), ("w", None, None, None)]), "tensor w", "%016x" % new)
+    check(np.array_equal(ck.read_many([("w", None, None, None)], check_digest=False)[0], altered["w"]),
+          "read_many(check_digest=False) does not read w")
     check(np.array_equal(ck.read("w", check_digest=False), altered["w"]), "check_digest=False does not read w")
     check(np.array_equal(ck.read("w", offset=(0, 0), extent=(4, 24)), altered["w"][:4]), "a part of w is refused")
     check(np.array_equal(ck.read("h"), arrays["h"]), "another tensor of B is refused")

@@ -65,6 +65,11 @@ class _Box(ctypes.Structure):
                 ("extent", ctypes.c_uint64 * MAX_DIMS)]
 
 
+class _ReadReq(ctypes.Structure):
+    _c_name_ = "tsr_read_req"
+    _fields_ = [("tensor", ctypes.c_size_t), ("box", _Box), ("dst", ctypes.c_void_p)]
+
+
 class _WriteOpts(ctypes.Structure):
     _c_name_ = "tsr_write_opts"
     _fields_ = [("codec", ctypes.c_int), ("level", ctypes.c_int), ("frame_bytes", ctypes.c_size_t),
@@ -186,8 +191,8 @@ def library(s3=False):
         "tsr_ckpt_blob": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(_BlobInfo)]),
         "tsr_ckpt_find": (ctypes.c_long, [P, ctypes.c_char_p]),
         "tsr_ckpt_find_blob": (ctypes.c_long, [P, ctypes.c_char_p, ctypes.c_int32]),
-        "tsr_ckpt_read": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(_Box), P, E]),
-        "tsr_ckpt_read_whole": (ctypes.c_int, [P, ctypes.c_size_t, P, E]),
+        "tsr_ckpt_read_many": (ctypes.c_int, [P, ctypes.POINTER(_ReadReq), ctypes.c_size_t, ctypes.c_int,
+                                              ctypes.c_int, E]),
         "tsr_ckpt_read_blob": (ctypes.c_int, [P, ctypes.c_size_t, P, E]),
         "tsr_ckpt_verify": (ctypes.c_long, [P, _PROBLEM, P, ctypes.c_int, E]),
         "tsr_ckpt_tensor_digest": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]),
@@ -290,7 +295,50 @@ class Checkpoint:
         out: a writable C-contiguous NumPy array of the box's elements and the
         stored element size (bf16: uint16) to read into, returned as it is: no
         copy. Any other is refused (Error naming the tensor), left untouched."""
+        given = out is not None
+        _, code, _, _, out = r = self._request(name, offset, extent, out)
+        self._run([r], 1, check_digest)
+        if given:
+            return out
+        if torch:
+            return _to_torch(out, code)
+        if code == 3 and bf16 == "float32":
+            return _bf16_to_f32(out)
+        return out
+
+    def read_many(self, reads, threads=16, check_digest=None):
+        """Reads many boxes at once: reads = [(name, offset, extent, out)], each as
+        read(name, offset, extent, out=out) takes it (offset and extent None: the
+        whole tensor). The frames they need are read once each, neighbouring ones
+        of a data file at once (one GET from a bucket instead of one a frame), on
+        `threads` threads with the GIL released; every whole tensor is held to its
+        digest as read() holds it. Error names the first failure. Returns the
+        arrays read into (made where out is None), in order."""
+        reads = [self._request(*r) for r in reads]
+        self._run(reads, threads, check_digest)
+        return [r[4] for r in reads]
+
+    def _run(self, reads, threads, check_digest):
+        """The reads, each as _request made it, through tsr_ckpt_read_many."""
         lib, h = self._lib, self._handle()
+        reqs = (_ReadReq * max(1, len(reads)))()
+        for k, (i, _, off, ext, out) in enumerate(reads):
+            reqs[k].tensor, reqs[k].box.ndim, reqs[k].dst = i, len(off), out.ctypes.data
+            for d in range(len(off)):
+                reqs[k].box.offset[d], reqs[k].box.extent[d] = off[d], ext[d]
+        err = _Err()
+        check = self.check_digests if check_digest is None else check_digest
+        if lib.tsr_ckpt_read_many(h, reqs, len(reads), int(bool(check)), threads, ctypes.byref(err)):
+            msg = err.msg.decode("utf-8", "replace")
+            if "the data read has digest" in msg:
+                raise Error(err.code, msg + " (it is not the tensor that was saved; read(..., check_digest=False) "
+                                            "skips the check)")
+            _raise(err, None if self.path in msg else self.path)
+
+    def _request(self, name, offset, extent, out):
+        """(tensor index, dtype code, offset, extent, out) of a read of the box of
+        `name` at offset, extent: the box checked against the tensor, out checked
+        (or made when None)."""
         if name not in self._index:
             raise Error(-3, "tessera: %s: no tensor named '%s'" % (self.path, name))
         i, code = self._index[name]
@@ -303,33 +351,13 @@ class Checkpoint:
                         % (self.path, name, nd, off, ext))
         if any(o < 0 or e < 0 for o, e in zip(off, ext)):
             raise Error(-1, "tessera: %s: tensor '%s': negative offset or extent %s, %s" % (self.path, name, off, ext))
-        box = _Box(nd)
-        for d in range(nd):
-            box.offset[d], box.extent[d] = off[d], ext[d]
-        given = out is not None
-        if not given:
-            out = np.empty(ext, dtype=_DTYPES[code][1])
-        elif (not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable or
-              out.dtype.itemsize != np.dtype(_DTYPES[code][1]).itemsize or out.size != int(np.prod(ext))):
+        if out is None:
+            return i, code, off, ext, np.empty(ext, dtype=_DTYPES[code][1])
+        if (not isinstance(out, np.ndarray) or not out.flags.c_contiguous or not out.flags.writeable or
+                out.dtype.itemsize != np.dtype(_DTYPES[code][1]).itemsize or out.size != int(np.prod(ext))):
             raise Error(-1, "tessera: %s: tensor '%s': out must be a writable C-contiguous array of %d elements "
                         "of %d bytes" % (self.path, name, int(np.prod(ext)), np.dtype(_DTYPES[code][1]).itemsize))
-        err = _Err()
-        dst = out.ctypes.data_as(ctypes.c_void_p)
-        whole = off == (0,) * nd and ext == shape and (self.check_digests if check_digest is None else check_digest)
-        if lib.tsr_ckpt_read_whole(h, i, dst, ctypes.byref(err)) if whole else \
-                lib.tsr_ckpt_read(h, i, ctypes.byref(box), dst, ctypes.byref(err)):
-            msg = err.msg.decode("utf-8", "replace")
-            if "the data read has digest" in msg:
-                raise Error(err.code, msg + " (it is not the tensor that was saved; read(..., check_digest=False) "
-                                            "skips the check)")
-            _raise(err, None if self.path in msg else self.path)
-        if given:
-            return out
-        if torch:
-            return _to_torch(out, code)
-        if code == 3 and bf16 == "float32":
-            return _bf16_to_f32(out)
-        return out
+        return i, code, off, ext, out
 
     def digest(self, name):
         """The digest that the MANIFEST records for tensor `name` (FORMAT.md 4.4),

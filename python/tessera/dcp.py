@@ -39,7 +39,6 @@ only checkpoints you would torch.load.
 
 Local paths and s3://bucket/prefix both work (credentials as for the command).
 """
-import concurrent.futures
 import ctypes
 import dataclasses
 import io
@@ -57,7 +56,7 @@ from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
 from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
-from . import MAX_DIMS, Error, _Box, _Err, _codec, _raise, _write_opts, library
+from . import _DTYPES, MAX_DIMS, Error, _Box, _Err, _codec, _raise, _to_torch, _write_opts, library
 from . import open as _open
 
 _PICKLE = b"PK\x03\x04"  # torch.save's files are zip archives
@@ -73,10 +72,11 @@ for _name, _code in (("float8_e4m3fn", 5), ("float8_e5m2", 6), ("uint16", 12), (
 _DTYPE = {code: dt for dt, code in _CODE.items()}
 
 _STEP_DIR = re.compile(r"step-(\d+)$")
-# boxes a rank reads side by side: the library reads a box's frames one after
-# another, so this is the depth of I/O a load keeps (a disk's queue, an object
-# store's requests in flight); the decoding shares the cores
+# the library's threads of a load: each reads neighbouring frames (up to 8 MiB)
+# at once, then decodes them, so this is the depth of I/O a load keeps (a disk's
+# queue, an object store's requests in flight); the decoding shares the cores
 _READS_IN_FLIGHT = 16
+_COPY_BYTES = 256 << 20  # buffers of the boxes that cannot be read in place, at a time
 
 
 def _step_of(path, step):
@@ -317,16 +317,24 @@ class Reader(StorageReader):
                             % (ck.path, name, off, ext, tuple(target.shape)))
             boxes.append((req, name, off, ext, target))
 
-        def one(job):  # the library decodes with the GIL released: the boxes are read side by side
-            req, name, off, ext, target = job
-            dst = _in_place(target, ck._index[name][1])
-            if dst is not None:
-                ck.read(name, off, ext, out=dst)  # straight into the destination's memory
-            else:
-                target.copy_(ck.read(name, off, ext, torch=True).reshape(ext))
-        with concurrent.futures.ThreadPoolExecutor(max(1, min(_READS_IN_FLIGHT, len(boxes)))) as pool:
-            for _ in pool.map(one, boxes):
-                pass
+        # one call of the library reads them all (neighbouring frames at once,
+        # threads side by side, the GIL released), straight into each
+        # destination's memory where it can; the rest through buffers of at most
+        # _COPY_BYTES at a time, copied after
+        reads, copies, held = [], [], 0
+        for k, (req, name, off, ext, target) in enumerate(boxes):
+            code = ck._index[name][1]
+            dst = _in_place(target, code)
+            if dst is None:
+                dst = np.empty(ext, dtype=_DTYPES[code][1])
+                copies.append((target, dst, code))
+                held += dst.nbytes
+            reads.append((name, off, ext, dst))
+            if held > _COPY_BYTES or k == len(boxes) - 1:
+                ck.read_many(reads, threads=_READS_IN_FLIGHT)
+                for target, dst, code in copies:
+                    target.copy_(_to_torch(dst, code).reshape(target.shape))
+                reads, copies, held = [], [], 0
         for req, _, _, _, target in boxes:
             planner.commit_tensor(req, target)
         return _done(None)
