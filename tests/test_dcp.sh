@@ -145,11 +145,11 @@ expect 0 "the import in the bucket verifies" tsr ckpt verify s3://bkt/imp/step-0
 expect 0 "export --format dcp from a bucket" tsr export s3://bkt/imp/step-00000040 --format dcp backs3
 chk dcpload 2 fsdp "$TSR_TMP/backs3"
 # the S3 comparison of make bench, on tiny states: DCP with s3torchconnector and
-# the plug-in, 2 processes, through s3proxy.py --etag-header (s3torchconnector's
-# client wants CompleteMultipartUpload's ETag as a header), every load's values
-# checked by the script
+# the plug-in, 2 processes, saving through s3proxy.py --etag-header
+# (s3torchconnector's client wants CompleteMultipartUpload's ETag as a header),
+# loading straight from the server, every load's values checked by the script
 proxy_start --etag-header
-with_lib env AWS_ENDPOINT_URL="$PROXY_URL" "$TSR_PY" "$TSR_ROOT/tools/bench_dcp.py" --s3 s3://bkt/bench 2 --smoke \
+with_lib env AWS_ENDPOINT_URL="$PROXY_URL" S3_LOAD_ENDPOINT="$AWS_ENDPOINT_URL" "$TSR_PY" "$TSR_ROOT/tools/bench_dcp.py" --s3 s3://bkt/bench 2 --smoke \
     >bench.txt 2>&1 || { fail "bench_dcp.py --s3 --smoke"; tail -n 20 bench.txt >&2; }
 [ "$(grep -c '^s3 .*DCP with s3torchconnector .*, tessera ' bench.txt)" = 3 ] || fail "bench_dcp.py --s3: $(tail -3 bench.txt)"
 proxy_stop

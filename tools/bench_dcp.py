@@ -21,8 +21,8 @@ the plug-in uses, without DCP's planning and metadata). Prints each figure with 
 ratio and goal. --smoke: the same on
 tiny states (a check of the script, no figures to quote).
 
---s3: the same 124m state to the S3 server at AWS_ENDPOINT_URL (tools/bench_dcp_s3.sh
-starts Ceph RGW): DCP with s3torchconnector's S3StorageWriter and S3StorageReader
+--s3: the same 124m state to the S3 server at AWS_ENDPOINT_URL, loads from
+S3_LOAD_ENDPOINT where it is set (tools/bench_dcp_s3.sh starts Ceph RGW): DCP with s3torchconnector's S3StorageWriter and S3StorageReader
 against tessera's plug-in to s3://, save and load in the saved layout on WORLD
 processes (alternately, the best of two, every load's values checked) and load on
 one process."""
@@ -285,7 +285,11 @@ def s3_fs():
 
 def s3_storage(backend, path, write):
     """DCP with s3torchconnector (S3StorageWriter at thread_count = the cores, the
-    Reader's default dcp_optimized reads) or tessera's plug-in, at s3:// path."""
+    Reader's default dcp_optimized reads) or tessera's plug-in, at s3:// path:
+    a save through AWS_ENDPOINT_URL, a load straight from S3_LOAD_ENDPOINT where
+    it is set (the server behind tools/bench_dcp_s3.sh's proxy, which only
+    uploads need), both clients alike."""
+    os.environ["AWS_ENDPOINT_URL"] = os.environ["S3_SAVE_ENDPOINT" if write else "S3_LOAD_ENDPOINT"]
     if backend == "tessera":
         return tessera.dcp.Writer(path) if write else tessera.dcp.Reader(path)
     from s3torchconnector.dcp import S3StorageReader, S3StorageWriter
@@ -400,6 +404,8 @@ def main():
     args = [a for a in sys.argv[1:] if a != "--smoke"]
     if "--s3" in args:
         i = args.index("--s3")
+        os.environ.setdefault("S3_SAVE_ENDPOINT", os.environ["AWS_ENDPOINT_URL"])
+        os.environ.setdefault("S3_LOAD_ENDPOINT", os.environ["AWS_ENDPOINT_URL"])
         url = args[i + 1]
         del args[i:i + 2]
         return s3_main(url.rstrip("/"), int(args[0]) if args else 2)
