@@ -689,7 +689,8 @@ static int item_order(const void *a, const void *b, void *ctx) {
     const tsr_mf_frame *fr = ctx, *x = &fr[((const many_item *)a)->frame], *y = &fr[((const many_item *)b)->frame];
     if (x->file_id != y->file_id) return x->file_id < y->file_id ? -1 : 1;
     if (x->offset != y->offset) return x->offset < y->offset ? -1 : 1;
-    return ((const many_item *)a)->req < ((const many_item *)b)->req ? -1 : 1;
+    uint32_t ra = ((const many_item *)a)->req, rb = ((const many_item *)b)->req;
+    return (ra > rb) - (ra < rb);
 }
 
 /* Items [a, b) of one frame, its stored bytes at st: checked and decoded once,
