@@ -697,6 +697,17 @@ static int item_order(const void *a, const void *b, void *ctx) {
  * each item's part landed in its read's memory. */
 static int land_items(many_ctx *m, many_item *a, many_item *b, const uint8_t *st, reader *rd, tsr_error *err) {
     tsr_ckpt *ck = m->ck;
+    if (a->chunk == UINT32_MAX) { /* a blob's frame: region.offset[0] is where it lies in the blob */
+        char owner[300];
+        snprintf(owner, sizeof owner, "blob %s", ck->m.blobs[m->reqs[a->req].tensor].name);
+        uint8_t *into = b - a == 1 ? (uint8_t *)m->reqs[a->req].dst + a->region.offset[0] : NULL;
+        int rc = decode_stored(ck, a->frame, TSR_U8, owner, &rd->fb, st, into, rd->codec, 0, err);
+        for (many_item *it = a; !rc && it < b; it++) {
+            uint8_t *to = (uint8_t *)m->reqs[it->req].dst + it->region.offset[0];
+            if (rd->fb.out != to) memcpy(to, rd->fb.out, ck->m.frames[a->frame].raw_size);
+        }
+        return rc;
+    }
     const tsr_mf_chunk *c = &ck->m.chunks[a->chunk];
     const tsr_mf_tensor *t = &ck->m.tensors[c->tensor];
     int by_digest = 1; /* the checksums are skipped when every read of the frame is held to the digest */
@@ -751,6 +762,17 @@ static int plan_many(many_ctx *m, size_t n, size_t *n_items, size_t *n_ext, tsr_
     tsr_ckpt *ck = m->ck;
     size_t ni = 0, cap = 0;
     for (size_t q = 0; q < n; q++) {
+        if (m->reqs[q].blob) { /* its frames, each at its place in the blob */
+            const tsr_mf_blob *bl = &ck->m.blobs[m->reqs[q].tensor];
+            many_item it = {.req = (uint32_t)q, .chunk = UINT32_MAX};
+            for (uint32_t k = 0; k < bl->frame_count; k++, it.region.offset[0] += ck->m.frames[it.frame].raw_size) {
+                it.frame = bl->frame_first + k;
+                if (tsr_grow((void **)&m->items, &cap, ni, sizeof *m->items))
+                    return tsr_err(err, TSR_ENOMEM, "out of memory");
+                m->items[ni++] = it;
+            }
+            continue;
+        }
         tsr_read_piece *pc;
         size_t np;
         int rc = tsr_ckpt_plan_read(ck, m->reqs[q].tensor, &m->reqs[q].box, 1, &pc, &np, err);
@@ -797,10 +819,11 @@ int tsr_ckpt_read_many(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, int che
     size_t ni = 0, ne = 0;
     int rc = by_digest && want ? 0 : tsr_err(err, TSR_ENOMEM, "out of memory");
     for (size_t q = 0; !rc && q < n; q++) {
-        if (reqs[q].tensor >= ck->m.n_tensors) {
-            rc = tsr_err(err, TSR_EINVAL, "%s: no tensor %zu", ck->dir, reqs[q].tensor);
+        if (reqs[q].tensor >= (reqs[q].blob ? ck->m.n_blobs : ck->m.n_tensors)) {
+            rc = tsr_err(err, TSR_EINVAL, "%s: no %s %zu", ck->dir, reqs[q].blob ? "blob" : "tensor", reqs[q].tensor);
             break;
         }
+        if (reqs[q].blob) continue;
         const tsr_mf_tensor *t = &ck->m.tensors[reqs[q].tensor];
         int whole = reqs[q].box.ndim == t->ndim;
         for (uint32_t d = 0; whole && d < t->ndim; d++)
@@ -829,9 +852,10 @@ int tsr_ckpt_read_many(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, int che
     if (!rc && !got) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
     for (size_t i = 0; !rc && i < ni; i++) got[m.items[i].req] ^= m.items[i].share;
     for (size_t q = 0; !rc && q < n; q++) {
+        if (!by_digest[q]) continue;
         const tsr_mf_tensor *t = &ck->m.tensors[reqs[q].tensor];
         uint64_t d = got[q] ^ tsr_digest_key(t->name, t->dtype);
-        if (by_digest[q] && d != want[q]) rc = digest_refused(ck, &reqs[q], d, want[q], err);
+        if (d != want[q]) rc = digest_refused(ck, &reqs[q], d, want[q], err);
     }
     free(got), free(m.readers), free(m.items), free(m.ext), free(by_digest), free(want);
     return rc;
@@ -846,21 +870,6 @@ int tsr_ckpt_read_whole(tsr_ckpt *ck, size_t tensor, void *dst, tsr_error *err) 
 }
 
 int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err) {
-    if (i >= ck->m.n_blobs) return tsr_err(err, TSR_EINVAL, "%s: no blob %zu", ck->dir, i);
-    const tsr_mf_blob *b = &ck->m.blobs[i];
-    reader *rd = reader_get(ck);
-    if (!rd) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    char owner[300];
-    snprintf(owner, sizeof owner, "blob %s", b->name);
-    int rc = 0;
-    uint64_t off = 0;
-    for (uint32_t k = 0; k < b->frame_count && !rc; k++) {
-        const tsr_mf_frame *f = &ck->m.frames[b->frame_first + k];
-        uint8_t *to = (uint8_t *)dst + off;
-        rc = ckpt_read_frame(ck, b->frame_first + k, TSR_U8, owner, &rd->fb, to, rd->codec, 0, err);
-        if (!rc && rd->fb.out != to) memcpy(to, rd->fb.out, f->raw_size);
-        off += f->raw_size;
-    }
-    reader_put(ck, rd);
-    return rc;
+    tsr_read_req q = {.tensor = i, .dst = dst, .blob = 1};
+    return tsr_ckpt_read_many(ck, &q, 1, 0, 1, err);
 }

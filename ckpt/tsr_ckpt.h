@@ -566,11 +566,14 @@ int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst,
                   tsr_error *err);
 
 /* One read of tsr_ckpt_read_many: box `box` of tensor `tensor` (inside its
- * shape) into dst, the memory of the box (row-major). */
+ * shape) into dst, the memory of the box (row-major); with blob = 1, all of
+ * blob `tensor` (tsr_ckpt_blob's index) into dst, its size in bytes (box not
+ * used). */
 typedef struct tsr_read_req {
     size_t tensor;
     tsr_box box;
     void *dst;
+    int blob;
 } tsr_read_req;
 
 /* tsr_ckpt_read_many(): the n reads, side by side on `threads` threads: the
@@ -581,8 +584,8 @@ typedef struct tsr_read_req {
  * while in cache, in place of the frames' checksums (the digest proves the
  * bytes end to end); a mismatch reads that tensor again with every checksum, to
  * name a frame stored or decoded wrong, else fails TSR_ECORRUPT naming the
- * tensor and both digests. Every other read is checked by the frames'
- * checksums, as tsr_ckpt_read. Thread-safe on one tsr_ckpt. */
+ * tensor and both digests. Every other read (a blob's too) is checked by the
+ * frames' checksums, as tsr_ckpt_read. Thread-safe on one tsr_ckpt. */
 int tsr_ckpt_read_many(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, int check_digest, int threads,
                        tsr_error *err);
 /* tsr_ckpt_read_whole(): all of tensor `tensor` into dst (row-major), held to
@@ -646,7 +649,8 @@ int tsr_ckpt_check_frame(tsr_ckpt *ck, size_t i, const void *stored, void *raw, 
 /* tsr_ckpt_frame_owner(): "tensor NAME" or "blob NAME (rank R)": what frame `i`
  * holds a piece of, into buf (messages). @return 0, or TSR_EINVAL (no frame i). */
 int tsr_ckpt_frame_owner(const tsr_ckpt *ck, size_t i, char *buf, size_t len);
-/* tsr_ckpt_read_blob(): copies blob `i` (size bytes) into dst. Thread-safe. */
+/* tsr_ckpt_read_blob(): copies blob `i` (size bytes) into dst: tsr_ckpt_read_many
+ * of that blob, on the calling thread. Thread-safe. */
 int tsr_ckpt_read_blob(tsr_ckpt *ck, size_t i, void *dst, tsr_error *err);
 
 /* tsr_ckpt_verify(): checks every rule of FORMAT.md that the MANIFEST alone

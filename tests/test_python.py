@@ -58,6 +58,9 @@ with tessera.open(os.path.join(d, "np")) as ck:  # a root: its newest step
     check(ck.read("i32", offset=(2, 1), extent=(0, 3)).shape == (0, 3), "an empty box")
     check(ck.blobs == {("note", -1): 5, ("empty", -1): 0}, "blobs %s" % ck.blobs)
     check(ck.blob("note") == b"hello" and ck.blob("empty") == b"", "blob contents")
+    check(ck.read_blobs([("empty", -1), ("note", -1), ("note", -1)]) == [b"", b"hello", b"hello"],
+          "read_blobs: not the blobs in order")
+    raises(lambda: ck.read_blobs([("note", -1), ("nope", -1)]), "no blob 'nope' of rank -1")
     ck.verify()
     raises(lambda: ck.read("nope"), step_dir, "no tensor named 'nope'")
     raises(lambda: ck.read("f32", offset=(4, 0), extent=(2, 7)), "f32", "outside")

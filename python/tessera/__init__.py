@@ -67,7 +67,7 @@ class _Box(ctypes.Structure):
 
 class _ReadReq(ctypes.Structure):
     _c_name_ = "tsr_read_req"
-    _fields_ = [("tensor", ctypes.c_size_t), ("box", _Box), ("dst", ctypes.c_void_p)]
+    _fields_ = [("tensor", ctypes.c_size_t), ("box", _Box), ("dst", ctypes.c_void_p), ("blob", ctypes.c_int)]
 
 
 class _WriteOpts(ctypes.Structure):
@@ -193,7 +193,6 @@ def library(s3=False):
         "tsr_ckpt_find_blob": (ctypes.c_long, [P, ctypes.c_char_p, ctypes.c_int32]),
         "tsr_ckpt_read_many": (ctypes.c_int, [P, ctypes.POINTER(_ReadReq), ctypes.c_size_t, ctypes.c_int,
                                               ctypes.c_int, E]),
-        "tsr_ckpt_read_blob": (ctypes.c_int, [P, ctypes.c_size_t, P, E]),
         "tsr_ckpt_verify": (ctypes.c_long, [P, _PROBLEM, P, ctypes.c_int, E]),
         "tsr_ckpt_tensor_digest": (ctypes.c_int, [P, ctypes.c_size_t, ctypes.POINTER(ctypes.c_uint64)]),
         "tsr_latest_step": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
@@ -370,15 +369,25 @@ class Checkpoint:
 
     def blob(self, name, rank=-1):
         """Blob (name, rank) as bytes (rank -1: a global blob)."""
+        return self.read_blobs([(name, rank)], threads=1)[0]
+
+    def read_blobs(self, keys, threads=16):
+        """Blobs [(name, rank)] as bytes, in one call of the library: their frames
+        that follow each other in a data file read at once (one GET from a bucket
+        for a file's blobs written together)."""
         lib, h = self._lib, self._handle()
-        i = lib.tsr_ckpt_find_blob(h, name.encode(), rank)
-        if i < 0:
-            raise Error(-3, "tessera: %s: no blob '%s' of rank %d" % (self.path, name, rank))
-        buf = ctypes.create_string_buffer(max(self.blobs[(name, rank)], 1))
+        reqs = (_ReadReq * max(1, len(keys)))()
+        bufs = []
+        for k, (name, rank) in enumerate(keys):
+            i = lib.tsr_ckpt_find_blob(h, name.encode(), rank)
+            if i < 0:
+                raise Error(-3, "tessera: %s: no blob '%s' of rank %d" % (self.path, name, rank))
+            bufs.append(ctypes.create_string_buffer(max(self.blobs[(name, rank)], 1)))
+            reqs[k].tensor, reqs[k].blob, reqs[k].dst = i, 1, ctypes.addressof(bufs[-1])
         err = _Err()
-        if lib.tsr_ckpt_read_blob(h, i, buf, ctypes.byref(err)):
+        if lib.tsr_ckpt_read_many(h, reqs, len(keys), 0, threads, ctypes.byref(err)):
             _raise(err)
-        return buf.raw[:self.blobs[(name, rank)]]
+        return [b.raw[:self.blobs[key]] for b, key in zip(bufs, keys)]
 
     def verify(self, threads=0):
         """Checks every checksum and rule of FORMAT.md; raises Error listing the

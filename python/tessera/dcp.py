@@ -300,10 +300,15 @@ class Reader(StorageReader):
     def read_data(self, plan, planner):
         ck = self._open()
         boxes = []
+        # the blobs first, all in one call of the library (a file's blobs, written
+        # together, come in one read)
+        blobs = [self._alias.get(r.storage_index.fqn, r.storage_index.fqn) for r in plan.items
+                 if r.type == LoadItemType.BYTE_IO]
+        blob = dict(zip(blobs, ck.read_blobs([(name, -1) for name in blobs], threads=_READS_IN_FLIGHT)))
         for req in plan.items:
             name = self._alias.get(req.storage_index.fqn, req.storage_index.fqn)
             if req.type == LoadItemType.BYTE_IO:
-                b = ck.blob(name)
+                b = blob[name]
                 if not isinstance(planner, _RawLoadPlanner) and not b.startswith(_PICKLE):
                     buf = io.BytesIO()  # raw bytes (the trainer's): DCP's planner gets them as a bytes object
                     torch.save(b, buf)
