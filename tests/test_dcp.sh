@@ -125,9 +125,11 @@ expect 0 "the plug-in's save in a bucket verifies" tsr ckpt verify s3://bkt/p/st
 chk load 4 2d s3://bkt/p
 # one process loads it all through a proxy that logs each request, and reads
 # it again through tessera.open (read_many): the frames of a data file that
-# follow each other come in one GET, not one a frame (nor one a blob): at most 6
-# GETs of a file (its header and a run of frames or two, for each of the two),
-# where the file holds a dozen chunks and more, and up to 7 blobs
+# follow each other come in one GET, not one a frame: at most 6 GETs of a file
+# (its header and a run of frames or two, for each of the two) besides one a
+# blob, where the file holds a dozen chunks and more (the blobs come in one or
+# two reads where they were written together, but where the writer's threads
+# put them among the frames varies: no tighter bound holds)
 proxy_start
 direct=$AWS_ENDPOINT_URL AWS_ENDPOINT_URL=$PROXY_URL
 chk load 1 fsdp s3://bkt/p
@@ -137,7 +139,7 @@ for f in data-00000 data-00001; do
     gets=$(grep -c "^[0-9]* GET /bkt/p/step-00000007/$f.tsd " "$PROXY_LOG")
     chunks=$(grep -c "^[^ ].* $f  *\[" info.txt)
     blobs=$(grep -c " global .* $f\$" info.txt)
-    [ "$chunks" -ge 12 ] && [ "$gets" -ge 2 ] && [ "$gets" -le 6 ] ||
+    [ "$chunks" -ge 12 ] && [ "$gets" -ge 2 ] && [ "$gets" -le $((blobs + 6)) ] ||
         fail "a load on 1 process from the bucket: $gets GETs of $f.tsd, which holds $chunks chunks and $blobs blobs"
 done
 expect 0 "import --from dcp into a bucket" tsr import --from dcp titan2/step-40 s3://bkt/imp/step-00000040
