@@ -643,25 +643,6 @@ int tsr_ckpt_plan_read(const tsr_ckpt *ck, size_t tensor, const tsr_box *need, s
     return 0;
 }
 
-int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, tsr_error *err) {
-    if (tensor >= ck->m.n_tensors) return tsr_err(err, TSR_EINVAL, "%s: no tensor %zu", ck->dir, tensor);
-    const tsr_mf_tensor *t = &ck->m.tensors[tensor];
-    int rc = check_box(t, box, err);
-    if (rc || tsr_box_volume(box) == 0) return rc;
-    reader *rd = reader_get(ck);
-    if (!rd) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    /* one box against the tensor's chunks: a scan; many boxes go through a read
-     * plan (tsr_ckpt_plan_read) and tsr_ckpt_read_chunk instead */
-    for (uint32_t ci = t->chunk_first; ci < t->chunk_first + t->chunk_count && !rc; ci++) {
-        const tsr_mf_chunk *c = &ck->m.chunks[ci];
-        tsr_box region;
-        if (!tsr_box_intersect(&c->box, box, &region)) continue;
-        rc = read_region(ck, c, &region, dst, box, &rd->fb, rd->codec, NULL, 0, NULL, err);
-    }
-    reader_put(ck, rd);
-    return rc;
-}
-
 /* ------------------------------------------------------ many reads at once */
 
 #define EXTENT_MAX (8u << 20) /* bytes of neighbouring frames read at once */
@@ -859,6 +840,11 @@ int tsr_ckpt_read_many(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, int che
     }
     free(got), free(m.readers), free(m.items), free(m.ext), free(by_digest), free(want);
     return rc;
+}
+
+int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst, tsr_error *err) {
+    tsr_read_req q = {.tensor = tensor, .box = *box, .dst = dst};
+    return tsr_ckpt_read_many(ck, &q, 1, 0, 1, err);
 }
 
 int tsr_ckpt_read_whole(tsr_ckpt *ck, size_t tensor, void *dst, tsr_error *err) {

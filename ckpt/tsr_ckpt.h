@@ -561,7 +561,8 @@ long tsr_ckpt_find_blob(const tsr_ckpt *ck, const char *name, int32_t rank);
 /* tsr_ckpt_read(): fills `dst` (the memory of `box`, row-major) with the
  * elements of tensor `tensor` inside `box`, which must lie inside the tensor's
  * shape. Reads and decodes only the frames that overlap the box, checking the
- * checksums of each. Thread-safe on one tsr_ckpt. */
+ * checksums of each: tsr_ckpt_read_many of that one read, on the calling
+ * thread. Thread-safe on one tsr_ckpt. */
 int tsr_ckpt_read(tsr_ckpt *ck, size_t tensor, const tsr_box *box, void *dst,
                   tsr_error *err);
 
