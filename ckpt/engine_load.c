@@ -5,8 +5,9 @@
  *   plan   the state's tensors matched with the checkpoint's; every rank's boxes
  *          gathered and each distinct box given to one rank that holds it (the
  *          save plan's rule); receives posted for the boxes others read for me
- *   read   my boxes: a read plan per tensor (tsr_ckpt_plan_read), its pieces
- *          spread over threads, each piece's digest share taken as it lands
+ *   read   my boxes, in one tsr_ckpt_read_many_held: the frames they need,
+ *          neighbouring ones read at once (one GET from a bucket), spread over
+ *          threads, each read's digest share taken as it lands
  *   send   what I read, to every other rank that holds the same box, in
  *          pieces; each piece I receive has its digest share taken as it lands
  *   check  the digests (FORMAT.md 4.4): every rank's share of each tensor from
@@ -18,15 +19,6 @@
 #include "mem.h"
 
 #define TAG_MOD 32000 /* a box's message tag: its plan entry, modulo this */
-
-/* One read of the load: a region of a stored chunk into a state box. */
-typedef struct read_item {
-    size_t state_box; /* index into st->boxes */
-    size_t chunk;     /* checkpoint chunk index */
-    tsr_box region;
-    tsr_box as;       /* the box the state box's memory is read as: its own (but for engine_set_fault_load) */
-    uint64_t share;   /* the digest's share of what landed in the state box (when keys) */
-} read_item;
 
 /* A piece of a state box: rows [lo, hi) of its dim 0 (all of it for a 0-d
  * box), contiguous in its memory. A box goes between ranks in pieces of about
@@ -65,11 +57,10 @@ typedef struct load {
     size_t n_req, cap_req;
     long *mine_for;       /* plan entry -> my state box index, for entries I read */
     size_t *mine, n_mine; /* the state boxes I read */
-    read_item *items;     /* my reads */
-    size_t n_items, cap_items;
-    pthread_mutex_t mu; /* the first failure of the reader threads */
-    int rc;
-    tsr_error err;
+    tsr_read_req *reads;  /* my reads: read_many's, one a box of mine (parallel to mine) */
+    tsr_box *share_box;   /* each read's state box (its memory: the read's box but for engine_set_fault_load) */
+    uint8_t *held;        /* each read's tensor is checked by its digest (by_digest) */
+    uint64_t *share;      /* each read's digest share of what landed in its state box (when held) */
 } load;
 
 /* ----------------------------------------------------------------- open */
@@ -230,19 +221,6 @@ static int plan_load(load *l, tsr_error *err) {
 
 /* ----------------------------------------------------------------- read */
 
-static int add_item(load *l, const read_item *it) {
-    if (tsr_grow((void **)&l->items, &l->cap_items, l->n_items, sizeof *l->items)) return TSR_ENOMEM;
-    l->items[l->n_items++] = *it;
-    return 0;
-}
-
-/* Orders indices into the boxes of the tsr_state ctx by tensor. */
-static int cmp_by_tensor(const void *a, const void *b, void *ctx) {
-    const tsr_state *st = ctx;
-    uint32_t x = st->boxes[*(const size_t *)a].tensor, y = st->boxes[*(const size_t *)b].tensor;
-    return (x > y) - (x < y);
-}
-
 /* The box that state box i of this rank is read as: itself, or under a planted
  * fault (engine_set_fault_load) another box of its tensor of the same extents. */
 static tsr_box read_as(const load *l, size_t i) {
@@ -267,61 +245,27 @@ static tsr_box read_as(const load *l, size_t i) {
     return as;
 }
 
-/* My reads: per tensor, my boxes through the reader's read plan, one item per
- * frame of a chunk that a box overlaps. */
-static int plan_reads(load *l, tsr_error *err) {
-    const tsr_state *st = l->st;
-    size_t *mine = l->mine, n = l->n_mine;
-    tsr_box *need = malloc((n + 1) * sizeof *need);
-    if (!need) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    tsr_sort_ctx(mine, n, sizeof *mine, cmp_by_tensor, (void *)st);
-    int rc = 0;
-    for (size_t g = 0; !rc && g < n;) {
-        uint32_t t = st->boxes[mine[g]].tensor;
-        size_t h = g;
-        for (; h < n && st->boxes[mine[h]].tensor == t; h++) need[h - g] = read_as(l, mine[h]);
-        tsr_read_piece *pieces = NULL;
-        size_t np = 0;
-        rc = tsr_ckpt_plan_read(l->ck, (size_t)l->ck_tensor[t], need, h - g, &pieces, &np, err);
-        for (size_t k = 0; !rc && k < np; k++) {
-            read_item it = {mine[g + pieces[k].need], pieces[k].chunk, pieces[k].region, need[pieces[k].need], 0};
-            if (add_item(l, &it)) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-        }
-        free(pieces);
-        g = h;
-    }
-    free(need);
-    return rc;
-}
-
-/* Reads item i into its state box and, for the digest check, takes the share
- * of what landed there, slab by slab while it is in the cache: as the state
- * box's own memory holds it (where a planted fault read it as another box, the
- * landed data counts where it lies in the state box). */
-static void read_piece(void *ctx, size_t i, int worker) {
-    load *l = ctx;
-    read_item *it = &l->items[i];
-    const tsr_state_box *b = &l->st->boxes[it->state_box];
-    tsr_error e = {0};
-    int rc = tsr_ckpt_read_chunk_share(l->ck, it->chunk, &it->region, b->data, &it->as, l->keys ? &b->box : NULL,
-                                       l->by_digest && l->by_digest[b->tensor], &it->share, &e);
-    if (rc) {
-        pthread_mutex_lock(&l->mu);
-        if (!l->rc) l->rc = rc, l->err = e;
-        pthread_mutex_unlock(&l->mu);
-    }
-}
-
-/* My reads, planned against the stored chunks, spread over threads. */
+/* My boxes, in one tsr_ckpt_read_many_held: the frames they need, neighbouring
+ * ones of a data file read at once, spread over threads; for a tensor the
+ * digest check compares (by_digest), each read's share taken as it lands, as
+ * the state box's own memory holds it (where a planted fault read it as
+ * another box, the landed data counts where it lies in the state box). */
 static int read_mine(load *l, tsr_error *err) {
-    int rc = l->n_mine ? plan_reads(l, err) : 0;
-    if (rc || !l->n_items) return rc;
-    tsr_pool *pool = tsr_pool_new(l->e->opts.write.threads);
-    if (!pool) return tsr_err(err, TSR_ENOMEM, "cannot start reader threads");
-    tsr_pool_for(pool, l->n_items, read_piece, l);
-    tsr_pool_free(pool);
-    if (l->rc && err) *err = l->err;
-    return l->rc;
+    size_t n = l->n_mine;
+    if (!n) return 0;
+    l->reads = calloc(n, sizeof *l->reads);
+    l->share_box = calloc(n, sizeof *l->share_box);
+    l->held = calloc(n, 1);
+    l->share = calloc(n, sizeof *l->share);
+    if (!l->reads || !l->share_box || !l->held || !l->share) return tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t q = 0; q < n; q++) {
+        const tsr_state_box *b = &l->st->boxes[l->mine[q]];
+        l->reads[q] = (tsr_read_req){.tensor = (size_t)l->ck_tensor[b->tensor], .box = read_as(l, l->mine[q]),
+                                     .dst = b->data};
+        l->share_box[q] = b->box;
+        l->held[q] = l->by_digest && l->by_digest[b->tensor];
+    }
+    return tsr_ckpt_read_many_held(l->ck, l->reads, n, l->held, l->share_box, l->share, l->e->opts.write.threads, err);
 }
 
 /* ----------------------------------------------------------------- send */
@@ -416,7 +360,7 @@ static int agree(load *l, int rc, tsr_error *err) {
  * shares, taken as they landed, for a box I read; of its pieces' shares, taken
  * as they were received, for one I received. */
 static void box_shares(const load *l, uint64_t *share) {
-    for (size_t i = 0; i < l->n_items; i++) share[l->items[i].state_box] ^= l->items[i].share;
+    for (size_t q = 0; l->share && q < l->n_mine; q++) share[l->mine[q]] ^= l->share[q];
     for (size_t p = 0; p < l->n_recv; p++) share[l->recv[p].state_box] ^= l->recv[p].share;
 }
 
@@ -448,11 +392,10 @@ static int mark_by_digest(load *l, tsr_error *err) {
  * named. @return 0 (every frame sound: the boxes were read or sent wrong) or the
  * first failure, in *err. */
 static int reread_checked(load *l, const uint8_t *bad, tsr_error *err) {
-    for (size_t i = 0; i < l->n_items; i++) {
-        const read_item *it = &l->items[i];
-        const tsr_state_box *b = &l->st->boxes[it->state_box];
-        if (!bad[b->tensor]) continue;
-        int rc = tsr_ckpt_read_chunk(l->ck, it->chunk, &it->region, b->data, &it->as, err);
+    for (size_t q = 0; l->reads && q < l->n_mine; q++) {
+        const tsr_read_req *r = &l->reads[q];
+        if (!bad[l->st->boxes[l->mine[q]].tensor]) continue;
+        int rc = tsr_ckpt_read(l->ck, r->tensor, &r->box, r->dst, err);
         if (rc) return rc;
     }
     return 0;
@@ -544,8 +487,10 @@ static void load_free(load *l) {
     tsr_comm_reqs_free(l->sends);
     free(l->recv);
     free(l->req_piece);
-    pthread_mutex_destroy(&l->mu);
-    free(l->items);
+    free(l->reads);
+    free(l->share_box);
+    free(l->held);
+    free(l->share);
     free(l->mine);
     free(l->mine_for);
     tsr_save_plan_free(&l->plan);
@@ -623,7 +568,6 @@ static int load_host(tsr_engine *e, const char *step_dir, const tsr_state *st, t
     tsr_ckpt *ck = open_everywhere(e, step_dir, err);
     if (!ck) return err ? err->code : TSR_EIO;
     load l = {.e = e, .st = st, .ck = ck};
-    pthread_mutex_init(&l.mu, NULL);
     rc = match_tensors(&l, err);
     if (!rc) rc = plan_load(&l, err);
     if (!rc && !e->opts.no_digest_check && !(l.keys = malloc((st->n_tensors + 1) * sizeof *l.keys)))

@@ -540,24 +540,8 @@ static int read_one_frame(void *user, uint64_t k) {
     return 0;
 }
 
-/* Reads `region` of chunk c into dst (the memory of dst_box), decoding only the
- * frames of c that overlap it. */
-static int read_region(tsr_ckpt *ck, const tsr_mf_chunk *c, const tsr_box *region, void *dst,
-                       const tsr_box *dst_box, frame_buf *fb, tsr_codec *codec, const tsr_box *share_box,
-                       int by_digest, uint64_t *share, tsr_error *err) {
-    read_ctx r = {ck, &ck->m.tensors[c->tensor], c, dst_box, region, dst, fb, codec, err, share_box, by_digest, 0};
-    int rc = tsr_frames_in(c, region, read_one_frame, &r);
-    if (share) *share = r.share;
-    return rc;
-}
-
 int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst, const tsr_box *dst_box,
                         tsr_error *err) {
-    return tsr_ckpt_read_chunk_share(ck, chunk, region, dst, dst_box, NULL, 0, NULL, err);
-}
-
-int tsr_ckpt_read_chunk_share(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst, const tsr_box *dst_box,
-                              const tsr_box *share_box, int by_digest, uint64_t *share, tsr_error *err) {
     if (chunk >= ck->m.n_chunks) return tsr_err(err, TSR_EINVAL, "%s: no chunk %zu", ck->dir, chunk);
     const tsr_mf_chunk *c = &ck->m.chunks[chunk];
     if (!tsr_box_contains(&c->box, region) || !tsr_box_contains(dst_box, region))
@@ -566,12 +550,8 @@ int tsr_ckpt_read_chunk_share(tsr_ckpt *ck, size_t chunk, const tsr_box *region,
     if (tsr_box_volume(region) == 0) return 0;
     reader *rd = reader_get(ck);
     if (!rd) return tsr_err(err, TSR_ENOMEM, "out of memory");
-    if (share_box && (share_box->ndim != dst_box->ndim ||
-                      memcmp(share_box->extent, dst_box->extent, sizeof dst_box->extent[0] * dst_box->ndim))) {
-        reader_put(ck, rd);
-        return tsr_err(err, TSR_EINVAL, "%s: chunk %zu: the share's box is not the destination's shape", ck->dir, chunk);
-    }
-    int rc = read_region(ck, c, region, dst, dst_box, &rd->fb, rd->codec, share_box, share_box && by_digest, share, err);
+    read_ctx r = {ck, &ck->m.tensors[c->tensor], c, dst_box, region, dst, &rd->fb, rd->codec, err, NULL, 0, 0};
+    int rc = tsr_frames_in(c, region, read_one_frame, &r);
     reader_put(ck, rd);
     return rc;
 }
@@ -657,7 +637,8 @@ typedef struct many_item {
 typedef struct many_ctx {
     tsr_ckpt *ck;
     const tsr_read_req *reqs;
-    const uint8_t *by_digest; /* each read: held to its tensor's digest */
+    const uint8_t *held;      /* each read (NULL: none): its share taken, its frames' checksums left to the caller's digest */
+    const tsr_box *share_box; /* each read's box its share is taken as (NULL: the read's own) */
     many_item *items;         /* by (file, offset) */
     size_t *ext;              /* extent e: items [ext[e], ext[e + 1]) */
     reader **readers;         /* per worker */
@@ -691,8 +672,8 @@ static int land_items(many_ctx *m, many_item *a, many_item *b, const uint8_t *st
     }
     const tsr_mf_chunk *c = &ck->m.chunks[a->chunk];
     const tsr_mf_tensor *t = &ck->m.tensors[c->tensor];
-    int by_digest = 1; /* the checksums are skipped when every read of the frame is held to the digest */
-    for (many_item *it = a; it < b; it++) by_digest &= m->by_digest[it->req];
+    int by_digest = m->held != NULL; /* the checksums are skipped when every read of the frame is held */
+    for (many_item *it = a; by_digest && it < b; it++) by_digest &= m->held[it->req];
     tsr_box fbox;
     tsr_frame_box(c, a->frame - c->frame_first, &fbox);
     read_ctx r = {ck, t, c, NULL, NULL, NULL, &rd->fb, rd->codec, err, NULL, by_digest, 0};
@@ -704,7 +685,8 @@ static int land_items(many_ctx *m, many_item *a, many_item *b, const uint8_t *st
     int rc = decode_stored(ck, a->frame, t->dtype, t->name, &rd->fb, st, into, rd->codec, by_digest, err);
     for (many_item *it = a; !rc && it < b; it++) {
         const tsr_read_req *q = &m->reqs[it->req];
-        r.box = &q->box, r.dst = q->dst, r.share_box = m->by_digest[it->req] ? &q->box : NULL, r.share = 0;
+        r.box = &q->box, r.dst = q->dst, r.share = 0;
+        r.share_box = !m->held || !m->held[it->req] ? NULL : m->share_box ? &m->share_box[it->req] : &q->box;
         land(&r, &fbox, &it->region, into && rd->fb.out == into);
         it->share = r.share;
     }
@@ -792,27 +774,23 @@ static int digest_refused(tsr_ckpt *ck, const tsr_read_req *q, uint64_t got, uin
                    ck->dir, ck->m.tensors[q->tensor].name, (unsigned long long)got, (unsigned long long)want);
 }
 
-int tsr_ckpt_read_many(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, int check_digest, int threads,
-                       tsr_error *err) {
-    many_ctx m = {.ck = ck, .reqs = reqs};
-    uint8_t *by_digest = calloc(n + 1, 1);
-    uint64_t *want = calloc(n + 1, sizeof *want);
+int tsr_ckpt_read_many_held(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, const uint8_t *held,
+                            const tsr_box *share_box, uint64_t *share, int threads, tsr_error *err) {
+    many_ctx m = {.ck = ck, .reqs = reqs, .held = held, .share_box = share_box};
     size_t ni = 0, ne = 0;
-    int rc = by_digest && want ? 0 : tsr_err(err, TSR_ENOMEM, "out of memory");
+    int rc = 0;
     for (size_t q = 0; !rc && q < n; q++) {
-        if (reqs[q].tensor >= (reqs[q].blob ? ck->m.n_blobs : ck->m.n_tensors)) {
+        if (share) share[q] = 0;
+        if (reqs[q].tensor >= (reqs[q].blob ? ck->m.n_blobs : ck->m.n_tensors))
             rc = tsr_err(err, TSR_EINVAL, "%s: no %s %zu", ck->dir, reqs[q].blob ? "blob" : "tensor", reqs[q].tensor);
-            break;
-        }
-        if (reqs[q].blob) continue;
-        const tsr_mf_tensor *t = &ck->m.tensors[reqs[q].tensor];
-        int whole = reqs[q].box.ndim == t->ndim;
-        for (uint32_t d = 0; whole && d < t->ndim; d++)
-            whole = reqs[q].box.offset[d] == 0 && reqs[q].box.extent[d] == t->shape[d];
-        by_digest[q] = check_digest && whole && tsr_box_volume(&reqs[q].box) &&
-                       tsr_ckpt_tensor_digest(ck, reqs[q].tensor, &want[q]) == 1;
+        else if (held && held[q] && (reqs[q].blob || !share))
+            rc = tsr_err(err, TSR_EINVAL, "%s: read %zu is held to a digest without a share to take", ck->dir, q);
+        else if (held && held[q] && share_box &&
+                 (share_box[q].ndim != reqs[q].box.ndim ||
+                  memcmp(share_box[q].extent, reqs[q].box.extent, sizeof share_box[q].extent[0] * share_box[q].ndim)))
+            rc = tsr_err(err, TSR_EINVAL, "%s: tensor %s: the share's box is not the read's shape", ck->dir,
+                         ck->m.tensors[reqs[q].tensor].name);
     }
-    m.by_digest = by_digest;
     if (!rc) rc = plan_many(&m, n, &ni, &ne, err); /* checks each box against its tensor's shape */
     tsr_pool *pool = NULL;
     int nw = 0;
@@ -829,16 +807,32 @@ int tsr_ckpt_read_many(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, int che
     }
     for (int w = 0; m.readers && w < nw; w++) reader_put(ck, m.readers[w]);
     tsr_pool_free(pool);
-    uint64_t *got = rc ? NULL : calloc(n + 1, sizeof *got);
-    if (!rc && !got) rc = tsr_err(err, TSR_ENOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < ni; i++) got[m.items[i].req] ^= m.items[i].share;
+    for (size_t i = 0; !rc && share && i < ni; i++) share[m.items[i].req] ^= m.items[i].share;
+    free(m.readers), free(m.items), free(m.ext);
+    return rc;
+}
+
+int tsr_ckpt_read_many(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, int check_digest, int threads,
+                       tsr_error *err) {
+    uint8_t *held = calloc(n + 1, 1);
+    uint64_t *want = calloc(n + 1, sizeof *want), *got = calloc(n + 1, sizeof *got);
+    int rc = held && want && got ? 0 : tsr_err(err, TSR_ENOMEM, "out of memory");
+    for (size_t q = 0; !rc && check_digest && q < n; q++) {
+        if (reqs[q].blob || reqs[q].tensor >= ck->m.n_tensors) continue; /* the latter refused by the read */
+        const tsr_mf_tensor *t = &ck->m.tensors[reqs[q].tensor];
+        int whole = reqs[q].box.ndim == t->ndim;
+        for (uint32_t d = 0; whole && d < t->ndim; d++)
+            whole = reqs[q].box.offset[d] == 0 && reqs[q].box.extent[d] == t->shape[d];
+        held[q] = whole && tsr_box_volume(&reqs[q].box) && tsr_ckpt_tensor_digest(ck, reqs[q].tensor, &want[q]) == 1;
+    }
+    if (!rc) rc = tsr_ckpt_read_many_held(ck, reqs, n, held, NULL, got, threads, err);
     for (size_t q = 0; !rc && q < n; q++) {
-        if (!by_digest[q]) continue;
+        if (!held[q]) continue;
         const tsr_mf_tensor *t = &ck->m.tensors[reqs[q].tensor];
         uint64_t d = got[q] ^ tsr_digest_key(t->name, t->dtype);
         if (d != want[q]) rc = digest_refused(ck, &reqs[q], d, want[q], err);
     }
-    free(got), free(m.readers), free(m.items), free(m.ext), free(by_digest), free(want);
+    free(got), free(held), free(want);
     return rc;
 }
 

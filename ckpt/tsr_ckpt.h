@@ -589,6 +589,19 @@ typedef struct tsr_read_req {
  * frames' checksums, as tsr_ckpt_read. Thread-safe on one tsr_ckpt. */
 int tsr_ckpt_read_many(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, int check_digest, int threads,
                        tsr_error *err);
+/* tsr_ckpt_read_many_held(): the same reads for a caller that checks digests
+ * itself (the engine's load, where ranks read parts of a tensor): a read with
+ * held[q] = 1 (a tensor's box) gets no frame checksums (of the stored bytes nor
+ * of the decoded ones; their zero padding is still checked) and share[q] = its
+ * digest share (FORMAT.md 4.4, tsr_digest_region; without the key) of what
+ * landed in its dst, taken slab by slab right after each copy, while in cache,
+ * as the memory of share_box[q] (the extents of its box; share_box NULL: the
+ * box itself), so that data landed in the wrong place gives another share. The
+ * caller's digest check of the whole tensor then proves the bytes end to end.
+ * Reads without held are checked by the checksums (share[q] = 0). held and
+ * share_box may be NULL; share is needed with held. */
+int tsr_ckpt_read_many_held(tsr_ckpt *ck, const tsr_read_req *reqs, size_t n, const uint8_t *held,
+                            const tsr_box *share_box, uint64_t *share, int threads, tsr_error *err);
 /* tsr_ckpt_read_whole(): all of tensor `tensor` into dst (row-major), held to
  * its digest where the MANIFEST records one: tsr_ckpt_read_many of one read
  * with check_digest, on the calling thread. */
@@ -596,22 +609,10 @@ int tsr_ckpt_read_whole(tsr_ckpt *ck, size_t tensor, void *dst, tsr_error *err);
 
 /* tsr_ckpt_read_chunk(): reads `region` of stored chunk `chunk` into dst, the
  * memory of dst_box; region must lie inside both. Decodes only the frames of the
- * chunk that overlap the region. With tsr_ckpt_plan_read, the way to read many
- * boxes at once. Thread-safe. */
+ * chunk that overlap the region, checking their checksums. Many boxes at once:
+ * tsr_ckpt_read_many (neighbouring frames in one read). Thread-safe. */
 int tsr_ckpt_read_chunk(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst,
                         const tsr_box *dst_box, tsr_error *err);
-/* tsr_ckpt_read_chunk_share(): the same, and *share = the digest share (FORMAT.md
- * 4.4, tsr_digest_region) of what landed in dst, taken from dst slab by slab
- * right after each slab's copy, while it is in cache; share_box: the box of the
- * tensor whose memory dst is (the extents of dst_box; normally dst_box itself),
- * so that data copied to the wrong place gives another share. by_digest = 1:
- * the caller checks the whole tensor's digest from the shares of its reads,
- * which proves the bytes that land end to end: the frames' checksums (of the
- * stored bytes and of the decoded ones) are not computed; their zero padding
- * is still checked. */
-int tsr_ckpt_read_chunk_share(tsr_ckpt *ck, size_t chunk, const tsr_box *region, void *dst,
-                              const tsr_box *dst_box, const tsr_box *share_box, int by_digest, uint64_t *share,
-                              tsr_error *err);
 
 /* One read of a read plan: the part `region` of needed box `need` that lies in
  * one frame of one stored chunk. tsr_ckpt_read_chunk(ck, chunk, &region, ...)

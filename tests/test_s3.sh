@@ -177,6 +177,29 @@ seen() { # method, target pattern: requests the last proxy logged
 }
 
 if [ "$S3_SERVER" = moto ]; then
+# --- the engine's load from a bucket reads the frames it needs that follow each
+# other in a data file in one ranged GET: a checkpoint of 256 KiB frames (64 in
+# each of its 2 files, 8 chunks of 8 frames) loaded on 3 ranks through a proxy
+# that logs each request. A GET a frame would be 70 to 80 GETs a file (each
+# file is read by 2 ranks); runs of frames make 2 ranks x (a header and a run a
+# chunk) = 18: at most 3 a chunk of the file, whatever the frames' order
+run_np 2 "$T" ckpt synth fr/step-00000001 --layout dp_shard=2 --bytes 32M --dtype bf16 --frame-bytes 256K \
+    >/dev/null || fail "synth of 256 KiB frames"
+expect 0 "push of 256 KiB frames" "$T" push fr/step-00000001 $B/frames/
+proxy_start
+AWS_ENDPOINT_URL=$PROXY_URL run_np 3 "$T" ckpt check $B/frames/step-00000001 --layout dp_shard=3 >/dev/null 2>err.txt ||
+    { fail "check of 256 KiB frames from the bucket on 3 ranks"; cat err.txt >&2; }
+proxy_stop
+"$T" ckpt info fr/step-00000001 --json >info.json || fail "ckpt info --json of 256 KiB frames"
+for f in 0 1; do
+    set -- $(/usr/bin/python3 -c '
+import json, sys
+cs = [c for t in json.load(open("info.json"))["tensors"] for c in t["chunks"] if c["file_id"] == int(sys.argv[1])]
+print(len(cs), sum(len(c["frames"]) for c in cs))' $f)
+    gets=$(seen GET "frames/step-00000001/data-0000$f.tsd")
+    [ "$2" -ge $((6 * $1)) ] && [ "$gets" -le $((3 * $1)) ] ||
+        fail "the engine's load of data-0000$f.tsd ($1 chunks, $2 frames) took $gets GETs, over 3 a chunk"
+done
 # --- faults: 500/503, resets and stalls on a share of requests
 proxy_start --fail-rate 0.15 --reset-rate 0.1 --stall-rate 0.05 --stall-seconds 3 --seed 11
 TSR_S3_STALL_SECONDS=1 expect 0 "push through faults" "$T" push ck $B/faulty/ --endpoint "$PROXY_URL"
