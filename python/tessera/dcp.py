@@ -147,15 +147,22 @@ class Writer(StorageWriter):
         ok = False
         try:
             declared = set()
+            # what is not a tensor first: the blobs lie together at the start of
+            # the data file (a tensor's frames are encoded on the library's
+            # threads, placed as they finish), so a load reads them in one request
             for item in plan.items:
-                name = item.index.fqn
-                if item.type == WriteItemType.BYTE_IO:
-                    data = planner.resolve_data(item)
-                    b = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
-                    if lib.tsr_save_blob(s, name.encode(), -1, b, len(b), ctypes.byref(err)):
-                        _raise(err, "tessera.dcp: %s: blob %s" % (self.path, name))
-                    results.append(WriteResult(index=item.index, size_in_bytes=len(b), storage_data=None))
+                if item.type != WriteItemType.BYTE_IO:
                     continue
+                name = item.index.fqn
+                data = planner.resolve_data(item)
+                b = data.getvalue() if isinstance(data, io.BytesIO) else bytes(data)
+                if lib.tsr_save_blob(s, name.encode(), -1, b, len(b), ctypes.byref(err)):
+                    _raise(err, "tessera.dcp: %s: blob %s" % (self.path, name))
+                results.append(WriteResult(index=item.index, size_in_bytes=len(b), storage_data=None))
+            for item in plan.items:
+                if item.type == WriteItemType.BYTE_IO:
+                    continue
+                name = item.index.fqn
                 td = item.tensor_data
                 t = planner.resolve_data(item).detach()
                 if t.device.type != "cpu":
