@@ -2,7 +2,8 @@
 through tessera.dcp on WORLD processes of the gloo backend on loopback. MODE:
 save, async, load (tessera.dcp's Writer and Reader), dcpsave, dcpload (DCP's own
 FileSystemWriter and FileSystemReader: the other end of the conversions), trained
-(the model of a `tessera train` checkpoint at PATH loaded into LAYOUT), errors
+(the model of a `tessera train` checkpoint at PATH loaded into LAYOUT),
+fromtrainer (TorchTitan's trainer going on from the root PATH of one), errors
 (bad input, and partial loads, in one process, under PATH).
 
 The state is a small Llama-like model's parameters, its AdamW moments and step
@@ -302,6 +303,108 @@ def manager(mode, layout, world, paths, fails):
     mgr.close()
 
 
+def from_trainer(world, root, fails):
+    """TorchTitan's trainer going on from a checkpoint of `tessera train`:
+    tessera.titan's CheckpointManager (strict, as TorchTitan loads) over ROOT,
+    a module of the checkpoint's parameters (FSDP2 over WORLD processes),
+    TorchTitan's AdamW (OptimizersContainer, for-loop) and schedule, and its
+    trainer's state (step, ntokens_seen). Step 2 of 4 loads whole: the
+    parameters and moments are the trainer's, AdamW's count and param groups
+    and the schedule's count are its blobs' (the rate the next step's); how
+    PyTorch runs AdamW (foreach, fused) stays the loader's; then a step runs
+    on it. A loader wanting a key the checkpoint lacks fails naming it."""
+    import tomllib
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torchtitan.components.optimizer.lr_scheduler import LRSchedulersContainer
+    from torchtitan.components.optimizer.optimizer import OptimizersContainer, ParamGroupConfig
+    from torch.distributed.checkpoint.api import CheckpointException
+    import tessera.titan
+    with tessera.open(os.path.join(root, "step-00000002")) as ck:
+        names = [n for n, t in ck.tensors.items() if t.group == "model"]
+        want = {n: ck.read(n, torch=True) for n in names}
+        moments = {(n, k): ck.read("optim.%s.%s" % (k, n), torch=True) for n in names for k in ("exp_avg", "exp_avg_sq")}
+        step = int.from_bytes(ck.blob("train.step"), "little")
+        sched = dict(w.partition("=")[::2] for w in ck.blob("train.lr_scheduler").decode().split())
+        cfg = tomllib.loads(ck.blob("train.config").decode())
+    model = torch.nn.Module()
+    for n in names:  # the checkpoint's names: nested modules, a parameter at each leaf
+        *path, leaf = n.split(".")
+        m = model
+        for p in path:
+            if not hasattr(m, p):
+                m.add_module(p, torch.nn.Module())
+            m = getattr(m, p)
+        m.register_parameter(leaf, torch.nn.Parameter(torch.zeros(want[n].shape)))
+    fully_shard(model, mesh=init_device_mesh("cpu", (world,)))
+    o = cfg["optimizer"]
+    opt = OptimizersContainer.Config(
+        param_groups=[ParamGroupConfig(pattern=".*", optimizer_name="AdamW", optimizer_kwargs={
+            "lr": o["lr"], "betas": (o["beta1"], o["beta2"]), "eps": o["eps"], "weight_decay": o["weight_decay"]})],
+        implementation="for-loop").build(model_parts=[model])
+    lrs = LRSchedulersContainer.Config(warmup_steps=cfg["lr_scheduler"]["warmup_steps"]).build(
+        optimizers=opt, training_steps=cfg["training"]["steps"] + 10)  # the run goes on past its end
+
+    class TrainState:  # TorchTitan's trainer's (torchtitan.trainer.Trainer.state_dict)
+        step, ntokens_seen = 0, 0
+
+        def state_dict(self):
+            return {"step": self.step, "ntokens_seen": self.ntokens_seen}
+
+        def load_state_dict(self, sd):
+            self.step, self.ntokens_seen = sd["step"], sd["ntokens_seen"]
+    ts = TrainState()
+    # tessera's data position is no state of TorchTitan's data loader: left out, as a TorchTitan job would
+    mgr = tessera.titan.CheckpointManager.Config(enable=True, folder=root, interval=1000,
+                                                 exclude_from_loading=["dataloader"]).build(
+        dataloader=None, model_parts=[model], optimizers=opt, lr_schedulers=lrs, states={"train_state": ts},
+        sd_adapter=None)
+    if not mgr.load(step=2):  # mid-schedule: the next step's rate is not the last one's
+        fails.append("from_trainer: nothing loaded from %s" % root)
+        return
+    got = {k: full(v) for k, v in model.state_dict().items()}
+    for n in names:
+        if not torch.equal(got[n], want[n]):
+            fails.append("from_trainer: %s is not the trainer's" % n)
+    byname = dict(model.named_parameters())
+    for g in opt.optimizers[0].param_groups:
+        seen = {k: g[k] for k in ("lr", "initial_lr", "betas", "eps", "weight_decay", "foreach", "fused")}
+        expect = {"lr": float(sched["next_lr"]), "initial_lr": o["lr"], "betas": (o["beta1"], o["beta2"]),
+                  "eps": o["eps"], "weight_decay": o["weight_decay"], "foreach": False, "fused": False}
+        if seen != expect:
+            fails.append("from_trainer: AdamW's param group %s, the trainer's %s" % (seen, expect))
+    for n in names:
+        st = opt.optimizers[0].state[byname[n]]
+        for k in ("exp_avg", "exp_avg_sq"):
+            if not torch.equal(full(st[k]), moments[(n, k)]):
+                fails.append("from_trainer: AdamW's %s of %s is not the trainer's optim.%s.%s" % (k, n, k, n))
+        if float(st["step"]) != step:
+            fails.append("from_trainer: AdamW's count of %s is %s, the trainer's %d" % (n, float(st["step"]), step))
+    tr = cfg["training"]
+    ntok = step * tr["global_batch_size"] // (cfg["parallelism"]["data_parallel_replicate_degree"] *
+                                              cfg["parallelism"]["data_parallel_shard_degree"]) * tr["seq_len"]
+    if (lrs.schedulers[0].last_epoch, ts.step, ts.ntokens_seen) != (step, step, ntok):
+        fails.append("from_trainer: the schedule's count %d, the train state's step %d and tokens %d; the trainer's "
+                     "%d, %d and %d" % (lrs.schedulers[0].last_epoch, ts.step, ts.ntokens_seen, step, step, ntok))
+    # a step on it: every parameter moves, AdamW counts one more
+    before = {k: v.clone() for k, v in got.items()}
+    sum(p.to_local().square().sum() for p in model.parameters()).backward()
+    opt.step()
+    lrs.step()
+    after = {k: full(v) for k, v in model.state_dict().items()}
+    if any(torch.equal(before[n], after[n]) for n in names) or \
+            float(opt.optimizers[0].state[byname[names[0]]]["step"]) != step + 1:
+        fails.append("from_trainer: the step after the load did not update every parameter")
+    # strict as TorchTitan is: a state the checkpoint lacks is named
+    try:
+        tessera.dcp.load({"dataloader.dp_rank_0": b""}, root)
+        fails.append("from_trainer: a load of a data loader's state the checkpoint lacks went through")
+    except (RuntimeError, CheckpointException) as e:  # DCP's, on every rank, for a failure on any
+        if "dataloader.dp_rank_0" not in str(e):
+            fails.append("from_trainer: a missing key, unclear error: %s" % e)
+    mgr.close()
+
+
 def run(rank, mode, world, layout, path, port, q):
     fails = []
     try:
@@ -314,6 +417,8 @@ def run(rank, mode, world, layout, path, port, q):
             trained(layout, world, path, fails)
         elif mode == "titan":
             titan(layout, world, path, fails)
+        elif mode == "fromtrainer":
+            from_trainer(world, path, fails)
         elif mode in ("ttsave", "ttload", "ttplug"):
             manager(mode, layout, world, path, fails)
         elif mode in ("save", "async", "dcpsave"):

@@ -857,9 +857,10 @@ def check_trainer(ck):
     a = {w.split("=")[0]: w.split("=")[1] for w in words}
     sched = blobs["train.lr_scheduler"].decode("ascii").split(" ")
     origins = [w.partition("=")[::2] for w in sched[2:]]
-    if (len(sched) not in (2, 4) or sched[0] != "last_step=%d" % ck.step or not sched[1].startswith("last_lr=")
-            or [k for k, _ in origins] not in ([], ["opt_origin", "lr_origin"])
-            or not all(re.fullmatch(r"-?[0-9]+", v) for _, v in origins)):
+    nums = {"opt_origin": r"-?[0-9]+", "lr_origin": r"-?[0-9]+", "next_lr": r"[-+.0-9e]+"}
+    if (len(sched) not in (2, 4, 5) or sched[0] != "last_step=%d" % ck.step or not sched[1].startswith("last_lr=")
+            or [k for k, _ in origins] not in ([], ["opt_origin", "lr_origin"], ["opt_origin", "lr_origin", "next_lr"])
+            or not all(re.fullmatch(nums[k], v) for k, v in origins)):
         problems.append("train.lr_scheduler %r" % blobs["train.lr_scheduler"])
     C, L, NH, NKV, F, V = (int(a[k]) for k in ["dim", "n_layers", "n_heads", "n_kv_heads", "ffn_dim", "vocab_size"])
     hd = C // NH

@@ -63,6 +63,10 @@ train() { # DIR [ARGS]: 4 steps of the debug model on 2 ranks (tp=2), saved ever
 losses() { grep -o '"step": [34], "loss": [^,]*' "$1/metrics.jsonl"; }
 train trained
 chk trained 4 2d "$TSR_TMP/trained/checkpoint"
+# TorchTitan's trainer going on from it: tessera.titan's manager loads step 2
+# whole on 2 processes (FSDP2), AdamW's count, param groups and schedule from
+# the trainer's blobs, and takes a step
+chk fromtrainer 2 - "$TSR_TMP/trained/checkpoint"
 
 # a checkpoint saved by PyTorch through the plug-in, TorchTitan's names (step 2
 # of that run as a TorchTitan state on 2 processes), resumed by tessera train:

@@ -48,8 +48,11 @@ static void fill_blobs(train_job *j, int step, const tsr_data_pos *pos) {
     tsr_st64(j->step_le, (uint64_t)step);
     tsr_data_pos_encode(pos, j->pos_bytes);
     tsr_st64(j->rng_le, (uint64_t)j->t->cfg.training.seed);
-    snprintf(j->sched_text, sizeof j->sched_text, "last_step=%d last_lr=%.9g opt_origin=%d lr_origin=%d", step,
-             (double)j->t->last_lr, j->t->opt_origin, j->t->lr_origin);
+    /* next_lr: the schedule's rate for step + 1, so that a PyTorch optimizer
+     * loading the state (tessera.dcp's Reader) takes its next step as this job would */
+    snprintf(j->sched_text, sizeof j->sched_text, "last_step=%d last_lr=%.9g opt_origin=%d lr_origin=%d next_lr=%.9g",
+             step, (double)j->t->last_lr, j->t->opt_origin, j->t->lr_origin,
+             tsr_config_lr_at(&j->t->cfg, step + 1 - j->t->lr_origin));
     const void *data[N_BLOBS] = {j->step_le, j->pos_bytes, j->config_text, j->model_text, j->rng_le, j->sched_text};
     size_t size[N_BLOBS] = {8, TSR_DATA_POS_BYTES, strlen(j->config_text), strlen(j->model_text), 8,
                             strlen(j->sched_text)};

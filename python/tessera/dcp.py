@@ -23,9 +23,14 @@ unpickles it on load, as it does from its own files; a blob that is no such pick
 (the trainer's train.step, ...) is handed to DCP as bytes. Names are the flattened
 state dict's keys (DCP's "optimizer.state.layers.0.attention.wq.weight.exp_avg");
 tessera's rules apply to them (1..255 bytes of [A-Za-z0-9_.:+-]); a key outside
-them fails the save, naming it. A checkpoint of tessera train offers its AdamW
-moments (optim.exp_avg.NAME) under TorchTitan's names too
-(optimizer.state.NAME.exp_avg).
+them fails the save, naming it. A checkpoint of tessera train offers its state
+under TorchTitan's names too, so that TorchTitan's trainer (tessera.titan's
+CheckpointManager) goes on from it: AdamW's moments (optim.exp_avg.NAME as
+optimizer.state.NAME.exp_avg), its count, its param groups (the next step's
+rate, betas, eps, weight decay), the schedule's count (lr_scheduler.last_epoch)
+and train_state.step, from the trainer's blobs. How PyTorch runs the optimizer
+(foreach, fused, ...) is no state of tessera's: LoadPlanner (tessera.dcp.load's
+and tessera.titan's) leaves the loader's own.
 
 Conversion both ways, in one process (python -m tessera.dcp, or tessera import
 --from dcp and tessera export --format dcp, which run it):
@@ -45,6 +50,7 @@ import io
 import os
 import re
 import secrets
+import tomllib
 
 import numpy as np
 import torch
@@ -254,7 +260,8 @@ class Reader(StorageReader):
         self.path = os.fspath(path) if path is not None else None
         self.check_digests = check_digests
         self._ck = None
-        self._alias = {}  # tessera train's moments under TorchTitan's names (_trainer_aliases)
+        self._alias = {}  # tessera train's moments under TorchTitan's names (_trainer_state)
+        self._synth = {}  # and what TorchTitan keeps besides, from the trainer's blobs
 
     def reset(self, checkpoint_id=None):
         if checkpoint_id is not None:
@@ -270,7 +277,7 @@ class Reader(StorageReader):
             if self.path is None:
                 raise Error(-1, "tessera.dcp.Reader: no path (give one, or a checkpoint_id to dcp.load)")
             self._ck = _open(self.path, check_digests=self.check_digests)
-            self._alias = _trainer_aliases(self._ck)
+            self._alias, self._synth = _trainer_state(self._ck)
         return self._ck
 
     def _close(self):
@@ -293,6 +300,12 @@ class Reader(StorageReader):
         for (name, rank) in ck.blobs:
             if rank == -1:
                 md[name] = BytesStorageMetadata()
+        for name, v in self._synth.items():
+            if isinstance(v, torch.Tensor):  # AdamW's step: a 0-d f32 tensor
+                md[name] = TensorStorageMetadata(properties=TensorProperties(dtype=v.dtype), size=v.shape,
+                                                 chunks=[ChunkStorageMetadata(offsets=torch.Size([]), sizes=v.shape)])
+            else:
+                md[name] = BytesStorageMetadata()
         return Metadata(state_dict_metadata=md, storage_meta=StorageMeta(checkpoint_id=ck.path))
 
     def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
@@ -309,11 +322,14 @@ class Reader(StorageReader):
         boxes = []
         # the blobs first, all in one call of the library (a file's blobs, written
         # together, come in one read)
-        blobs = [self._alias.get(r.storage_index.fqn, r.storage_index.fqn) for r in plan.items
-                 if r.type == LoadItemType.BYTE_IO]
+        blobs = [r.storage_index.fqn for r in plan.items
+                 if r.type == LoadItemType.BYTE_IO and r.storage_index.fqn not in self._synth]
         blob = dict(zip(blobs, ck.read_blobs([(name, -1) for name in blobs], threads=_READS_IN_FLIGHT)))
         for req in plan.items:
             name = self._alias.get(req.storage_index.fqn, req.storage_index.fqn)
+            if name in self._synth:
+                _load_value(planner, req, self._synth[name])
+                continue
             if req.type == LoadItemType.BYTE_IO:
                 b = blob[name]
                 if not isinstance(planner, _RawLoadPlanner) and not b.startswith(_PICKLE):
@@ -353,22 +369,99 @@ class Reader(StorageReader):
 
 
 _TRAINER_MOMENT = re.compile(r"optim\.(exp_avg|exp_avg_sq)\.(.+)")
+# how a PyTorch optimizer runs, not its state: a checkpoint of tessera train has
+# none of them, and LoadPlanner leaves the loader's own
+_HOW_IT_RUNS = re.compile(r"optimizer\.param_groups\..+\.(foreach|fused|capturable|differentiable)")
 
 
-def _trainer_aliases(ck):
-    """A checkpoint of tessera train (its train.model blob) keeps AdamW's moments
-    as optim.exp_avg.NAME and optim.exp_avg_sq.NAME; the Reader also offers them
-    under TorchTitan's flattened names, optimizer.state.NAME.exp_avg(_sq), so a
-    PyTorch state dict laid out as TorchTitan's loads them. {alias: name}."""
-    if not any(name == "train.model" for name, _ in ck.blobs):
-        return {}
-    out = {}
+def _trainer_state(ck):
+    """A checkpoint of tessera train (its train.model blob) under TorchTitan's
+    names too, as TorchTitan's trainer, AdamW (OptimizersContainer's flattened
+    state) and schedule (LRSchedulersContainer) keep their state: {alias: name}
+    for AdamW's moments (the trainer's optim.exp_avg.NAME as
+    optimizer.state.NAME.exp_avg, and exp_avg_sq), and {key: value} for what
+    the trainer keeps in its blobs (train.step, train.lr_scheduler,
+    train.config): optimizer.state.NAME.step (AdamW's count, a 0-d f32 tensor),
+    optimizer.param_groups.NAME.KEY (lr: the schedule's rate for the next step;
+    initial_lr, betas, eps, weight_decay from the run's configuration; amsgrad,
+    maximize, decoupled_weight_decay as tessera's AdamW is), lr_scheduler.last_epoch
+    (the schedule's count), train_state.step and train_state.ntokens_seen (the
+    tokens one data-parallel rank of the saving run took, counted from the
+    steps). A checkpoint older than next_lr in train.lr_scheduler offers no lr."""
+    if not any(name == "train.model" and rank == -1 for name, rank in ck.blobs):
+        return {}, {}
+    alias, synth = {}, {}
     for name in ck.tensors:
         m = _TRAINER_MOMENT.fullmatch(name)
-        alias = m and "optimizer.state.%s.%s" % (m.group(2), m.group(1))
-        if alias and alias not in ck.tensors:
-            out[alias] = name
-    return out
+        a = m and "optimizer.state.%s.%s" % (m.group(2), m.group(1))
+        if a and a not in ck.tensors:
+            alias[a] = name
+    want = ("train.step", "train.lr_scheduler", "train.config")
+    if not all((b, -1) in ck.blobs for b in want):
+        return alias, synth
+    step_le, sched_text, config_text = ck.read_blobs([(b, -1) for b in want])
+    try:
+        step = int.from_bytes(step_le, "little")
+        sched = dict(w.partition("=")[::2] for w in sched_text.decode("ascii").split())
+        cfg = tomllib.loads(config_text.decode("utf-8"))
+        opt, training, par = cfg["optimizer"], cfg["training"], cfg["parallelism"]
+        count = step - int(sched.get("opt_origin", 0))
+        group = {"initial_lr": float(opt["lr"]), "betas": (float(opt["beta1"]), float(opt["beta2"])),
+                 "eps": float(opt["eps"]), "weight_decay": float(opt["weight_decay"]), "amsgrad": False,
+                 "maximize": False, "decoupled_weight_decay": True}
+        if "next_lr" in sched:
+            group["lr"] = float(sched["next_lr"])
+        synth["lr_scheduler.last_epoch"] = step - int(sched.get("lr_origin", 0))
+        dp = int(par["data_parallel_replicate_degree"]) * int(par["data_parallel_shard_degree"])
+        batch = int(training["global_batch_size"]) // dp if int(training["global_batch_size"]) > 0 \
+            else int(training["local_batch_size"])
+        synth["train_state.step"] = step
+        synth["train_state.ntokens_seen"] = step * batch * int(training["seq_len"])
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        raise Error(-1, "tessera.dcp: %s: the trainer's train.step, train.lr_scheduler and train.config do "
+                        "not read as tessera train writes them: %s: %s" % (ck.path, type(e).__name__, e))
+    for a, name in alias.items():
+        if a.endswith(".exp_avg"):
+            param = a[len("optimizer.state."):-len(".exp_avg")]
+            synth["optimizer.state.%s.step" % param] = torch.tensor(float(count))
+            for k, v in group.items():
+                synth["optimizer.param_groups.%s.%s" % (param, k)] = v
+    return alias, synth
+
+
+def _load_value(planner, req, value):
+    """A value the Reader makes (_trainer_state) to the planner: a tensor into
+    its destination, anything else as DCP's own bytes (torch.save)."""
+    if req.type == LoadItemType.BYTE_IO:
+        buf = io.BytesIO()
+        torch.save(value, buf)
+        buf.seek(0)
+        planner.load_bytes(req, buf)
+        return
+    target = planner.resolve_tensor(req).detach()
+    target.copy_(value)
+    planner.commit_tensor(req, target)
+
+
+class LoadPlanner(DefaultLoadPlanner):
+    """DCP's DefaultLoadPlanner, strict or not, but for the keys that say how a
+    PyTorch optimizer runs (optimizer.param_groups.NAME.foreach, fused,
+    capturable, differentiable): where the checkpoint has none (one of tessera
+    train), the loader's own stay. tessera.dcp.load and tessera.titan use it;
+    with dcp.load: planner=tessera.dcp.LoadPlanner()."""
+
+    def __init__(self, strict=True, **kwargs):
+        super().__init__(allow_partial_load=True, **kwargs)
+        self.strict = strict
+
+    def create_local_plan(self):
+        plan = super().create_local_plan()  # which may fall back to keys of PyTorch 2.3 and before
+        if self.strict:
+            have = self.metadata.state_dict_metadata
+            for k in self.state_dict:
+                if k not in have and not _HOW_IT_RUNS.fullmatch(k):
+                    raise RuntimeError("Missing key in checkpoint state_dict: %s." % k)
+        return plan
 
 
 def _in_place(t, code):
@@ -402,15 +495,16 @@ def load(state_dict, path, strict=True, process_group=None):
     read. @return Skipped."""
     import torch.distributed.checkpoint as dcp
     reader = Reader(path)
-    planner = DefaultLoadPlanner(allow_partial_load=not strict)
+    planner = LoadPlanner(strict=strict)
     dcp.load(state_dict, storage_reader=reader, planner=planner, process_group=process_group)
     want = set(planner.state_dict)  # the target's keys, flattened as DCP flattens them
     have = set(reader.keys)
-    # a tensor offered under two names (_trainer_aliases) is one: left unread, it
+    # a tensor offered under two names (_trainer_state) is one: left unread, it
     # is named once, by its own name; read under either, it is not unexpected
     alias = reader._alias
     read_by_alias = {alias[a] for a in want if a in alias}
-    return Skipped(sorted(want - have), sorted(have - want - set(alias) - read_by_alias))
+    made = set(reader._synth)  # TorchTitan's names for the trainer's blobs: named only if asked for
+    return Skipped(sorted(want - have), sorted(have - want - set(alias) - read_by_alias - made))
 
 
 class _Raw(bytes):

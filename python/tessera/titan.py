@@ -27,7 +27,10 @@ bucket: tessera.dcp's Writer and Reader directly).
 A checkpoint it writes loads in any other world size and sharding, through this
 manager or tessera.dcp.Reader, and converts to a DCP folder that TorchTitan's
 stock manager loads (tessera export --format dcp); a DCP folder of TorchTitan's
-comes in through tessera import --from dcp.
+comes in through tessera import --from dcp. A checkpoint of `tessera train`
+loads too (its state under TorchTitan's names: tessera.dcp's Reader), with
+exclude_from_loading=["dataloader"]: the job goes on from the trainer's step,
+AdamW and schedule.
 """
 import os
 import re
@@ -40,7 +43,7 @@ from torchtitan.components.checkpoint import CheckpointManager as _TitanManager
 from torchtitan.tools.utils import GarbageCollection
 
 from . import latest
-from .dcp import Reader, Writer
+from .dcp import LoadPlanner, Reader, Writer
 
 __all__ = ["CheckpointManager"]
 
@@ -105,7 +108,7 @@ class CheckpointManager(_TitanManager):
     def dcp_load(self, state_dict, checkpoint_id, from_hf, from_quantized):
         if from_hf:
             return super().dcp_load(state_dict, checkpoint_id, from_hf, from_quantized)
-        dcp.load(state_dict, storage_reader=Reader(checkpoint_id))
+        dcp.load(state_dict, storage_reader=Reader(checkpoint_id), planner=LoadPlanner())
         # the model's tensors are flattened into the state dict: hand them to the module
         if MODEL in self.states:
             self.states[MODEL].load_state_dict(state_dict)
