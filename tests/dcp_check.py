@@ -488,6 +488,14 @@ def errors(path):
         fails.append("a partial load: %r, a %s" % (r, sd["a"].tolist()))
     expect_error("a strict load of a key the checkpoint lacks",
                  lambda: tessera.dcp.load({"zz_absent": torch.zeros(2)}, part), "zz_absent")
+    # a checkpoint that says it is tessera train's (its blobs) but whose
+    # train.config is no TOML of the trainer's: the Reader refuses it, naming
+    # the checkpoint, the blobs and the reason
+    odd = os.path.join(path, "odd", "step-00000001")
+    dcp.save({"w": torch.zeros(2), "train.model": "x", "train.step": 1, "train.lr_scheduler": "last_step=1",
+              "train.config": "[optimizer"}, storage_writer=tessera.dcp.Writer(odd))
+    expect_error("a trainer's blobs that do not parse", lambda: tessera.dcp.Reader(odd).read_metadata(), odd,
+                 "train.config", "not read as tessera train writes them")
     # the codec: bytegroup stores bf16 N(0, 0.02) in well under its raw bytes, the
     # values the same, read straight into a contiguous destination and copied into
     # a strided one; a codec that is none refused, naming it

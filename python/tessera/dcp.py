@@ -293,19 +293,12 @@ class Reader(StorageReader):
             code = ck._index[t.name][1]
             if code not in _DTYPE:
                 raise Error(-1, "tessera.dcp: %s: tensor %s: dtype %s has no torch dtype" % (ck.path, name, t.dtype))
-            size = torch.Size(t.shape)
-            md[name] = TensorStorageMetadata(properties=TensorProperties(dtype=_DTYPE[code]), size=size,
-                                             chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(size)),
-                                                                          sizes=size)])
+            md[name] = _whole(_DTYPE[code], t.shape)
         for (name, rank) in ck.blobs:
             if rank == -1:
                 md[name] = BytesStorageMetadata()
-        for name, v in self._synth.items():
-            if isinstance(v, torch.Tensor):  # AdamW's step: a 0-d f32 tensor
-                md[name] = TensorStorageMetadata(properties=TensorProperties(dtype=v.dtype), size=v.shape,
-                                                 chunks=[ChunkStorageMetadata(offsets=torch.Size([]), sizes=v.shape)])
-            else:
-                md[name] = BytesStorageMetadata()
+        for name, v in self._synth.items():  # AdamW's step a 0-d f32 tensor, the rest values
+            md[name] = _whole(v.dtype, v.shape) if isinstance(v, torch.Tensor) else BytesStorageMetadata()
         return Metadata(state_dict_metadata=md, storage_meta=StorageMeta(checkpoint_id=ck.path))
 
     def set_up_storage_reader(self, metadata, is_coordinator, *args, **kwargs):
@@ -333,10 +326,9 @@ class Reader(StorageReader):
             if req.type == LoadItemType.BYTE_IO:
                 b = blob[name]
                 if not isinstance(planner, _RawLoadPlanner) and not b.startswith(_PICKLE):
-                    buf = io.BytesIO()  # raw bytes (the trainer's): DCP's planner gets them as a bytes object
-                    torch.save(b, buf)
-                    b = buf.getvalue()
-                planner.load_bytes(req, io.BytesIO(b))
+                    _load_value(planner, req, b)  # raw bytes (the trainer's): DCP's planner gets a bytes object
+                else:
+                    planner.load_bytes(req, io.BytesIO(b))
                 continue
             off, ext = tuple(req.storage_offsets), tuple(req.lengths)
             target = planner.resolve_tensor(req).detach()
@@ -429,9 +421,17 @@ def _trainer_state(ck):
     return alias, synth
 
 
+def _whole(dtype, shape):
+    """DCP's metadata of a tensor stored as one chunk covering it."""
+    size = torch.Size(shape)
+    return TensorStorageMetadata(properties=TensorProperties(dtype=dtype), size=size,
+                                 chunks=[ChunkStorageMetadata(offsets=torch.Size([0] * len(size)), sizes=size)])
+
+
 def _load_value(planner, req, value):
-    """A value the Reader makes (_trainer_state) to the planner: a tensor into
-    its destination, anything else as DCP's own bytes (torch.save)."""
+    """A value the Reader makes (_trainer_state, or a raw blob as bytes) to the
+    planner: a tensor into its destination, anything else as DCP's own bytes
+    (torch.save)."""
     if req.type == LoadItemType.BYTE_IO:
         buf = io.BytesIO()
         torch.save(value, buf)
